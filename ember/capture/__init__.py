@@ -1,0 +1,28 @@
+"""Capture: a symbolic interpreter of CPython 3.11-3.13 bytecode (the TorchDynamo analogue).
+
+Input: a Python function (code object + live argument values). Output: FX graphs of tensor work (built by the
+torch plugin in ``ember.capture.torch``), the guards the trace relied on, and the glue: Python source that
+checks the guards, runs the graphs and replays side effects. The interpreter core (every module of this
+package outside ``torch/``) imports no torch.
+"""
+from __future__ import annotations
+
+from . import opcodes_core as _core  # noqa: F401  (registers handlers)
+from . import opcodes_flow as _flow  # noqa: F401
+from .concrete import run_concrete
+from .opcodes_flow import UNSUPPORTED
+from .registry import handled_opnames
+
+
+def unsupported_opnames() -> set[str]:
+    return set(UNSUPPORTED)
+
+
+def __getattr__(name):
+    if name in ("symbolic_call", "compile_python"):
+        from . import frontend
+        return getattr(frontend, name)
+    raise AttributeError(name)
+
+
+__all__ = ["run_concrete", "handled_opnames", "unsupported_opnames", "symbolic_call", "compile_python"]

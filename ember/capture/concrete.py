@@ -1,0 +1,306 @@
+"""The concrete domain: every value is the real Python object, every operation really runs.
+
+Used as ember's fallback executor and as the oracle that checks the interpreter against CPython. With
+``interpret_callees`` the interpreter also runs Python callees itself (how the tests exercise it); otherwise a
+``call_hook`` may redirect calls (the runtime uses it so callees go through their compiled wrappers).
+Torch-free.
+"""
+from __future__ import annotations
+
+import builtins
+import operator
+import types
+from typing import Any, Callable
+
+from .bytecode import PY
+from .interpreter import CO_GENERATOR, NULL, Frame, Return, UserException, bind_arguments
+
+BINARY = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": operator.mod, "**": operator.pow, "@": operator.matmul, "<<": operator.lshift, ">>": operator.rshift,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor,
+    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "@=": operator.imatmul,
+    "<<=": operator.ilshift, ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
+}
+COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+           ">=": operator.ge}
+UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": operator.not_}
+
+
+def _user(fn):
+    """Exceptions raised by the operation itself belong to the user's program."""
+    def wrapped(*a, **k):
+        try:
+            return fn(*a, **k)
+        except UserException:
+            raise
+        except Exception as e:          # noqa: BLE001 - re-raised as the program's own exception
+            raise UserException(e) from None
+    return wrapped
+
+
+def call_user(fn, args, kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except UserException:
+        raise
+    except Exception as e:          # noqa: BLE001 - re-raised as the program's own exception
+        raise UserException(e) from None
+
+
+def _format(v, spec):
+    return format(v, spec if spec is not None else "")
+
+
+class ConcreteDomain:
+    py = PY
+
+    def __init__(self, interpret_callees: bool = True, call_hook: Callable | None = None):
+        self.interpret_callees = interpret_callees
+        self.call_hook = call_hook
+
+    # -- values ----------------------------------------------------------------------------------------
+    def const(self, v):
+        return v
+
+    def builtin(self, name):
+        return getattr(builtins, name)
+
+    def as_python(self, f, v):
+        return v
+
+    def wrap_exception(self, exc):
+        return exc
+
+    def exception_of(self, f, v):
+        if isinstance(v, type) and issubclass(v, BaseException):
+            v = call_user(v, (), {})
+        if not isinstance(v, BaseException):
+            raise UserException(TypeError("exceptions must derive from BaseException"))
+        return v
+
+    def truth(self, f, v):
+        return _user(bool)(v)
+
+    def to_bool(self, f, v):
+        return _user(bool)(v)
+
+    def is_none(self, f, v):
+        return v is None
+
+    # -- names -----------------------------------------------------------------------------------------
+    def load_global(self, f, name):
+        g = f.f_globals
+        if name in g:
+            return g[name]
+        b = g.get("__builtins__", builtins)
+        b = b if isinstance(b, dict) else b.__dict__
+        if name in b:
+            return b[name]
+        raise UserException(NameError(f"name '{name}' is not defined"))
+
+    def store_global(self, f, name, v):
+        f.f_globals[name] = v
+
+    def delete_global(self, f, name):
+        if name not in f.f_globals:
+            raise UserException(NameError(f"name '{name}' is not defined"))
+        del f.f_globals[name]
+
+    def new_cell(self, v):
+        return types.CellType() if v is NULL else types.CellType(v)
+
+    def cell_get(self, c):
+        try:
+            return c.cell_contents
+        except ValueError:
+            return NULL
+
+    def cell_set(self, c, v):
+        if v is NULL:
+            del c.cell_contents
+        else:
+            c.cell_contents = v
+
+    # -- operations ------------------------------------------------------------------------------------
+    getattr = _user(lambda self, f, o, name: getattr(o, name))
+    setattr = _user(lambda self, f, o, name, v: setattr(o, name, v))
+    delattr = _user(lambda self, f, o, name: delattr(o, name))
+    binary = _user(lambda self, f, op, a, b: BINARY[op](a, b))
+    compare = _user(lambda self, f, op, a, b: COMPARE[op](a, b))
+    unary = _user(lambda self, f, op, v: UNARY[op](v))
+    getitem = _user(lambda self, f, o, k: o[k])
+    build_slice = _user(lambda self, f, parts: slice(*parts))
+    build_tuple = _user(lambda self, f, items: tuple(items))
+    build_list = _user(lambda self, f, items: list(items))
+    build_set = _user(lambda self, f, items: set(items))
+    build_map = _user(lambda self, f, keys, vals: dict(zip(keys, vals)))
+    build_string = _user(lambda self, f, parts: "".join(parts))
+    list_to_tuple = _user(lambda self, f, v: tuple(v))
+    list_append = _user(lambda self, f, lst, v: lst.append(v))
+    list_extend = _user(lambda self, f, lst, v: lst.extend(v))
+    set_add = _user(lambda self, f, s, v: s.add(v))
+    set_update = _user(lambda self, f, s, v: s.update(v))
+    format = _user(lambda self, f, v, spec: _format(v, spec))
+    iter = _user(lambda self, f, v: iter(v))
+
+    def is_(self, f, a, b, negate):
+        return (a is not b) if negate else (a is b)
+
+    @_user
+    def contains(self, f, a, b, negate):
+        return (a not in b) if negate else (a in b)
+
+    @_user
+    def setitem(self, f, o, k, v):
+        o[k] = v
+
+    @_user
+    def delitem(self, f, o, k):
+        del o[k]
+
+    @_user
+    def dict_update(self, f, d, v, merge):
+        if merge:
+            for k in v.keys():
+                if k in d:
+                    raise TypeError(f"got multiple values for keyword argument '{k}'")
+        d.update(v)
+
+    @_user
+    def unpack(self, f, v, n):
+        items = list(v)
+        if len(items) != n:
+            if len(items) > n:
+                raise ValueError(f"too many values to unpack (expected {n})")
+            raise ValueError(f"not enough values to unpack (expected {n}, got {len(items)})")
+        return items
+
+    @_user
+    def unpack_ex(self, f, v, before, after):
+        items = list(v)
+        if len(items) < before + after:
+            raise ValueError(f"not enough values to unpack (expected at least {before + after}, got {len(items)})")
+        return items[:before] + [items[before:len(items) - after]] + items[len(items) - after:]
+
+    @_user
+    def next(self, f, it):
+        try:
+            return True, next(it)
+        except StopIteration:
+            return False, None
+
+    @_user
+    def send(self, f, gen, v):
+        try:
+            return True, (next(gen) if v is None else gen.send(v))
+        except StopIteration as e:
+            return False, e.value
+
+    @_user
+    def enter_context(self, f, mgr):
+        t = type(mgr)
+        enter, exit_ = getattr(t, "__enter__", None), getattr(t, "__exit__", None)
+        if enter is None or exit_ is None:
+            raise TypeError(f"'{t.__name__}' object does not support the context manager protocol")
+        bound_exit = types.MethodType(exit_, mgr)
+        return bound_exit, self.call(f, types.MethodType(enter, mgr), [], {})
+
+    def make_super(self, f, cls, obj):
+        return super(cls, obj)
+
+    @_user
+    def import_name(self, f, name, fromlist, level):
+        return __import__(name, f.f_globals, None, fromlist, level)
+
+    @_user
+    def import_from(self, f, mod, name):
+        try:
+            return getattr(mod, name)
+        except AttributeError:
+            raise ImportError(f"cannot import name '{name}' from '{mod.__name__}'") from None
+
+    # -- functions -------------------------------------------------------------------------------------
+    def make_function(self, f, code, attrs):
+        closure = attrs.get("closure")
+        if closure is None and code.co_freevars:     # 3.13 sets the closure afterwards
+            closure = tuple(types.CellType() for _ in code.co_freevars)
+        fn = types.FunctionType(code, f.f_globals, code.co_name, None, closure)
+        fn.__qualname__ = code.co_qualname
+        for k in ("defaults", "kwdefaults", "annotations"):
+            if k in attrs:
+                self.set_function_attr(f, fn, k, attrs[k])
+        return fn
+
+    def set_function_attr(self, f, fn, name, v):
+        if name == "closure":       # read-only on function objects: make a new one
+            new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, v)
+            new.__kwdefaults__, new.__annotations__ = fn.__kwdefaults__, fn.__annotations__
+            new.__qualname__ = fn.__qualname__
+            return new
+        setattr(fn, f"__{name}__", v)
+        return fn
+
+    def call_ex(self, f, fn, args, kwargs):
+        return self.call(f, fn, list(args), dict(kwargs) if kwargs else {})
+
+    def call(self, f, fn, args, kwargs):
+        if fn is super and not args:
+            return self._zero_arg_super(f)
+        if fn is locals and not args:
+            return {k: (self.cell_get(v) if isinstance(v, types.CellType) else v) for k, v in f.locals.items()}
+        if fn is globals and not args:
+            return f.f_globals
+        if self.call_hook is not None:
+            return self.call_hook(f, fn, args, kwargs)
+        func, bound = fn, []
+        if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+            func, bound = fn.__func__, [fn.__self__]
+        if self.interpret_callees and type(func) is types.FunctionType:
+            return self.interpret(f, func, bound + list(args), kwargs)
+        return call_user(fn, args, kwargs)
+
+    def _zero_arg_super(self, f):
+        code = f.code
+        if "__class__" not in f.locals or not code.co_argcount:
+            raise UserException(RuntimeError("super(): no arguments"))
+        first = f.locals[code.co_varnames[0]]
+        if isinstance(first, types.CellType):
+            first = first.cell_contents
+        return super(self.cell_get(f.locals["__class__"]), first)
+
+    def interpret(self, parent, func, args, kwargs):
+        code = func.__code__
+        try:
+            locals_ = bind_arguments(code, func.__defaults__ or (), func.__kwdefaults__, args, kwargs,
+                                     tuple, dict, func.__name__)
+        except TypeError as e:
+            raise UserException(e) from None
+        for name, cell in zip(code.co_freevars, func.__closure__ or ()):
+            locals_[name] = cell
+        frame = Frame(self, code, func.__globals__, locals_, parent, func)
+        if code.co_flags & CO_GENERATOR:
+            return _drive_generator(frame)
+        return frame.run().value
+
+
+def _drive_generator(frame: Frame):
+    try:
+        r = frame.run()
+        while type(r) is not Return:
+            sent = yield r.value
+            frame.stack.append(sent)
+            r = frame.run()
+    except UserException as ue:
+        raise ue.exc from None
+    return r.value
+
+
+def run_concrete(fn: Any, *args, **kwargs):
+    """Run ``fn`` by interpreting its bytecode (and its Python callees') with real values."""
+    dom = ConcreteDomain(interpret_callees=True)
+    try:
+        return dom.call(None, fn, list(args), kwargs)
+    except UserException as ue:
+        raise ue.exc.with_traceback(None) from None

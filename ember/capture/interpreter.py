@@ -1,0 +1,206 @@
+"""The frame interpreter: runs one code object's bytecode over the values of a *domain*.
+
+The domain decides what values are: the concrete domain (``concrete.py``) uses real Python objects, so the
+interpreter is an ordinary (slow) CPython; the symbolic domain (``symbolic.py``) uses ``Value`` objects that
+record tensor work into a graph and Python facts into guards. Handlers (``opcodes_*.py``) only move values
+between the stack, locals and cells, and ask the domain for every operation. Torch-free.
+
+Invariants: ``stack`` holds domain values or ``NULL``; ``locals`` maps a name to a value or (for cell
+variables) to a domain cell; user-level exceptions travel as ``UserException`` and are routed through the
+code object's exception table exactly as CPython does.
+"""
+from __future__ import annotations
+
+from types import CodeType
+from typing import Any
+
+from ..errors import Unsupported
+from .bytecode import PY, Decoded, Instr, decode
+from .registry import handler_table
+
+CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR = 0x04, 0x08, 0x20
+MAX_DEPTH = 60
+
+
+class _Null:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
+class UserException(Exception):
+    """An exception of the user's program (``exc`` is the real exception object) crossing our frames."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__(exc)
+        self.exc = exc
+
+
+class Return:
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Yield(Return):
+    __slots__ = ()
+
+
+class Frame:
+    """One activation of a code object."""
+
+    def __init__(self, dom: Any, code: CodeType, f_globals: Any, locals_: dict[str, Any],
+                 parent: Frame | None = None, func: Any = None):
+        if parent is not None and parent.depth + 1 > MAX_DEPTH:
+            raise Unsupported(f"call depth over {MAX_DEPTH} while inlining {code.co_name}",
+                              hint="deep recursion is not inlined; mark the function with ember.disable",
+                              user_stack=parent.user_stack())
+        self.dom = dom
+        self.code = code
+        self.f_globals = f_globals
+        self.locals = locals_
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.func = func
+        self.decoded: Decoded = decode(code)
+        self.instrs = self.decoded.instrs
+        self.stack: list[Any] = []
+        self.ip = 0
+        self.cur: Instr | None = None
+        self.kw_names: tuple[str, ...] | None = None
+        self.exc_info: Any = None          # the exception being handled (sys.exc_info analogue)
+        self.done = False
+
+    # -- stack helpers -------------------------------------------------------------------------------
+    def push(self, v) -> None:
+        self.stack.append(v)
+
+    def pop(self):
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list:
+        if n == 0:
+            return []
+        st = self.stack
+        out = st[-n:]
+        del st[-n:]
+        return out
+
+    def peek(self, n: int = 1):
+        return self.stack[-n]
+
+    def jump(self, ins: Instr) -> None:
+        self.ip = ins.jump_target
+
+    # -- locations -----------------------------------------------------------------------------------
+    def location(self) -> str:
+        line = self.cur.lineno if self.cur is not None else self.code.co_firstlineno
+        return f"{self.code.co_filename}:{line}"
+
+    def user_stack(self) -> list[str]:
+        out, f = [], self
+        while f is not None:
+            out.append(f.location())
+            f = f.parent
+        return out[::-1]
+
+    def source_line(self) -> str:
+        import linecache
+        line = self.cur.lineno if self.cur is not None else self.code.co_firstlineno
+        return linecache.getline(self.code.co_filename, line or 0)
+
+    def unsupported(self, reason: str, hint: str = "") -> Unsupported:
+        return Unsupported(reason, hint, self.user_stack(), self.source_line())
+
+    # -- execution -----------------------------------------------------------------------------------
+    def run(self) -> Return:
+        """Run until the frame returns or yields. Raises UserException for an escaping user exception."""
+        table = handler_table()
+        instrs = self.instrs
+        while True:
+            ins = instrs[self.ip]
+            self.ip += 1
+            self.cur = ins
+            h = table.get(ins.opname)
+            if h is None:
+                raise self.unsupported(
+                    f"unsupported bytecode instruction {ins.opname} on CPython {PY[0]}.{PY[1]}",
+                    "this construct is not captured yet; move it outside the compiled function")
+            try:
+                r = h(self, ins)
+            except UserException as ue:
+                self._unwind(ue)
+                continue
+            if r is not None:
+                if type(r) is Return:
+                    self.done = True
+                return r
+
+    def _unwind(self, ue: UserException) -> None:
+        entry = self.decoded.handler_for(self.cur.offset)
+        if entry is None:
+            self.done = True
+            raise ue
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.stack.append(self.dom.const(self.cur.offset))
+        self.stack.append(self.dom.wrap_exception(ue.exc))
+        self.ip = self.decoded.by_offset[entry.target]
+
+
+def bind_arguments(code: CodeType, defaults: tuple, kwdefaults: dict | None, args: list, kwargs: dict,
+                   make_tuple, make_dict, fname: str) -> dict[str, Any]:
+    """Bind call arguments to parameter names, like CPython; ``make_tuple``/``make_dict`` build *args and
+    **kwargs in the caller's domain. Raises TypeError (a real one) for a bad call."""
+    nargs = code.co_argcount
+    nposonly = code.co_posonlyargcount
+    nkwonly = code.co_kwonlyargcount
+    names = code.co_varnames
+    out: dict[str, Any] = {}
+    if len(args) > nargs and not code.co_flags & CO_VARARGS:
+        raise TypeError(f"{fname}() takes {nargs} positional arguments but {len(args)} were given")
+    for i in range(min(len(args), nargs)):
+        out[names[i]] = args[i]
+    extra_kw = {}
+    for k, v in kwargs.items():
+        try:
+            idx = names.index(k, 0, nargs + nkwonly)
+        except ValueError:
+            idx = -1
+        if idx < nposonly:
+            if code.co_flags & CO_VARKEYWORDS:
+                extra_kw[k] = v
+                continue
+            if idx >= 0:
+                raise TypeError(f"{fname}() got some positional-only arguments passed as keyword arguments: '{k}'")
+            raise TypeError(f"{fname}() got an unexpected keyword argument '{k}'")
+        if k in out:
+            raise TypeError(f"{fname}() got multiple values for argument '{k}'")
+        out[k] = v
+    ndef = len(defaults or ())
+    for i in range(nargs):
+        n = names[i]
+        if n not in out:
+            j = i - (nargs - ndef)
+            if j < 0:
+                raise TypeError(f"{fname}() missing required positional argument: '{n}'")
+            out[n] = defaults[j]
+    for i in range(nargs, nargs + nkwonly):
+        n = names[i]
+        if n not in out:
+            if kwdefaults and n in kwdefaults:
+                out[n] = kwdefaults[n]
+            else:
+                raise TypeError(f"{fname}() missing required keyword-only argument: '{n}'")
+    pos = nargs + nkwonly
+    if code.co_flags & CO_VARARGS:
+        out[names[pos]] = make_tuple(list(args[nargs:]))
+        pos += 1
+    if code.co_flags & CO_VARKEYWORDS:
+        out[names[pos]] = make_dict(extra_kw)
+    return out

@@ -1,0 +1,375 @@
+"""Opcode handlers: calls, function creation, containers, iteration, strings, exceptions, `with`,
+generators and imports."""
+from __future__ import annotations
+
+from .interpreter import NULL, Return, UserException, Yield
+from .registry import register_opcode as op
+
+
+# -- calls ---------------------------------------------------------------------------------------------
+def _callee(a, b, args):
+    """[NULL|meth, callable|self] (3.11/3.12) or [callable, NULL|self] (3.13) -> (callable, args)."""
+    if a is NULL:
+        return b, args
+    if b is NULL:
+        return a, args
+    return a, [b, *args]
+
+
+def _do_call(f, argc, kwnames):
+    args = f.popn(argc)
+    b = f.stack.pop()
+    a = f.stack.pop()
+    fn, args = _callee(a, b, args)
+    kwargs = {}
+    if kwnames:
+        n = len(kwnames)
+        kwargs = dict(zip(kwnames, args[-n:]))
+        args = args[:-n]
+    f.stack.append(f.dom.call(f, fn, args, kwargs))
+
+
+@op("KW_NAMES", max_version=(3, 12))
+def _kw_names(f, ins):
+    f.kw_names = f.code.co_consts[ins.arg]
+
+
+@op("CALL")
+def _call(f, ins):
+    kw, f.kw_names = f.kw_names, None
+    _do_call(f, ins.arg, kw)
+
+
+@op("CALL_KW", min_version=(3, 13))
+def _call_kw(f, ins):
+    names = f.dom.as_python(f, f.stack.pop())
+    _do_call(f, ins.arg, names)
+
+
+@op("CALL_FUNCTION_EX")
+def _call_function_ex(f, ins):
+    kwargs = f.stack.pop() if ins.arg & 1 else None
+    args = f.stack.pop()
+    b = f.stack.pop()
+    a = f.stack.pop()
+    fn = b if a is NULL else a
+    if a is not NULL and b is not NULL:
+        raise f.unsupported("CALL_FUNCTION_EX with a bound self")
+    f.stack.append(f.dom.call_ex(f, fn, args, kwargs))
+
+
+@op("CALL_INTRINSIC_1", min_version=(3, 12))
+def _call_intrinsic_1(f, ins):
+    name = ins.argrepr
+    v = f.stack.pop()
+    if name == "INTRINSIC_LIST_TO_TUPLE":
+        f.stack.append(f.dom.list_to_tuple(f, v))
+    elif name == "INTRINSIC_UNARY_POSITIVE":
+        f.stack.append(f.dom.unary(f, "+", v))
+    elif name == "INTRINSIC_STOPITERATION_ERROR":
+        exc = f.dom.exception_of(f, v)
+        if isinstance(exc, StopIteration):
+            new = RuntimeError("generator raised StopIteration")
+            new.__cause__ = exc
+            raise UserException(new)
+        raise UserException(exc)
+    else:
+        raise f.unsupported(f"CALL_INTRINSIC_1 {name} is not supported")
+
+
+@op("LIST_TO_TUPLE", max_version=(3, 11))
+def _list_to_tuple(f, ins):
+    f.stack.append(f.dom.list_to_tuple(f, f.stack.pop()))
+
+
+# -- functions -----------------------------------------------------------------------------------------
+@op("MAKE_FUNCTION", max_version=(3, 12))
+def _make_function_311(f, ins):
+    code = f.dom.as_python(f, f.stack.pop())
+    attrs = {}
+    for flag, name in ((8, "closure"), (4, "annotations"), (2, "kwdefaults"), (1, "defaults")):
+        if ins.arg & flag:
+            attrs[name] = f.stack.pop()
+    f.stack.append(f.dom.make_function(f, code, attrs))
+
+
+@op("MAKE_FUNCTION", min_version=(3, 13))
+def _make_function_313(f, ins):
+    code = f.dom.as_python(f, f.stack.pop())
+    f.stack.append(f.dom.make_function(f, code, {}))
+
+
+_FN_ATTR = {1: "defaults", 2: "kwdefaults", 4: "annotations", 8: "closure"}
+
+
+@op("SET_FUNCTION_ATTRIBUTE", min_version=(3, 13))
+def _set_function_attribute(f, ins):
+    fn = f.stack.pop()
+    val = f.stack.pop()
+    f.stack.append(f.dom.set_function_attr(f, fn, _FN_ATTR[ins.arg], val))
+
+
+# -- containers ----------------------------------------------------------------------------------------
+@op("BUILD_TUPLE")
+def _build_tuple(f, ins):
+    f.stack.append(f.dom.build_tuple(f, f.popn(ins.arg)))
+
+
+@op("BUILD_LIST")
+def _build_list(f, ins):
+    f.stack.append(f.dom.build_list(f, f.popn(ins.arg)))
+
+
+@op("BUILD_SET")
+def _build_set(f, ins):
+    f.stack.append(f.dom.build_set(f, f.popn(ins.arg)))
+
+
+@op("BUILD_MAP")
+def _build_map(f, ins):
+    items = f.popn(2 * ins.arg)
+    f.stack.append(f.dom.build_map(f, items[0::2], items[1::2]))
+
+
+@op("BUILD_CONST_KEY_MAP")
+def _build_const_key_map(f, ins):
+    keys = f.stack.pop()
+    vals = f.popn(ins.arg)
+    f.stack.append(f.dom.build_map(f, f.dom.unpack(f, keys, ins.arg), vals))
+
+
+@op("LIST_APPEND")
+def _list_append(f, ins):
+    v = f.stack.pop()
+    f.dom.list_append(f, f.stack[-ins.arg], v)
+
+
+@op("SET_ADD")
+def _set_add(f, ins):
+    v = f.stack.pop()
+    f.dom.set_add(f, f.stack[-ins.arg], v)
+
+
+@op("MAP_ADD")
+def _map_add(f, ins):
+    v = f.stack.pop()
+    k = f.stack.pop()
+    f.dom.setitem(f, f.stack[-ins.arg], k, v)
+
+
+@op("LIST_EXTEND")
+def _list_extend(f, ins):
+    v = f.stack.pop()
+    f.dom.list_extend(f, f.stack[-ins.arg], v)
+
+
+@op("SET_UPDATE")
+def _set_update(f, ins):
+    v = f.stack.pop()
+    f.dom.set_update(f, f.stack[-ins.arg], v)
+
+
+@op("DICT_UPDATE", "DICT_MERGE")
+def _dict_update(f, ins):
+    v = f.stack.pop()
+    f.dom.dict_update(f, f.stack[-ins.arg], v, ins.opname == "DICT_MERGE")
+
+
+@op("UNPACK_SEQUENCE")
+def _unpack_sequence(f, ins):
+    items = f.dom.unpack(f, f.stack.pop(), ins.arg)
+    f.stack.extend(reversed(items))
+
+
+@op("UNPACK_EX")
+def _unpack_ex(f, ins):
+    before, after = ins.arg & 0xFF, ins.arg >> 8
+    items = f.dom.unpack_ex(f, f.stack.pop(), before, after)
+    f.stack.extend(reversed(items))
+
+
+@op("GET_LEN")
+def _get_len(f, ins):
+    f.stack.append(f.dom.call(f, f.dom.builtin("len"), [f.stack[-1]], {}))
+
+
+# -- iteration -----------------------------------------------------------------------------------------
+@op("GET_ITER", "GET_YIELD_FROM_ITER")
+def _get_iter(f, ins):
+    f.stack.append(f.dom.iter(f, f.stack.pop()))
+
+
+@op("FOR_ITER")
+def _for_iter(f, ins):
+    ok, v = f.dom.next(f, f.stack[-1])
+    if ok:
+        f.stack.append(v)
+        return
+    if f.dom.py < (3, 12):
+        f.stack.pop()
+    else:               # 3.12+: the target is END_FOR, which pops the iterator and one more value
+        f.stack.append(NULL)
+    f.ip = ins.jump_target
+
+
+# -- strings -------------------------------------------------------------------------------------------
+_CONVERSIONS = {0: None, 1: "str", 2: "repr", 3: "ascii"}
+
+
+@op("FORMAT_VALUE", max_version=(3, 12))
+def _format_value(f, ins):
+    spec = f.stack.pop() if ins.arg & 4 else None
+    v = f.stack.pop()
+    conv = _CONVERSIONS[ins.arg & 3]
+    if conv:
+        v = f.dom.call(f, f.dom.builtin(conv), [v], {})
+    f.stack.append(f.dom.format(f, v, spec))
+
+
+@op("CONVERT_VALUE", min_version=(3, 13))
+def _convert_value(f, ins):
+    v = f.stack.pop()
+    f.stack.append(f.dom.call(f, f.dom.builtin(_CONVERSIONS[ins.arg]), [v], {}))
+
+
+@op("FORMAT_SIMPLE", min_version=(3, 13))
+def _format_simple(f, ins):
+    f.stack.append(f.dom.format(f, f.stack.pop(), None))
+
+
+@op("FORMAT_WITH_SPEC", min_version=(3, 13))
+def _format_with_spec(f, ins):
+    spec = f.stack.pop()
+    f.stack.append(f.dom.format(f, f.stack.pop(), spec))
+
+
+@op("BUILD_STRING")
+def _build_string(f, ins):
+    f.stack.append(f.dom.build_string(f, f.popn(ins.arg)))
+
+
+# -- exceptions ----------------------------------------------------------------------------------------
+@op("LOAD_ASSERTION_ERROR")
+def _load_assertion_error(f, ins):
+    f.stack.append(f.dom.const(AssertionError))
+
+
+@op("RAISE_VARARGS")
+def _raise_varargs(f, ins):
+    if ins.arg == 0:
+        if f.exc_info is None or f.exc_info is NULL:
+            raise UserException(RuntimeError("No active exception to reraise"))
+        raise UserException(f.dom.exception_of(f, f.exc_info))
+    cause = f.stack.pop() if ins.arg == 2 else None
+    exc = f.dom.exception_of(f, f.stack.pop())
+    if cause is not None:
+        c = f.dom.as_python(f, cause)
+        exc.__cause__ = c() if isinstance(c, type) else c
+        exc.__suppress_context__ = True
+    raise UserException(exc)
+
+
+@op("RERAISE")
+def _reraise(f, ins):
+    exc = f.stack.pop()
+    if ins.arg:
+        f.stack.pop()   # lasti: only matters for tracebacks
+    raise UserException(f.dom.exception_of(f, exc))
+
+
+@op("PUSH_EXC_INFO")
+def _push_exc_info(f, ins):
+    exc = f.stack.pop()
+    f.stack.append(f.exc_info if f.exc_info is not None else f.dom.const(None))
+    f.exc_info = exc
+    f.stack.append(exc)
+
+
+@op("POP_EXCEPT")
+def _pop_except(f, ins):
+    prev = f.stack.pop()
+    f.exc_info = None if f.dom.is_none(f, prev) else prev
+
+
+@op("CHECK_EXC_MATCH")
+def _check_exc_match(f, ins):
+    typ = f.stack.pop()
+    exc = f.dom.exception_of(f, f.stack[-1])
+    t = f.dom.as_python(f, typ)
+    f.stack.append(f.dom.const(isinstance(exc, t)))
+
+
+@op("WITH_EXCEPT_START")
+def _with_except_start(f, ins):
+    exc = f.stack[-1]
+    exit_fn = f.stack[-4]
+    e = f.dom.exception_of(f, exc)
+    f.stack.append(f.dom.call(f, exit_fn, [f.dom.const(type(e)), exc, f.dom.const(e.__traceback__)], {}))
+
+
+@op("BEFORE_WITH", max_version=(3, 13))
+def _before_with(f, ins):
+    mgr = f.stack.pop()
+    exit_fn, entered = f.dom.enter_context(f, mgr)
+    f.stack.append(exit_fn)
+    f.stack.append(entered)
+
+
+@op("CLEANUP_THROW")
+def _cleanup_throw(f, ins):
+    raise f.unsupported("generator.throw() is not supported in captured code")
+
+
+# -- generators ----------------------------------------------------------------------------------------
+@op("RETURN_GENERATOR")
+def _return_generator(f, ins):
+    f.stack.append(f.dom.const(None))    # the value sent by the first resume, popped by POP_TOP
+
+
+@op("YIELD_VALUE")
+def _yield_value(f, ins):
+    return Yield(f.stack.pop())
+
+
+@op("SEND")
+def _send(f, ins):
+    v = f.stack.pop()
+    ok, out = f.dom.send(f, f.stack[-1], v)
+    if ok:
+        f.stack.append(out)
+    else:
+        f.stack.append(out)
+        f.ip = ins.jump_target
+        if f.dom.py < (3, 12):
+            f.stack.pop(-2)
+
+
+# -- imports -------------------------------------------------------------------------------------------
+@op("IMPORT_NAME")
+def _import_name(f, ins):
+    fromlist = f.stack.pop()
+    level = f.stack.pop()
+    f.stack.append(f.dom.import_name(f, ins.argval, fromlist, level))
+
+
+@op("IMPORT_FROM")
+def _import_from(f, ins):
+    f.stack.append(f.dom.import_from(f, f.stack[-1], ins.argval))
+
+
+# The opcodes CPython may emit for ordinary function code that ember reports as unsupported (a reason the
+# user sees), rather than executing. Anything else missing from the table is also reported, never a crash.
+UNSUPPORTED = {
+    "LOAD_BUILD_CLASS": "defining a class inside a compiled function",
+    "SETUP_ANNOTATIONS": "annotations at module scope",
+    "IMPORT_STAR": "`from module import *`",
+    "GET_AWAITABLE": "await", "GET_AITER": "async for", "GET_ANEXT": "async for",
+    "END_ASYNC_FOR": "async for", "BEFORE_ASYNC_WITH": "async with", "ASYNC_GEN_WRAP": "async generators",
+    "MATCH_CLASS": "match on a class pattern", "MATCH_MAPPING": "match on a mapping pattern",
+    "MATCH_SEQUENCE": "match on a sequence pattern", "MATCH_KEYS": "match on a mapping pattern",
+    "PREP_RERAISE_STAR": "except*", "CHECK_EG_MATCH": "except*", "CALL_INTRINSIC_2": "except*/type params",
+    "LOAD_LOCALS": "class bodies", "LOAD_FROM_DICT_OR_DEREF": "class bodies",
+    "LOAD_FROM_DICT_OR_GLOBALS": "class bodies", "STORE_NAME": "module-level code",
+    "DELETE_NAME": "module-level code", "RETURN_GENERATOR_ASYNC": "coroutines",
+    "INTERPRETER_EXIT": "interpreter exit", "ENTER_EXECUTOR": "JIT executors", "EXIT_INIT_CHECK": "__init__",
+}

@@ -1,0 +1,47 @@
+"""User-facing errors. Torch-free: the capture core raises these too."""
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base class of every error ember raises on purpose."""
+
+
+class Unsupported(EmberError):
+    """Something in the user's program could not be captured.
+
+    Under ``fullgraph=True`` it reaches the user; otherwise it ends the trace and the frame runs eagerly.
+    ``reason`` says what, ``user_stack`` where (``file:line`` strings, outermost first), ``hint`` what to do.
+    """
+
+    def __init__(self, reason: str, hint: str = "", user_stack: list[str] | None = None,
+                 source_line: str = ""):
+        self.reason = reason
+        self.hint = hint
+        self.user_stack = list(user_stack or [])
+        self.source_line = source_line
+        super().__init__(reason)
+
+    def __str__(self) -> str:
+        lines = [self.reason]
+        if self.user_stack:
+            lines.append(f"  at {self.user_stack[-1]}")
+            if self.source_line:
+                lines.append(f"    {self.source_line.strip()}")
+            if len(self.user_stack) > 1:
+                lines.append("  called from " + " <- ".join(reversed(self.user_stack[:-1])))
+        if self.hint:
+            lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+
+class BackendCompilerFailed(EmberError):
+    """A backend raised while compiling a captured graph."""
+
+    def __init__(self, backend: str, error: BaseException):
+        self.backend = backend
+        self.error = error
+        super().__init__(f"backend {backend!r} failed to compile a graph: {type(error).__name__}: {error}")
+
+
+class InternalError(EmberError):
+    """A bug in ember (never the user's fault): reported with the user location where it happened."""
