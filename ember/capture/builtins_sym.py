@@ -1,0 +1,511 @@
+"""Symbolic versions of the Python builtins (and a few stdlib functions) for arguments that are not all
+known constants: ``len`` of a list of tensors, ``zip`` over modules, ``isinstance`` of a tensor, ``sum`` of
+tensors... A rule returns ``NotImplemented`` to fall back to the generic pure-call path."""
+from __future__ import annotations
+
+import builtins
+import functools
+import operator
+import types
+from typing import Any, Callable
+
+from .containers import DictView, sort_values
+from .interpreter import NULL, UserException
+from .objects import all_const, call_real, construct, lookup_type_attr
+from .symbolic import SymbolicDomain
+from .values import (BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst, ObjectVar,
+                     PartialVar, SetVar, SuperVar, TupleVar, Value)
+
+BUILTIN_RULES: dict[Any, Callable] = {}
+
+
+def rule(*fns):
+    def deco(h):
+        for fn in fns:
+            BUILTIN_RULES[fn] = h
+        return h
+    return deco
+
+
+def _items(d, f, v) -> list[Value]:
+    if isinstance(v, DictView):
+        return v.list()
+    return d.unpack_all(f, v)
+
+
+def type_of(v: Value) -> type:
+    return v.python_type()
+
+
+@rule(len)
+def _len(d, f, args, kwargs):
+    if len(args) != 1:
+        raise UserException(TypeError(f"len() takes exactly one argument ({len(args)} given)"))
+    return Const(d.len(f, args[0]))
+
+
+@rule(isinstance)
+def _isinstance(d, f, args, kwargs):
+    v, cls = args
+    c = d.as_python(f, cls)
+    if type(v) is Const:
+        try:
+            return Const(isinstance(v.value, c))
+        except TypeError as e:
+            raise UserException(e) from None
+    try:
+        return Const(issubclass(type_of(v), c))
+    except TypeError as e:
+        raise UserException(e) from None
+
+
+@rule(issubclass)
+def _issubclass(d, f, args, kwargs):
+    return call_real(d, f, issubclass, args, kwargs) if all_const(args, kwargs) else NotImplemented
+
+
+@rule(type)
+def _type(d, f, args, kwargs):
+    if len(args) == 1 and not kwargs:
+        return Const(type_of(args[0]))
+    raise d.unsupported(f, "creating a class with type(name, bases, dict)")
+
+
+@rule(callable)
+def _callable(d, f, args, kwargs):
+    v = args[0]
+    if type(v) is Const:
+        return Const(callable(v.value))
+    if isinstance(v, (FuncVar, BoundMethod, PartialVar, MethodOf)):
+        return Const(True)
+    return Const(lookup_type_attr(type_of(v), "__call__") is not NULL)
+
+
+@rule(getattr)
+def _getattr(d, f, args, kwargs):
+    name = d.as_python(f, args[1])
+    if type(name) is not str:
+        raise UserException(TypeError("attribute name must be string"))
+    try:
+        return d.getattr(f, args[0], name)
+    except UserException as ue:
+        if len(args) > 2 and isinstance(ue.exc, AttributeError):
+            return args[2]
+        raise
+
+
+@rule(hasattr)
+def _hasattr(d, f, args, kwargs):
+    try:
+        d.getattr(f, args[0], d.as_python(f, args[1]))
+        return Const(True)
+    except UserException as ue:
+        if isinstance(ue.exc, AttributeError):
+            return Const(False)
+        raise
+
+
+@rule(setattr)
+def _setattr(d, f, args, kwargs):
+    d.setattr(f, args[0], d.as_python(f, args[1]), args[2])
+    return Const(None)
+
+
+@rule(delattr)
+def _delattr(d, f, args, kwargs):
+    d.delattr(f, args[0], d.as_python(f, args[1]))
+    return Const(None)
+
+
+@rule(iter)
+def _iter(d, f, args, kwargs):
+    if len(args) != 1:
+        raise d.unsupported(f, "iter(callable, sentinel)")
+    return d.iter(f, args[0])
+
+
+@rule(next)
+def _next(d, f, args, kwargs):
+    ok, v = d.next(f, args[0])
+    if ok:
+        return v
+    if len(args) > 1:
+        return args[1]
+    raise UserException(StopIteration())
+
+
+@rule(list)
+def _list(d, f, args, kwargs):
+    return ListVar(_items(d, f, args[0]) if args else [])
+
+
+@rule(tuple)
+def _tuple(d, f, args, kwargs):
+    return TupleVar(_items(d, f, args[0]) if args else [])
+
+
+@rule(set, frozenset)
+def _set(d, f, args, kwargs):
+    s = SetVar({}, frozen=False)
+    for x in (_items(d, f, args[0]) if args else []):
+        s.items[d.hash_key(f, x)] = x
+    return s
+
+
+def _set_frozen(d, f, args, kwargs):
+    s = _set(d, f, args, kwargs)
+    s.frozen = True
+    return s
+
+
+BUILTIN_RULES[frozenset] = _set_frozen
+
+
+@rule(dict)
+def _dict(d, f, args, kwargs):
+    r = DictVar({}, {})
+    if args:
+        d.call(f, MethodOf(r, "update"), [args[0]], {})
+    for k, v in kwargs.items():
+        r.items[k] = v
+        r.keys.setdefault(k, Const(k))
+    r.mutated = False
+    return r
+
+
+def _gen(fn):
+    """A builtin returning a lazy iterator, implemented as a Python generator over values."""
+    def h(d, f, args, kwargs):
+        return IterVar(fn(d, f, *args, **kwargs), fn.__name__.strip("_"))
+    return h
+
+
+def _enumerate(d, f, it, start=Const(0)):
+    it = d.iter(f, it)
+    i = d.as_python(f, start)
+    while True:
+        ok, v = d.next(f, it)
+        if not ok:
+            return
+        yield TupleVar([Const(i), v])
+        i += 1
+
+
+def _zip(d, f, *its, strict=Const(False)):
+    its = [d.iter(f, x) for x in its]
+    if not its:
+        return
+    while True:
+        row = []
+        for n, it in enumerate(its):
+            ok, v = d.next(f, it)
+            if not ok:
+                if d.as_python(f, strict) and (n or any(d.next(f, o)[0] for o in its[1:])):
+                    raise UserException(ValueError("zip() argument lengths differ"))
+                return
+            row.append(v)
+        yield TupleVar(row)
+
+
+def _map(d, f, fn, *its):
+    its = [d.iter(f, x) for x in its]
+    while True:
+        row = []
+        for it in its:
+            ok, v = d.next(f, it)
+            if not ok:
+                return
+            row.append(v)
+        yield d.call(f, fn, row, {})
+
+
+def _filter(d, f, fn, it):
+    it = d.iter(f, it)
+    while True:
+        ok, v = d.next(f, it)
+        if not ok:
+            return
+        keep = v if d.is_none(f, fn) else d.call(f, fn, [v], {})
+        if d.truth(f, keep):
+            yield v
+
+
+def _reversed(d, f, seq):
+    if isinstance(seq, (ListVar, TupleVar)):
+        items = list(seq.items)
+    elif isinstance(seq, DictView) or isinstance(seq, DictVar):
+        items = _items(d, f, seq)
+    elif type(seq) is Const:
+        items = [d.from_python(x) for x in reversed(seq.value)]
+        items.reverse()
+    elif isinstance(seq, ObjectVar) and lookup_type_attr(type(seq.obj), "__reversed__") is not NULL:
+        yield from _items(d, f, d.call_method(f, seq, "__reversed__", [], {}))
+        return
+    else:
+        items = _items(d, f, seq)
+    yield from reversed(items)
+
+
+BUILTIN_RULES[enumerate] = _gen(_enumerate)
+BUILTIN_RULES[zip] = _gen(_zip)
+BUILTIN_RULES[map] = _gen(_map)
+BUILTIN_RULES[filter] = _gen(_filter)
+BUILTIN_RULES[reversed] = _gen(_reversed)
+
+
+@rule(range)
+def _range(d, f, args, kwargs):
+    return Const(range(*[d.as_python(f, a) for a in args]))
+
+
+@rule(sorted)
+def _sorted(d, f, args, kwargs):
+    items = _items(d, f, args[0])
+    rev = d.as_python(f, kwargs["reverse"]) if "reverse" in kwargs else False
+    return ListVar(sort_values(d, f, items, kwargs.get("key"), rev))
+
+
+@rule(sum)
+def _sum(d, f, args, kwargs):
+    items = _items(d, f, args[0])
+    acc = args[1] if len(args) > 1 else kwargs.get("start", Const(0))
+    for x in items:
+        acc = d.binary(f, "+", acc, x)
+    return acc
+
+
+def _minmax(op):
+    def h(d, f, args, kwargs):
+        key = kwargs.get("key")
+        items = _items(d, f, args[0]) if len(args) == 1 else list(args)
+        if not items:
+            if "default" in kwargs:
+                return kwargs["default"]
+            raise UserException(ValueError(f"{'min' if op == '<' else 'max'}() iterable argument is empty"))
+        best, bkey = items[0], (d.call(f, key, [items[0]], {}) if key is not None else items[0])
+        for x in items[1:]:
+            k = d.call(f, key, [x], {}) if key is not None else x
+            if d.truth(f, d.compare(f, op, k, bkey)):
+                best, bkey = x, k
+        return best
+    return h
+
+
+BUILTIN_RULES[min] = _minmax("<")
+BUILTIN_RULES[max] = _minmax(">")
+
+
+@rule(any)
+def _any(d, f, args, kwargs):
+    it = d.iter(f, args[0])
+    while True:
+        ok, v = d.next(f, it)
+        if not ok:
+            return Const(False)
+        if d.truth(f, v):
+            return Const(True)
+
+
+@rule(all)
+def _all(d, f, args, kwargs):
+    it = d.iter(f, args[0])
+    while True:
+        ok, v = d.next(f, it)
+        if not ok:
+            return Const(True)
+        if not d.truth(f, v):
+            return Const(False)
+
+
+@rule(abs)
+def _abs(d, f, args, kwargs):
+    if type(args[0]) is Const:
+        return call_real(d, f, abs, args, kwargs)
+    return d.unary(f, "abs", args[0])
+
+
+def _convert(pyfn, dunder):
+    def h(d, f, args, kwargs):
+        if all_const(args, kwargs):
+            return call_real(d, f, pyfn, [Const(a.as_python()) for a in args], kwargs)
+        v = args[0] if args else None
+        if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), dunder) is not NULL:
+            return d.call_method(f, v, dunder, [], {})
+        if pyfn is bool and v is not None:
+            return Const(d.truth(f, v))
+        return NotImplemented
+    return h
+
+
+for _fn, _d in ((int, "__int__"), (float, "__float__"), (bool, "__bool__"), (str, "__str__"),
+                (repr, "__repr__"), (complex, "__complex__"), (hash, "__hash__")):
+    BUILTIN_RULES[_fn] = _convert(_fn, _d)
+
+
+@rule(print)
+def _print(d, f, args, kwargs):
+    raise d.unsupported(f, "print() inside compiled code",
+                        "move the print outside the compiled function, or log after it returns")
+
+
+@rule(super)
+def _super(d, f, args, kwargs):
+    if args:
+        return SuperVar(d.as_python(f, args[0]), args[1])
+    code = f.code
+    if "__class__" not in f.locals or not code.co_argcount:
+        raise UserException(RuntimeError("super(): no arguments"))
+    first = f.locals[code.co_varnames[0]]
+    if code.co_varnames[0] in code.co_cellvars:
+        first = d.cell_get(first)
+    return SuperVar(d.as_python(f, d.cell_get(f.locals["__class__"])), first)
+
+
+@rule(object.__setattr__)
+def _object_setattr(d, f, args, kwargs):
+    from .objects import generic_setattr
+    obj, name, v = args
+    if not isinstance(obj, ObjectVar):
+        raise d.unsupported(f, "object.__setattr__ on a non-object value")
+    generic_setattr(d, f, obj, d.as_python(f, name), v)
+    return Const(None)
+
+
+@rule(object.__new__)
+def _object_new(d, f, args, kwargs):
+    return construct(d, f, d.as_python(f, args[0]), [], {}) if len(args) == 1 else NotImplemented
+
+
+@rule(object.__init__)
+def _object_init(d, f, args, kwargs):
+    return Const(None)
+
+
+@rule(tuple.__new__)
+def _tuple_new(d, f, args, kwargs):
+    cls = d.as_python(f, args[0])
+    items = _items(d, f, args[1]) if len(args) > 1 else []
+    return TupleVar(items, None if cls is tuple else cls)
+
+
+@rule(dict.fromkeys)
+def _dict_fromkeys(d, f, args, kwargs):
+    r = DictVar({}, {})
+    val = args[1] if len(args) > 1 else Const(None)
+    for k in _items(d, f, args[0]):
+        hk = d.hash_key(f, k)
+        r.items[hk] = val
+        r.keys.setdefault(hk, k)
+    return r
+
+
+@rule(functools.partial)
+def _partial(d, f, args, kwargs):
+    return PartialVar(args[0], list(args[1:]), dict(kwargs))
+
+
+@rule(functools.reduce)
+def _reduce(d, f, args, kwargs):
+    fn, seq = args[0], args[1]
+    items = _items(d, f, seq)
+    if len(args) > 2:
+        acc = args[2]
+    elif items:
+        acc = items.pop(0)
+    else:
+        raise UserException(TypeError("reduce() of empty iterable with no initial value"))
+    for x in items:
+        acc = d.call(f, fn, [acc, x], {})
+    return acc
+
+
+@rule(vars)
+def _vars(d, f, args, kwargs):
+    raise d.unsupported(f, "vars() inside compiled code")
+
+
+@rule(globals)
+def _globals(d, f, args, kwargs):
+    raise d.unsupported(f, "globals() inside compiled code")
+
+
+@rule(locals)
+def _locals(d, f, args, kwargs):
+    return DictVar({k: v for k, v in f.locals.items() if isinstance(v, Value)},
+                   {k: Const(k) for k, v in f.locals.items() if isinstance(v, Value)})
+
+
+@rule(id)
+def _id(d, f, args, kwargs):
+    ro = args[0].real_object()
+    if ro is NULL or getattr(args[0], "is_new", False):
+        raise d.unsupported(f, "id() of a value made inside compiled code")
+    return Const(id(ro))
+
+
+# operator module on values maps to the interpreter's own operations
+_BIN_OPS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+            operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.matmul: "@",
+            operator.lshift: "<<", operator.rshift: ">>", operator.and_: "&", operator.or_: "|",
+            operator.xor: "^", operator.iadd: "+=", operator.isub: "-=", operator.imul: "*=",
+            operator.itruediv: "/=", operator.ifloordiv: "//=", operator.imod: "%=", operator.ipow: "**=",
+            operator.imatmul: "@=", operator.iand: "&=", operator.ior: "|=", operator.ixor: "^="}
+_CMP_OPS = {operator.lt: "<", operator.le: "<=", operator.eq: "==", operator.ne: "!=", operator.gt: ">",
+            operator.ge: ">="}
+for _fn, _op in _BIN_OPS.items():
+    BUILTIN_RULES[_fn] = (lambda op: lambda d, f, a, k: d.binary(f, op, a[0], a[1]))(_op)
+for _fn, _op in _CMP_OPS.items():
+    BUILTIN_RULES[_fn] = (lambda op: lambda d, f, a, k: d.compare(f, op, a[0], a[1]))(_op)
+BUILTIN_RULES[operator.neg] = lambda d, f, a, k: d.unary(f, "-", a[0])
+BUILTIN_RULES[operator.pos] = lambda d, f, a, k: d.unary(f, "+", a[0])
+BUILTIN_RULES[operator.invert] = lambda d, f, a, k: d.unary(f, "~", a[0])
+BUILTIN_RULES[operator.not_] = lambda d, f, a, k: d.unary(f, "not", a[0])
+BUILTIN_RULES[operator.truth] = lambda d, f, a, k: Const(d.truth(f, a[0]))
+BUILTIN_RULES[operator.getitem] = lambda d, f, a, k: d.getitem(f, a[0], a[1])
+BUILTIN_RULES[operator.contains] = lambda d, f, a, k: d.contains(f, a[1], a[0], False)
+BUILTIN_RULES[operator.is_] = lambda d, f, a, k: d.is_(f, a[0], a[1], False)
+BUILTIN_RULES[operator.is_not] = lambda d, f, a, k: d.is_(f, a[0], a[1], True)
+
+
+@rule(operator.setitem)
+def _op_setitem(d, f, args, kwargs):
+    d.setitem(f, args[0], args[1], args[2])
+    return Const(None)
+
+
+@rule(operator.index)
+def _op_index(d, f, args, kwargs):
+    v = args[0]
+    if type(v) is Const:
+        return call_real(d, f, operator.index, args, kwargs)
+    if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), "__index__") is not NULL:
+        return d.call_method(f, v, "__index__", [], {})
+    return NotImplemented
+
+
+def _apply_itemgetter(d, f, getter: operator.itemgetter, obj: Value) -> Value:
+    keys = getter.__reduce__()[1]
+    vals = [d.getitem(f, obj, d.const(k)) for k in keys]
+    return vals[0] if len(vals) == 1 else TupleVar(vals)
+
+
+def _apply_attrgetter(d, f, getter: operator.attrgetter, obj: Value) -> Value:
+    names = getter.__reduce__()[1]
+    out = []
+    for n in names:
+        v = obj
+        for part in n.split("."):
+            v = d.getattr(f, v, part)
+        out.append(v)
+    return out[0] if len(out) == 1 else TupleVar(out)
+
+
+def call_getter(d: SymbolicDomain, f, fn: Any, args, kwargs):
+    if isinstance(fn, operator.itemgetter):
+        return _apply_itemgetter(d, f, fn, args[0])
+    if isinstance(fn, operator.attrgetter):
+        return _apply_attrgetter(d, f, fn, args[0])
+    return NotImplemented
+
+
+_ = (types, builtins, NotConst)

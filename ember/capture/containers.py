@@ -1,0 +1,392 @@
+"""Rules for tuples, lists, dicts and sets of values: indexing, iteration, length and their methods."""
+from __future__ import annotations
+
+from . import rules as R
+from .interpreter import NULL, UserException
+from .symbolic import SymbolicDomain
+from .values import Const, DictVar, IterVar, ListVar, SetVar, TupleVar, Value
+
+
+def _index(d: SymbolicDomain, f, k: Value):
+    if type(k) is Const and type(k.value) in (int, bool, slice):
+        return k.value
+    try:
+        return d.as_python(f, d.call(f, Const(__import__("operator").index), [k], {}))
+    except UserException:
+        raise
+    except Exception:
+        raise d.unsupported(f, f"indexing a sequence with a {k.describe()}") from None
+
+
+def _seq_iter(items_owner):
+    i = 0
+    while i < len(items_owner.items):
+        yield items_owner.items[i]
+        i += 1
+
+
+@R.ITER.register(TupleVar, ListVar)
+def _seq_iter_rule(d, f, v):
+    return IterVar(_seq_iter(v), f"{v.python_type().__name__} iterator")
+
+
+@R.ITER.register(DictVar)
+def _dict_iter_rule(d, f, v):
+    return IterVar(iter([v.keys[k] for k in v.items]), "dict key iterator")
+
+
+@R.ITER.register(SetVar)
+def _set_iter_rule(d, f, v):
+    return IterVar(iter(list(v.items.values())), "set iterator")
+
+
+@R.LEN.register(TupleVar, ListVar, DictVar, SetVar)
+def _len(d, f, v):
+    return len(v.items)
+
+
+@R.TRUTH.register(TupleVar, ListVar, DictVar, SetVar)
+def _truth(d, f, v):
+    return bool(v.items)
+
+
+@R.GETITEM.register(TupleVar, ListVar)
+def _seq_getitem(d, f, v, k):
+    i = _index(d, f, k)
+    try:
+        r = v.items[i]
+    except IndexError:
+        raise UserException(IndexError(f"{v.python_type().__name__} index out of range")) from None
+    except TypeError as e:
+        raise UserException(e) from None
+    if type(i) is slice:
+        return ListVar(r) if isinstance(v, ListVar) else TupleVar(r)
+    return r
+
+
+@R.SETITEM.register(ListVar)
+def _list_setitem(d, f, v, k, value):
+    i = _index(d, f, k)
+    try:
+        if value is NULL:
+            del v.items[i]
+        elif type(i) is slice:
+            v.items[i] = d.unpack_all(f, value)
+        else:
+            v.items[i] = value
+    except (IndexError, ValueError, TypeError) as e:
+        raise UserException(type(e)(*e.args)) from None
+    d.mark_mutated(v)
+
+
+@R.GETITEM.register(DictVar)
+def _dict_getitem(d, f, v, k):
+    hk = d.hash_key(f, k)
+    r = v.items.get(hk, NULL)
+    if r is NULL:
+        if v.default_factory is not None and not (type(v.default_factory) is Const and v.default_factory.value is None):
+            r = d.call(f, v.default_factory, [], {})
+            v.items[hk] = r
+            v.keys[hk] = k
+            d.mark_mutated(v)
+            return r
+        raise UserException(KeyError(hk))
+    return r
+
+
+@R.SETITEM.register(DictVar)
+def _dict_setitem(d, f, v, k, value):
+    hk = d.hash_key(f, k)
+    if value is NULL:
+        if hk not in v.items:
+            raise UserException(KeyError(hk))
+        del v.items[hk]
+        del v.keys[hk]
+    else:
+        v.items[hk] = value
+        v.keys.setdefault(hk, k)
+    d.mark_mutated(v)
+
+
+# -- methods ---------------------------------------------------------------------------------------------
+def _args(d, f, name, args, lo, hi):
+    if not lo <= len(args) <= hi:
+        raise UserException(TypeError(f"{name}() takes from {lo} to {hi} arguments ({len(args)} given)"))
+    return args
+
+
+def _sort_key_values(d, f, items, key):
+    vals = items if key is None or (type(key) is Const and key.value is None) else [
+        d.call(f, key, [x], {}) for x in items]
+    return [d.as_python(f, x) for x in vals]
+
+
+def sort_values(d, f, items: list[Value], key=None, reverse=False) -> list[Value]:
+    keys = _sort_key_values(d, f, items, key)
+    try:
+        order = sorted(range(len(items)), key=keys.__getitem__, reverse=bool(reverse))
+    except TypeError as e:
+        raise UserException(e) from None
+    return [items[i] for i in order]
+
+
+def _eq(d, f, a, b) -> bool:
+    return d.truth(f, d.compare(f, "==", a, b))
+
+
+@R.METHOD.register(ListVar)
+def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
+    items = v.items
+    if name == "append":
+        items.append(_args(d, f, name, args, 1, 1)[0])
+    elif name == "extend":
+        items.extend(d.unpack_all(f, args[0]))
+    elif name == "insert":
+        i, x = _args(d, f, name, args, 2, 2)
+        items.insert(d.as_python(f, i), x)
+    elif name == "pop":
+        _args(d, f, name, args, 0, 1)
+        if not items:
+            raise UserException(IndexError("pop from empty list"))
+        try:
+            r = items.pop(d.as_python(f, args[0]) if args else -1)
+        except IndexError as e:
+            raise UserException(e) from None
+        d.mark_mutated(v)
+        return r
+    elif name == "remove":
+        for i, x in enumerate(items):
+            if _eq(d, f, x, args[0]):
+                del items[i]
+                break
+        else:
+            raise UserException(ValueError("list.remove(x): x not in list"))
+    elif name == "clear":
+        items.clear()
+    elif name == "reverse":
+        items.reverse()
+    elif name == "sort":
+        kw = {k: x for k, x in kwargs.items()}
+        rev = d.as_python(f, kw["reverse"]) if "reverse" in kw else False
+        items[:] = sort_values(d, f, items, kw.get("key"), rev)
+    elif name in ("index", "count", "copy", "__getitem__", "__len__", "__contains__", "__iter__"):
+        return _seq_query(d, f, v, name, args)
+    else:
+        raise d.unsupported(f, f"list.{name}")
+    d.mark_mutated(v)
+    return Const(None)
+
+
+def _seq_query(d, f, v, name, args):
+    items = v.items
+    if name == "index":
+        for i, x in enumerate(items):
+            if _eq(d, f, x, args[0]):
+                return Const(i)
+        raise UserException(ValueError(f"{args[0].describe()} is not in {v.python_type().__name__}"))
+    if name == "count":
+        return Const(sum(1 for x in items if _eq(d, f, x, args[0])))
+    if name == "copy":
+        return ListVar(list(items))
+    if name == "__getitem__":
+        return d.getitem(f, v, args[0])
+    if name == "__len__":
+        return Const(len(items))
+    if name == "__contains__":
+        return d.contains(f, args[0], v, False)
+    if name == "__iter__":
+        return d.iter(f, v)
+    raise d.unsupported(f, f"{v.python_type().__name__}.{name}")
+
+
+@R.METHOD.register(TupleVar)
+def _tuple_method(d, f, v, name, args, kwargs):
+    if v.cls is not None and name == "_asdict":
+        return DictVar({k: x for k, x in zip(v.cls._fields, v.items)}, {k: Const(k) for k in v.cls._fields})
+    if name in ("index", "count", "__getitem__", "__len__", "__contains__", "__iter__"):
+        return _seq_query(d, f, v, name, args)
+    raise d.unsupported(f, f"tuple.{name}")
+
+
+@R.METHOD.register(DictVar)
+def _dict_method(d: SymbolicDomain, f, v: DictVar, name, args, kwargs):
+    if name == "get":
+        _args(d, f, name, args, 1, 2)
+        hk = d.hash_key(f, args[0])
+        return v.items.get(hk, args[1] if len(args) > 1 else Const(None))
+    if name == "keys":
+        return TupleVar([v.keys[k] for k in v.items], cls=None) if False else _view(v, "keys")
+    if name == "values":
+        return _view(v, "values")
+    if name == "items":
+        return _view(v, "items")
+    if name in ("__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__"):
+        if name == "__getitem__":
+            return d.getitem(f, v, args[0])
+        if name == "__setitem__":
+            d.setitem(f, v, args[0], args[1])
+            return Const(None)
+        if name == "__delitem__":
+            d.delitem(f, v, args[0])
+            return Const(None)
+        if name == "__contains__":
+            return d.contains(f, args[0], v, False)
+        if name == "__len__":
+            return Const(len(v.items))
+        return d.iter(f, v)
+    if name == "copy":
+        return DictVar(v.items, v.keys, v.cls, default_factory=v.default_factory)
+    if name == "setdefault":
+        hk = d.hash_key(f, args[0])
+        if hk not in v.items:
+            v.items[hk] = args[1] if len(args) > 1 else Const(None)
+            v.keys[hk] = args[0]
+            d.mark_mutated(v)
+        return v.items[hk]
+    if name == "pop":
+        hk = d.hash_key(f, args[0])
+        if hk in v.items:
+            r = v.items.pop(hk)
+            del v.keys[hk]
+            d.mark_mutated(v)
+            return r
+        if len(args) > 1:
+            return args[1]
+        raise UserException(KeyError(hk))
+    if name == "popitem":
+        if not v.items:
+            raise UserException(KeyError("popitem(): dictionary is empty"))
+        hk = next(reversed(v.items))
+        r = TupleVar([v.keys.pop(hk), v.items.pop(hk)])
+        d.mark_mutated(v)
+        return r
+    if name == "update":
+        if args:
+            src = args[0]
+            if isinstance(src, DictVar):
+                pairs = [(src.keys[k], x) for k, x in src.items.items()]
+            else:
+                from .objects import lookup_type_attr
+                if src.python_type() is not list and lookup_type_attr(src.python_type(), "keys") is not NULL \
+                        and type(src) is not Const:
+                    ks = d.unpack_all(f, d.call_method(f, src, "keys", [], {}))
+                    pairs = [(k, d.getitem(f, src, k)) for k in ks]
+                else:
+                    pairs = [tuple(d.unpack(f, p, 2)) for p in d.unpack_all(f, src)]
+            for k, x in pairs:
+                hk = d.hash_key(f, k)
+                v.items[hk] = x
+                v.keys.setdefault(hk, k)
+        for k, x in kwargs.items():
+            v.items[k] = x
+            v.keys.setdefault(k, Const(k))
+        d.mark_mutated(v)
+        return Const(None)
+    if name == "clear":
+        v.items.clear()
+        v.keys.clear()
+        d.mark_mutated(v)
+        return Const(None)
+    if name == "move_to_end":
+        hk = d.hash_key(f, args[0])
+        last = d.as_python(f, args[1]) if len(args) > 1 else kwargs.get("last", Const(True)).value
+        x, k = v.items.pop(hk), v.keys.pop(hk)
+        if last:
+            v.items[hk], v.keys[hk] = x, k
+        else:
+            v.items = {hk: x, **v.items}
+            v.keys = {hk: k, **v.keys}
+        d.mark_mutated(v)
+        return Const(None)
+    raise d.unsupported(f, f"dict.{name}")
+
+
+class DictView(Value):
+    """dict.keys()/values()/items(): a live view of a DictVar."""
+    __slots__ = ("d", "kind")
+
+    def __init__(self, d: DictVar, kind: str):
+        super().__init__(None)
+        self.d = d
+        self.kind = kind
+
+    def python_type(self):
+        return type(getattr({}, self.kind)())
+
+    def list(self) -> list[Value]:
+        dv = self.d
+        if self.kind == "keys":
+            return [dv.keys[k] for k in dv.items]
+        if self.kind == "values":
+            return list(dv.items.values())
+        return [TupleVar([dv.keys[k], x]) for k, x in dv.items.items()]
+
+    def as_python(self):
+        return [x.as_python() for x in self.list()]
+
+
+def _view(v, kind):
+    return DictView(v, kind)
+
+
+@R.ITER.register(DictView)
+def _view_iter(d, f, v):
+    return IterVar(iter(v.list()), f"dict_{v.kind} iterator")
+
+
+@R.LEN.register(DictView)
+def _view_len(d, f, v):
+    return len(v.d.items)
+
+
+@R.TRUTH.register(DictView)
+def _view_truth(d, f, v):
+    return bool(v.d.items)
+
+
+@R.METHOD.register(SetVar)
+def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
+    items = v.items
+    if name == "add":
+        items[d.hash_key(f, args[0])] = args[0]
+    elif name in ("discard", "remove"):
+        hk = d.hash_key(f, args[0])
+        if hk not in items and name == "remove":
+            raise UserException(KeyError(hk))
+        items.pop(hk, None)
+    elif name == "update":
+        for a in args:
+            for x in d.unpack_all(f, a):
+                items[d.hash_key(f, x)] = x
+    elif name == "clear":
+        items.clear()
+    elif name == "pop":
+        if not items:
+            raise UserException(KeyError("pop from an empty set"))
+        k = next(iter(items))
+        r = items.pop(k)
+        d.mark_mutated(v)
+        return r
+    elif name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+                  "isdisjoint", "copy", "__contains__", "__len__"):
+        others = [{d.hash_key(f, x): x for x in d.unpack_all(f, a)} for a in args]
+        if name == "copy":
+            return SetVar(dict(items), frozen=v.frozen)
+        if name == "__len__":
+            return Const(len(items))
+        if name == "__contains__":
+            return Const(d.hash_key(f, args[0]) in items)
+        real = getattr(set(items), name)(*[set(o) for o in others])
+        if isinstance(real, bool):
+            return Const(real)
+        pool = dict(items)
+        for o in others:
+            for k, x in o.items():
+                pool.setdefault(k, x)
+        return SetVar({k: pool[k] for k in pool if k in real}, frozen=v.frozen)
+    else:
+        raise d.unsupported(f, f"set.{name}")
+    if v.frozen:
+        raise UserException(AttributeError(f"'frozenset' object has no attribute '{name}'"))
+    d.mark_mutated(v)
+    return Const(None)

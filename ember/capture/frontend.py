@@ -1,0 +1,269 @@
+"""Tracing a frame and turning the trace into a guarded cache entry; the per-function cache.
+
+``trace_frame`` runs a function's code in the symbolic domain. ``build_entry`` turns the result into glue
+source (guards, graph call, side effects, return). ``FrameCache`` keeps a function's entries, checks them on
+each call in order, traces on a miss, logs recompiles and falls back to running the function natively when
+the trace is unsupported or the entry limit is reached. Torch-free: plugins and a graph hook plug in.
+"""
+from __future__ import annotations
+
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import logs
+from ..errors import EmberError, InternalError, Unsupported
+from .interpreter import Frame, UserException, bind_arguments
+from .glue import GlueBuilder
+from .sources import LocalSource
+from .symbolic import SymbolicDomain
+from .values import Value
+
+
+class _Miss:
+    __slots__ = ()
+
+    def __repr__(self):
+        return "MISS"
+
+
+MISS = _Miss()
+STATS = {"frames_compiled": 0, "graphs_compiled": 0, "graph_breaks": 0, "recompiles": 0, "cache_hits": 0,
+         "fallbacks_to_eager": 0, "unique_graphs": 0}
+
+
+@dataclass
+class Entry:
+    fn: Callable                       # the generated entry function: returns MISS when a guard fails
+    guard_source: str
+    glue_source: str
+    guards: list = field(default_factory=list)
+    bindings: dict = field(default_factory=dict)
+    eager: bool = False                # runs the original function natively
+    reason: str = ""
+    graphs: list = field(default_factory=list)
+    compile_time: float = 0.0
+
+
+# -- signatures ------------------------------------------------------------------------------------------
+def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None) -> tuple[str, str, dict]:
+    """(parameter list, call argument list, bindings) reproducing a code object's signature."""
+    names = code.co_varnames
+    n, npos, nkw = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
+    defaults = defaults or ()
+    binds: dict[str, Any] = {}
+    params, call = [], []
+    first_default = n - len(defaults)
+    for i in range(n):
+        p = names[i]
+        if i >= first_default:
+            binds[f"__dflt{i}"] = defaults[i - first_default]
+            p += f"=__dflt{i}"
+        params.append(p)
+        call.append(names[i])
+        if npos and i == npos - 1:
+            params.append("/")
+    pos = n + nkw
+    if code.co_flags & 0x04:
+        params.append("*" + names[pos])
+        call.append("*" + names[pos])
+    elif nkw:
+        params.append("*")
+    for i in range(n, n + nkw):
+        p = names[i]
+        if kwdefaults and p in kwdefaults:
+            binds[f"__kwdflt_{p}"] = kwdefaults[p]
+            p += f"=__kwdflt_{p}"
+        params.append(p)
+        call.append(f"{names[i]}={names[i]}")
+    if code.co_flags & 0x08:
+        kwname = names[pos + (1 if code.co_flags & 0x04 else 0)]
+        params.append("**" + kwname)
+        call.append("**" + kwname)
+    return ", ".join(params), ", ".join(call), binds
+
+
+# -- tracing ---------------------------------------------------------------------------------------------
+def trace_frame(d: SymbolicDomain, fn: types.FunctionType, args: tuple, kwargs: dict) -> Value:
+    code = fn.__code__
+    real = bind_arguments(code, fn.__defaults__ or (), fn.__kwdefaults__, list(args), dict(kwargs), tuple, dict,
+                          fn.__name__)
+    locals_ = {name: d.wrap(obj, LocalSource(name)) for name, obj in real.items()}
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        locals_[name] = d.wrap(cell, None)
+    frame = Frame(d, code, fn.__globals__, locals_, None, fn)
+    return frame.run().value
+
+
+def build_entry(d: SymbolicDomain, ret: Value, fn: types.FunctionType, graph_hook: Callable | None,
+                params: str) -> tuple[str, dict, list]:
+    """Glue source for a finished trace. ``graph_hook(d, glue)`` returns (lines computing ``__out``, graphs)."""
+    glue = GlueBuilder(d)
+    ret_expr = glue.expr(ret)
+    effects = glue.side_effect_lines()
+    graph_lines, graphs = (graph_hook(d, glue) if graph_hook is not None else ([], []))
+    if glue.graph_outputs and not graph_lines:
+        raise InternalError("values from a graph were used but no graph was built")
+    guard = "\n            and ".join(g.expr for g in d.guards.guards) or "True"
+    lines = [f"def __entry({params}):",
+             "    try:",
+             f"        if not ({guard}):",
+             "            return __MISS",
+             "    except Exception:",
+             "        return __MISS"]
+    lines += ["    " + ln for ln in graph_lines]
+    lines += ["    " + ln for ln in glue.creations + glue.fills]
+    if effects:
+        lines.append(f"    __ret = {ret_expr}")
+        lines += ["    " + ln for ln in effects]
+        lines.append("    return __ret")
+    else:
+        lines.append(f"    return {ret_expr}")
+    return "\n".join(lines) + "\n", graphs, effects
+
+
+def _exec(source: str, bindings: dict, filename: str) -> Callable:
+    ns = dict(bindings)
+    exec(compile(source, filename, "exec"), ns)     # noqa: S102 - ember's own generated glue
+    return ns["__entry"]
+
+
+class FrameCache:
+    """The compiled entries of one Python function, checked in order on every call."""
+
+    def __init__(self, fn: types.FunctionType, *, plugins_factory: Callable[[], list] = list,
+                 graph_hook: Callable | None = None, fullgraph: bool = False, limit: int = 8,
+                 options: Any = None, name: str | None = None):
+        self.fn = fn
+        self.plugins_factory = plugins_factory
+        self.graph_hook = graph_hook
+        self.fullgraph = fullgraph
+        self.limit = limit
+        self.options = options
+        self.name = name or fn.__qualname__
+        self.entries: list[Entry] = []
+        self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry.fn of each entry
+        self.params, self.call_args, self.sig_binds = signature(fn.__code__, fn.__defaults__, fn.__kwdefaults__)
+        self.dispatch = self._make_dispatcher()
+        self.break_reasons: list[Unsupported] = []
+
+    def _make_dispatcher(self) -> Callable:
+        src = (f"def __dispatch({self.params}):\n"
+               f"    for __e in __entries:\n"
+               f"        __r = __e({self.call_args})\n"
+               f"        if __r is not __MISS:\n"
+               f"            return __r\n"
+               f"    return __miss({self.call_args})\n")
+        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss)
+        exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
+        disp = ns["__dispatch"]
+        disp.__name__ = self.fn.__name__
+        disp.__wrapped__ = self.fn
+        disp.__doc__ = self.fn.__doc__
+        disp.__qualname__ = self.fn.__qualname__
+        disp.__ember_cache__ = self
+        return disp
+
+    # -- misses ----------------------------------------------------------------------------------------
+    def _miss(self, *args, **kwargs):
+        if len(self.entries) >= self.limit:
+            logs.warn_once(f"limit:{id(self)}",
+                           f"ember: {self.name} ({self._where()}) was recompiled {self.limit} times "
+                           f"(cache_size_limit); it now runs eagerly. Last reason: {self._why_missed(args, kwargs)}")
+            STATS["fallbacks_to_eager"] += 1
+            self._add(self._eager_entry("recompile limit reached", []))
+            return self.fn(*args, **kwargs)
+        if self.entries:
+            STATS["recompiles"] += 1
+            if logs.enabled("recompiles"):
+                logs.log("recompiles", f"recompiling {self.name} ({self._where()}): "
+                                       f"{self._why_missed(args, kwargs)}")
+        entry = self.compile_entry(args, kwargs)
+        self._add(entry)
+        if entry.eager:
+            return self.fn(*args, **kwargs)
+        r = entry.fn(*args, **kwargs)
+        if r is MISS:
+            raise InternalError(f"ember: a fresh entry for {self.name} rejected the call that built it; guards:\n"
+                                + entry.guard_source)
+        return r
+
+    def _add(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        self._entry_fns.append(entry.fn)
+
+    def _where(self) -> str:
+        c = self.fn.__code__
+        return f"{c.co_filename}:{c.co_firstlineno}"
+
+    def _why_missed(self, args, kwargs) -> str:
+        for e in reversed(self.entries):
+            for g in e.guards:
+                try:
+                    ok = eval(f"lambda {self.params}: ({g.expr})", dict(e.bindings, **self.sig_binds))(*args, **kwargs)  # noqa: S307
+                except Exception:       # noqa: BLE001
+                    ok = False
+                if not ok:
+                    return f"guard failed: {g.reason}  [{g.expr}]"
+        return "no entry matched"
+
+    def compile_entry(self, args, kwargs) -> Entry:
+        t0 = time.perf_counter()
+        d = SymbolicDomain(self.plugins_factory(), self.options)
+        STATS["frames_compiled"] += 1
+        try:
+            ret = trace_frame(d, self.fn, args, kwargs)
+            source, graphs, _ = build_entry(d, ret, self.fn, self.graph_hook, self.params)
+        except Unsupported as e:
+            STATS["graph_breaks"] += 1
+            self.break_reasons.append(e)
+            if self.fullgraph:
+                raise
+            logs.log("graph_breaks", f"{self.name}: runs eagerly: {e}")
+            return self._eager_entry(str(e), d.guards.guards, d)
+        except UserException as ue:
+            logs.log("graph_breaks", f"{self.name}: raises {type(ue.exc).__name__} while tracing; runs eagerly")
+            return self._eager_entry(f"raised {type(ue.exc).__name__}", d.guards.guards, d)
+        except EmberError:
+            raise
+        except Exception as e:       # noqa: BLE001 - an ember bug must not break the user's program
+            if self.fullgraph:
+                raise InternalError(f"ember failed while compiling {self.name} ({self._where()}): "
+                                    f"{type(e).__name__}: {e}") from e
+            logs.warn_once(f"internal:{id(self)}", f"ember: internal error while compiling {self.name} "
+                                                   f"({self._where()}), running it eagerly: {type(e).__name__}: {e}")
+            STATS["fallbacks_to_eager"] += 1
+            return self._eager_entry(f"internal error: {e}", [])
+        bindings = dict(d.cg.bindings, __MISS=MISS, **self.sig_binds)
+        for g in graphs:
+            bindings.update(g.get("bindings", {}))
+        fn = _exec(source, bindings, f"<ember glue {self.name}#{len(self.entries)}>")
+        entry = Entry(fn, d.guards.source(self.fn.__name__, self.params), source, list(d.guards.guards), bindings,
+                      graphs=graphs, compile_time=time.perf_counter() - t0)
+        if logs.enabled("guards"):
+            logs.log("guards", f"{self.name} entry #{len(self.entries)} ({self._where()}):\n"
+                     + "\n".join(f"  {g.expr:<70}  # {g.reason}" for g in d.guards.guards))
+        if logs.enabled("output_code"):
+            logs.log("output_code", f"glue for {self.name} entry #{len(self.entries)}:\n{source}")
+        return entry
+
+    def _eager_entry(self, reason: str, guards: list, d: SymbolicDomain | None = None) -> Entry:
+        params, call = self.params, self.call_args
+        guard = "\n            and ".join(g.expr for g in guards) or "True"
+        src = (f"def __entry({params}):\n    try:\n        if not ({guard}):\n            return __MISS\n"
+               f"    except Exception:\n        return __MISS\n    return __fn({call})\n")
+        bindings = dict(d.cg.bindings if d is not None else {}, __MISS=MISS, __fn=self.fn, **self.sig_binds)
+        return Entry(_exec(src, bindings, f"<ember eager {self.name}>"), "", src, list(guards), bindings, eager=True,
+                     reason=reason)
+
+
+# -- torch-free entry points used by the interpreter's own tests -----------------------------------------
+def compile_python(fn: types.FunctionType, fullgraph: bool = False) -> Callable:
+    """``fn`` compiled by the symbolic interpreter with no plugins: guarded, cached, glue-driven."""
+    return FrameCache(fn, fullgraph=fullgraph).dispatch
+
+
+def symbolic_call(fn: types.FunctionType, *args, **kwargs):
+    """Trace ``fn`` on these arguments, generate its glue and run it (falling back to ``fn`` if unsupported)."""
+    return FrameCache(fn).dispatch(*args, **kwargs)

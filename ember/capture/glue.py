@@ -1,0 +1,166 @@
+"""The glue: Python source for one cache entry of a compiled frame.
+
+It checks the entry's guards, pulls the graph's inputs from the frame's arguments by their sources, calls the
+compiled graph, replays side effects on objects that existed before the call (lists, dicts, attributes,
+globals, closure cells) and rebuilds the return value. Everything it needs is bound into its namespace by
+name, so ``EMBER_LOGS=output_code`` shows exactly what runs. Torch-free: graph outputs are requested through
+``output_ref``, and the torch plugin supplies the graph call line.
+"""
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any
+
+from . import rules as R
+from .containers import DictView
+from .interpreter import NULL
+from .sources import Codegen, literal
+from .symbolic import SliceVar, SymbolicDomain, _DELETED
+from .values import (BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, ObjectVar, PartialVar,
+                     RealCellVar, SetVar, SuperVar, TupleVar, Value)
+
+
+class GlueBuilder:
+    def __init__(self, d: SymbolicDomain) -> None:
+        self.d = d
+        self.cg: Codegen = d.cg
+        self.graph_outputs: list[Value] = []
+        self._out_index: dict[int, int] = {}
+        self.creations: list[str] = []
+        self.fills: list[str] = []
+        self._temps: dict[int, str] = {}
+        self._filled: set[int] = set()
+
+    # -- expressions -----------------------------------------------------------------------------------
+    def output_ref(self, v: Value) -> str:
+        """An expression for a value computed by the graph (its output slot)."""
+        i = self._out_index.get(id(v))
+        if i is None:
+            i = self._out_index[id(v)] = len(self.graph_outputs)
+            self.graph_outputs.append(v)
+        return f"__out[{i}]"
+
+    def expr(self, v: Any) -> str:
+        if v.source is not None and not isinstance(v, TupleVar):
+            return v.source.expr(self.cg)
+        rule = R.RECONSTRUCT.find(type(v))
+        if rule is not None:
+            return rule(self, v)
+        t = type(v)
+        if t is Const:
+            return literal(v.value, self.cg)
+        if t is TupleVar:
+            if v.source is not None and all(x.source is not None for x in v.items):
+                return v.source.expr(self.cg)
+            inner = ", ".join(self.expr(x) for x in v.items)
+            if v.cls is None:
+                return f"({inner}{',' if len(v.items) == 1 else ''})"
+            cls = self.cg.bind(v.cls, v.cls.__name__)
+            return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
+        if t is ListVar:
+            return "[" + ", ".join(self.expr(x) for x in v.items) + "]"
+        if t is DictVar:
+            body = "{" + ", ".join(f"{self.expr(v.keys[k])}: {self.expr(x)}" for k, x in v.items.items()) + "}"
+            if v.cls is dict:
+                return body
+            if v.default_factory is not None:
+                return f"{self.cg.bind(v.cls, v.cls.__name__)}({self.expr(v.default_factory)}, {body})"
+            return f"{self.cg.bind(v.cls, v.cls.__name__)}({body})"
+        if t is SetVar:
+            items = ", ".join(self.expr(x) for x in v.items.values())
+            s = f"{{{items}}}" if v.items else "set()"
+            return f"frozenset({s})" if v.frozen else s
+        if isinstance(v, ObjectVar) and v.is_new:
+            return self._new_object(v)
+        if t is BoundMethod:
+            return f"{self.cg.bind(types.MethodType, 'MethodType')}({self.expr(v.func)}, {self.expr(v.self_)})"
+        if t is PartialVar:
+            args = "".join(f", {self.expr(a)}" for a in v.args)
+            kw = "".join(f", {k}={self.expr(x)}" for k, x in v.kwargs.items())
+            return f"{self.cg.bind(functools.partial, 'partial')}({self.expr(v.func)}{args}{kw})"
+        if t is FuncVar:
+            return self._function(v)
+        if t is CellVar:
+            return self._cell(v)
+        if t is RealCellVar:
+            return self.cg.bind(v.cell, "cell")
+        if t is DictView:
+            return f"{self.expr(v.d)}.{v.kind}()"
+        if t is SliceVar:
+            return f"slice({', '.join(self.expr(p) for p in v.parts)})"
+        raise self.d.unsupported(None, f"returning or storing a {v.describe()} ({type(v).__name__}) out of "
+                                       "compiled code is not supported")
+
+    def _temp(self, v: Value, prefix: str) -> tuple[str, bool]:
+        name = self._temps.get(id(v))
+        if name is not None:
+            return name, False
+        name = self._temps[id(v)] = f"__{prefix}{len(self._temps)}"
+        return name, True
+
+    def _new_object(self, v: ObjectVar) -> str:
+        name, fresh = self._temp(v, "obj")
+        if fresh:
+            cls = self.cg.bind(type(v.obj), type(v.obj).__name__)
+            self.creations.append(f"{name} = object.__new__({cls})")
+            for k, x in v.overlay.items():
+                if x is not NULL:
+                    self.fills.append(f"object.__setattr__({name}, {k!r}, {self.expr(x)})")
+        return name
+
+    def _cell(self, v: CellVar) -> str:
+        name, fresh = self._temp(v, "cell")
+        if fresh:
+            self.creations.append(f"{name} = {self.cg.bind(types.CellType, 'CellType')}()")
+            if v.contents is not NULL:
+                self.fills.append(f"{name}.cell_contents = {self.expr(v.contents)}")
+        return name
+
+    def _function(self, v: FuncVar) -> str:
+        code = self.cg.bind(v.code, "code")
+        g = self.cg.bind(v.f_globals, "G")
+        defaults = self.expr(v.defaults) if v.defaults is not None else "None"
+        closure = ("(" + "".join(f"{self.expr(c)}, " for c in v.closure) + ")") if v.closure else "None"
+        fn = f"{self.cg.bind(types.FunctionType, 'FunctionType')}({code}, {g}, {v.code.co_name!r}, {defaults}, {closure})"
+        if v.kwdefaults is None:
+            return fn
+        name, fresh = self._temp(v, "fn")
+        if fresh:
+            self.creations.append(f"{name} = {fn}")
+            self.fills.append(f"{name}.__kwdefaults__ = {self.expr(v.kwdefaults)}")
+        return name
+
+    # -- side effects ----------------------------------------------------------------------------------
+    def side_effect_lines(self) -> list[str]:
+        out = []
+        d = self.d
+        for v in d.side_effects:
+            if isinstance(v, RealCellVar):
+                c = self.cg.bind(v.cell, "cell")
+                out.append(f"del {c}.cell_contents" if v.written is _DELETED
+                           else f"{c}.cell_contents = {self.expr(v.written)}")
+                continue
+            s = v.source.expr(self.cg)
+            if type(v) is ListVar:
+                out.append(f"{s}[:] = {self.expr(ListVar(v.items))}")
+            elif type(v) is DictVar:
+                body = self.expr(DictVar(v.items, v.keys))
+                out.append(f"{s}.clear(); {s}.update({body})")
+            elif type(v) is SetVar:
+                out.append(f"{s}.clear(); {s}.update({self.expr(SetVar(v.items))})")
+            elif isinstance(v, ObjectVar):
+                setter = "setattr" if getattr(v, "use_setattr", False) else "object.__setattr__"
+                deleter = "delattr" if getattr(v, "use_setattr", False) else "object.__delattr__"
+                for k, x in v.overlay.items():
+                    out.append(f"{deleter}({s}, {k!r})" if x is NULL else f"{setter}({s}, {k!r}, {self.expr(x)})")
+            else:
+                rule = R.RECONSTRUCT.find(type(v))
+                raise d.unsupported(None, f"replaying a change to a {v.describe()}") if rule is None else None
+        for (_, name), (g, _, v) in d.global_writes.items():
+            gn = self.cg.bind(g, "G")
+            out.append(f"{gn}.pop({name!r}, None)" if v is NULL else f"{gn}[{name!r}] = {self.expr(v)}")
+        return out
+
+
+_ = (IterVar, SuperVar)

@@ -1,0 +1,59 @@
+"""Guards: the facts a trace relied on, and the Python function generated to check them on every call.
+
+Each guard is one boolean expression over sources, kept in the order the trace discovered it (a type check
+always precedes the attribute reads it protects). Torch-free: the torch plugin adds its tensor and
+global-state guards through ``GuardSet.add``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .sources import Codegen, Source, literal
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    expr: str       # Python expression, True when the fact still holds
+    reason: str     # readable: what was assumed and where it came from
+
+
+class GuardSet:
+    def __init__(self, cg: Codegen) -> None:
+        self.cg = cg
+        self.guards: list[Guard] = []
+        self._seen: set[str] = set()
+
+    def add(self, expr: str, reason: str) -> None:
+        if expr not in self._seen:
+            self._seen.add(expr)
+            self.guards.append(Guard(expr, reason))
+
+    # -- common kinds ----------------------------------------------------------------------------------
+    def type_match(self, src: Source, t: type) -> None:
+        self.add(f"type({src.expr(self.cg)}) is {self.cg.bind(t, t.__name__)}",
+                 f"type of {src.expr(self.cg)} is {t.__qualname__}")
+
+    def id_match(self, src: Source, obj: object) -> None:
+        name = getattr(obj, "__qualname__", None) or type(obj).__name__
+        self.add(f"{src.expr(self.cg)} is {self.cg.bind(obj, name)}", f"{src.expr(self.cg)} is the same {name}")
+
+    def equals(self, src: Source, v: object) -> None:
+        e = src.expr(self.cg)
+        if v is None or type(v) is bool:
+            self.add(f"{e} is {v!r}", f"{e} is {v!r}")
+        else:
+            t = type(v)
+            self.add(f"type({e}) is {self.cg.bind(t, t.__name__)} and {e} == {literal(v, self.cg)}",
+                     f"{e} == {v!r}")
+
+    def length(self, src: Source, n: int) -> None:
+        e = src.expr(self.cg)
+        self.add(f"len({e}) == {n}", f"len({e}) == {n}")
+
+    def dict_keys(self, src: Source, keys: list) -> None:
+        e = src.expr(self.cg)
+        self.add(f"tuple({e}) == {literal(tuple(keys), self.cg)}", f"keys of {e} are {keys!r}")
+
+    def source(self, fn_name: str, params: str) -> str:
+        body = "\n        and ".join(g.expr for g in self.guards) or "True"
+        return f"def __guard_{fn_name}({params}):\n    try:\n        return ({body})\n    except Exception:\n        return False\n"

@@ -1,0 +1,542 @@
+"""Rules for attribute access and calls on functions, classes, modules and user objects.
+
+Attribute lookup follows CPython: data descriptors on the type, then the instance (overlay, then the real
+``__dict__`` through its source), then non-data descriptors and class attributes, then ``__getattr__``.
+Python functions are inlined; built-in functions run for real when every argument is a known constant and
+the function is pure; anything else asks the builtin and plugin tables or is reported unsupported.
+"""
+from __future__ import annotations
+
+import builtins
+import enum
+import math
+import operator
+import types
+from typing import Any
+
+from . import rules as R
+from .interpreter import NULL, UserException
+from .sources import AttrSource, ConstSource, ItemSource
+from .symbolic import SliceVar, SymbolicDomain
+from .values import (BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
+                     ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value, is_immutable)
+
+_PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
+_IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
+                    next, help, breakpoint, __import__, id}
+PURE_BUILTINS = {getattr(builtins, n) for n in dir(builtins)
+                 if isinstance(getattr(builtins, n), (types.BuiltinFunctionType, type))} - _IMPURE_BUILTINS
+
+
+def lookup_type_attr(t: type, name: str) -> Any:
+    for k in t.__mro__:
+        d = k.__dict__
+        if name in d:
+            return d[name]
+    return NULL
+
+
+def _attr_error(obj_desc: str, name: str) -> UserException:
+    return UserException(AttributeError(f"'{obj_desc}' object has no attribute '{name}'"))
+
+
+def is_pure_callable(fn: Any) -> bool:
+    try:
+        if fn in PURE_BUILTINS:
+            return True
+    except TypeError:
+        pass
+    t = type(fn)
+    if t is types.BuiltinFunctionType:
+        self_ = fn.__self__
+        if isinstance(self_, types.ModuleType) or self_ is None:
+            return (getattr(fn, "__module__", None) or getattr(self_, "__name__", "")) in _PURE_MODULES
+        return is_immutable(self_) or isinstance(self_, type) and self_ in (str, bytes, int, float, dict, tuple)
+    if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType):
+        return fn.__objclass__ in (str, bytes, int, float, complex, tuple, frozenset, range, dict)
+    if t is types.MethodWrapperType:
+        return is_immutable(fn.__self__)
+    if isinstance(fn, (operator.itemgetter, operator.attrgetter)):
+        return False
+    return False
+
+
+def call_real(d: SymbolicDomain, f, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """Call a pure function on the real values of constant arguments."""
+    a = [x.as_python() for x in args]
+    kw = {k: v.as_python() for k, v in kwargs.items()}
+    try:
+        r = fn(*a, **kw)
+    except Exception as e:      # noqa: BLE001 - the program's own exception
+        raise UserException(e) from None
+    return d.from_python(r)
+
+
+def all_const(args, kwargs) -> bool:
+    try:
+        for a in args:
+            a.as_python()
+        for a in kwargs.values():
+            a.as_python()
+        return True
+    except NotConst:
+        return False
+
+
+# -- getattr ---------------------------------------------------------------------------------------------
+@R.GETATTR.register(Const)
+def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
+    obj = v.value
+    for p in d.plugins:
+        r = p.const_getattr(d, f, v, name)
+        if r is not None:
+            return r
+    try:
+        attr = getattr(obj, name)
+    except Exception as e:          # noqa: BLE001
+        raise UserException(e) from None
+    if isinstance(obj, (types.ModuleType, type)) and not isinstance(obj, enum.EnumMeta):
+        if is_immutable(attr) and not isinstance(attr, enum.Enum) and type(attr) is not type:
+            base = v.source or ConstSource(id(obj), obj)
+            return d.wrap(attr, AttrSource(base, name))
+        if not is_immutable(attr) and not callable(attr) and not isinstance(attr, types.ModuleType):
+            base = v.source or ConstSource(id(obj), obj)
+            return d.wrap(attr, AttrSource(base, name))
+        if isinstance(obj, type) and type(attr) is types.MethodType:      # classmethod
+            return BoundMethod(Const(attr.__func__), v)
+        return Const(attr)
+    if is_immutable(attr) or callable(attr) or isinstance(attr, types.ModuleType):
+        if type(attr) is types.MethodType and isinstance(attr.__func__, types.FunctionType):
+            return BoundMethod(Const(attr.__func__), v)
+        return Const(attr)
+    return d.from_python(attr) if is_immutable(obj) else d.wrap(attr, AttrSource(v.source, name) if v.source else None)
+
+
+def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str) -> Value:
+    t = type(v.obj)
+    if name == "__class__":
+        return Const(t)
+    cattr = lookup_type_attr(t, name)
+    if cattr is not NULL and type(cattr) is types.MemberDescriptorType and (v.is_new or name in v.overlay):
+        x = v.overlay.get(name, NULL)
+        if x is NULL:
+            raise _attr_error(t.__name__, name)
+        return x
+    if cattr is not NULL and _is_data_descriptor(cattr):
+        return _descriptor_get(d, f, v, cattr, name, t)
+    if name in v.overlay:
+        x = v.overlay[name]
+        if x is not NULL:
+            return x
+    elif not v.is_new:
+        inst = getattr(v.obj, "__dict__", None)
+        if inst is not None and name in inst:
+            return d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)
+    if name == "__dict__":
+        raise d.unsupported(f, "reading __dict__ of an object in compiled code")
+    if cattr is not NULL:
+        return _descriptor_get(d, f, v, cattr, name, t)
+    ga = lookup_type_attr(t, "__getattr__")
+    if ga is not NULL and type(ga) is types.FunctionType:
+        return d.inline(f, ga, [v, Const(name)], {})
+    raise _attr_error(t.__name__, name)
+
+
+R.GETATTR.register(ObjectVar)(object_getattr)
+
+
+def _is_data_descriptor(a: Any) -> bool:
+    t = type(a)
+    return (hasattr(t, "__set__") or hasattr(t, "__delete__")) and hasattr(t, "__get__")
+
+
+def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner: type) -> Value:
+    t = type(cattr)
+    if t is types.FunctionType:
+        return BoundMethod(Const(cattr), v)
+    if t is staticmethod:
+        return Const(cattr.__func__)
+    if t is classmethod:
+        return BoundMethod(Const(cattr.__func__), Const(owner))
+    if t is property:
+        if cattr.fget is None:
+            raise UserException(AttributeError(f"property {name!r} has no getter"))
+        return d.call(f, d.wrap(cattr.fget, None) if type(cattr.fget) is not types.FunctionType
+                      else Const(cattr.fget), [v], {})
+    get = lookup_type_attr(t, "__get__")
+    if get is NULL:
+        return d.wrap(cattr, AttrSource(ConstSource(id(owner), owner), name))
+    if type(get) is types.FunctionType:       # a user descriptor written in Python
+        return d.inline(f, get, [d.wrap(cattr, None), v, Const(owner)], {})
+    ro = v.real_object()
+    if t in (types.MemberDescriptorType, types.GetSetDescriptorType) and ro is not NULL and v.source is not None \
+            and not getattr(v, "is_new", False) and name not in getattr(v, "overlay", {}):
+        try:
+            real = cattr.__get__(ro, owner)
+        except Exception as e:  # noqa: BLE001
+            raise UserException(e) from None
+        return d.wrap(real, AttrSource(v.source, name))
+    if t.__name__ == "_tuplegetter" and isinstance(v, TupleVar):
+        return v.items[owner._fields.index(name)]
+    if hasattr(t, "__get__") and t.__module__ == "functools" and t.__name__ == "cached_property":
+        raise d.unsupported(f, f"functools.cached_property {name!r}")
+    raise d.unsupported(f, f"attribute {name!r} is a {t.__name__} descriptor, which is not supported")
+
+
+@R.GETATTR.register(TupleVar, ListVar, DictVar, SetVar)
+def _container_getattr(d, f, v, name):
+    if isinstance(v, TupleVar) and v.cls is not None:
+        if hasattr(v.cls, "_fields") and name in v.cls._fields:
+            return v.items[v.cls._fields.index(name)]
+        cattr = lookup_type_attr(v.cls, name)
+        if cattr is not NULL and lookup_type_attr(tuple, name) is not cattr:
+            return _descriptor_get(d, f, v, cattr, name, v.cls)
+    if name == "__class__":
+        return Const(v.python_type())
+    if name == "default_factory" and isinstance(v, DictVar):
+        return v.default_factory or Const(None)
+    if lookup_type_attr(v.python_type(), name) is NULL:
+        raise _attr_error(v.python_type().__name__, name)
+    return MethodOf(v, name)
+
+
+@R.GETATTR.register(FuncVar)
+def _funcvar_getattr(d, f, v: FuncVar, name):
+    simple = {"__name__": v.code.co_name, "__qualname__": v.qualname, "__code__": v.code,
+              "__module__": v.f_globals.get("__name__"), "__doc__": None}
+    if name in simple:
+        return d.const(simple[name])
+    if name == "__defaults__":
+        return v.defaults or Const(None)
+    raise d.unsupported(f, f"reading {name!r} of a function made inside the compiled code")
+
+
+@R.GETATTR.register(BoundMethod)
+def _bound_getattr(d, f, v: BoundMethod, name):
+    if name == "__self__":
+        return v.self_
+    if name == "__func__":
+        return v.func
+    return d.getattr(f, v.func, name)
+
+
+@R.GETATTR.register(SuperVar)
+def _super_getattr(d, f, v: SuperVar, name):
+    obj = v.obj
+    start_t = obj.value if type(obj) is Const and isinstance(obj.value, type) else obj.python_type()
+    mro = start_t.__mro__
+    i = mro.index(v.cls) + 1 if v.cls in mro else len(mro)
+    for k in mro[i:]:
+        if name in k.__dict__:
+            a = k.__dict__[name]
+            if type(obj) is Const and isinstance(obj.value, type):
+                if type(a) is classmethod:
+                    return BoundMethod(Const(a.__func__), obj)
+                if type(a) is staticmethod:
+                    return Const(a.__func__)
+                return Const(a)
+            return _descriptor_get(d, f, obj, a, name, start_t)
+    raise UserException(AttributeError(f"'super' object has no attribute '{name}'"))
+
+
+@R.GETATTR.register(IterVar, PartialVar, MethodOf, CellVar, RealCellVar)
+def _misc_getattr(d, f, v, name):
+    if isinstance(v, PartialVar):
+        if name == "func":
+            return v.func
+        if name == "args":
+            return TupleVar(v.args)
+        if name == "keywords":
+            return d._kwargs_dict(v.kwargs)
+    if isinstance(v, IterVar) and name in ("__next__", "send", "__iter__"):
+        return MethodOf(v, name)
+    raise d.unsupported(f, f"reading attribute {name!r} of a {v.describe()}")
+
+
+@R.METHOD.register(IterVar)
+def _iter_method(d, f, v, name, args, kwargs):
+    if name == "__iter__":
+        return v
+    ok, x = d.next(f, v)
+    if not ok:
+        raise UserException(StopIteration())
+    return x
+
+
+# -- setattr ---------------------------------------------------------------------------------------------
+@R.SETATTR.register(ObjectVar)
+def object_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:
+    t = type(v.obj)
+    sa = lookup_type_attr(t, "__setattr__" if value is not NULL else "__delattr__")
+    if sa is not NULL and type(sa) is types.FunctionType:
+        args = [v, Const(name)] + ([value] if value is not NULL else [])
+        d.inline(f, sa, args, {})
+        return
+    cattr = lookup_type_attr(t, name)
+    if cattr is not NULL and type(cattr) is property:
+        fn = cattr.fset if value is not NULL else cattr.fdel
+        if fn is None:
+            raise UserException(AttributeError(f"can't set attribute {name!r}"))
+        d.call(f, Const(fn), [v] + ([value] if value is not NULL else []), {})
+        return
+    if cattr is not NULL and _is_data_descriptor(cattr) and type(cattr) not in (types.MemberDescriptorType,):
+        raise d.unsupported(f, f"assigning attribute {name!r} through a {type(cattr).__name__}")
+    generic_setattr(d, f, v, name, value)
+
+
+def generic_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:
+    if value is NULL and name not in v.overlay:
+        d.getattr(f, v, name)     # raises AttributeError if missing
+    v.overlay[name] = value
+    d.mark_mutated(v)
+
+
+@R.SETATTR.register(FuncVar)
+def _funcvar_setattr(d, f, v, name, value):
+    raise d.unsupported(f, f"setting attribute {name!r} on a function")
+
+
+# -- calls -----------------------------------------------------------------------------------------------
+@R.CALL.register(Const)
+def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
+    fn = v.value
+    for p in d.plugins:
+        r = p.call(d, f, fn, args, kwargs)
+        if r is not None:
+            return r
+    from .builtins_sym import BUILTIN_RULES
+    try:
+        rule = BUILTIN_RULES.get(fn)
+    except TypeError:
+        rule = None
+    if rule is not None:
+        r = rule(d, f, args, kwargs)
+        if r is not NotImplemented:
+            return r
+    if getattr(fn, "__ember_disable__", False):
+        raise d.unsupported(f, f"call to {_fn_name(fn)}, which is marked ember.disable",
+                            "it runs eagerly; compile the code around it separately")
+    t = type(fn)
+    if t is types.FunctionType:
+        return d.inline(f, fn, args, kwargs)
+    if t is types.MethodType:
+        return d.call(f, BoundMethod(Const(fn.__func__), d.wrap(fn.__self__, None)), args, kwargs)
+    if isinstance(fn, type):
+        return construct(d, f, fn, args, kwargs)
+    if is_pure_callable(fn) and all_const(args, kwargs):
+        return call_real(d, f, fn, args, kwargs)
+    if t is types.BuiltinFunctionType and fn.__self__ is not None and not isinstance(fn.__self__, types.ModuleType):
+        return d.call_method(f, d.wrap(fn.__self__, None), fn.__name__, args, kwargs)
+    if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args:
+        return d.call_method(f, args[0], fn.__name__, args[1:], kwargs)
+    call = lookup_type_attr(t, "__call__")
+    if type(call) is types.FunctionType:
+        return d.inline(f, call, [v] + args, kwargs)
+    raise d.unsupported(f, f"call to {_fn_name(fn)} is not supported",
+                        "ember captures Python functions, builtins on constants, and torch operations")
+
+
+def _fn_name(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return f"{mod}.{name}" if mod and mod != "builtins" else name
+
+
+def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
+    if issubclass(cls, BaseException):
+        if all_const(args, kwargs):
+            return call_real(d, f, cls, args, kwargs)
+        raise d.unsupported(f, f"creating {cls.__name__} with non-constant arguments")
+    if isinstance(cls, enum.EnumMeta) and all_const(args, kwargs):
+        return call_real(d, f, cls, args, kwargs)
+    new = lookup_type_attr(cls, "__new__")
+    if type(new) is staticmethod:
+        new = new.__func__
+    if new is object.__new__ and type(cls) is type:
+        ov = ObjectVar(object.__new__(cls), None, is_new=True)
+        d.new_objects.append(ov)
+        init = lookup_type_attr(cls, "__init__")
+        if type(init) is types.FunctionType:
+            r = d.inline(f, init, [ov] + args, kwargs)
+            if not (type(r) is Const and r.value is None):
+                raise UserException(TypeError("__init__() should return None"))
+        elif init is not object.__init__:
+            raise d.unsupported(f, f"creating {cls.__name__}: its __init__ is not Python code")
+        elif args or kwargs:
+            raise UserException(TypeError(f"{cls.__name__}() takes no arguments"))
+        return ov
+    if type(new) is types.FunctionType:
+        obj = d.inline(f, new, [Const(cls)] + args, kwargs)
+        init = lookup_type_attr(cls, "__init__")
+        if type(init) is types.FunctionType and obj.python_type() is cls:
+            d.inline(f, init, [obj] + args, kwargs)
+        return obj
+    if is_pure_callable(cls) and all_const(args, kwargs) and is_immutable_type(cls):
+        return call_real(d, f, cls, args, kwargs)
+    raise d.unsupported(f, f"creating a {cls.__qualname__} object in compiled code is not supported")
+
+
+def is_immutable_type(cls: type) -> bool:
+    return cls in (int, float, bool, complex, str, bytes, frozenset, range, slice, type(None))
+
+
+@R.CALL.register(FuncVar)
+def _funcvar_call(d, f, v, args, kwargs):
+    return d.inline(f, v, args, kwargs)
+
+
+@R.CALL.register(BoundMethod)
+def _bound_call(d, f, v, args, kwargs):
+    return d.call(f, v.func, [v.self_] + args, kwargs)
+
+
+@R.CALL.register(MethodOf)
+def _methodof_call(d, f, v, args, kwargs):
+    rule = R.METHOD.find(type(v.recv))
+    if rule is None:
+        raise d.unsupported(f, f"method {v.name} of {v.recv.describe()}")
+    return rule(d, f, v.recv, v.name, args, kwargs)
+
+
+@R.CALL.register(PartialVar)
+def _partial_call(d, f, v, args, kwargs):
+    return d.call(f, v.func, v.args + args, {**v.kwargs, **kwargs})
+
+
+@R.CALL.register(ObjectVar)
+def _object_call(d, f, v, args, kwargs):
+    call = lookup_type_attr(type(v.obj), "__call__")
+    if call is NULL:
+        raise UserException(TypeError(f"'{type(v.obj).__name__}' object is not callable"))
+    if type(call) is types.FunctionType:
+        return d.inline(f, call, [v] + args, kwargs)
+    raise d.unsupported(f, f"calling a {type(v.obj).__name__} object")
+
+
+# -- iteration, truth and len of objects -----------------------------------------------------------------
+@R.ITER.register(ObjectVar)
+def _object_iter(d, f, v):
+    it = lookup_type_attr(type(v.obj), "__iter__")
+    if it is NULL:
+        gi = lookup_type_attr(type(v.obj), "__getitem__")
+        if gi is NULL:
+            raise UserException(TypeError(f"'{type(v.obj).__name__}' object is not iterable"))
+        return IterVar(_getitem_iter(d, f, v), "getitem iterator")
+    r = d.call_method(f, v, "__iter__", [], {})
+    if isinstance(r, ObjectVar):
+        return IterVar(_next_iter(d, f, r), "user iterator")
+    return r
+
+
+def _getitem_iter(d, f, v):
+    i = 0
+    while True:
+        try:
+            x = d.getitem(f, v, Const(i))
+        except UserException as ue:
+            if isinstance(ue.exc, (IndexError, StopIteration)):
+                return
+            raise
+        yield x
+        i += 1
+
+
+def _next_iter(d, f, it):
+    while True:
+        try:
+            x = d.call_method(f, it, "__next__", [], {})
+        except UserException as ue:
+            if isinstance(ue.exc, StopIteration):
+                return
+            raise
+        yield x
+
+
+@R.ITER.register(IterVar)
+def _iter_iter(d, f, v):
+    return v
+
+
+@R.ITER.register(Const)
+def _const_iter(d, f, v):
+    try:
+        items = list(iter(v.value)) if (is_immutable(v.value) or isinstance(v.value, enum.EnumMeta)) else NULL
+    except Exception as e:      # noqa: BLE001
+        raise UserException(e) from None
+    if items is NULL:
+        raise d.unsupported(f, f"iterating over {v.describe()}")
+    return IterVar(iter([d.from_python(x) for x in items]), f"iterator over {v.describe()}")
+
+
+@R.TRUTH.register(Const)
+def _const_truth(d, f, v):
+    try:
+        return bool(v.value)
+    except Exception as e:      # noqa: BLE001
+        raise UserException(e) from None
+
+
+@R.TRUTH.register(ObjectVar)
+def _object_truth(d, f, v):
+    t = type(v.obj)
+    for name in ("__bool__", "__len__"):
+        if lookup_type_attr(t, name) is not NULL:
+            r = d.call_method(f, v, name, [], {})
+            return bool(d.as_python(f, r))
+    return True
+
+
+@R.TRUTH.register(FuncVar, BoundMethod, PartialVar, IterVar, MethodOf, SuperVar)
+def _always_true(d, f, v):
+    return True
+
+
+@R.LEN.register(ObjectVar)
+def _object_len(d, f, v):
+    if lookup_type_attr(type(v.obj), "__len__") is NULL:
+        raise UserException(TypeError(f"object of type '{type(v.obj).__name__}' has no len()"))
+    return d.as_python(f, d.call_method(f, v, "__len__", [], {}))
+
+
+@R.GETITEM.register(ObjectVar)
+def _object_getitem(d, f, v, k):
+    if lookup_type_attr(type(v.obj), "__getitem__") is NULL:
+        raise UserException(TypeError(f"'{type(v.obj).__name__}' object is not subscriptable"))
+    return d.call_method(f, v, "__getitem__", [k], {})
+
+
+@R.SETITEM.register(ObjectVar)
+def _object_setitem(d, f, v, k, value):
+    name = "__setitem__" if value is not NULL else "__delitem__"
+    if lookup_type_attr(type(v.obj), name) is NULL:
+        raise UserException(TypeError(f"'{type(v.obj).__name__}' object does not support item assignment"))
+    d.call_method(f, v, name, [k] + ([value] if value is not NULL else []), {})
+
+
+@R.GETITEM.register(Const)
+def _const_getitem(d, f, v, k):
+    if isinstance(v.value, type) and type(k) is Const:       # typing generics: list[int], Color['RED']
+        try:
+            return Const(v.value[k.value])
+        except Exception as e:      # noqa: BLE001
+            raise UserException(e) from None
+    if type(k) is SliceVar or not is_immutable(v.value):
+        raise d.unsupported(f, f"indexing {v.describe()}")
+    try:
+        return d.from_python(v.value[d.as_python(f, k)])
+    except UserException:
+        raise
+    except Exception as e:      # noqa: BLE001
+        raise UserException(e) from None
+
+
+@R.LEN.register(Const)
+def _const_len(d, f, v):
+    try:
+        return len(v.value)
+    except Exception as e:      # noqa: BLE001
+        raise UserException(e) from None
+
+
+__all__ = ["lookup_type_attr", "object_getattr", "object_setattr", "generic_setattr", "construct",
+           "call_real", "all_const", "is_pure_callable", "math", "ItemSource"]

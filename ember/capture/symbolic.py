@@ -1,0 +1,564 @@
+"""The symbolic domain: operations on ``Value``s, recording guards and side effects.
+
+A ``SymbolicDomain`` lives for one trace. It wraps the objects the frame reads (arguments, globals, closure
+cells, attributes) into values with guards, dispatches every operation to the rule tables in ``rules.py``,
+inlines Python callees, and remembers which existing objects were changed so the glue can replay it.
+Torch-free: plugins (``ember.capture.torch``) add tensor and module values.
+"""
+from __future__ import annotations
+
+import builtins
+import enum
+import functools
+import types
+from typing import Any
+
+from . import rules as R
+from .bytecode import PY
+from .guards import GuardSet
+from .interpreter import CO_GENERATOR, NULL, Frame, UserException, Yield, bind_arguments
+from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
+from .values import (IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
+                     MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
+                     is_immutable)
+
+
+class SymbolicDomain:
+    py = PY
+
+    def __init__(self, plugins: list | None = None, options: Any = None) -> None:
+        self.cg = Codegen()
+        self.guards = GuardSet(self.cg)
+        self.plugins = list(plugins or [])
+        self.options = options
+        self.by_source: dict[Source, Value] = {}
+        self.by_id: dict[int, Value] = {}
+        self.keepalive: list[Any] = []
+        self.side_effects: list[Value] = []          # mutated existing values, in first-mutation order
+        self.global_writes: dict[tuple[int, str], tuple[dict, str, Any]] = {}
+        self.new_objects: list[ObjectVar] = []
+        for p in self.plugins:
+            p.start(self)
+
+    # -- errors ----------------------------------------------------------------------------------------
+    def unsupported(self, f: Frame | None, reason: str, hint: str = ""):
+        from ..errors import Unsupported
+        if f is None:
+            return Unsupported(reason, hint)
+        return f.unsupported(reason, hint)
+
+    # -- making values ---------------------------------------------------------------------------------
+    def const(self, v: Any) -> Value:
+        if type(v) is tuple:
+            return TupleVar([self.const(x) for x in v])
+        return Const(v)
+
+    def builtin(self, name: str) -> Value:
+        return Const(getattr(builtins, name))
+
+    def from_python(self, v: Any) -> Value:
+        """A value made fresh during the trace (no source): containers become mutable values."""
+        t = type(v)
+        if t is list:
+            return ListVar([self.from_python(x) for x in v])
+        if t is tuple:
+            return TupleVar([self.from_python(x) for x in v])
+        if t is dict:
+            return DictVar({k: self.from_python(x) for k, x in v.items()}, {k: self.from_python(k) for k in v})
+        if t is set:
+            return SetVar({k: self.from_python(k) for k in v})
+        return Const(v)
+
+    def wrap(self, obj: Any, source: Source | None) -> Value:
+        """The value for an object that existed before the call, found at ``source``; installs guards."""
+        if source is not None:
+            v = self.by_source.get(source)
+            if v is not None:
+                return v
+        if not is_immutable(obj):
+            v = self.by_id.get(id(obj))
+            if v is not None:
+                if source is not None and v.source is not None and v.source != source:
+                    self.guards.add(f"{source.expr(self.cg)} is {v.source.expr(self.cg)}",
+                                    f"{source.expr(self.cg)} is the same object as {v.source.expr(self.cg)}")
+                    self.by_source[source] = v
+                return v
+        v = self._wrap_new(obj, source)
+        if source is not None:
+            self.by_source[source] = v
+        if not is_immutable(obj):
+            self.by_id[id(obj)] = v
+            self.keepalive.append(obj)
+        return v
+
+    def _wrap_new(self, obj: Any, source: Source | None) -> Value:
+        g = self.guards if source is not None else None
+        for p in self.plugins:
+            v = p.wrap(self, obj, source)
+            if v is not None:
+                return v
+        t = type(obj)
+        if t in (int, float, bool, str, bytes, complex, type(None)):
+            if g:
+                g.equals(source, obj)
+            return Const(obj, source)
+        if isinstance(obj, enum.Enum) or isinstance(obj, IDENTITY_TYPES) or t in (type(Ellipsis), range, slice):
+            if g:
+                g.id_match(source, obj) if not isinstance(obj, (range, slice)) else g.equals(source, obj)
+            return Const(obj, source)
+        if t is tuple or (isinstance(obj, tuple) and hasattr(t, "_fields")):
+            if g:
+                g.type_match(source, t)
+                g.length(source, len(obj))
+            items = [self.wrap(x, ItemSource(source, i) if source else None) for i, x in enumerate(obj)]
+            return TupleVar(items, None if t is tuple else t, source)
+        if t is list:
+            if g:
+                g.type_match(source, t)
+                g.length(source, len(obj))
+            return ListVar([self.wrap(x, ItemSource(source, i) if source else None) for i, x in enumerate(obj)],
+                           source, obj)
+        if t is frozenset and all(is_immutable(x) for x in obj):
+            if g:
+                g.type_match(source, t)
+                self.guards.add(f"{source.expr(self.cg)} == {self.cg.bind(obj, 'fs')}", f"{source.expr(self.cg)} == {obj!r}")
+            return Const(obj, source)
+        if t in (set, frozenset):
+            if g:
+                g.type_match(source, t)
+                self.guards.add(f"{source.expr(self.cg)} == {self.cg.bind(frozenset(obj), 'set')}",
+                                f"{source.expr(self.cg)} == {set(obj)!r}")
+            return SetVar({k: Const(k) for k in obj}, source, obj, frozen=t is frozenset)
+        if isinstance(obj, dict) and t.__iter__ is dict.__iter__ and t.__getitem__ in (dict.__getitem__,) + _dict_getitems():
+            if g:
+                g.type_match(source, t)
+                g.dict_keys(source, list(obj))
+            items = {k: self.wrap(v, ItemSource(source, k) if source else None) for k, v in obj.items()}
+            keys = {k: self.wrap(k, None) if not is_immutable(k) else Const(k) for k in obj}
+            df = None
+            if hasattr(obj, "default_factory"):
+                df = self.wrap(obj.default_factory, AttrSource(source, "default_factory") if source else None)
+            return DictVar(items, keys, t, source, obj, df)
+        if t is types.MethodType:
+            if g:
+                g.type_match(source, t)
+            return BoundMethod(self.wrap(obj.__func__, AttrSource(source, "__func__") if source else None),
+                               self.wrap(obj.__self__, AttrSource(source, "__self__") if source else None), source)
+        if t is functools.partial:
+            if g:
+                g.type_match(source, t)
+            s = (lambda n: AttrSource(source, n)) if source else (lambda n: None)
+            fn = self.wrap(obj.func, s("func"))
+            args = self.wrap(obj.args, s("args"))
+            kw = self.wrap(obj.keywords, s("keywords"))
+            return PartialVar(fn, list(args.items), dict(kw.items), source)
+        if t is types.CellType:
+            return RealCellVar(obj, CellSource(id(obj), obj))
+        if g:
+            g.type_match(source, t)
+        return ObjectVar(obj, source)
+
+    def wrap_exception(self, exc: BaseException) -> Value:
+        return Const(exc)
+
+    def exception_of(self, f: Frame, v: Value) -> BaseException:
+        if type(v) is Const:
+            x = v.value
+            if isinstance(x, type) and issubclass(x, BaseException):
+                return x()
+            if isinstance(x, BaseException):
+                return x
+        if isinstance(v, ObjectVar) and isinstance(v.obj, BaseException):
+            raise self.unsupported(f, "raising a user-defined exception object with traced state")
+        raise UserException(TypeError("exceptions must derive from BaseException"))
+
+    def as_python(self, f: Frame | None, v: Value) -> Any:
+        try:
+            return v.as_python()
+        except NotConst:
+            raise self.unsupported(f, f"a {v.describe()} value is needed as a Python constant here") from None
+
+    def is_const(self, v: Value) -> bool:
+        try:
+            v.as_python()
+            return True
+        except NotConst:
+            return False
+
+    # -- side effects ----------------------------------------------------------------------------------
+    def mark_mutated(self, v: MutableVar) -> None:
+        if not v.mutated:
+            v.mutated = True
+            if v.source is not None:
+                self.side_effects.append(v)
+
+    # -- names -----------------------------------------------------------------------------------------
+    def load_global(self, f: Frame, name: str) -> Value:
+        g = f.f_globals
+        w = self.global_writes.get((id(g), name))
+        if w is not None:
+            if w[2] is NULL:
+                raise UserException(NameError(f"name '{name}' is not defined"))
+            return w[2]
+        if name in g:
+            return self.wrap(g[name], GlobalSource(id(g), name, g))
+        b = g.get("__builtins__", builtins)
+        b = b if isinstance(b, dict) else b.__dict__
+        if name in b:
+            return Const(b[name])
+        raise UserException(NameError(f"name '{name}' is not defined"))
+
+    def store_global(self, f: Frame, name: str, v: Value) -> None:
+        self.global_writes[(id(f.f_globals), name)] = (f.f_globals, name, v)
+
+    def delete_global(self, f: Frame, name: str) -> None:
+        self.load_global(f, name)
+        self.global_writes[(id(f.f_globals), name)] = (f.f_globals, name, NULL)
+
+    def new_cell(self, v):
+        return CellVar(v)
+
+    def cell_get(self, c):
+        if type(c) is CellVar:
+            return c.contents
+        if c.written is not NULL:
+            return c.written if c.written is not _DELETED else NULL
+        try:
+            contents = c.cell.cell_contents
+        except ValueError:
+            return NULL
+        return self.wrap(contents, c.source)
+
+    def cell_set(self, c, v):
+        if type(c) is CellVar:
+            c.contents = v
+            return
+        if c.written is NULL:
+            self.side_effects.append(c)
+        c.written = _DELETED if v is NULL else v
+
+    # -- operations, dispatched to rules ---------------------------------------------------------------
+    def _rule(self, table: R.Rules, f: Frame, v: Value, what: str):
+        fn = table.find(type(v))
+        if fn is None:
+            raise self.unsupported(f, f"{what} on a {v.describe()} value is not supported")
+        return fn
+
+    def getattr(self, f, v, name):
+        return self._rule(R.GETATTR, f, v, f"reading attribute {name!r}")(self, f, v, name)
+
+    def setattr(self, f, v, name, value):
+        self._rule(R.SETATTR, f, v, f"setting attribute {name!r}")(self, f, v, name, value)
+
+    def delattr(self, f, v, name):
+        self._rule(R.SETATTR, f, v, f"deleting attribute {name!r}")(self, f, v, name, NULL)
+
+    def call(self, f, fn, args, kwargs):
+        return self._rule(R.CALL, f, fn, "calling")(self, f, fn, list(args), dict(kwargs))
+
+    def call_ex(self, f, fn, args, kwargs):
+        a = self.unpack_all(f, args)
+        kw = {}
+        if kwargs is not None:
+            if not isinstance(kwargs, DictVar):
+                kwargs = self.call(f, Const(dict), [kwargs], {})
+            for k, v in kwargs.items.items():
+                if type(k) is not str:
+                    raise UserException(TypeError("keywords must be strings"))
+                kw[k] = v
+        return self.call(f, fn, a, kw)
+
+    def getitem(self, f, o, k):
+        return self._rule(R.GETITEM, f, o, "indexing")(self, f, o, k)
+
+    def setitem(self, f, o, k, v):
+        self._rule(R.SETITEM, f, o, "item assignment")(self, f, o, k, v)
+
+    def delitem(self, f, o, k):
+        self._rule(R.SETITEM, f, o, "item deletion")(self, f, o, k, NULL)
+
+    def iter(self, f, v):
+        return self._rule(R.ITER, f, v, "iterating")(self, f, v)
+
+    def next(self, f, it):
+        if type(it) is not IterVar:
+            it = self.iter(f, it) if not isinstance(it, ObjectVar) else it
+            if isinstance(it, ObjectVar):
+                try:
+                    return True, self.call_method(f, it, "__next__", [], {})
+                except UserException as ue:
+                    if isinstance(ue.exc, StopIteration):
+                        return False, None
+                    raise
+        try:
+            return True, next(it.gen)
+        except StopIteration:
+            return False, None
+
+    def send(self, f, it, v):
+        ok, out = self.next(f, it)
+        return ok, out if ok else Const(None)
+
+    def len(self, f, v) -> int:
+        return self._rule(R.LEN, f, v, "len()")(self, f, v)
+
+    def truth(self, f, v) -> bool:
+        return self._rule(R.TRUTH, f, v, "truth testing")(self, f, v)
+
+    def to_bool(self, f, v):
+        return Const(self.truth(f, v))
+
+    def is_none(self, f, v) -> bool:
+        return type(v) is Const and v.value is None
+
+    def is_(self, f, a, b, negate):
+        same = a is b
+        if not same:
+            ra, rb = a.real_object(), b.real_object()
+            same = ra is not NULL and ra is rb and not isinstance(a, (TupleVar,))
+        return Const(same != negate)
+
+    def binary(self, f, op, a, b):
+        from .operators import binary
+        return binary(self, f, op, a, b)
+
+    def compare(self, f, op, a, b):
+        from .operators import compare
+        return compare(self, f, op, a, b)
+
+    def unary(self, f, op, v):
+        from .operators import unary
+        return unary(self, f, op, v)
+
+    def contains(self, f, a, b, negate):
+        from .operators import contains
+        r = contains(self, f, a, b)
+        return Const(r != negate)
+
+    def call_method(self, f, v, name, args, kwargs):
+        return self.call(f, self.getattr(f, v, name), args, kwargs)
+
+    # -- building --------------------------------------------------------------------------------------
+    def build_slice(self, f, parts):
+        return Const(slice(*[self.as_python(f, p) for p in parts])) if all(
+            type(p) is Const for p in parts) else self._slice_of_values(f, parts)
+
+    def _slice_of_values(self, f, parts):
+        from .values import TupleVar as _T
+        return SliceVar(parts) if all(isinstance(p, Value) for p in parts) else _T(parts)
+
+    def build_tuple(self, f, items):
+        return TupleVar(items)
+
+    def build_list(self, f, items):
+        return ListVar(items)
+
+    def build_set(self, f, items):
+        s = SetVar({})
+        for it in items:
+            s.items[self.hash_key(f, it)] = it
+        return s
+
+    def build_map(self, f, keys, vals):
+        d = DictVar({}, {})
+        for k, v in zip(keys, vals):
+            hk = self.hash_key(f, k)
+            d.items[hk] = v
+            d.keys.setdefault(hk, k)
+        return d
+
+    def build_string(self, f, parts):
+        return Const("".join(self.as_python(f, p) for p in parts))
+
+    def format(self, f, v, spec):
+        s = "" if spec is None else self.as_python(f, spec)
+        if type(v) is Const:
+            try:
+                return Const(format(v.value, s))
+            except Exception as e:          # noqa: BLE001
+                raise UserException(e) from None
+        if isinstance(v, ObjectVar):
+            return self.call_method(f, v, "__format__", [Const(s)], {})
+        try:
+            return Const(format(v.as_python(), s))
+        except NotConst:
+            raise self.unsupported(f, f"formatting a {v.describe()} value into a string",
+                                   "format the value outside the compiled function") from None
+
+    def hash_key(self, f, k: Value) -> Any:
+        """The real dict/set key standing for value ``k``."""
+        if type(k) is Const:
+            return k.value
+        ro = k.real_object()
+        if ro is not NULL and not isinstance(k, (ListVar, DictVar, SetVar)):
+            return ro
+        if isinstance(k, TupleVar):
+            return tuple(self.hash_key(f, x) for x in k.items)
+        if isinstance(k, (ListVar, DictVar, SetVar)) and not (isinstance(k, SetVar) and k.frozen):
+            raise UserException(TypeError(f"unhashable type: '{k.python_type().__name__}'"))
+        return _Identity(k)
+
+    def list_to_tuple(self, f, v):
+        return TupleVar(list(v.items))
+
+    def list_append(self, f, lst, v):
+        self.call_method(f, lst, "append", [v], {})
+
+    def list_extend(self, f, lst, v):
+        self.call_method(f, lst, "extend", [v], {})
+
+    def set_add(self, f, s, v):
+        self.call_method(f, s, "add", [v], {})
+
+    def set_update(self, f, s, v):
+        self.call_method(f, s, "update", [v], {})
+
+    def dict_update(self, f, d, v, merge):
+        if merge:
+            other = v if isinstance(v, DictVar) else self.call(f, Const(dict), [v], {})
+            for k in other.items:
+                if k in d.items:
+                    raise UserException(TypeError(f"got multiple values for keyword argument '{k}'"))
+        self.call_method(f, d, "update", [v], {})
+
+    def unpack_all(self, f, v) -> list[Value]:
+        if isinstance(v, (TupleVar, ListVar)):
+            return list(v.items)
+        it = self.iter(f, v)
+        out = []
+        while True:
+            ok, x = self.next(f, it)
+            if not ok:
+                return out
+            out.append(x)
+
+    def unpack(self, f, v, n):
+        items = self.unpack_all(f, v)
+        if len(items) != n:
+            if len(items) > n:
+                raise UserException(ValueError(f"too many values to unpack (expected {n})"))
+            raise UserException(ValueError(f"not enough values to unpack (expected {n}, got {len(items)})"))
+        return items
+
+    def unpack_ex(self, f, v, before, after):
+        items = self.unpack_all(f, v)
+        if len(items) < before + after:
+            raise UserException(ValueError(
+                f"not enough values to unpack (expected at least {before + after}, got {len(items)})"))
+        return items[:before] + [ListVar(items[before:len(items) - after])] + items[len(items) - after:]
+
+    def enter_context(self, f, mgr):
+        from .objects import lookup_type_attr
+        t = mgr.python_type()
+        if lookup_type_attr(t, "__enter__") is NULL or lookup_type_attr(t, "__exit__") is NULL:
+            raise UserException(TypeError(f"'{t.__name__}' object does not support the context manager protocol"))
+        exit_fn = self.getattr(f, mgr, "__exit__")
+        return exit_fn, self.call_method(f, mgr, "__enter__", [], {})
+
+    def make_super(self, f, cls, obj):
+        return SuperVar(self.as_python(f, cls), obj)
+
+    def import_name(self, f, name, fromlist, level):
+        try:
+            mod = __import__(name, f.f_globals, None, self.as_python(f, fromlist), self.as_python(f, level))
+        except Exception as e:      # noqa: BLE001
+            raise UserException(e) from None
+        return Const(mod)
+
+    def import_from(self, f, mod, name):
+        try:
+            return self.getattr(f, mod, name)
+        except UserException:
+            raise UserException(ImportError(f"cannot import name '{name}'")) from None
+
+    # -- functions -------------------------------------------------------------------------------------
+    def make_function(self, f, code, attrs):
+        fn = FuncVar(code, f.f_globals)
+        for k, v in attrs.items():
+            self.set_function_attr(f, fn, k, v)
+        return fn
+
+    def set_function_attr(self, f, fn, name, v):
+        if name == "closure":
+            fn.closure = list(v.items)
+        else:
+            setattr(fn, name, v)
+        return fn
+
+    def inline(self, f: Frame, func: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        """Run a Python function (real, or a FuncVar made in the trace) on values, in a new frame."""
+        if type(func) is FuncVar:
+            code, g, name = func.code, func.f_globals, func.qualname
+            defaults = tuple(func.defaults.items) if func.defaults is not None else ()
+            kwdefaults = (dict(func.kwdefaults.items) if func.kwdefaults is not None else None)
+            cells = func.closure or []
+        else:
+            code, g, name = func.__code__, func.__globals__, func.__qualname__
+            fsrc = ConstSource(id(func), func)
+            defaults = tuple(self.wrap(d, ItemSource(AttrSource(fsrc, "__defaults__"), i))
+                             for i, d in enumerate(func.__defaults__ or ()))
+            kwdefaults = ({k: self.wrap(d, ItemSource(AttrSource(fsrc, "__kwdefaults__"), k))
+                           for k, d in func.__kwdefaults__.items()} if func.__kwdefaults__ else None)
+            cells = [self.wrap(c, None) for c in (func.__closure__ or ())]
+        try:
+            locals_ = bind_arguments(code, defaults, kwdefaults, args, kwargs, TupleVar, self._kwargs_dict,
+                                     code.co_name)
+        except TypeError as e:
+            raise UserException(e) from None
+        for n, c in zip(code.co_freevars, cells):
+            locals_[n] = c
+        frame = Frame(self, code, g, locals_, f, func)
+        if code.co_flags & CO_GENERATOR:
+            return IterVar(_drive(frame, self), f"generator {name}", frame)
+        if code.co_flags & 0x80 or code.co_flags & 0x200:
+            raise self.unsupported(f, f"calling async function {name}")
+        return frame.run().value
+
+    def _kwargs_dict(self, d: dict[str, Value]) -> DictVar:
+        return DictVar(dict(d), {k: Const(k) for k in d})
+
+
+class SliceVar(Value):
+    """A slice whose bounds are not all constants (e.g. tensors); only usable as an index."""
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        super().__init__(None)
+        self.parts = parts
+
+    def python_type(self):
+        return slice
+
+
+class _Identity:
+    """A dict key standing for a value hashed by identity (objects made during the trace)."""
+    __slots__ = ("v",)
+
+    def __init__(self, v):
+        self.v = v
+
+    def __hash__(self):
+        return id(self.v)
+
+    def __eq__(self, other):
+        return type(other) is _Identity and other.v is self.v
+
+
+class _Deleted:
+    pass
+
+
+_DELETED = _Deleted()
+
+
+def _dict_getitems():
+    import collections
+    return (collections.OrderedDict.__getitem__, collections.defaultdict.__getitem__)
+
+
+def _drive(frame: Frame, d: SymbolicDomain):
+    r = frame.run()
+    while type(r) is Yield:
+        yield r.value
+        frame.stack.append(Const(None))
+        r = frame.run()

@@ -1,0 +1,293 @@
+"""Symbolic values: what the symbolic interpreter keeps on its stack and in its locals.
+
+``Const`` is a real Python object the trace treats as immutable (numbers, strings, functions, classes,
+modules, enum members...). Containers (``TupleVar``, ``ListVar``, ``DictVar``, ``SetVar``) hold values, since
+they may contain tensors. ``ObjectVar`` is a user object whose attribute writes are kept in an overlay and
+replayed by the glue. A value that already existed before the call has a ``source``: its guards and its
+reconstruction refer to it. Torch-free; the torch plugin adds tensor and module values.
+"""
+from __future__ import annotations
+
+import enum
+import types
+from typing import Any
+
+from .interpreter import NULL, UserException
+from .sources import Codegen, Source
+
+IMMUTABLE_TYPES: set[type] = {int, float, bool, complex, str, bytes, type(None), type(Ellipsis),
+                              type(NotImplemented), range, slice, frozenset, types.CodeType}
+IDENTITY_TYPES: tuple[type, ...] = (types.FunctionType, types.BuiltinFunctionType, types.BuiltinMethodType,
+                                    types.MethodDescriptorType, types.WrapperDescriptorType, types.ModuleType,
+                                    types.MethodWrapperType, types.ClassMethodDescriptorType, type,
+                                    types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
+def is_immutable(v: Any) -> bool:
+    t = type(v)
+    return (t in IMMUTABLE_TYPES or isinstance(v, enum.Enum)
+            or (t is tuple and all(is_immutable(x) for x in v)))
+
+
+class NotConst(Exception):
+    pass
+
+
+class Value:
+    """Base of every symbolic value. ``source`` is set when the value existed before the traced call."""
+    __slots__ = ("source",)
+
+    def __init__(self, source: Source | None = None):
+        self.source = source
+
+    def python_type(self) -> type:
+        raise NotImplementedError(type(self).__name__)
+
+    def as_python(self) -> Any:
+        """The real Python value, for values fully known at trace time (raises NotConst otherwise)."""
+        raise NotConst(type(self).__name__)
+
+    def real_object(self) -> Any:
+        """The underlying existing object (identity), or NULL."""
+        return NULL
+
+    def describe(self) -> str:
+        return self.python_type().__name__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"
+
+
+class Const(Value):
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any, source: Source | None = None):
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def as_python(self):
+        return self.value
+
+    def real_object(self):
+        return self.value
+
+    def describe(self):
+        r = repr(self.value)
+        return r if len(r) < 60 else r[:57] + "..."
+
+
+class TupleVar(Value):
+    __slots__ = ("items", "cls")
+
+    def __init__(self, items: list[Value], cls: type | None = None, source: Source | None = None):
+        super().__init__(source)
+        self.items = list(items)
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls or tuple
+
+    def as_python(self):
+        t = tuple(i.as_python() for i in self.items)
+        return t if self.cls is None else self.cls(*t) if hasattr(self.cls, "_fields") else self.cls(t)
+
+
+class MutableVar(Value):
+    """A value whose changes during the trace must be replayed if it existed before (it has a source)."""
+    __slots__ = ("mutated", "obj")
+
+    def __init__(self, source: Source | None = None, obj: Any = NULL):
+        super().__init__(source)
+        self.mutated = False
+        self.obj = obj          # the real object, for existing values
+
+    def real_object(self):
+        return self.obj
+
+
+class ListVar(MutableVar):
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Value], source: Source | None = None, obj: Any = NULL):
+        super().__init__(source, obj)
+        self.items = list(items)
+
+    def python_type(self):
+        return list
+
+    def as_python(self):
+        return [i.as_python() for i in self.items]
+
+
+class DictVar(MutableVar):
+    """``items`` maps real (hashable) keys to values; ``keys`` keeps the key values for reconstruction."""
+    __slots__ = ("items", "keys", "cls", "default_factory")
+
+    def __init__(self, items: dict[Any, Value], keys: dict[Any, Value], cls: type = dict,
+                 source: Source | None = None, obj: Any = NULL, default_factory: Value | None = None):
+        super().__init__(source, obj)
+        self.items = dict(items)
+        self.keys = dict(keys)
+        self.cls = cls
+        self.default_factory = default_factory
+
+    def python_type(self):
+        return self.cls
+
+    def as_python(self):
+        d = {k: v.as_python() for k, v in self.items.items()}
+        return d if self.cls is dict else self.cls(d)
+
+
+class SetVar(MutableVar):
+    __slots__ = ("items", "frozen")
+
+    def __init__(self, items: dict[Any, Value], source: Source | None = None, obj: Any = NULL,
+                 frozen: bool = False):
+        super().__init__(source, obj)
+        self.items = dict(items)
+        self.frozen = frozen
+
+    def python_type(self):
+        return frozenset if self.frozen else set
+
+    def as_python(self):
+        return (frozenset if self.frozen else set)(self.items)
+
+
+class ObjectVar(MutableVar):
+    """A user object. Existing objects read their attributes through their source; writes go to
+    ``overlay`` (NULL marks a deleted attribute) and are replayed. New objects live only in the overlay."""
+    __slots__ = ("overlay", "is_new")
+
+    def __init__(self, obj: Any, source: Source | None = None, is_new: bool = False):
+        super().__init__(source, obj)
+        self.overlay: dict[str, Any] = {}
+        self.is_new = is_new
+
+    def python_type(self):
+        return type(self.obj)
+
+
+class FuncVar(Value):
+    """A function made by MAKE_FUNCTION inside the trace."""
+    __slots__ = ("code", "f_globals", "defaults", "kwdefaults", "closure", "annotations", "qualname")
+
+    def __init__(self, code: types.CodeType, f_globals: dict, defaults: Value | None = None,
+                 kwdefaults: Value | None = None, closure: list | None = None, annotations: Value | None = None):
+        super().__init__(None)
+        self.code = code
+        self.f_globals = f_globals
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.closure = closure
+        self.annotations = annotations
+        self.qualname = code.co_qualname
+
+    def python_type(self):
+        return types.FunctionType
+
+    def describe(self):
+        return self.qualname
+
+
+class BoundMethod(Value):
+    __slots__ = ("func", "self_")
+
+    def __init__(self, func: Value, self_: Value, source: Source | None = None):
+        super().__init__(source)
+        self.func = func
+        self.self_ = self_
+
+    def python_type(self):
+        return types.MethodType
+
+
+class MethodOf(Value):
+    """A method of a built-in container value (``lst.append``): calls dispatch on the receiver."""
+    __slots__ = ("recv", "name")
+
+    def __init__(self, recv: Value, name: str):
+        super().__init__(None)
+        self.recv = recv
+        self.name = name
+
+    def python_type(self):
+        return types.BuiltinMethodType
+
+    def describe(self):
+        return f"{self.recv.describe()}.{self.name}"
+
+
+class CellVar(Value):
+    """A cell made inside the trace."""
+    __slots__ = ("contents",)
+
+    def __init__(self, contents: Any = NULL):
+        super().__init__(None)
+        self.contents = contents
+
+
+class RealCellVar(Value):
+    """A closure cell that existed before the call; writes are replayed by the glue."""
+    __slots__ = ("cell", "written")
+
+    def __init__(self, cell: types.CellType, source: Source):
+        super().__init__(source)
+        self.cell = cell
+        self.written: Any = NULL
+
+
+class IterVar(Value):
+    """An iterator implemented by a Python generator that yields values (or a symbolic generator frame)."""
+    __slots__ = ("gen", "desc", "frame")
+
+    def __init__(self, gen: Any, desc: str = "iterator", frame: Any = None):
+        super().__init__(None)
+        self.gen = gen
+        self.desc = desc
+        self.frame = frame
+
+    def python_type(self):
+        return types.GeneratorType if self.frame is not None else type(iter([]))
+
+    def describe(self):
+        return self.desc
+
+
+class SuperVar(Value):
+    __slots__ = ("cls", "obj")
+
+    def __init__(self, cls: type, obj: Value):
+        super().__init__(None)
+        self.cls = cls
+        self.obj = obj
+
+    def python_type(self):
+        return super
+
+
+class PartialVar(Value):
+    __slots__ = ("func", "args", "kwargs")
+
+    def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value], source: Source | None = None):
+        super().__init__(source)
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+
+    def python_type(self):
+        import functools
+        return functools.partial
+
+
+def user_error(exc: BaseException) -> UserException:
+    return UserException(exc)
+
+
+def reconstruct_const(v: Any, cg: Codegen) -> str:
+    from .sources import literal
+    return literal(v, cg)

@@ -1,0 +1,63 @@
+"""Debug output switched by ``EMBER_LOGS`` (a comma list) or ``ember.set_logs(name=True, ...)``.
+
+Names: graph_breaks, guards, recompiles, graph, aot_graphs, output_code, schedule, perf_hints, cache, and
+``+ember`` for everything. Output goes to stderr through the ``ember`` logger. Torch-free."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+KINDS = ("graph_breaks", "guards", "recompiles", "graph", "aot_graphs", "output_code", "schedule",
+         "perf_hints", "cache")
+_enabled: set[str] = set()
+_logger = logging.getLogger("ember")
+_once: set[str] = set()
+
+
+def _from_env() -> None:
+    raw = os.environ.get("EMBER_LOGS", "")
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        if part in ("+ember", "all"):
+            _enabled.update(KINDS)
+        elif part.lstrip("+") in KINDS:
+            _enabled.add(part.lstrip("+"))
+        else:
+            print(f"ember: unknown EMBER_LOGS entry {part!r}; known: {', '.join(KINDS)}, +ember", file=sys.stderr)
+
+
+_from_env()
+
+
+def set_logs(**kinds: bool) -> None:
+    """``ember.set_logs(guards=True, recompiles=True)``; ``all=True`` turns everything on."""
+    for k, on in kinds.items():
+        names = KINDS if k in ("all", "ember") else (k,)
+        for n in names:
+            if n not in KINDS:
+                raise ValueError(f"unknown log kind {n!r}; known: {', '.join(KINDS)}")
+            (_enabled.add if on else _enabled.discard)(n)
+
+
+def enabled(kind: str) -> bool:
+    return kind in _enabled
+
+
+def log(kind: str, msg: str) -> None:
+    if kind in _enabled:
+        if not _logger.handlers and not logging.getLogger().handlers:
+            h = logging.StreamHandler(sys.stderr)
+            h.setFormatter(logging.Formatter("[ember %(kind)s] %(message)s"))
+            _logger.addHandler(h)
+            _logger.setLevel(logging.INFO)
+            _logger.propagate = False
+        _logger.info(msg, extra={"kind": kind})
+
+
+def warn_once(key: str, msg: str) -> None:
+    if key not in _once:
+        _once.add(key)
+        import warnings
+        warnings.warn(msg, stacklevel=3)

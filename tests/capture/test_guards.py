@@ -1,0 +1,381 @@
+"""Guards, the cache and recompiles; readable guard/glue logs; ``fullgraph=True`` errors that point at user code.
+
+Issue 2, items 5 and 7: a cached call with the same facts never recompiles; each changed fact the trace relied on
+(shape, dtype, stride, requires_grad, module.training, a Python int argument, a global's value, grad mode, a
+container's length) costs exactly one recompile, and both entries stay cached; more than 8 entries for one code
+object warn once and run eagerly, with correct results.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import ember  # noqa: E402
+from tests.capture.harness import ROOT, assert_same, counter, fresh_ember  # noqa: E402,F401
+
+THIS_FILE = Path(__file__).name
+
+
+def rand(*shape, seed, dtype=torch.float32, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(shape, generator=g, dtype=torch.float64)
+    if dtype.is_floating_point or dtype.is_complex:
+        t = t.to(dtype)
+    else:
+        t = (t * 10).to(dtype)
+    return t.requires_grad_(requires_grad)
+
+
+def stat(name: str) -> int:
+    return ember.stats()[name]
+
+
+# ------------------------------------------------------------------------------------ no recompile
+def two_tensor_fn(x, y):
+    return (x * y).sin() + y.mean()
+
+
+def test_same_facts_no_recompile(counter):
+    compiled = ember.compile(two_tensor_fn, backend=counter, fullgraph=True)
+    for seed in range(6):
+        x, y = rand(3, 4, seed=seed), rand(3, 4, seed=seed + 100)
+        assert_same(compiled(x, y), two_tensor_fn(x, y))
+    assert counter.count == 1
+    assert stat("recompiles") == 0
+    assert stat("graphs_compiled") == 1
+
+
+def test_same_facts_no_recompile_module(counter):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    compiled = ember.compile(model, backend=counter, fullgraph=True)
+    for seed in range(4):
+        x = rand(5, 4, seed=seed)
+        assert_same(compiled(x), model(x))
+    # parameter values change in place (an optimizer step): same facts, no recompile
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.5)
+    x = rand(5, 4, seed=9)
+    assert_same(compiled(x), model(x))
+    assert counter.count == 1
+    assert stat("recompiles") == 0
+
+
+# -------------------------------------------------------------------------------- one fact changes
+@dataclass
+class RecompileCase:
+    """``run(callable, seed, variant)`` sets up the state for variant "a" or "b", makes fresh inputs from
+    ``seed`` and calls ``callable``; the only difference between "a" and "b" is the fact named by ``name``."""
+    name: str
+    fn: Callable
+    run: Callable[[Callable, int, str], Any]
+    dynamic: bool | None = None
+
+    def __repr__(self):
+        return self.name
+
+
+def _plain(x, y):
+    return x * 2 + y.sum()
+
+
+def _run_shape(f, seed, v):
+    return f(rand(3, 4, seed=seed), rand(3, 4 if v == "a" else 5, seed=seed + 1))
+
+
+def _run_dtype(f, seed, v):
+    dt = torch.float32 if v == "a" else torch.float64
+    return f(rand(3, 4, seed=seed, dtype=dt), rand(3, 4, seed=seed + 1, dtype=dt))
+
+
+def _run_stride(f, seed, v):
+    x = rand(3, 4, seed=seed) if v == "a" else rand(4, 3, seed=seed).t()
+    return f(x, rand(3, 4, seed=seed + 1))
+
+
+def _run_requires_grad(f, seed, v):
+    return f(rand(3, 4, seed=seed, requires_grad=(v == "b")), rand(3, 4, seed=seed + 1))
+
+
+def _run_grad_mode(f, seed, v):
+    x = rand(3, 4, seed=seed, requires_grad=True)
+    with torch.set_grad_enabled(v == "a"):
+        return f(x, rand(3, 4, seed=seed + 1))
+
+
+class _TrainingBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.training:
+            return y * 2
+        return y - 1
+
+
+torch.manual_seed(0)
+_TRAINING_MODEL = _TrainingBranch()
+
+
+def _uses_model(x):
+    return _TRAINING_MODEL(x).relu()
+
+
+def _run_training(f, seed, v):
+    _TRAINING_MODEL.train(v == "a")
+    try:
+        with torch.no_grad():
+            return f(rand(2, 4, seed=seed))
+    finally:
+        _TRAINING_MODEL.train()
+
+
+def _int_arg(x, n):
+    for _ in range(n):
+        x = x * 1.5 + 1
+    return x, n
+
+
+def _run_int_arg(f, seed, v):
+    return f(rand(3, seed=seed), 2 if v == "a" else 3)
+
+
+GLOBAL_SCALE = 2.0
+
+
+def _reads_global(x):
+    return x * GLOBAL_SCALE
+
+
+def _run_global(f, seed, v):
+    global GLOBAL_SCALE
+    saved = GLOBAL_SCALE
+    GLOBAL_SCALE = 2.0 if v == "a" else 3.0
+    try:
+        return f(rand(3, seed=seed))
+    finally:
+        GLOBAL_SCALE = saved
+
+
+def _list_arg(xs):
+    return sum(x.sum() for x in xs), len(xs)
+
+
+def _run_list_len(f, seed, v):
+    n = 2 if v == "a" else 3
+    return f([rand(3, seed=seed + i) for i in range(n)])
+
+
+RECOMPILE_CASES = [
+    RecompileCase("shape", _plain, _run_shape),
+    RecompileCase("shape_static", _plain, _run_shape, dynamic=False),
+    RecompileCase("dtype", _plain, _run_dtype),
+    RecompileCase("stride", _plain, _run_stride),
+    RecompileCase("requires_grad", _plain, _run_requires_grad),
+    RecompileCase("grad_mode", _plain, _run_grad_mode),
+    RecompileCase("module_training", _uses_model, _run_training),
+    RecompileCase("python_int_arg", _int_arg, _run_int_arg),
+    RecompileCase("global_value", _reads_global, _run_global),
+    RecompileCase("list_length", _list_arg, _run_list_len),
+]
+
+
+@pytest.mark.parametrize("case", RECOMPILE_CASES, ids=[c.name for c in RECOMPILE_CASES])
+def test_one_changed_fact_one_recompile(case, counter):
+    compiled = ember.compile(case.fn, backend=counter, fullgraph=True, dynamic=case.dynamic)
+
+    def check(seed, variant, graphs, recompiles):
+        assert_same(case.run(compiled, seed, variant), case.run(case.fn, seed, variant), f"{variant}{seed}")
+        assert counter.count == graphs, f"variant {variant}, call {seed}:\n{counter.describe()}"
+        assert stat("recompiles") == recompiles, f"variant {variant}, call {seed}: {ember.stats()}"
+
+    check(1, "a", graphs=1, recompiles=0)
+    check(2, "a", graphs=1, recompiles=0)
+    check(3, "b", graphs=2, recompiles=1)
+    check(4, "b", graphs=2, recompiles=1)
+    check(5, "a", graphs=2, recompiles=1)  # the first entry is still cached
+    assert stat("graphs_compiled") == 2
+
+
+# ------------------------------------------------------------------------------------ cache limit
+def _add_one(x):
+    return x + 1
+
+
+LIMIT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+                torch.int32, torch.int64, torch.uint8, torch.complex64, torch.complex128]
+
+
+def _limit_messages(records, caught) -> list[str]:
+    msgs = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    msgs += [str(w.message) for w in caught]
+    return [m for m in msgs if re.search(r"limit|recompil|cache", m, re.I)]
+
+
+@pytest.mark.parametrize("varying", ["dtype", "int_arg"])
+def test_cache_limit_warns_once_then_runs_eagerly(varying, counter, caplog):
+    if varying == "dtype":
+        fn = _add_one
+        calls = [(rand(4, seed=i, dtype=dt),) for i, dt in enumerate(LIMIT_DTYPES)]
+    else:
+        fn = _int_arg
+        calls = [(rand(3, seed=i), i + 1) for i in range(11)]
+    compiled = ember.compile(fn, backend=counter, dynamic=False)
+
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        for i, args in enumerate(calls):
+            assert_same(compiled(*args), fn(*args), f"call {i}")
+            if i < 8:
+                assert counter.count == i + 1
+                assert not _limit_messages(caplog.records, caught), f"warned early, at call {i}"
+        # entries already cached still give correct results
+        assert_same(compiled(*calls[0]), fn(*calls[0]))
+        assert_same(compiled(*calls[-1]), fn(*calls[-1]))
+
+    assert counter.count == 8, counter.describe()
+    msgs = _limit_messages(caplog.records, caught)
+    assert len(msgs) == 1, f"expected one warning about the cache limit, got {msgs}"
+    assert "8" in msgs[0]
+
+
+# ------------------------------------------------------------------------------------------- logs
+LOG_SCRIPT = textwrap.dedent("""
+    import sys, torch, ember
+    if sys.argv[1] == "set_logs":
+        ember.set_logs(guards=True, output_code=True, recompiles=True)
+
+    def scale_and_shift_for_log_test(x):
+        return x * 2 + 1
+
+    f = ember.compile(scale_and_shift_for_log_test, backend="eager")
+    f(torch.randn(3, 7))
+    f(torch.randn(3, 7))
+    f(torch.randn(3, 9, dtype=torch.float64))
+    print("DONE")
+""")
+
+
+@pytest.mark.parametrize("how", ["env", "set_logs"])
+def test_guard_and_glue_logs_are_readable(how, tmp_path):
+    script = tmp_path / "log_script.py"
+    script.write_text(LOG_SCRIPT)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""), str(ROOT)] if p)
+    env.pop("EMBER_LOGS", None)
+    if how == "env":
+        env["EMBER_LOGS"] = "guards,output_code,recompiles"
+    proc = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, env=env,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "DONE" in proc.stdout
+    assert "scale_and_shift_for_log_test" in out
+    # the guards of the first entry: dtype and shape of x
+    assert "float32" in out, out
+    assert re.search(r"3,\s*7", out), out
+    # the recompile for the second entry names what changed
+    assert "float64" in out or re.search(r"3,\s*9", out), out
+    # the glue / generated code is printed as readable source
+    assert "x" in out and len(out.splitlines()) >= 5
+
+
+def test_no_logs_by_default(tmp_path):
+    script = tmp_path / "log_script.py"
+    script.write_text(LOG_SCRIPT)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""), str(ROOT)] if p)
+    env.pop("EMBER_LOGS", None)
+    proc = subprocess.run([sys.executable, str(script), "quiet"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "scale_and_shift_for_log_test" not in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------------- unsupported under fullgraph
+def prints_item(x):
+    y = x * 2
+    print(y.item())  # UNSUPPORTED
+    return y + 1
+
+
+def data_dependent_branch(x):
+    y = x.cos()
+    if y.sum() > 0:  # UNSUPPORTED
+        return y * 2
+    return y - 1
+
+
+def helper_that_prints(t):
+    print("value:", t.item())  # UNSUPPORTED
+    return t
+
+
+def calls_helper_that_prints(x):
+    y = x + 1
+    y = helper_that_prints(y)
+    return y * 3
+
+
+UNSUPPORTED = [prints_item, data_dependent_branch, calls_helper_that_prints]
+
+
+def marked_line(fn, marker: str = "# UNSUPPORTED") -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if marker in line)
+
+
+# where each program's unsupported line is, and the call lines that lead there
+WHERE = {
+    prints_item: [(prints_item, "# UNSUPPORTED")],
+    data_dependent_branch: [(data_dependent_branch, "# UNSUPPORTED")],
+    calls_helper_that_prints: [(helper_that_prints, "# UNSUPPORTED"),
+                               (calls_helper_that_prints, "y = helper_that_prints(y)")],
+}
+
+
+@pytest.mark.parametrize("fn", UNSUPPORTED, ids=[f.__name__ for f in UNSUPPORTED])
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["pos", "neg"])
+def test_fullgraph_unsupported_points_at_user_line(fn, sign, counter):
+    x = rand(1, seed=3).abs() * sign
+    compiled = ember.compile(fn, backend=counter, fullgraph=True)
+    with pytest.raises(ember.Unsupported) as info:
+        compiled(x)
+    msg = str(info.value)
+    assert THIS_FILE in msg, msg
+    for where, marker in WHERE[fn]:
+        line = marked_line(where, marker)
+        assert re.search(rf"{re.escape(THIS_FILE)}\D{{1,12}}{line}\b", msg), f"line {line} not named in:\n{msg}"
+
+
+@pytest.mark.parametrize("fn", UNSUPPORTED, ids=[f.__name__ for f in UNSUPPORTED])
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["pos", "neg"])
+def test_without_fullgraph_unsupported_runs_correctly(fn, sign, counter, capsys):
+    compiled = ember.compile(fn, backend=counter)
+    for seed in (3, 4):
+        x = rand(1, seed=seed).abs() * sign
+        expected = fn(x)
+        eager_out = capsys.readouterr().out
+        actual = compiled(x)
+        compiled_out = capsys.readouterr().out
+        assert_same(actual, expected)
+        assert compiled_out == eager_out
+
