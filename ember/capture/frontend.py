@@ -123,6 +123,17 @@ def build_entry(d: SymbolicDomain, ret: Value, fn: types.FunctionType, graph_hoo
     return "\n".join(lines) + "\n", graphs, effects
 
 
+def _plugin_graphs(d: SymbolicDomain, glue: GlueBuilder):
+    lines, graphs = [], []
+    for p in d.plugins:
+        hook = getattr(p, "graph_hook", None)
+        if hook is not None:
+            ls, gs = hook(d, glue)
+            lines += ls
+            graphs += gs
+    return lines, graphs
+
+
 def _exec(source: str, bindings: dict, filename: str) -> Callable:
     ns = dict(bindings)
     exec(compile(source, filename, "exec"), ns)     # noqa: S102 - ember's own generated glue
@@ -214,7 +225,7 @@ class FrameCache:
         STATS["frames_compiled"] += 1
         try:
             ret = trace_frame(d, self.fn, args, kwargs)
-            source, graphs, _ = build_entry(d, ret, self.fn, self.graph_hook, self.params)
+            source, graphs, _ = build_entry(d, ret, self.fn, self.graph_hook or _plugin_graphs, self.params)
         except Unsupported as e:
             STATS["graph_breaks"] += 1
             self.break_reasons.append(e)

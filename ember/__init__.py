@@ -1,0 +1,37 @@
+"""ember: a from-scratch, pure-Python torch.compile.
+
+``model = ember.compile(model)``. Importing ember is cheap: submodules (and torch) load on first use.
+"""
+from __future__ import annotations
+
+from .errors import BackendCompilerFailed, EmberError, Unsupported
+from .logs import set_logs
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "compile": ("api", "compile"), "OptimizedModule": ("api", "OptimizedModule"), "disable": ("api", "disable"),
+    "reset": ("api", "reset"), "stats": ("api", "stats"), "mark_dynamic": ("api", "mark_dynamic"),
+    "mark_static": ("api", "mark_static"), "explain": ("explain", "explain"),
+    "ExplainOutput": ("explain", "ExplainOutput"),
+    "list_backends": ("backends", "list_backends"), "register_backend": ("backends", "register_backend"),
+    "list_options": ("options", "list_options"), "list_mode_options": ("options", "list_mode_options"),
+    "CompileOptions": ("options", "CompileOptions"), "backend": ("backends", "ember_backend"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f".{mod}", __name__), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["Unsupported", "BackendCompilerFailed", "EmberError", "set_logs", *_LAZY]

@@ -1,0 +1,198 @@
+"""The public API: ``ember.compile`` and friends (see ../shared/API.md)."""
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any, Callable
+
+import torch
+
+from . import logs
+from .backends import lookup_backend
+from .capture.frontend import STATS, FrameCache
+from .capture.torch import plugins_factory
+from .errors import Unsupported
+from .options import CompileOptions, make_options
+
+_ALL_CACHES: list[FrameCache] = []
+
+
+def _backend_callable(backend: Any, options: CompileOptions) -> tuple[Callable, str]:
+    if isinstance(backend, str):
+        return lookup_backend(backend, options), backend
+    if callable(backend):
+        return backend, getattr(backend, "__name__", type(backend).__name__)
+    raise ValueError(f"backend must be a name from ember.list_backends() or a callable, not {type(backend).__name__}")
+
+
+class _Config:
+    def __init__(self, fullgraph, dynamic, backend, mode, options):
+        if dynamic not in (None, True, False):
+            raise ValueError("dynamic must be None, True or False")
+        if not isinstance(fullgraph, bool):
+            raise ValueError("fullgraph must be a bool")
+        self.options = make_options(mode, options)
+        self.backend_fn, self.backend_name = _backend_callable(backend, self.options)
+        self.fullgraph, self.dynamic, self.mode, self.backend = fullgraph, dynamic, mode, backend
+        self.raw_options = options
+
+    def frame_cache(self, fn: types.FunctionType, name: str | None = None) -> FrameCache:
+        c = FrameCache(fn, plugins_factory=plugins_factory(self.backend_fn, self.backend_name, self.options),
+                       fullgraph=self.fullgraph, limit=self.options.cache_size_limit, options=self.options,
+                       name=name)
+        _ALL_CACHES.append(c)
+        return c
+
+
+def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None = None, backend: Any = "ember",
+            mode: str | None = None, options: dict | None = None, disable: bool = False):
+    """Compile a function, bound method or nn.Module (see API.md). Without ``model``: a decorator."""
+    cfg = _Config(fullgraph, dynamic, backend, mode, options)
+    if model is None:
+        return lambda m: _compile(m, cfg, disable)
+    return _compile(model, cfg, disable)
+
+
+def _compile(model: Any, cfg: _Config, disable: bool):
+    if disable:
+        return model
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, cfg)
+    if isinstance(model, types.MethodType) and type(model.__func__) is types.FunctionType:
+        return types.MethodType(cfg.frame_cache(model.__func__).dispatch, model.__self__)
+    if type(model) is types.FunctionType:
+        disp = cfg.frame_cache(model).dispatch
+        functools.update_wrapper(disp, model)
+        disp.__ember_cache__ = _ALL_CACHES[-1]
+        return disp
+    if callable(model) and type(getattr(type(model), "__call__", None)) is types.FunctionType:
+        return types.MethodType(cfg.frame_cache(type(model).__call__).dispatch, model)
+    raise TypeError(f"ember.compile expects a function, a bound method or an nn.Module, got {type(model).__name__}")
+
+
+class OptimizedModule(torch.nn.Module):
+    """A compiled nn.Module. It shares everything with the original (``_orig_mod``): parameters, buffers,
+    submodules, ``state_dict()`` keys, train/eval; calling it runs the compiled ``forward``."""
+
+    def __init__(self, mod: torch.nn.Module, cfg: _Config):
+        super().__init__()
+        self.__dict__["_orig_mod"] = mod
+        self.__dict__["_ember_cfg"] = cfg
+        fwd = mod.__dict__.get("forward")
+        if type(mod).__call__ is not torch.nn.Module.__call__ or _module_has_hooks(mod):
+            fn = type(mod).__call__ if type(type(mod).__call__) is types.FunctionType else torch.nn.Module._call_impl
+        else:
+            fn = type(mod).forward
+        if fwd is not None and type(fwd) is types.MethodType:
+            fn = fwd.__func__
+        cache = cfg.frame_cache(fn, name=f"{type(mod).__name__}.{fn.__name__}")
+        self.__dict__["_ember_cache"] = cache
+        self.__dict__["_ember_call"] = types.MethodType(cache.dispatch, mod)
+        self.training = mod.training
+
+    def __call__(self, *args, **kwargs):
+        return self.__dict__["_ember_call"](*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self.__dict__["_ember_call"](*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name in ("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call"):
+            return self.__dict__[name]
+        return getattr(self.__dict__["_orig_mod"], name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._orig_mod)))
+
+    # state and structure are the original module's
+    def state_dict(self, *args, **kwargs):
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def _named_members(self, *args, **kwargs):
+        return self._orig_mod._named_members(*args, **kwargs)
+
+    def named_parameters(self, *args, **kwargs):
+        return self._orig_mod.named_parameters(*args, **kwargs)
+
+    def named_buffers(self, *args, **kwargs):
+        return self._orig_mod.named_buffers(*args, **kwargs)
+
+    def named_children(self):
+        return self._orig_mod.named_children()
+
+    def named_modules(self, *args, **kwargs):
+        return self._orig_mod.named_modules(*args, **kwargs)
+
+    def train(self, mode: bool = True):
+        self._orig_mod.train(mode)
+        self.training = mode
+        return self
+
+    def _apply(self, fn, *args, **kwargs):
+        self._orig_mod._apply(fn, *args, **kwargs)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True):
+        self._orig_mod.zero_grad(set_to_none)
+
+    def __reduce_ex__(self, protocol):
+        cfg = self._ember_cfg
+        if not isinstance(cfg.backend, str):
+            raise TypeError("cannot pickle an ember OptimizedModule compiled with a callable backend; "
+                            "save `compiled._orig_mod` (or its state_dict()) instead")
+        return (_restore_module, (self._orig_mod, cfg.fullgraph, cfg.dynamic, cfg.backend, cfg.mode,
+                                  cfg.raw_options))
+
+    def __repr__(self):
+        return f"OptimizedModule({self._orig_mod!r})"
+
+
+def _restore_module(mod, fullgraph, dynamic, backend, mode, options):
+    return compile(mod, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options)
+
+
+def _module_has_hooks(m: torch.nn.Module) -> bool:
+    from .capture.torch.modules import _has_hooks
+    return _has_hooks(m)
+
+
+def disable(fn: Callable = None, recursive: bool = True):
+    """``fn`` always runs eagerly, also when called from compiled code (where the call is a graph break)."""
+    if fn is None:
+        return lambda f: disable(f, recursive)
+
+    @functools.wraps(fn)
+    def eager(*args, **kwargs):
+        return fn(*args, **kwargs)
+    eager.__ember_disable__ = True
+    return eager
+
+
+def reset() -> None:
+    """Drop every compiled entry, guard and counter."""
+    for c in _ALL_CACHES:
+        c.entries.clear()
+        c._entry_fns.clear()
+    _ALL_CACHES.clear()
+    for k in STATS:
+        STATS[k] = 0
+
+
+def stats() -> dict[str, int]:
+    return dict(STATS)
+
+
+def mark_dynamic(t: torch.Tensor, dim: int | list[int]) -> None:
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    t._ember_dynamic = set(getattr(t, "_ember_dynamic", set())) | set(dims)
+
+
+def mark_static(t: torch.Tensor, dim: int | list[int]) -> None:
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    t._ember_static = set(getattr(t, "_ember_static", set())) | set(dims)
+
+
+_ = (Unsupported, logs)

@@ -1,0 +1,137 @@
+"""Grad-mode and autocast context managers inside the trace: their effect is recorded as graph nodes (so the
+graph reproduces it) and applied to the trace's own state (so metadata stays exact)."""
+from __future__ import annotations
+
+import torch
+
+from .. import rules as R
+from ..values import Const, MethodOf, Value
+from .graph import location_meta
+from .ops import record
+
+
+def _enter_autocast(device_type, dtype, enabled, cache_enabled):
+    ctx = torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+    ctx.__enter__()
+    return ctx
+
+
+def _exit_autocast(ctx):
+    ctx.__exit__(None, None, None)
+
+
+class GradModeCtx(Value):
+    """torch.no_grad() / enable_grad() / set_grad_enabled(b): ``mode`` is the grad mode inside."""
+    __slots__ = ("mode", "prev", "cls")
+
+    def __init__(self, mode: bool, cls: type, prev: bool | None = None):
+        super().__init__(None)
+        self.mode = mode
+        self.prev = prev
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+
+class AutocastCtx(Value):
+    __slots__ = ("device_type", "dtype", "enabled", "cache", "handle", "prev")
+
+    def __init__(self, device_type, dtype, enabled, cache):
+        super().__init__(None)
+        self.device_type, self.dtype, self.enabled, self.cache = device_type, dtype, enabled, cache
+        self.handle = None
+        self.prev = None
+
+    def python_type(self):
+        return torch.autocast
+
+
+def set_grad(d, f, mode: bool) -> None:
+    st = d.torch
+    if st.grad_enabled != mode:
+        record(d, f, "call_function", torch._C._set_grad_enabled, [Const(mode)], {},
+               meta_fn=lambda m: None)
+        st.grad_enabled = mode
+
+
+@R.GETATTR.register(GradModeCtx, AutocastCtx)
+def _ctx_getattr(d, f, v, name):
+    if name in ("__enter__", "__exit__", "clone"):
+        return MethodOf(v, name)
+    raise d.unsupported(f, f"{v.python_type().__name__}.{name} inside compiled code")
+
+
+@R.METHOD.register(GradModeCtx)
+def _grad_method(d, f, v: GradModeCtx, name, args, kwargs):
+    if name == "__enter__":
+        if v.prev is None:
+            v.prev = d.torch.grad_enabled
+        set_grad(d, f, v.mode)
+        return Const(None)
+    if name == "__exit__":
+        set_grad(d, f, v.prev)
+        return Const(False)
+    return GradModeCtx(v.mode, v.cls)
+
+
+@R.METHOD.register(AutocastCtx)
+def _autocast_method(d, f, v: AutocastCtx, name, args, kwargs):
+    st = d.torch
+    if name == "__enter__":
+        v.prev = st.autocast.get(v.device_type)
+        v.handle = st.graph.call_function(_enter_autocast, (v.device_type, v.dtype, v.enabled, v.cache))
+        v.handle.meta.update(location_meta(f))
+        st.n_calls += 1
+        dt = v.dtype or (torch.get_autocast_dtype(v.device_type) if hasattr(torch, "get_autocast_dtype") else
+                         (torch.bfloat16 if v.device_type == "cpu" else torch.float16))
+        st.autocast[v.device_type] = (bool(v.enabled), dt)
+        return v
+    if name == "__exit__":
+        n = st.graph.call_function(_exit_autocast, (v.handle,))
+        n.meta.update(location_meta(f))
+        st.n_calls += 1
+        if v.prev is None:
+            st.autocast.pop(v.device_type, None)
+        else:
+            st.autocast[v.device_type] = v.prev
+        return Const(False)
+    return AutocastCtx(v.device_type, v.dtype, v.enabled, v.cache)
+
+
+def make_grad_ctx(d, f, cls, args, kwargs):
+    if cls is torch.no_grad:
+        return GradModeCtx(False, cls)
+    if cls is torch.enable_grad:
+        return GradModeCtx(True, cls)
+    # set_grad_enabled(mode) takes effect at construction; exiting restores the previous mode
+    mode = bool(d.as_python(f, args[0] if args else kwargs["mode"]))
+    prev = d.torch.grad_enabled
+    set_grad(d, f, mode)
+    return GradModeCtx(mode, cls, prev)
+
+
+def make_autocast(d, f, cls, args, kwargs):
+    names = ["device_type", "dtype", "enabled", "cache_enabled"]
+    vals = {"dtype": None, "enabled": True, "cache_enabled": None}
+    if cls is not torch.autocast and cls is not getattr(torch.amp, "autocast", None):
+        vals["device_type"] = "cuda" if "cuda" in cls.__module__ else "cpu"
+        names = names[1:]
+    for n, a in zip(names, args):
+        vals[n] = d.as_python(f, a)
+    for k, a in kwargs.items():
+        vals[k] = d.as_python(f, a)
+    return AutocastCtx(vals["device_type"], vals["dtype"], vals["enabled"], vals["cache_enabled"])
+
+
+def ctx_classes() -> dict:
+    out = {torch.no_grad: make_grad_ctx, torch.enable_grad: make_grad_ctx, torch.set_grad_enabled: make_grad_ctx,
+           torch.autocast: make_autocast}
+    for mod in ("torch.amp", "torch.cpu.amp", "torch.cuda.amp"):
+        try:
+            m = __import__(mod, fromlist=["autocast"])
+            if hasattr(m, "autocast"):
+                out[m.autocast] = make_autocast
+        except ImportError:
+            pass
+    return out

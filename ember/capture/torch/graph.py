@@ -1,0 +1,239 @@
+"""The FX graph a trace records into, and the meta-tensor execution that gives every node its metadata.
+
+Each tensor value carries a meta tensor (shape, dtype, strides, requires_grad; no data) and its real device,
+which meta tensors cannot hold. Ops run on the meta tensors under the trace's grad mode and autocast state, so
+metadata is exact without touching real data or memory."""
+from __future__ import annotations
+
+import linecache
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ...errors import Unsupported
+from ..interpreter import UserException
+from ..sources import Source
+from ..values import Const, DictVar, ListVar, NotConst, TupleVar, Value
+
+META = torch.device("meta")
+
+
+class TensorVar(Value):
+    """A tensor in the graph: ``node`` computes it, ``meta`` describes it, ``device`` is where it really lives."""
+    __slots__ = ("node", "meta", "device", "cls")
+    op_priority = 10
+
+    def __init__(self, node: fx.Node, meta: torch.Tensor, device: torch.device, cls: type = torch.Tensor,
+                 source: Source | None = None):
+        super().__init__(source)
+        self.node = node
+        self.meta = meta
+        self.device = device
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def describe(self):
+        return f"Tensor{tuple(self.meta.shape)} {str(self.meta.dtype).replace('torch.', '')} {self.device}"
+
+
+def to_meta(t: torch.Tensor) -> torch.Tensor:
+    m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=META)
+    if t.requires_grad:
+        m.requires_grad_(True)
+    return m
+
+
+class TorchState:
+    """Per-trace torch state: the graph, its inputs, and the grad/autocast modes at the current point."""
+
+    def __init__(self) -> None:
+        self.graph = fx.Graph()
+        self.inputs: list[tuple[Source, torch.Tensor, fx.Node]] = []
+        self.grad_enabled = torch.is_grad_enabled()
+        self.autocast: dict[str, tuple[bool, torch.dtype]] = {}
+        for dev in ("cpu", "cuda"):
+            try:
+                self.autocast[dev] = (torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
+            except (TypeError, AttributeError, RuntimeError):
+                pass
+        self.n_calls = 0
+        self._names: set[str] = set()
+
+    def placeholder(self, source: Source, real: torch.Tensor) -> fx.Node:
+        base = "".join(c if c.isalnum() else "_" for c in source.name_hint()).strip("_") or "x"
+        if base[0].isdigit():
+            base = "t_" + base
+        name, i = base, 1
+        while name in self._names:
+            name, i = f"{base}_{i}", i + 1
+        self._names.add(name)
+        if self.inputs:
+            with self.graph.inserting_after(self.inputs[-1][2]):
+                node = self.graph.placeholder(name)
+        else:
+            first = next(iter(self.graph.nodes), None)
+            if first is not None:
+                with self.graph.inserting_before(first):
+                    node = self.graph.placeholder(name)
+            else:
+                node = self.graph.placeholder(name)
+        self.inputs.append((source, real, node))
+        return node
+
+    def autocast_dtype(self, device_type: str) -> torch.dtype | None:
+        on, dt = self.autocast.get(device_type, (False, None))
+        return dt if on else None
+
+
+# -- converting values to node arguments and meta arguments ----------------------------------------------
+def node_arg(d, f, v: Value) -> Any:
+    t = type(v)
+    if t is TensorVar:
+        return v.node
+    if t is Const:
+        return v.value
+    if t is TupleVar:
+        return tuple(node_arg(d, f, x) for x in v.items)
+    if t is ListVar:
+        return [node_arg(d, f, x) for x in v.items]
+    if t is DictVar:
+        return {k: node_arg(d, f, x) for k, x in v.items.items()}
+    from ..symbolic import SliceVar
+    if t is SliceVar:
+        return slice(*[node_arg(d, f, p) for p in v.parts])
+    try:
+        return v.as_python()
+    except NotConst:
+        raise d.unsupported(f, f"passing a {v.describe()} to a torch operation") from None
+
+
+def meta_arg(v: Value) -> Any:
+    t = type(v)
+    if t is TensorVar:
+        return v.meta
+    if t is Const:
+        return v.value
+    if t is TupleVar:
+        return tuple(meta_arg(x) for x in v.items)
+    if t is ListVar:
+        return [meta_arg(x) for x in v.items]
+    if t is DictVar:
+        return {k: meta_arg(x) for k, x in v.items.items()}
+    from ..symbolic import SliceVar
+    if t is SliceVar:
+        return slice(*[meta_arg(p) for p in v.parts])
+    return v.as_python()
+
+
+def tensors_in(vals) -> list[TensorVar]:
+    out = []
+
+    def visit(v):
+        t = type(v)
+        if t is TensorVar:
+            out.append(v)
+        elif t in (TupleVar, ListVar):
+            for x in v.items:
+                visit(x)
+        elif t is DictVar:
+            for x in v.items.values():
+                visit(x)
+    for v in vals:
+        visit(v)
+    return out
+
+
+def result_device(args: list[TensorVar], kwargs: dict) -> torch.device:
+    dev = kwargs.get("device")
+    if dev is not None:
+        dv = dev.value if type(dev) is Const else None
+        if dv is not None:
+            return torch.device(dv) if not isinstance(dv, torch.device) else dv
+    best = None
+    for t in args:
+        if best is None or (best.type == "cpu" and t.device.type != "cpu"):
+            best = t.device
+    if best is not None:
+        return best
+    try:
+        return torch.get_default_device()
+    except AttributeError:
+        return torch.device("cpu")
+
+
+def location_meta(f) -> dict:
+    if f is None or f.cur is None:
+        return {}
+    line = f.cur.lineno or f.code.co_firstlineno
+    src = linecache.getline(f.code.co_filename, line).strip()
+    stack = "".join(f'  File "{fr.code.co_filename}", line {fr.cur.lineno if fr.cur else 0}, in {fr.code.co_name}\n'
+                    for fr in _chain(f))
+    return {"stack_trace": stack + f"    {src}\n", "ember_loc": f"{f.code.co_filename}:{line}"}
+
+
+def _chain(f):
+    out = []
+    while f is not None:
+        out.append(f)
+        f = f.parent
+    return out[::-1]
+
+
+def wrap_result(d, f, st: TorchState, node: fx.Node, meta_out: Any, device: torch.device) -> Value:
+    """Values for an op's (meta) result; tensors index into the node's output."""
+    if isinstance(meta_out, torch.Tensor):
+        node.meta["example_value"] = meta_out
+        node.meta["ember_device"] = device
+        return TensorVar(node, meta_out, device)
+    if isinstance(meta_out, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in meta_out):
+        node.meta["example_value"] = meta_out
+        items = []
+        for i, x in enumerate(meta_out):
+            if isinstance(x, torch.Tensor):
+                n = st.graph.call_function(operator.getitem, (node, i))
+                n.meta.update(node.meta)
+                n.meta["example_value"] = x
+                items.append(TensorVar(n, x, device))
+            else:
+                items.append(d.from_python(x))
+        cls = type(meta_out) if type(meta_out) not in (tuple, list) else None
+        if type(meta_out) is list:
+            return ListVar(items)
+        return TupleVar(items, cls if cls is not None and hasattr(cls, "_fields") else None)
+    if meta_out is None or isinstance(meta_out, (bool, int, float, torch.dtype, torch.device, torch.Size, str)):
+        return d.from_python(meta_out)
+    if isinstance(meta_out, torch.Tensor.__bases__[0]) or type(meta_out).__module__.startswith("torch"):
+        raise Unsupported(f"a torch operation returned a {type(meta_out).__name__}, which ember cannot trace")
+    return d.from_python(meta_out)
+
+
+def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
+    """Run an op on meta tensors under the trace's grad mode; failures become Unsupported or user errors."""
+    try:
+        with torch.set_grad_enabled(st.grad_enabled), torch.device(META):
+            return fn(*margs, **mkwargs)
+    except (NotImplementedError, RuntimeError) as e:
+        msg = str(e)
+        if _data_dependent(msg):
+            raise d.unsupported(f, f"{_name(fn)} depends on tensor values (data-dependent output)",
+                                "keep the computation in tensors (e.g. masks with torch.where) or move it "
+                                "outside the compiled function") from None
+        if "meta" in msg.lower() and ("not implemented" in msg.lower() or "could not run" in msg.lower()):
+            raise d.unsupported(f, f"{_name(fn)} has no meta implementation, so ember cannot trace it") from None
+        raise UserException(e) from None
+    except Exception as e:      # noqa: BLE001 - a shape/dtype error is the program's own error
+        raise UserException(e) from None
+
+
+def _data_dependent(msg: str) -> bool:
+    m = msg.lower()
+    return any(s in m for s in ("data-dependent", "data dependent", "item()", "_local_scalar_dense", "nonzero",
+                                "cannot be called on meta", "tensor.item", "on meta tensors", "meta tensor"))
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)

@@ -1,0 +1,130 @@
+"""nn.Module values: guarded by identity, parameters and buffers as graph inputs found through
+``_parameters``/``_buffers``, submodules inlined (their ``forward`` runs in the trace), attribute writes
+replayed with ``setattr`` so ``Module.__setattr__`` keeps its meaning."""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from .. import rules as R
+from ..interpreter import NULL, UserException
+from ..objects import _descriptor_get, _is_data_descriptor, lookup_type_attr
+from ..sources import AttrSource, ItemSource
+from ..values import BoundMethod, Const, ObjectVar
+
+_Module = torch.nn.Module
+
+
+class NNModuleVar(ObjectVar):
+    __slots__ = ()
+    use_setattr = True          # the glue replays writes with setattr (Module.__setattr__)
+
+    def describe(self):
+        return f"{type(self.obj).__name__} module"
+
+
+def _has_hooks(m: _Module) -> bool:
+    from torch.nn.modules import module as mm
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                or getattr(m, "_backward_pre_hooks", None)
+                or mm._global_forward_hooks or mm._global_forward_pre_hooks or mm._global_backward_hooks
+                or getattr(mm, "_global_backward_pre_hooks", None))
+
+
+@R.GETATTR.register(NNModuleVar)
+def _module_getattr(d, f, v: NNModuleVar, name: str):
+    m = v.obj
+    t = type(m)
+    if name in v.overlay:
+        x = v.overlay[name]
+        if x is not NULL:
+            return x
+        raise UserException(AttributeError(f"'{t.__name__}' object has no attribute '{name}'"))
+    if name == "__class__":
+        return Const(t)
+    cattr = lookup_type_attr(t, name)
+    if cattr is not NULL and _is_data_descriptor(cattr):
+        return _descriptor_get(d, f, v, cattr, name, t)
+    inst = m.__dict__
+    if name in inst:
+        return d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)
+    if cattr is not NULL:
+        return _descriptor_get(d, f, v, cattr, name, t)
+    for dict_name in ("_parameters", "_buffers", "_modules"):
+        dct = inst.get(dict_name)
+        if dct is not None and name in dct:
+            src = ItemSource(AttrSource(v.source, dict_name), name) if v.source else None
+            return d.wrap(dct[name], src)
+    ga = lookup_type_attr(t, "__getattr__")
+    if type(ga) is types.FunctionType and ga is not _Module.__getattr__:
+        return d.inline(f, ga, [v, Const(name)], {})
+    raise UserException(AttributeError(f"'{t.__name__}' object has no attribute '{name}'"))
+
+
+@R.SETATTR.register(NNModuleVar)
+def _module_setattr(d, f, v: NNModuleVar, name: str, value):
+    m = v.obj
+    if name in m._parameters and value is not NULL and not (type(value) is Const and value.value is None):
+        raise d.unsupported(f, f"assigning to parameter {name!r} of a module inside compiled code",
+                            "replace parameters outside the compiled function")
+    sa = lookup_type_attr(type(m), "__setattr__")
+    if sa is not _Module.__setattr__ and type(sa) is types.FunctionType:
+        raise d.unsupported(f, f"{type(m).__name__} defines its own __setattr__")
+    v.overlay[name] = value
+    d.mark_mutated(v)
+
+
+@R.CALL.register(NNModuleVar)
+def _module_call(d, f, v: NNModuleVar, args, kwargs):
+    m = v.obj
+    if _has_hooks(m):
+        return d.inline(f, type(m)._call_impl, [v] + list(args), kwargs)
+    fwd = m.__dict__.get("forward")
+    if fwd is not None:
+        return d.call(f, d.wrap(fwd, AttrSource(v.source, "forward") if v.source else None), args, kwargs)
+    forward = lookup_type_attr(type(m), "forward")
+    if type(forward) is not types.FunctionType:
+        raise d.unsupported(f, f"{type(m).__name__}.forward is not a Python function")
+    if forward is _Module.forward:
+        raise UserException(NotImplementedError(f'Module [{type(m).__name__}] is missing the required "forward" function'))
+    return d.inline(f, forward, [v] + list(args), kwargs)
+
+
+def construct_module(d, f, cls: type, args, kwargs):
+    """Containers and parameter-free modules made inside forward are built for real at trace time (they
+    hold only existing objects); modules that would create new parameters each call are reported."""
+    real_args, real_kw = [], {}
+    try:
+        real_args = [_realize(a) for a in args]
+        real_kw = {k: _realize(x) for k, x in kwargs.items()}
+    except ValueError:
+        raise d.unsupported(f, f"creating a {cls.__name__} from traced values inside compiled code") from None
+    try:
+        m = cls(*real_args, **real_kw)
+    except Exception as e:      # noqa: BLE001
+        raise UserException(e) from None
+    if any(True for _ in m.parameters(recurse=False)) or any(True for _ in m.buffers(recurse=False)):
+        raise d.unsupported(f, f"creating a {cls.__name__} (with its own parameters) inside compiled code",
+                            "create the module once in __init__ and reuse it")
+    from ..sources import ConstSource
+    return d.wrap(m, ConstSource(id(m), m))
+
+
+def _realize(v):
+    from ..values import ListVar, TupleVar, DictVar
+    if isinstance(v, (ListVar, TupleVar)):
+        items = [_realize(x) for x in v.items]
+        return items if isinstance(v, ListVar) else tuple(items)
+    if isinstance(v, DictVar):
+        return {k: _realize(x) for k, x in v.items.items()}
+    ro = v.real_object()
+    if ro is NULL or getattr(v, "is_new", False) or getattr(v, "overlay", None):
+        try:
+            return v.as_python()
+        except Exception:
+            raise ValueError from None
+    return ro
+
+
+_ = BoundMethod

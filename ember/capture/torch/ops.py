@@ -1,0 +1,131 @@
+"""Recording torch operations: functions, tensor methods and Python operators on tensors become FX nodes
+whose metadata comes from running the same op on meta tensors."""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from ..values import Const, Value
+from .graph import TensorVar, location_meta, meta_arg, node_arg, result_device, run_meta, tensors_in, wrap_result
+
+# Ops that run in the autocast dtype / in float32 under autocast (the meta run must see the same casts).
+AUTOCAST_LOWER = {"linear", "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "conv1d", "conv2d", "conv3d",
+                  "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "einsum", "mv", "prelu",
+                  "scaled_dot_product_attention", "addmv", "addr", "chain_matmul", "multi_dot", "__matmul__",
+                  "__rmatmul__", "_convolution", "convolution"}
+AUTOCAST_FP32 = {"softmax", "log_softmax", "layer_norm", "group_norm", "cross_entropy", "nll_loss", "mse_loss",
+                 "l1_loss", "smooth_l1_loss", "kl_div", "binary_cross_entropy_with_logits", "exp", "log", "pow",
+                 "logsumexp", "cumsum", "cumprod", "norm", "cosine_similarity", "softplus", "rsqrt", "erfinv",
+                 "acos", "asin", "cosh", "sinh", "tan", "log1p", "expm1", "reciprocal", "sum", "prod", "dist",
+                 "cdist", "pdist", "renorm", "huber_loss", "batch_norm", "instance_norm"}
+
+
+def _autocast(st, name: str, tensors: list[TensorVar]):
+    """The dtype floating inputs are cast to for this op under the trace's autocast state, or None."""
+    if not tensors or not st.autocast:
+        return None
+    dev = tensors[0].device.type
+    dt = st.autocast_dtype(dev)
+    if dt is None:
+        return None
+    if name in AUTOCAST_LOWER:
+        return dt
+    if name in AUTOCAST_FP32 and dev == "cuda":
+        return torch.float32
+    return None
+
+
+def _cast_meta(x: Any, dt: torch.dtype) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(dt) if x.is_floating_point() else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cast_meta(y, dt) for y in x)
+    return x
+
+
+def _opname(target: Any) -> str:
+    return getattr(target, "__name__", "") or ""
+
+
+def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Value],
+           meta_fn: Any = None, device: torch.device | None = None) -> Value:
+    """Add one node (call_function or call_method) and return its result values."""
+    st = d.torch
+    nargs = tuple(node_arg(d, f, a) for a in args)
+    nkwargs = {k: node_arg(d, f, v) for k, v in kwargs.items()}
+    margs = [meta_arg(a) for a in args]
+    mkwargs = {k: meta_arg(v) for k, v in kwargs.items()}
+    if "device" in mkwargs and mkwargs["device"] is not None:
+        mkwargs["device"] = "meta"
+    tens = tensors_in(list(args) + list(kwargs.values()))
+    dt = _autocast(st, target if kind == "call_method" else _opname(target), tens)
+    if dt is not None:
+        margs = [_cast_meta(x, dt) for x in margs]
+        mkwargs = {k: _cast_meta(x, dt) for k, x in mkwargs.items()}
+    if meta_fn is None:
+        meta_fn = (lambda s, *a, **k: getattr(s, target)(*a, **k)) if kind == "call_method" else target
+    out = run_meta(d, f, st, meta_fn, margs, mkwargs)
+    if kind == "call_method":
+        node = st.graph.call_method(target, nargs, nkwargs)
+    else:
+        node = st.graph.call_function(target, nargs, nkwargs)
+    node.meta.update(location_meta(f))
+    st.n_calls += 1
+    if device is None:
+        device = result_device(tens, kwargs)
+    # in-place ops return their (already known) input: keep its value, new node
+    if isinstance(out, torch.Tensor) and tens and out is tens[0].meta:
+        node.meta["example_value"] = out
+        node.meta["ember_device"] = tens[0].device
+        return TensorVar(node, out, tens[0].device, tens[0].cls if tens[0].cls is not torch.nn.Parameter else torch.Tensor)
+    return wrap_result(d, f, st, node, out, device)
+
+
+BINARY_FNS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+              "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
+              "<<": operator.lshift, ">>": operator.rshift, "&": operator.and_, "|": operator.or_,
+              "^": operator.xor, "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul,
+              "/=": operator.itruediv, "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow,
+              "@=": operator.imatmul, "<<=": operator.ilshift, ">>=": operator.irshift, "&=": operator.iand,
+              "|=": operator.ior, "^=": operator.ixor}
+COMPARE_FNS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+               ">=": operator.ge}
+UNARY_FNS = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "abs": operator.abs}
+
+
+def binary(d, f, op: str, a: Value, b: Value):
+    if not (type(a) is TensorVar or type(b) is TensorVar):
+        return NotImplemented
+    other = b if type(a) is TensorVar else a
+    if type(other) is not TensorVar and not _tensor_operand(other):
+        return NotImplemented
+    fn = BINARY_FNS[op]
+    if op.endswith("=") and type(a) is not TensorVar:      # x += t with x a number: not in place
+        fn = BINARY_FNS[op[:-1]]
+    r = record(d, f, "call_function", fn, [a, b], {})
+    if op == "@" or op == "@=":
+        pass
+    return r
+
+
+def _tensor_operand(v: Value) -> bool:
+    if type(v) is Const:
+        return isinstance(v.value, (int, float, bool, complex)) or v.value is None
+    return type(v).__name__ in ("TupleVar", "ListVar", "SymNumVar")
+
+
+def compare(d, f, op: str, a: Value, b: Value):
+    if not (type(a) is TensorVar or type(b) is TensorVar):
+        return NotImplemented
+    other = b if type(a) is TensorVar else a
+    if type(other) is not TensorVar and not _tensor_operand(other):
+        if op in ("==", "!="):
+            return Const(op == "!=")
+        return NotImplemented
+    return record(d, f, "call_function", COMPARE_FNS[op], [a, b], {})
+
+
+def unary(d, f, op: str, v: Value):
+    return record(d, f, "call_function", UNARY_FNS[op], [v], {})

@@ -1,0 +1,216 @@
+"""The torch plugin of the symbolic interpreter: wraps tensors, modules and torch constants, turns torch
+calls into graph nodes, installs tensor and global-state guards, and builds the FX graph at the end."""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from ...errors import BackendCompilerFailed
+from ..sources import ConstSource, Source
+from ..values import IMMUTABLE_TYPES, Const
+from . import ctx as _ctx
+from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
+from .graph import TensorVar, TorchState, to_meta
+from .modules import NNModuleVar, construct_module
+from .ops import record
+
+IMMUTABLE_TYPES.update({torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format})
+_CTX = _ctx.ctx_classes()
+_TORCH_PY_MODULES = ("torch.nn.functional", "torch.functional", "torch.nn.init", "torch.linalg", "torch.fft",
+                     "torch.special", "torch.random", "torch._tensor", "torch.overrides", "torch.nn.modules.utils")
+_DENY_PREFIX = ("torch.autograd", "torch.utils", "torch._dynamo", "torch.compiler", "torch.jit",
+                "torch.distributed", "torch.cuda", "torch.backends", "torch.testing", "torch.fx", "torch.export",
+                "torch._inductor", "torch.multiprocessing", "torch.profiler", "torch.onnx", "torch.package")
+_IMPURE_NO_TENSOR = {torch.set_default_dtype, torch.set_printoptions, torch.set_num_threads,
+                     torch.use_deterministic_algorithms, torch.set_default_tensor_type}
+_RNG_STATE = {torch.manual_seed, torch.seed, torch.set_rng_state}
+
+
+def _constant_rules() -> dict[Any, Callable]:
+    out: dict[Any, Callable] = {
+        torch.is_grad_enabled: lambda d, f, a, k: Const(d.torch.grad_enabled),
+        torch.is_tensor: lambda d, f, a, k: Const(isinstance(a[0], TensorVar)),
+        torch.jit.is_scripting: lambda d, f, a, k: Const(False),
+        torch.jit.is_tracing: lambda d, f, a, k: Const(False),
+        torch._C._get_tracing_state: lambda d, f, a, k: Const(None),
+        torch.compiler.is_compiling: lambda d, f, a, k: Const(True),
+        torch.is_autocast_enabled: lambda d, f, a, k: Const(d.torch.autocast_dtype(
+            d.as_python(f, a[0]) if a else "cuda") is not None),
+    }
+    if hasattr(torch.compiler, "is_dynamo_compiling"):
+        out[torch.compiler.is_dynamo_compiling] = lambda d, f, a, k: Const(False)
+    return out
+
+
+_CONST_RULES = _constant_rules()
+
+
+def is_torch_op(fn: Any) -> bool:
+    if isinstance(fn, type):
+        return False
+    mod = getattr(fn, "__module__", None) or ""
+    if type(fn) is types.BuiltinFunctionType:
+        if mod.startswith("torch") and not mod.startswith(_DENY_PREFIX):
+            return True
+        self_ = getattr(fn, "__self__", None)
+        return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch._C")
+    if type(fn) is types.FunctionType:
+        return mod in _TORCH_PY_MODULES or mod == "torch"
+    if type(fn) in (types.MethodDescriptorType, types.WrapperDescriptorType):
+        return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
+    return isinstance(fn, torch._ops.OpOverload) or isinstance(fn, torch._ops.OpOverloadPacket)
+
+
+class TorchPlugin:
+    def __init__(self, backend: Callable | None = None, backend_name: str = "eager", options: Any = None):
+        self.backend = backend
+        self.backend_name = backend_name
+        self.options = options
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def start(self, d) -> None:
+        d.torch = TorchState()
+        g, cg = d.guards, d.cg
+        g.add(f"{cg.bind(torch.is_grad_enabled, 'is_grad_enabled')}() is {d.torch.grad_enabled}",
+              f"grad mode is {'on' if d.torch.grad_enabled else 'off'}")
+        for dev, (on, _) in d.torch.autocast.items():
+            g.add(f"{cg.bind(torch.is_autocast_enabled, 'is_autocast_enabled')}({dev!r}) is {on}",
+                  f"autocast on {dev} is {'on' if on else 'off'}")
+
+    # -- values ----------------------------------------------------------------------------------------
+    def wrap(self, d, obj: Any, source: Source | None):
+        if isinstance(obj, torch.Tensor):
+            return self._wrap_tensor(d, obj, source)
+        if isinstance(obj, torch.nn.Module):
+            if source is None:
+                source = ConstSource(id(obj), obj)
+            d.guards.id_match(source, obj)
+            return NNModuleVar(obj, source)
+        if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
+            if source is not None:
+                d.guards.id_match(source, obj)
+            return Const(obj, source)
+        if isinstance(obj, (torch.device, torch.Size)):
+            if source is not None:
+                d.guards.equals(source, obj)
+            return Const(obj, source)
+        return None
+
+    def _wrap_tensor(self, d, t: torch.Tensor, source: Source | None):
+        cls = type(t)
+        if cls not in (torch.Tensor, torch.nn.Parameter) and not (
+                isinstance(t, torch.nn.Parameter) and cls.__torch_function__ is torch.Tensor.__torch_function__):
+            from ...errors import Unsupported
+            raise Unsupported(f"tensor subclass {cls.__qualname__} is not supported yet")
+        if t.layout is not torch.strided or t.is_nested or t.is_quantized:
+            from ...errors import Unsupported
+            raise Unsupported(f"{t.layout} / nested / quantized tensors are not supported yet")
+        if source is None:
+            source = ConstSource(id(t), t)
+        else:
+            self._tensor_guard(d, source, t)
+        st = d.torch
+        node = st.placeholder(source, t)
+        meta = to_meta(t)
+        node.meta["example_value"] = meta
+        node.meta["ember_device"] = t.device
+        return TensorVar(node, meta, t.device, cls, source)
+
+    @staticmethod
+    def _tensor_guard(d, source: Source, t: torch.Tensor) -> None:
+        cg = d.cg
+        e = source.expr(cg)
+        dev = t.device
+        dev_check = (f"{e}.get_device() == {dev.index if dev.type != 'cpu' else -1}"
+                     if dev.type in ("cpu", "cuda") else f"{e}.device == {cg.bind(dev, 'device')}")
+        expr = (f"{e}.__class__ is {cg.bind(type(t), type(t).__name__)} and {e}.dtype is {cg.bind(t.dtype, 'dtype')}"
+                f" and {dev_check} and {e}.shape == {tuple(t.shape)!r} and {e}.stride() == {t.stride()!r}"
+                f" and {e}.requires_grad is {t.requires_grad}")
+        d.guards.add(expr, f"{e}: {type(t).__name__} {str(t.dtype).replace('torch.', '')} {tuple(t.shape)} "
+                           f"stride {t.stride()} on {dev}, requires_grad={t.requires_grad}")
+
+    def const_getattr(self, d, f, v, name):
+        return None
+
+    # -- calls -----------------------------------------------------------------------------------------
+    def call(self, d, f, fn: Any, args, kwargs):
+        cache = getattr(fn, "__ember_cache__", None)
+        if cache is not None and type(fn) is types.FunctionType:
+            return d.call(f, Const(cache.fn), args, kwargs)
+        try:
+            special = _CTX.get(fn) or _CONST_RULES.get(fn)
+        except TypeError:
+            special = None
+        if special is not None:
+            if fn in _CTX:
+                return special(d, f, fn, args, kwargs)
+            return special(d, f, args, kwargs)
+        if isinstance(fn, type):
+            if issubclass(fn, torch.nn.Module):
+                return construct_module(d, f, fn, args, kwargs)
+            if fn in (torch.Size, torch.device, torch.finfo, torch.iinfo):
+                return None     # pure constructors: the generic path calls them on constants
+            if fn is torch.Tensor or issubclass(fn, torch.Tensor):
+                raise d.unsupported(f, f"constructing {fn.__name__} directly inside compiled code",
+                                    "use a factory function such as torch.tensor or torch.empty")
+            return None
+        if not is_torch_op(fn):
+            return None
+        if fn in _IMPURE_NO_TENSOR:
+            raise d.unsupported(f, f"{fn.__name__} changes global torch state inside compiled code")
+        return record(d, f, "call_function", fn, list(args), dict(kwargs))
+
+    # -- the graph -------------------------------------------------------------------------------------
+    def graph_hook(self, d, glue):
+        st: TorchState = d.torch
+        outs = glue.graph_outputs
+        if st.n_calls == 0 and not outs:
+            return [], []
+        st.graph.output(tuple(t.node for t in outs))
+        gm = fx.GraphModule(torch.nn.Module(), st.graph, class_name="EmberGraph")
+        gm.graph.lint()
+        example_inputs = [real for _, real, _ in st.inputs]
+        from ..frontend import STATS
+        STATS["graphs_compiled"] += 1
+        from ... import logs
+        if logs.enabled("graph"):
+            logs.log("graph", f"captured graph:\n{readable_graph(gm)}")
+        try:
+            compiled = self.backend(gm, example_inputs) if self.backend is not None else gm.forward
+        except Exception as e:      # noqa: BLE001
+            raise BackendCompilerFailed(self.backend_name, e) from e
+        name = f"__graph_{id(gm):x}"
+        args = ", ".join(src.expr(d.cg) for src, _, _ in st.inputs)
+        line = f"__out = {name}({args})" if outs else f"{name}({args})"
+        return [line], [{"gm": gm, "bindings": {name: compiled}, "n_inputs": len(st.inputs),
+                         "n_ops": st.n_calls}]
+
+
+def readable_graph(gm: fx.GraphModule) -> str:
+    """The graph as Python, each node commented with shape/dtype/device and the user's file:line."""
+    lines = []
+    for n in gm.graph.nodes:
+        ev = n.meta.get("example_value")
+        desc = ""
+        if isinstance(ev, torch.Tensor):
+            desc = f"{str(ev.dtype).replace('torch.', '')}{list(ev.shape)} {n.meta.get('ember_device', '')}"
+        loc = n.meta.get("ember_loc", "")
+        if n.op == "placeholder":
+            lines.append(f"{n.name}: input  # {desc}")
+        elif n.op == "output":
+            lines.append(f"return {n.args[0]}")
+        else:
+            tgt = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+            mod = getattr(n.target, "__module__", "") or ""
+            tname = f"{mod}.{tgt}" if mod and not isinstance(n.target, str) else (f".{tgt}" if n.op == "call_method" else tgt)
+            args = ", ".join([repr(a) if not isinstance(a, fx.Node) else a.name for a in n.args]
+                             + [f"{k}={v.name if isinstance(v, fx.Node) else repr(v)}" for k, v in n.kwargs.items()])
+            lines.append(f"{n.name} = {tname}({args})  # {desc}  {loc}")
+    return "\n".join(lines)
+
+
+def plugins_factory(backend: Callable | None, backend_name: str, options: Any) -> Callable[[], list]:
+    return lambda: [TorchPlugin(backend, backend_name, options)]

@@ -1,0 +1,190 @@
+"""Rules for tensor values: attributes read as guarded constants, methods recorded as nodes, indexing,
+iteration over the first dimension, and the operations whose result depends on tensor data (reported)."""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from .. import rules as R
+from ..interpreter import NULL, UserException
+from ..sources import AttrSource
+from ..values import Const, MethodOf, TupleVar
+from .graph import TensorVar
+from .ops import binary, compare, record, unary
+
+# metadata attributes: constants derived from the meta tensor and the real device
+_META_ATTRS = {
+    "shape": lambda t: t.meta.shape, "dtype": lambda t: t.meta.dtype, "layout": lambda t: t.meta.layout,
+    "ndim": lambda t: t.meta.dim(), "requires_grad": lambda t: t.meta.requires_grad,
+    "is_leaf": lambda t: t.meta.is_leaf if t.source is None else t.meta.is_leaf,
+    "device": lambda t: t.device, "is_cuda": lambda t: t.device.type == "cuda",
+    "is_cpu": lambda t: t.device.type == "cpu", "is_meta": lambda t: t.device.type == "meta",
+    "is_sparse": lambda t: t.meta.is_sparse, "is_quantized": lambda t: t.meta.is_quantized,
+    "is_nested": lambda t: t.meta.is_nested, "is_mkldnn": lambda t: False, "names": lambda t: t.meta.names,
+    "itemsize": lambda t: t.meta.element_size(), "nbytes": lambda t: t.meta.numel() * t.meta.element_size(),
+    "__class__": lambda t: t.cls, "is_mps": lambda t: t.device.type == "mps",
+}
+# metadata methods: called on the meta tensor, result is a constant
+_META_METHODS = {"size", "dim", "stride", "numel", "nelement", "element_size", "is_contiguous",
+                 "is_floating_point", "is_complex", "storage_offset", "ndimension", "is_signed",
+                 "is_inference", "has_names", "is_set_to", "is_pinned", "is_shared"}
+_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag", "data"}
+_DATA_DEPENDENT = {
+    "item": "Tensor.item() turns a tensor value into a Python number",
+    "tolist": "Tensor.tolist() turns tensor values into Python numbers",
+    "numpy": "Tensor.numpy() leaves torch", "__bool__": "converting a tensor to bool depends on its value",
+    "__int__": "int(tensor) depends on its value", "__float__": "float(tensor) depends on its value",
+    "__index__": "using a tensor as a Python index depends on its value",
+    "data_ptr": "Tensor.data_ptr()", "untyped_storage": "Tensor.untyped_storage()",
+}
+_UNSUPPORTED_METHODS = {"backward": "Tensor.backward() inside compiled code",
+                        "register_hook": "Tensor.register_hook inside compiled code",
+                        "retain_grad": "Tensor.retain_grad inside compiled code",
+                        "apply_": "Tensor.apply_", "map_": "Tensor.map_", "storage": "Tensor.storage()"}
+_HINT = "keep the value as a tensor (use torch ops such as torch.where instead of Python control flow), " \
+        "or move this outside the compiled function"
+
+
+def data_dependent(d, f, what: str):
+    return d.unsupported(f, f"{what}: ember cannot capture a value that depends on tensor data", _HINT)
+
+
+@R.GETATTR.register(TensorVar)
+def _tensor_getattr(d, f, t: TensorVar, name: str):
+    if name in _META_ATTRS:
+        return d.from_python(_META_ATTRS[name](t)) if name != "shape" else Const(t.meta.shape)
+    if name in _TENSOR_ATTRS:
+        return record(d, f, "call_function", getattr, [t, Const(name)], {})
+    if name == "grad":
+        if t.source is not None:
+            real = next(r for s, r, n in d.torch.inputs if n is t.node)
+            return d.wrap(real.grad, AttrSource(t.source, "grad"))
+        return Const(None)
+    if name in ("grad_fn", "_base", "_version"):
+        raise d.unsupported(f, f"reading Tensor.{name} inside compiled code")
+    attr = getattr(torch.Tensor, name, NULL)
+    if attr is NULL:
+        raise UserException(AttributeError(f"'Tensor' object has no attribute '{name}'"))
+    if callable(attr):
+        return MethodOf(t, name)
+    raise d.unsupported(f, f"reading Tensor.{name} inside compiled code")
+
+
+@R.SETATTR.register(TensorVar)
+def _tensor_setattr(d, f, t, name, value):
+    raise d.unsupported(f, f"setting Tensor.{name} inside compiled code",
+                        "set tensor attributes outside the compiled function")
+
+
+@R.METHOD.register(TensorVar)
+def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
+    if name in _META_METHODS:
+        margs = [d.as_python(f, a) for a in args]
+        mkw = {k: d.as_python(f, v) for k, v in kwargs.items()}
+        try:
+            return d.from_python(getattr(t.meta, name)(*margs, **mkw))
+        except Exception as e:      # noqa: BLE001
+            raise UserException(e) from None
+    if name == "get_device":
+        return Const(t.device.index if t.device.type != "cpu" else -1)
+    if name in _DATA_DEPENDENT:
+        raise data_dependent(d, f, _DATA_DEPENDENT[name])
+    if name in _UNSUPPORTED_METHODS:
+        raise d.unsupported(f, _UNSUPPORTED_METHODS[name], "call it outside the compiled function")
+    if name == "type" and not args and not kwargs:
+        prefix = "torch." if t.device.type == "cpu" else f"torch.{t.device.type}."
+        return Const(t.meta.type().replace("torch.meta.", prefix))
+    if name in ("to", "cuda", "cpu", "type"):
+        return _to(d, f, t, name, args, kwargs)
+    if name in ("__iter__",):
+        return d.iter(f, t)
+    return record(d, f, "call_method", name, [t] + list(args), kwargs, device=_method_device(t, kwargs))
+
+
+def _method_device(t: TensorVar, kwargs) -> torch.device:
+    dev = kwargs.get("device")
+    if dev is not None and type(dev) is Const and dev.value is not None:
+        return torch.device(dev.value)
+    return t.device
+
+
+def _to(d, f, t: TensorVar, name, args, kwargs):
+    """Tensor.to/cuda/cpu/type: the meta run changes only the dtype; the device is tracked here."""
+    vals = [d.as_python(f, a) if type(a) is not TensorVar else a for a in args]
+    kw = {k: d.as_python(f, v) for k, v in kwargs.items()}
+    device, dtype = t.device, t.meta.dtype
+    if name == "cuda":
+        dev = vals[0] if vals else kw.get("device")
+        device = torch.device("cuda", dev) if isinstance(dev, int) else torch.device(dev or "cuda")
+    elif name == "cpu":
+        device = torch.device("cpu")
+    elif name == "type":
+        dtype = vals[0] if vals else kw.get("dtype")
+        if isinstance(dtype, str):
+            raise d.unsupported(f, "Tensor.type() with a type string")
+    else:
+        for v in vals:
+            if isinstance(v, TensorVar):
+                device, dtype = v.device, v.meta.dtype
+            elif isinstance(v, torch.dtype):
+                dtype = v
+            elif isinstance(v, (str, torch.device, int)) and not isinstance(v, bool):
+                device = torch.device(v) if not isinstance(v, int) else torch.device("cuda", v)
+        if kw.get("device") is not None:
+            device = torch.device(kw["device"])
+        if kw.get("dtype") is not None:
+            dtype = kw["dtype"]
+    same = device == t.device and dtype == t.meta.dtype and not kw.get("copy", False)
+
+    def meta_fn(s, *a, **k):
+        if same:
+            return s
+        return s.to(dtype=dtype, memory_format=kw.get("memory_format", torch.preserve_format), copy=True)
+    out = record(d, f, "call_method", name, [t] + list(args), kwargs, meta_fn=meta_fn, device=device)
+    return out
+
+
+@R.GETITEM.register(TensorVar)
+def _tensor_getitem(d, f, t, k):
+    return record(d, f, "call_function", operator.getitem, [t, k], {})
+
+
+@R.SETITEM.register(TensorVar)
+def _tensor_setitem(d, f, t, k, v):
+    if v is NULL:
+        raise UserException(TypeError("'Tensor' object does not support item deletion"))
+    record(d, f, "call_function", operator.setitem, [t, k, v], {},
+           meta_fn=lambda a, i, x: (a.__setitem__(i, x), None)[1])
+
+
+@R.LEN.register(TensorVar)
+def _tensor_len(d, f, t):
+    if t.meta.dim() == 0:
+        raise UserException(TypeError("len() of a 0-d tensor"))
+    return t.meta.shape[0]
+
+
+@R.ITER.register(TensorVar)
+def _tensor_iter(d, f, t):
+    from ..values import IterVar
+    n = _tensor_len(d, f, t)
+    return IterVar(iter([_tensor_getitem(d, f, t, Const(i)) for i in range(n)]), "tensor iterator")
+
+
+@R.TRUTH.register(TensorVar)
+def _tensor_truth(d, f, t):
+    raise data_dependent(d, f, "branching on a tensor (if/while/and/or/not on its value)")
+
+
+R.BINARY.register(TensorVar)(binary)
+R.COMPARE.register(TensorVar)(compare)
+R.UNARY.register(TensorVar)(unary)
+
+
+@R.RECONSTRUCT.register(TensorVar)
+def _tensor_reconstruct(glue, t):
+    return glue.output_ref(t)
+
+
+_ = TupleVar

@@ -1,0 +1,66 @@
+"""Compile options: one frozen, typed ``CompileOptions`` (part of every cache key) and the modes."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    cache_size_limit: int = 8            # entries per compiled frame before falling back to eager
+    cpu_backend: str = "cpp"             # "cpp" or "triton" (the kernel compiler issues)
+    cuda_graphs: bool = False            # mode reduce-overhead
+    max_autotune: bool = False           # mode max-autotune
+    coordinate_descent_tuning: bool = False
+    epilogue_fusion: bool = True
+    debug_graphs: bool = False           # keep every captured GraphModule on the cache entry
+
+    _doc = {
+        "cache_size_limit": "compiled entries kept per function before it runs eagerly",
+        "cpu_backend": "code generator for CPU tensors: 'cpp' (C++/OpenMP) or 'triton' (interpreted, for tests)",
+        "cuda_graphs": "record and replay CUDA graphs (reduce-overhead)",
+        "max_autotune": "benchmark kernel configurations and matmul templates",
+        "coordinate_descent_tuning": "refine autotuned block sizes by coordinate descent",
+        "epilogue_fusion": "fuse pointwise epilogues into matmul templates",
+        "debug_graphs": "keep captured graphs on cache entries for inspection",
+    }
+
+
+MODES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "reduce-overhead": {"cuda_graphs": True},
+    "max-autotune": {"max_autotune": True, "cuda_graphs": True},
+    "max-autotune-no-cudagraphs": {"max_autotune": True},
+}
+
+
+def list_options() -> dict[str, str]:
+    return {f.name: CompileOptions._doc.get(f.name, "") for f in fields(CompileOptions)}
+
+
+def list_mode_options(mode: str | None = None) -> dict[str, Any]:
+    if mode is None:
+        return {m: dict(v) for m, v in MODES.items()}
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    return dict(MODES[mode])
+
+
+def make_options(mode: str | None, options: dict | None) -> CompileOptions:
+    if mode is not None and options is not None:
+        raise ValueError("Either mode or options can be specified, but both can't be specified at the same time.")
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    kv = dict(MODES[mode or "default"])
+    valid = {f.name: f for f in fields(CompileOptions)}
+    for k, v in (options or {}).items():
+        if k not in valid:
+            raise ValueError(f"unknown option {k!r}; valid options: {', '.join(valid)} (see ember.list_options())")
+        default = valid[k].default
+        if default is not None and not isinstance(v, type(default)):
+            raise ValueError(f"option {k!r} expects {type(default).__name__}, got {type(v).__name__}")
+        kv[k] = v
+    if kv.get("cpu_backend", "cpp") not in ("cpp", "triton"):
+        raise ValueError("option 'cpu_backend' must be 'cpp' or 'triton'")
+    return dataclasses.replace(CompileOptions(), **kv)
