@@ -1,4 +1,4 @@
-"""A small model zoo for capture/backend tests, built from scratch (no downloads), sized so CPU tests are fast.
+"""A small model zoo for capture/backend tests, built from scratch (no downloads), sized for fast CPU tests.
 
 Every entry is a ``ModelSpec``: ``spec.factory(seed)`` returns ``(model, make_batch)`` where
 ``make_batch(seed)`` returns a fresh random ``Batch(args, target)`` (never zeros); ``model(*batch.args)`` is
@@ -13,8 +13,9 @@ inference and ``spec.loss(model, batch.args, batch.target)`` is a scalar trainin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn

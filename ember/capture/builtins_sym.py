@@ -126,7 +126,12 @@ def _iter(d, f, args, kwargs):
 
 @rule(next)
 def _next(d, f, args, kwargs):
-    ok, v = d.next(f, args[0])
+    it = args[0]
+    if type(it) is not IterVar and (not isinstance(it, ObjectVar) or lookup_type_attr(type_of(it), "__next__") is NULL):
+        if type(it) is Const and hasattr(type(it.value), "__next__"):
+            return NotImplemented
+        raise UserException(TypeError(f"'{type_of(it).__name__}' object is not an iterator"))
+    ok, v = d.next(f, it)
     if ok:
         return v
     if len(args) > 1:
@@ -470,6 +475,26 @@ BUILTIN_RULES[operator.is_not] = lambda d, f, a, k: d.is_(f, a[0], a[1], True)
 @rule(operator.setitem)
 def _op_setitem(d, f, args, kwargs):
     d.setitem(f, args[0], args[1], args[2])
+    return Const(None)
+
+
+def _concat(op):
+    def h(d, f, args, kwargs):
+        if len(args) == 2 and not kwargs and type(args[0]) is Const and type(args[1]) is Const:
+            return call_real(d, f, operator.concat, args, kwargs)      # immutable: nothing to change in place
+        if len(args) != 2 or kwargs or not isinstance(args[0], (ListVar, TupleVar)):
+            return NotImplemented
+        return d.binary(f, op, args[0], args[1])
+    return h
+
+
+BUILTIN_RULES[operator.concat] = _concat("+")
+BUILTIN_RULES[operator.iconcat] = _concat("+=")
+
+
+@rule(operator.delitem)
+def _op_delitem(d, f, args, kwargs):
+    d.delitem(f, args[0], args[1])
     return Const(None)
 
 

@@ -13,7 +13,7 @@ import types
 from typing import Any, Callable
 
 from .bytecode import PY
-from .interpreter import CO_GENERATOR, NULL, Frame, Return, UserException, bind_arguments
+from .interpreter import CO_GENERATOR, NULL, Frame, Return, UserException, Yield, bind_arguments, reraise_real
 
 BINARY = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
@@ -169,6 +169,10 @@ class ConcreteDomain:
         d.update(v)
 
     @_user
+    def unpack_all(self, f, v):
+        return list(v)
+
+    @_user
     def unpack(self, f, v, n):
         items = list(v)
         if len(items) != n:
@@ -206,6 +210,10 @@ class ConcreteDomain:
             raise TypeError(f"'{t.__name__}' object does not support the context manager protocol")
         bound_exit = types.MethodType(exit_, mgr)
         return bound_exit, self.call(f, types.MethodType(enter, mgr), [], {})
+
+    def load_build_class(self, f):
+        b = f.f_globals.get("__builtins__", builtins)
+        return (b if isinstance(b, dict) else b.__dict__)["__build_class__"]
 
     def make_super(self, f, cls, obj):
         return super(cls, obj)
@@ -286,15 +294,67 @@ class ConcreteDomain:
 
 
 def _drive_generator(frame: Frame):
-    try:
-        r = frame.run()
-        while type(r) is not Return:
+    """A real generator running an interpreted generator frame. ``throw``/``close`` (also the close at garbage
+    collection) are raised inside the frame, so its ``finally`` and ``with`` blocks run as in CPython."""
+    r = _resume(frame, frame.run)
+    while type(r) is not Return:
+        thrown = None
+        try:
             sent = yield r.value
+        except BaseException as e:      # noqa: BLE001 - generator.throw()/close(): raised in the frame
+            thrown = e
+        if thrown is None:
             frame.stack.append(sent)
-            r = frame.run()
-    except UserException as ue:
-        raise ue.exc from None
+            r = _resume(frame, frame.run)
+        else:
+            r = _resume(frame, lambda: _throw(frame, thrown))
     return r.value
+
+
+def _resume(frame: Frame, step):
+    try:
+        return step()
+    except UserException as ue:
+        exc = ue.exc
+    reraise_real(exc)
+
+
+def _throw(frame: Frame, exc: BaseException):
+    """``generator.throw(exc)`` on a suspended frame, delegating to the sub-iterator of a `yield from`."""
+    nxt = frame.instrs[frame.ip] if frame.ip < len(frame.instrs) else None
+    if nxt is None or nxt.opname != "RESUME" or (nxt.arg & 3) < 2:
+        return frame.throw(exc)
+    sub = frame.stack[-1]
+    if isinstance(exc, GeneratorExit):
+        close = getattr(sub, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception as e:      # noqa: BLE001 - raised in the frame instead
+                exc = e
+        return frame.throw(exc)
+    meth = getattr(sub, "throw", None)
+    if meth is None:
+        return frame.throw(exc)
+    try:
+        return Yield(meth(exc))
+    except Exception as e:      # noqa: BLE001 - the sub-iterator finished or failed: the frame goes on
+        err = e
+    return _after_sub_throw(frame, err)
+
+
+def _after_sub_throw(frame: Frame, err: BaseException):
+    if PY >= (3, 12):           # CLEANUP_THROW in the bytecode turns StopIteration into the result
+        return frame.throw(err)
+    if PY != (3, 11):
+        raise NotImplementedError(f"yield from after throw() on CPython {PY[0]}.{PY[1]}")
+    frame.stack.pop()           # 3.11: CPython pops the sub-iterator and jumps past the SEND loop itself
+    if not isinstance(err, StopIteration):
+        return frame.throw(err)
+    send = frame.instrs[frame.instrs[frame.ip + 1].jump_target]
+    frame.stack.append(err.value)
+    frame.ip = send.jump_target
+    return frame.run()
 
 
 def run_concrete(fn: Any, *args, **kwargs):
@@ -303,4 +363,5 @@ def run_concrete(fn: Any, *args, **kwargs):
     try:
         return dom.call(None, fn, list(args), kwargs)
     except UserException as ue:
-        raise ue.exc.with_traceback(None) from None
+        exc = ue.exc
+    reraise_real(exc)

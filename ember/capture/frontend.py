@@ -15,6 +15,7 @@ from typing import Any, Callable
 from .. import logs
 from ..errors import EmberError, InternalError, Unsupported
 from .interpreter import Frame, UserException, bind_arguments
+from .generators import check_suspended
 from .glue import GlueBuilder
 from .sources import LocalSource
 from .symbolic import SymbolicDomain
@@ -33,7 +34,7 @@ STATS = {"frames_compiled": 0, "graphs_compiled": 0, "graph_breaks": 0, "recompi
          "fallbacks_to_eager": 0, "unique_graphs": 0}
 
 
-@dataclass
+@dataclass(repr=False)
 class Entry:
     fn: Callable                       # the generated entry function: returns MISS when a guard fails
     guard_source: str
@@ -93,7 +94,9 @@ def trace_frame(d: SymbolicDomain, fn: types.FunctionType, args: tuple, kwargs: 
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         locals_[name] = d.wrap(cell, None)
     frame = Frame(d, code, fn.__globals__, locals_, None, fn)
-    return frame.run().value
+    ret = frame.run().value
+    check_suspended(d)
+    return ret
 
 
 def build_entry(d: SymbolicDomain, ret: Value, fn: types.FunctionType, graph_hook: Callable | None,
@@ -234,8 +237,15 @@ class FrameCache:
             logs.log("graph_breaks", f"{self.name}: runs eagerly: {e}")
             return self._eager_entry(str(e), d.guards.guards, d)
         except UserException as ue:
-            logs.log("graph_breaks", f"{self.name}: raises {type(ue.exc).__name__} while tracing; runs eagerly")
-            return self._eager_entry(f"raised {type(ue.exc).__name__}", d.guards.guards, d)
+            where = (getattr(ue, "user_stack", None) or ["?"])[-1]
+            why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
+            STATS["graph_breaks"] += 1
+            if self.fullgraph:
+                raise Unsupported(f"the traced code {why}", "if eager raises this too, fix the program; "
+                                  "otherwise this is an ember bug worth reporting",
+                                  getattr(ue, "user_stack", None)) from None
+            logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
+            return self._eager_entry(why, d.guards.guards, d)
         except EmberError:
             raise
         except Exception as e:       # noqa: BLE001 - an ember bug must not break the user's program

@@ -133,34 +133,67 @@ class GlueBuilder:
 
     # -- side effects ----------------------------------------------------------------------------------
     def side_effect_lines(self) -> list[str]:
-        out = []
-        d = self.d
-        for v in d.side_effects:
-            if isinstance(v, RealCellVar):
-                c = self.cg.bind(v.cell, "cell")
-                out.append(f"del {c}.cell_contents" if v.written is _DELETED
-                           else f"{c}.cell_contents = {self.expr(v.written)}")
-                continue
-            s = v.source.expr(self.cg)
-            if type(v) is ListVar:
-                out.append(f"{s}[:] = {self.expr(ListVar(v.items))}")
-            elif type(v) is DictVar:
-                body = self.expr(DictVar(v.items, v.keys))
-                out.append(f"{s}.clear(); {s}.update({body})")
-            elif type(v) is SetVar:
-                out.append(f"{s}.clear(); {s}.update({self.expr(SetVar(v.items))})")
-            elif isinstance(v, ObjectVar):
-                setter = "setattr" if getattr(v, "use_setattr", False) else "object.__setattr__"
-                deleter = "delattr" if getattr(v, "use_setattr", False) else "object.__delattr__"
-                for k, x in v.overlay.items():
-                    out.append(f"{deleter}({s}, {k!r})" if x is NULL else f"{setter}({s}, {k!r}, {self.expr(x)})")
-            else:
-                rule = R.RECONSTRUCT.find(type(v))
-                raise d.unsupported(None, f"replaying a change to a {v.describe()}") if rule is None else None
-        for (_, name), (g, _, v) in d.global_writes.items():
+        """Replay of the changes to existing objects, in two phases: first every target object and every new
+        value is read (they may be reached through objects that change), then every write happens."""
+        reads: list[str] = []
+        writes: list[str] = []
+        for v in self.d.side_effects:
+            self._effect(v, reads, writes)
+        for (_, name), (g, _, v) in self.d.global_writes.items():
             gn = self.cg.bind(g, "G")
-            out.append(f"{gn}.pop({name!r}, None)" if v is NULL else f"{gn}[{name!r}] = {self.expr(v)}")
-        return out
+            if v is NULL:
+                writes.append(f"{gn}.pop({name!r}, None)")
+            else:
+                writes.append(f"{gn}[{name!r}] = {self._value(reads, v)}")
+        return reads + writes
+
+    def _read(self, reads: list[str], expr: str) -> str:
+        name = f"__se{len(reads)}"
+        reads.append(f"{name} = {expr}")
+        return name
+
+    def _value(self, reads: list[str], v: Value) -> str:
+        if type(v) is Const and v.source is None:
+            return self.expr(v)         # reads nothing that a write could change
+        return self._read(reads, self.expr(v))
+
+    def _effect(self, v: Value, reads: list[str], writes: list[str]) -> None:
+        if isinstance(v, RealCellVar):
+            c = self.cg.bind(v.cell, "cell")
+            writes.append(f"del {c}.cell_contents" if v.written is _DELETED
+                          else f"{c}.cell_contents = {self._value(reads, v.written)}")
+            return
+        s = self._read(reads, v.source.expr(self.cg))
+        if type(v) is ListVar:
+            writes.append(f"{s}[:] = {self._read(reads, self.expr(ListVar(v.items)))}")
+        elif type(v) is DictVar:
+            writes.append(f"{s}.clear(); {s}.update({self._read(reads, self.expr(DictVar(v.items, v.keys)))})")
+        elif type(v) is SetVar:
+            writes.append(f"{s}.clear(); {s}.update({self._read(reads, self.expr(SetVar(v.items)))})")
+        elif isinstance(v, ObjectVar):
+            plain = not getattr(v, "use_setattr", False)
+            setter = "object.__setattr__" if plain else "setattr"
+            deleter = self.cg.bind(_delattr_plain if plain else _delattr_quiet, "delattr")
+            for k, x in v.overlay.items():
+                writes.append(f"{deleter}({s}, {k!r})" if x is NULL
+                              else f"{setter}({s}, {k!r}, {self._value(reads, x)})")
+        else:
+            raise self.d.unsupported(None, f"replaying a change to a {v.describe()}")
+
+
+def _delattr_plain(obj: Any, name: str) -> None:
+    """Replays ``del obj.name``; the attribute may have been added by the same trace (then it is absent)."""
+    try:
+        object.__delattr__(obj, name)
+    except AttributeError:
+        pass
+
+
+def _delattr_quiet(obj: Any, name: str) -> None:
+    try:
+        delattr(obj, name)
+    except AttributeError:
+        pass
 
 
 _ = (IterVar, SuperVar)

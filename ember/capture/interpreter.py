@@ -33,11 +33,40 @@ NULL = _Null()
 
 
 class UserException(Exception):
-    """An exception of the user's program (``exc`` is the real exception object) crossing our frames."""
+    """An exception of the user's program (``exc`` is the real exception object) crossing our frames.
 
-    def __init__(self, exc: BaseException):
+    ``chained`` is set once implicit exception chaining (``__context__``) has been decided for it: at the raise
+    that made it, or where it first reached an interpreted frame."""
+
+    def __init__(self, exc: BaseException, chained: bool = False):
         super().__init__(exc)
         self.exc = exc
+        self.chained = chained
+
+
+def set_context(exc: BaseException, handled: BaseException | None) -> None:
+    """Implicit chaining as CPython's ``_PyErr_SetObject`` does it, breaking a cycle through ``exc``."""
+    if handled is None or handled is exc:
+        return
+    o, seen = handled, set()
+    while o.__context__ is not None and id(o) not in seen:
+        seen.add(id(o))
+        if o.__context__ is exc:
+            o.__context__ = None
+            break
+        o = o.__context__
+    exc.__context__ = handled
+
+
+def reraise_real(exc: BaseException):
+    """Raise a user exception out of the interpreter without changing its ``__context__`` (a plain ``raise``
+    would chain it to whatever the interpreter itself is handling)."""
+    ctx, suppress = exc.__context__, exc.__suppress_context__
+    exc.__traceback__ = None
+    try:
+        raise exc
+    finally:
+        exc.__context__, exc.__suppress_context__ = ctx, suppress
 
 
 class Return:
@@ -128,12 +157,14 @@ class Frame:
             self.cur = ins
             h = table.get(ins.opname)
             if h is None:
-                raise self.unsupported(
-                    f"unsupported bytecode instruction {ins.opname} on CPython {PY[0]}.{PY[1]}",
-                    "this construct is not captured yet; move it outside the compiled function")
+                raise self.unsupported_instruction(ins)
             try:
                 r = h(self, ins)
             except UserException as ue:
+                if not ue.chained:
+                    ue.chained = True
+                    if ue.exc.__context__ is None:
+                        set_context(ue.exc, self.handled_exception())
                 self._unwind(ue)
                 continue
             if r is not None:
@@ -141,10 +172,35 @@ class Frame:
                     self.done = True
                 return r
 
+    def throw(self, exc: BaseException) -> Return:
+        """Raise ``exc`` where the (generator) frame is suspended, as ``generator.throw``/``close`` do, and
+        run on. Like CPython, the resumed frame first gets None pushed, then the exception table decides."""
+        self.stack.append(self.dom.const(None))
+        self._unwind(UserException(exc, chained=True))
+        return self.run()
+
+    def handled_exception(self) -> BaseException | None:
+        """The exception being handled here or in a calling frame (what ``sys.exception()`` would return)."""
+        f = self
+        while f is not None:
+            if f.exc_info is not None and f.exc_info is not NULL and not f.dom.is_none(f, f.exc_info):
+                return f.dom.exception_of(f, f.exc_info)
+            f = f.parent
+        return None
+
+    def unsupported_instruction(self, ins: Instr) -> Unsupported:
+        from .registry import UNSUPPORTED
+        what = UNSUPPORTED.get(ins.opname)
+        what = f" ({what})" if what else ""
+        return self.unsupported(f"unsupported bytecode instruction {ins.opname}{what} on CPython {PY[0]}.{PY[1]}",
+                                "this construct is not captured yet; move it outside the compiled function")
+
     def _unwind(self, ue: UserException) -> None:
         entry = self.decoded.handler_for(self.cur.offset)
         if entry is None:
             self.done = True
+            if getattr(ue, "user_stack", None) is None:       # where it was raised, for reports
+                ue.user_stack = self.user_stack()
             raise ue
         del self.stack[entry.depth:]
         if entry.lasti:

@@ -26,6 +26,12 @@ _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, g
                     next, help, breakpoint, __import__, id}
 PURE_BUILTINS = {getattr(builtins, n) for n in dir(builtins)
                  if isinstance(getattr(builtins, n), (types.BuiltinFunctionType, type))} - _IMPURE_BUILTINS
+# functions of "pure" modules and types that change an argument: running them on copies would lose the change
+_MUTATING = {getattr(operator, n) for n in ("setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv",
+                                            "ilshift", "imod", "imul", "imatmul", "ior", "ipow", "irshift",
+                                            "isub", "itruediv", "ixor")}
+_MUTATING_DICT_METHODS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__",
+                          "__init__", "__ior__"}
 
 
 def lookup_type_attr(t: type, name: str) -> Any:
@@ -44,6 +50,8 @@ def is_pure_callable(fn: Any) -> bool:
     try:
         if fn in PURE_BUILTINS:
             return True
+        if fn in _MUTATING:
+            return False
     except TypeError:
         pass
     t = type(fn)
@@ -53,7 +61,9 @@ def is_pure_callable(fn: Any) -> bool:
             return (getattr(fn, "__module__", None) or getattr(self_, "__name__", "")) in _PURE_MODULES
         return is_immutable(self_) or isinstance(self_, type) and self_ in (str, bytes, int, float, dict, tuple)
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType):
-        return fn.__objclass__ in (str, bytes, int, float, complex, tuple, frozenset, range, dict)
+        if fn.__objclass__ is dict:
+            return fn.__name__ not in _MUTATING_DICT_METHODS
+        return fn.__objclass__ in (str, bytes, int, float, complex, tuple, frozenset, range)
     if t is types.MethodWrapperType:
         return is_immutable(fn.__self__)
     if isinstance(fn, (operator.itemgetter, operator.attrgetter)):
@@ -186,8 +196,9 @@ def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner
 @R.GETATTR.register(TupleVar, ListVar, DictVar, SetVar)
 def _container_getattr(d, f, v, name):
     if isinstance(v, TupleVar) and v.cls is not None:
-        if hasattr(v.cls, "_fields") and name in v.cls._fields:
-            return v.items[v.cls._fields.index(name)]
+        fields = getattr(v.cls, "_fields", None) or getattr(v.cls, "__match_args__", None) or ()
+        if name in fields:       # namedtuples and structseqs (torch.return_types)
+            return v.items[fields.index(name)]
         cattr = lookup_type_attr(v.cls, name)
         if cattr is not NULL and lookup_type_attr(tuple, name) is not cattr:
             return _descriptor_get(d, f, v, cattr, name, v.cls)
@@ -248,8 +259,11 @@ def _misc_getattr(d, f, v, name):
             return TupleVar(v.args)
         if name == "keywords":
             return d._kwargs_dict(v.kwargs)
-    if isinstance(v, IterVar) and name in ("__next__", "send", "__iter__"):
+    if isinstance(v, IterVar) and (name in ("__next__", "__iter__")
+                                   or v.frame is not None and name in ("send", "throw", "close")):
         return MethodOf(v, name)
+    if isinstance(v, IterVar) and v.frame is None and name in ("send", "throw", "close"):
+        raise _attr_error(v.describe(), name)
     raise d.unsupported(f, f"reading attribute {name!r} of a {v.describe()}")
 
 
@@ -257,6 +271,9 @@ def _misc_getattr(d, f, v, name):
 def _iter_method(d, f, v, name, args, kwargs):
     if name == "__iter__":
         return v
+    if name != "__next__":
+        from .generators import generator_method
+        return generator_method(d, f, v, name, args, kwargs)
     ok, x = d.next(f, v)
     if not ok:
         raise UserException(StopIteration())
@@ -323,17 +340,31 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         return d.call(f, BoundMethod(Const(fn.__func__), d.wrap(fn.__self__, None)), args, kwargs)
     if isinstance(fn, type):
         return construct(d, f, fn, args, kwargs)
-    if is_pure_callable(fn) and all_const(args, kwargs):
-        return call_real(d, f, fn, args, kwargs)
+    if is_pure_callable(fn):
+        r = _call_pure(d, f, fn, args, kwargs)
+        if r is not None:
+            return r
     if t is types.BuiltinFunctionType and fn.__self__ is not None and not isinstance(fn.__self__, types.ModuleType):
-        return d.call_method(f, d.wrap(fn.__self__, None), fn.__name__, args, kwargs)
-    if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args:
+        recv = d.wrap(fn.__self__, None)
+        if type(recv) is not Const:         # a Const receiver would give back this same builtin method
+            return d.call_method(f, recv, fn.__name__, args, kwargs)
+    if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and type(args[0]) is not Const:
         return d.call_method(f, args[0], fn.__name__, args[1:], kwargs)
     call = lookup_type_attr(t, "__call__")
     if type(call) is types.FunctionType:
         return d.inline(f, call, [v] + args, kwargs)
     raise d.unsupported(f, f"call to {_fn_name(fn)} is not supported",
                         "ember captures Python functions, builtins on constants, and torch operations")
+
+
+def _call_pure(d: SymbolicDomain, f, fn, args, kwargs) -> Value | None:
+    """A pure builtin on known values. Lazy iterators among the arguments (``",".join(str(x) for x in xs)``)
+    are drained first, as the builtin itself would; None when some argument is not a known value."""
+    if any(type(a) is IterVar for a in args):
+        args = [ListVar(d.unpack_all(f, a)) if type(a) is IterVar else a for a in args]
+        if not all_const(args, kwargs):
+            raise d.unsupported(f, f"call to {_fn_name(fn)} on an iterator of values that are not constants")
+    return call_real(d, f, fn, args, kwargs) if all_const(args, kwargs) else None
 
 
 def _fn_name(fn: Any) -> str:

@@ -2,7 +2,7 @@
 generators and imports."""
 from __future__ import annotations
 
-from .interpreter import NULL, Return, UserException, Yield
+from .interpreter import NULL, Return, UserException, Yield, set_context
 from .registry import register_opcode as op
 
 
@@ -71,8 +71,9 @@ def _call_intrinsic_1(f, ins):
         if isinstance(exc, StopIteration):
             new = RuntimeError("generator raised StopIteration")
             new.__cause__ = exc
-            raise UserException(new)
-        raise UserException(exc)
+            new.__context__ = exc
+            raise UserException(new, chained=True)
+        raise UserException(exc, chained=True)
     else:
         raise f.unsupported(f"CALL_INTRINSIC_1 {name} is not supported")
 
@@ -256,17 +257,28 @@ def _load_assertion_error(f, ins):
 
 @op("RAISE_VARARGS")
 def _raise_varargs(f, ins):
-    if ins.arg == 0:
-        if f.exc_info is None or f.exc_info is NULL:
+    if ins.arg == 0:            # bare `raise`: re-raise the handled exception, no new chaining
+        exc = f.handled_exception()
+        if exc is None:
             raise UserException(RuntimeError("No active exception to reraise"))
-        raise UserException(f.dom.exception_of(f, f.exc_info))
-    cause = f.stack.pop() if ins.arg == 2 else None
+        raise UserException(exc, chained=True)
+    cause = f.stack.pop() if ins.arg == 2 else NULL
     exc = f.dom.exception_of(f, f.stack.pop())
-    if cause is not None:
-        c = f.dom.as_python(f, cause)
-        exc.__cause__ = c() if isinstance(c, type) else c
-        exc.__suppress_context__ = True
-    raise UserException(exc)
+    if cause is not NULL:
+        exc.__cause__ = _exception_cause(f, cause)      # also sets __suppress_context__
+    set_context(exc, f.handled_exception())
+    raise UserException(exc, chained=True)
+
+
+def _exception_cause(f, cause):
+    if f.dom.is_none(f, cause):
+        return None
+    c = f.dom.as_python(f, cause)
+    if isinstance(c, type) and issubclass(c, BaseException):
+        return f.dom.exception_of(f, cause)
+    if isinstance(c, BaseException):
+        return c
+    raise UserException(TypeError("exception causes must derive from BaseException"))
 
 
 @op("RERAISE")
@@ -274,7 +286,7 @@ def _reraise(f, ins):
     exc = f.stack.pop()
     if ins.arg:
         f.stack.pop()   # lasti: only matters for tracebacks
-    raise UserException(f.dom.exception_of(f, exc))
+    raise UserException(f.dom.exception_of(f, exc), chained=True)
 
 
 @op("PUSH_EXC_INFO")
@@ -315,9 +327,15 @@ def _before_with(f, ins):
     f.stack.append(entered)
 
 
-@op("CLEANUP_THROW")
+@op("CLEANUP_THROW", min_version=(3, 12))
 def _cleanup_throw(f, ins):
-    raise f.unsupported("generator.throw() is not supported in captured code")
+    """After a throw into a `yield from` whose sub-iterator finished (StopIteration) or failed."""
+    exc = f.dom.exception_of(f, f.stack.pop())
+    del f.stack[-2:]
+    if not isinstance(exc, StopIteration):
+        raise UserException(exc, chained=True)
+    f.stack.append(f.dom.const(None))
+    f.stack.append(f.dom.const(exc.value))
 
 
 # -- generators ----------------------------------------------------------------------------------------
@@ -355,21 +373,3 @@ def _import_name(f, ins):
 @op("IMPORT_FROM")
 def _import_from(f, ins):
     f.stack.append(f.dom.import_from(f, f.stack[-1], ins.argval))
-
-
-# The opcodes CPython may emit for ordinary function code that ember reports as unsupported (a reason the
-# user sees), rather than executing. Anything else missing from the table is also reported, never a crash.
-UNSUPPORTED = {
-    "LOAD_BUILD_CLASS": "defining a class inside a compiled function",
-    "SETUP_ANNOTATIONS": "annotations at module scope",
-    "IMPORT_STAR": "`from module import *`",
-    "GET_AWAITABLE": "await", "GET_AITER": "async for", "GET_ANEXT": "async for",
-    "END_ASYNC_FOR": "async for", "BEFORE_ASYNC_WITH": "async with", "ASYNC_GEN_WRAP": "async generators",
-    "MATCH_CLASS": "match on a class pattern", "MATCH_MAPPING": "match on a mapping pattern",
-    "MATCH_SEQUENCE": "match on a sequence pattern", "MATCH_KEYS": "match on a mapping pattern",
-    "PREP_RERAISE_STAR": "except*", "CHECK_EG_MATCH": "except*", "CALL_INTRINSIC_2": "except*/type params",
-    "LOAD_LOCALS": "class bodies", "LOAD_FROM_DICT_OR_DEREF": "class bodies",
-    "LOAD_FROM_DICT_OR_GLOBALS": "class bodies", "STORE_NAME": "module-level code",
-    "DELETE_NAME": "module-level code", "RETURN_GENERATOR_ASYNC": "coroutines",
-    "INTERPRETER_EXIT": "interpreter exit", "ENTER_EXECUTOR": "JIT executors", "EXIT_INIT_CHECK": "__init__",
-}

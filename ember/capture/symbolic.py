@@ -16,7 +16,7 @@ from typing import Any
 from . import rules as R
 from .bytecode import PY
 from .guards import GuardSet
-from .interpreter import CO_GENERATOR, NULL, Frame, UserException, Yield, bind_arguments
+from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_arguments
 from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
 from .values import (IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
@@ -37,6 +37,7 @@ class SymbolicDomain:
         self.side_effects: list[Value] = []          # mutated existing values, in first-mutation order
         self.global_writes: dict[tuple[int, str], tuple[dict, str, Any]] = {}
         self.new_objects: list[ObjectVar] = []
+        self.generators: list[IterVar] = []          # user generators started by the trace
         for p in self.plugins:
             p.start(self)
 
@@ -196,12 +197,13 @@ class SymbolicDomain:
     def load_global(self, f: Frame, name: str) -> Value:
         g = f.f_globals
         w = self.global_writes.get((id(g), name))
-        if w is not None:
-            if w[2] is NULL:
-                raise UserException(NameError(f"name '{name}' is not defined"))
+        if w is not None and w[2] is not NULL:
             return w[2]
-        if name in g:
+        if w is None and name in g:
             return self.wrap(g[name], GlobalSource(id(g), name, g))
+        if w is None:
+            gn = self.cg.bind(g, "G")
+            self.guards.add(f"{name!r} not in {gn}", f"global {name!r} is not defined (the builtin is used)")
         b = g.get("__builtins__", builtins)
         b = b if isinstance(b, dict) else b.__dict__
         if name in b:
@@ -212,8 +214,13 @@ class SymbolicDomain:
         self.global_writes[(id(f.f_globals), name)] = (f.f_globals, name, v)
 
     def delete_global(self, f: Frame, name: str) -> None:
-        self.load_global(f, name)
-        self.global_writes[(id(f.f_globals), name)] = (f.f_globals, name, NULL)
+        g = f.f_globals
+        w = self.global_writes.get((id(g), name))
+        if (w[2] is NULL) if w is not None else name not in g:
+            raise UserException(NameError(f"name '{name}' is not defined"))
+        if w is None:
+            self.wrap(g[name], GlobalSource(id(g), name, g))     # guards that the name exists
+        self.global_writes[(id(g), name)] = (g, name, NULL)
 
     def new_cell(self, v):
         return CellVar(v)
@@ -281,23 +288,13 @@ class SymbolicDomain:
         return self._rule(R.ITER, f, v, "iterating")(self, f, v)
 
     def next(self, f, it):
-        if type(it) is not IterVar:
-            it = self.iter(f, it) if not isinstance(it, ObjectVar) else it
-            if isinstance(it, ObjectVar):
-                try:
-                    return True, self.call_method(f, it, "__next__", [], {})
-                except UserException as ue:
-                    if isinstance(ue.exc, StopIteration):
-                        return False, None
-                    raise
-        try:
-            return True, next(it.gen)
-        except StopIteration:
-            return False, None
+        """(True, item), or (False, the iterator's return value) when it is exhausted."""
+        from .generators import next_value
+        return next_value(self, f, it)
 
     def send(self, f, it, v):
-        ok, out = self.next(f, it)
-        return ok, out if ok else Const(None)
+        from .generators import send_value
+        return send_value(self, f, it, v)
 
     def len(self, f, v) -> int:
         return self._rule(R.LEN, f, v, "len()")(self, f, v)
@@ -458,6 +455,10 @@ class SymbolicDomain:
     def make_super(self, f, cls, obj):
         return SuperVar(self.as_python(f, cls), obj)
 
+    def load_build_class(self, f):
+        raise self.unsupported(f, "defining a class inside a compiled function",
+                               "define the class at module level, outside the compiled function")
+
     def import_name(self, f, name, fromlist, level):
         try:
             mod = __import__(name, f.f_globals, None, self.as_python(f, fromlist), self.as_python(f, level))
@@ -509,7 +510,10 @@ class SymbolicDomain:
             locals_[n] = c
         frame = Frame(self, code, g, locals_, f, func)
         if code.co_flags & CO_GENERATOR:
-            return IterVar(_drive(frame, self), f"generator {name}", frame)
+            from .generators import drive
+            it = IterVar(drive(frame), f"generator {name}", frame)
+            self.generators.append(it)
+            return it
         if code.co_flags & 0x80 or code.co_flags & 0x200:
             raise self.unsupported(f, f"calling async function {name}")
         return frame.run().value
@@ -554,11 +558,3 @@ _DELETED = _Deleted()
 def _dict_getitems():
     import collections
     return (collections.OrderedDict.__getitem__, collections.defaultdict.__getitem__)
-
-
-def _drive(frame: Frame, d: SymbolicDomain):
-    r = frame.run()
-    while type(r) is Yield:
-        yield r.value
-        frame.stack.append(Const(None))
-        r = frame.run()

@@ -1,7 +1,6 @@
 """Shared machinery of the capture tests: a counting backend, cloning and differential comparison helpers.
 
-Test modules import the fixtures explicitly (``from tests.capture.harness import counter, fresh_ember``) so
-pytest registers them for that module.
+The fixtures built on it (``counter``, ``fresh_ember``) live in conftest.py.
 """
 from __future__ import annotations
 
@@ -9,14 +8,11 @@ import copy
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-import ember  # noqa: E402
 
 
 class CountingBackend:
@@ -38,18 +34,6 @@ class CountingBackend:
 
     def describe(self) -> str:
         return "\n\n".join(f"graph {i}:\n{gm.code}" for i, gm in enumerate(self.graphs))
-
-
-@pytest.fixture
-def fresh_ember():
-    ember.reset()
-    yield
-    ember.reset()
-
-
-@pytest.fixture
-def counter(fresh_ember):
-    return CountingBackend()
 
 
 def clone_value(v, *, requires_grad: bool | None = None):
@@ -90,7 +74,8 @@ def assert_same(actual, expected, path: str = "out") -> None:
         assert actual.requires_grad == expected.requires_grad, (
             f"{path}: requires_grad {actual.requires_grad} != eager's {expected.requires_grad}")
         return
-    assert type(actual) is type(expected), f"{path}: type {type(actual).__name__} != {type(expected).__name__}"
+    assert type(actual) is type(expected), (
+        f"{path}: type {type(actual).__name__} != {type(expected).__name__}")
     if isinstance(expected, (list, tuple)):
         assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
@@ -117,7 +102,8 @@ def cotangent_loss(out, seed: int = 1234) -> torch.Tensor | None:
     return total
 
 
-def assert_module_state_same(actual: torch.nn.Module, expected: torch.nn.Module, path: str = "module") -> None:
+def assert_module_state_same(actual: torch.nn.Module, expected: torch.nn.Module,
+                             path: str = "module") -> None:
     """Parameters, buffers and the public plain attributes (side effects of forward) of two module trees."""
     a_sd, e_sd = actual.state_dict(keep_vars=True), expected.state_dict(keep_vars=True)
     assert list(a_sd) == list(e_sd), f"{path}: state_dict keys differ"
@@ -126,14 +112,16 @@ def assert_module_state_same(actual: torch.nn.Module, expected: torch.nn.Module,
     for (name, a_mod), (_, e_mod) in zip(actual.named_modules(), expected.named_modules()):
         a_attrs = {k: v for k, v in vars(a_mod).items() if not k.startswith("_")}
         e_attrs = {k: v for k, v in vars(e_mod).items() if not k.startswith("_")}
-        assert sorted(a_attrs) == sorted(e_attrs), f"{path}.{name}: attributes {sorted(a_attrs)} != {sorted(e_attrs)}"
+        assert sorted(a_attrs) == sorted(e_attrs), (
+            f"{path}.{name}: attributes {sorted(a_attrs)} != {sorted(e_attrs)}")
         for k, v in e_attrs.items():
+            where = f"{path}.{name}.{k}"
             if isinstance(v, torch.Tensor):
-                assert isinstance(a_attrs[k], torch.Tensor), f"{path}.{name}.{k}: not a tensor"
+                assert isinstance(a_attrs[k], torch.Tensor), f"{where}: not a tensor"
                 torch.testing.assert_close(a_attrs[k].detach(), v.detach(),
-                                           msg=lambda m, k=k: f"{path}.{name}.{k}: {m}")
+                                           msg=lambda m, w=where: f"{w}: {m}")
             elif isinstance(v, (int, float, bool, str, type(None))):
-                assert a_attrs[k] == v, f"{path}.{name}.{k}: {a_attrs[k]!r} != {v!r}"
+                assert a_attrs[k] == v, f"{where}: {a_attrs[k]!r} != {v!r}"
 
 
 def assert_grads_same(actual_params, expected_params, names=None) -> None:

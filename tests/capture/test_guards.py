@@ -1,10 +1,10 @@
-"""Guards, the cache and recompiles; readable guard/glue logs; ``fullgraph=True`` errors that point at user code.
+"""Guards, the cache and recompiles; readable guard/glue logs; ``fullgraph=True`` errors pointing at user
+code.
 
-Issue 2, items 5 and 7: a cached call with the same facts never recompiles; each changed fact the trace relied on
-(shape, dtype, stride, requires_grad, module.training, a Python int argument, a global's value, grad mode, a
-container's length) costs exactly one recompile, and both entries stay cached; more than 8 entries for one code
-object warn once and run eagerly, with correct results.
-"""
+Issue 2, items 5 and 7: a cached call with the same facts never recompiles; each changed fact the trace relied
+on (shape, dtype, stride, requires_grad, module.training, a Python int argument, a global's value, grad mode,
+a container's length) costs exactly one recompile, and both entries stay cached; more than 8 entries for one
+code object warn once and run eagerly, with correct results."""
 from __future__ import annotations
 
 import inspect
@@ -15,9 +15,10 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import ember  # noqa: E402
-from tests.capture.harness import ROOT, assert_same, counter, fresh_ember  # noqa: E402,F401
+from tests.capture.harness import ROOT, assert_same  # noqa: E402
 
 THIS_FILE = Path(__file__).name
 
@@ -363,7 +364,8 @@ def test_fullgraph_unsupported_points_at_user_line(fn, sign, counter):
     assert THIS_FILE in msg, msg
     for where, marker in WHERE[fn]:
         line = marked_line(where, marker)
-        assert re.search(rf"{re.escape(THIS_FILE)}\D{{1,12}}{line}\b", msg), f"line {line} not named in:\n{msg}"
+        pattern = rf"{re.escape(THIS_FILE)}\D{{1,12}}{line}\b"
+        assert re.search(pattern, msg), f"line {line} not named in:\n{msg}"
 
 
 @pytest.mark.parametrize("fn", UNSUPPORTED, ids=[f.__name__ for f in UNSUPPORTED])

@@ -3,8 +3,8 @@
 Each program is a plain function (or an ``nn.Module`` class, instantiated under a fixed seed) registered with
 ``@program(*args, **kwargs)``. Arguments are written as specs: ``T(3, 4)`` a random float tensor, ``P(3)`` a
 positive one, ``I(5, high=4)`` a random int64 tensor, ``B(3, 4)`` a random bool mask; lists, tuples, dicts and
-plain Python values pass through. Every program runs twice with fresh random inputs of the same shapes, and each
-time the harness checks:
+plain Python values pass through. Every program runs twice with fresh random inputs of the same shapes, and
+each time the harness checks:
 
 - outputs equal eager's (structure, values, dtype, shape, requires_grad);
 - the arguments after the call equal eager's (in-place ops on inputs, appends to list arguments, dict writes);
@@ -18,116 +18,24 @@ from __future__ import annotations
 
 import copy
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import ember  # noqa: E402
-from tests.capture.harness import (  # noqa: E402,F401
+import tests.capture.torch_programs_modules  # noqa: E402,F401  (registers the module programs)
+from tests.capture.harness import (  # noqa: E402
     assert_module_state_same,
     assert_same,
     clone_value,
     cotangent_loss,
-    counter,
-    fresh_ember,
     tensors_in,
 )
-
-
-# ------------------------------------------------------------------------------------------ argument specs
-@dataclass(frozen=True)
-class T:
-    """A random float tensor (standard normal)."""
-    shape: tuple
-    dtype: torch.dtype = torch.float32
-
-    def __init__(self, *shape, dtype=torch.float32):
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "dtype", dtype)
-
-    def make(self, g):
-        return torch.randn(self.shape, generator=g, dtype=torch.float64).to(self.dtype)
-
-
-class P(T):
-    """A random positive float tensor in [0.5, 1.5)."""
-
-    def make(self, g):
-        return (torch.rand(self.shape, generator=g, dtype=torch.float64) + 0.5).to(self.dtype)
-
-
-@dataclass(frozen=True)
-class I:  # noqa: E742
-    """A random int64 tensor in [low, high)."""
-    shape: tuple
-    high: int
-    low: int
-
-    def __init__(self, *shape, high=4, low=0):
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "high", high)
-        object.__setattr__(self, "low", low)
-
-    def make(self, g):
-        return torch.randint(self.low, self.high, self.shape, generator=g)
-
-
-@dataclass(frozen=True)
-class B:
-    """A random bool mask."""
-    shape: tuple
-
-    def __init__(self, *shape):
-        object.__setattr__(self, "shape", shape)
-
-    def make(self, g):
-        return torch.rand(self.shape, generator=g) > 0.5
-
-
-def materialize(spec, g):
-    if isinstance(spec, (T, I, B)):
-        return spec.make(g)
-    if isinstance(spec, list):
-        return [materialize(s, g) for s in spec]
-    if isinstance(spec, tuple):
-        return tuple(materialize(s, g) for s in spec)
-    if isinstance(spec, dict):
-        return {k: materialize(v, g) for k, v in spec.items()}
-    return copy.deepcopy(spec)
-
-
-# ------------------------------------------------------------------------------------------------- table
-@dataclass
-class Program:
-    name: str
-    fn: Callable
-    args: tuple
-    kwargs: dict
-    grad: bool
-    graphs: int
-    module: bool
-
-    def __repr__(self):
-        return self.name
-
-
-PROGRAMS: list[Program] = []
-
-
-def program(*args: Any, grad: bool = True, graphs: int = 1, **kwargs: Any):
-    """Register a program with one argument spec; ``grad=False`` for programs that mutate their inputs or whose
-    outputs are not differentiable."""
-    def deco(fn):
-        PROGRAMS.append(Program(fn.__name__, fn, args, kwargs, grad, graphs, isinstance(fn, type)))
-        return fn
-    return deco
+from tests.capture.torch_program_table import PROGRAMS, B, I, P, T, materialize, program  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------- torch functions
@@ -143,7 +51,8 @@ def torch_reductions(x):
 
 @program(T(3, 4), T(4, 5), T(2, 3, 4))
 def torch_matmul_family(x, w, b):
-    return torch.mm(x, w), torch.matmul(b, w), torch.einsum("ij,jk->ik", x, w), torch.bmm(b, b.transpose(1, 2))
+    return (torch.mm(x, w), torch.matmul(b, w), torch.einsum("ij,jk->ik", x, w),
+            torch.bmm(b, b.transpose(1, 2)))
 
 
 @program(T(2, 3), T(2, 3))
@@ -171,7 +80,8 @@ def torch_sort_topk_max(x):
 
 @program(T(3, 4))
 def torch_math_misc(x):
-    return torch.addcmul(x, x, x, value=0.5), torch.lerp(x, x.flip(0), 0.3), torch.outer(x[0], x[1]), torch.norm(x)
+    return (torch.addcmul(x, x, x, value=0.5), torch.lerp(x, x.flip(0), 0.3), torch.outer(x[0], x[1]),
+            torch.norm(x))
 
 
 # ----------------------------------------------------------------------------------------- tensor methods
@@ -187,7 +97,8 @@ def method_reductions_keepdim(x):
 
 @program(T(3, 4), T(3, 4))
 def method_dtype_conversions(x, y):
-    return x.double() * 2, x.to(torch.float64).sum(), x.type_as(y), x.half().float(), x.long(), (x > 0).float()
+    return (x.double() * 2, x.to(torch.float64).sum(), x.type_as(y), x.half().float(), x.long(),
+            (x > 0).float())
 
 
 @program(T(3, 4), B(3, 4))
@@ -345,7 +256,7 @@ def setitem_bool_mask_on_input(x):
 def setitem_bool_mask_argument(x, mask):
     y = x.clone()
     y[mask] = -1.0
-    y[~mask] *= 2
+    y[~mask] = 2.0 * x.mean()
     return y
 
 
@@ -369,12 +280,14 @@ def setitem_none_ellipsis_broadcast(x, v):
 # ------------------------------------------------------------------------------------------------ views
 @program(T(2, 3, 4))
 def views_view_reshape_flatten(x):
-    return x.view(6, 4), x.reshape(-1), x.flatten(1), x.view(2, -1).t(), x.reshape(4, 6), torch.reshape(x, (3, 8))
+    return (x.view(6, 4), x.reshape(-1), x.flatten(1), x.view(2, -1).t(), x.reshape(4, 6),
+            torch.reshape(x, (3, 8)))
 
 
 @program(T(2, 3, 4))
 def views_permute_transpose(x):
-    return x.permute(2, 0, 1), x.transpose(0, 2), x.mT, torch.transpose(x, 1, 2), x.movedim(0, -1), x.swapaxes(0, 1)
+    return (x.permute(2, 0, 1), x.transpose(0, 2), x.mT, torch.transpose(x, 1, 2), x.movedim(0, -1),
+            x.swapaxes(0, 1))
 
 
 @program(T(3, 4))
@@ -410,7 +323,8 @@ def functional_linear(x, w, b):
 @program(T(2, 3, 8, 8), T(4, 3, 3, 3), T(4))
 def functional_conv_pool(x, w, b):
     y = F.conv2d(x, w, b, padding=1)
-    return F.max_pool2d(y, 2), F.avg_pool2d(y, 2, stride=2), F.adaptive_avg_pool2d(y, 1), F.conv2d(x, w, stride=2)
+    return (F.max_pool2d(y, 2), F.avg_pool2d(y, 2, stride=2), F.adaptive_avg_pool2d(y, 1),
+            F.conv2d(x, w, stride=2))
 
 
 @program(T(4, 6), T(6), T(6), P(3), T(3), T(2, 3, 4))
@@ -427,9 +341,9 @@ def functional_losses(x, target, y):
 
 @program(T(2, 3, 4), I(3, 5, high=10), T(10, 4))
 def functional_misc(x, tokens, table):
-    return (F.pad(x, (1, 2)), F.interpolate(x, scale_factor=2, mode="nearest"), F.dropout(x, 0.5, training=False),
-            F.embedding(tokens, table), F.one_hot(tokens, num_classes=10), F.softmax(x, dim=-1),
-            F.cosine_similarity(x, x.flip(0), dim=-1))
+    return (F.pad(x, (1, 2)), F.interpolate(x, scale_factor=2, mode="nearest"),
+            F.dropout(x, 0.5, training=False), F.embedding(tokens, table), F.one_hot(tokens, num_classes=10),
+            F.softmax(x, dim=-1), F.cosine_similarity(x, x.flip(0), dim=-1))
 
 
 # ------------------------------------------------------------------------ metadata read in Python logic
@@ -477,7 +391,8 @@ def meta_ndim_requires_grad(x, y):
 def meta_shape_arithmetic(x):
     b, *rest = x.shape
     flat = x.reshape(b, -1)
-    return flat / flat.shape[-1], x.view(x.size(0) * x.size(1), -1), torch.Size(rest), x.stride(), x.is_contiguous()
+    return (flat / flat.shape[-1], x.view(x.size(0) * x.size(1), -1), torch.Size(rest), x.stride(),
+            x.is_contiguous())
 
 
 # --------------------------------------------------------------------------------------------- grad modes
@@ -552,13 +467,15 @@ def factory_random_under_outer_seed(x):
 def factory_tensor_from_list(x, m):
     a = torch.tensor([1.0, 2.0, 3.0, 4.0])
     b = torch.tensor([[1, 2], [3, 4]])
-    return a * x, b @ b, m + torch.tensor([0.5, -0.5]), torch.tensor(3.0) * x, torch.as_tensor([1, 2, 3]).sum()
+    return (a * x, b @ b, m + torch.tensor([0.5, -0.5]), torch.tensor(3.0) * x,
+            torch.as_tensor([1, 2, 3]).sum())
 
 
 @program(T(3, 4))
 def factory_like_and_new(x):
-    return (torch.zeros_like(x) + x, torch.ones_like(x) * x, torch.full_like(x, 7.0), torch.empty_like(x).fill_(1.0),
-            x.new_ones(2, 3), x.new_full((2,), 3.0), x.new_tensor([1.0, 2.0]), torch.empty(2, 2).fill_(3) + 1)
+    return (torch.zeros_like(x) + x, torch.ones_like(x) * x, torch.full_like(x, 7.0),
+            torch.empty_like(x).fill_(1.0), x.new_ones(2, 3), x.new_full((2,), 3.0), x.new_tensor([1.0, 2.0]),
+            torch.empty(2, 2).fill_(3) + 1)
 
 
 # ------------------------------------------------------------------------------------------- return kinds
@@ -667,184 +584,6 @@ def write_into_dict_argument(x, d):
     return x - 1
 
 
-# ----------------------------------------------------------------------------------------------- modules
-@program(T(5, 4))
-class LinearModule(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.fc(x)
-
-
-@program(T(5, 4))
-class SequentialModule(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
-
-    def forward(self, x):
-        return self.net(x), self.net[0](x), self.net[:2](x)
-
-
-@program(T(3, 6))
-class ModuleListIteration(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList([nn.Linear(6, 6) for _ in range(3)])
-        self.norms = nn.ModuleList(nn.LayerNorm(6) for _ in range(3))
-
-    def forward(self, x):
-        for layer, norm in zip(self.layers, self.norms):
-            x = norm(x + layer(x))
-        for i, layer in enumerate(self.layers[1:]):
-            x = x + layer(x) * (i + 1)
-        return x + self.layers[-1](x) * len(self.layers)
-
-
-@program(T(3, 4))
-class ModuleDictUsage(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4), "act": nn.GELU()})
-
-    def forward(self, x):
-        out = {}
-        for name, m in self.blocks.items():
-            out[name] = m(x)
-        return self.blocks["act"](self.blocks["a"](x) + out["b"]), out, list(self.blocks.keys())
-
-
-class _ScaledBase(nn.Linear):
-    def forward(self, x):
-        return super().forward(x) * 2
-
-
-@program(T(3, 4))
-class SuperForward(_ScaledBase):
-    def __init__(self):
-        super().__init__(4, 5)
-
-    def forward(self, x):
-        return super().forward(x) + 1, nn.Linear.forward(self, x)
-
-
-@program(T(3, 4))
-class HelperMethodsAndProperties(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(4, 4)
-        self.temperature = 2.0
-        self.register_buffer("offset", torch.linspace(-1, 1, 4))
-
-    @property
-    def inv_temperature(self):
-        return 1.0 / self.temperature
-
-    def _activate(self, x):
-        return torch.tanh(x * self.inv_temperature)
-
-    @staticmethod
-    def _square(x):
-        return x * x
-
-    def forward(self, x):
-        h = self._activate(self.proj(x)) + self.offset
-        return self._square(h), self.proj.weight.shape[0], self.proj.in_features
-
-
-@program(T(3, 4), grad=False)
-class SetattrInForward(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.last_output = torch.zeros(3, 4)
-
-    def forward(self, x):
-        y = self.fc(x)
-        self.last_output = y.detach() * 2
-        self.last_input_sum = x.sum().detach()
-        return y
-
-
-@program(T(3, 4), grad=False)
-class BufferMutationInForward(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("running", torch.zeros(4))
-        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
-
-    def forward(self, x):
-        self.running.mul_(0.9).add_(x.mean(0), alpha=0.1)
-        self.steps += 1
-        return x - self.running
-
-
-@program(T(3, 4))
-class DirectParameterUse(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(4, 4))
-        self.bias = nn.Parameter(torch.randn(4))
-        self.scale = nn.Parameter(torch.tensor(0.5))
-
-    def forward(self, x):
-        return torch.addmm(self.bias, x, self.weight) * self.scale + self.weight.sum()
-
-
-@program(T(2, 3, 8, 8))
-class ConvBnPoolEval(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-        self.pool = nn.MaxPool2d(2)
-        self.bn.running_mean.uniform_(-0.5, 0.5)
-        self.bn.running_var.uniform_(0.5, 1.5)
-        self.eval()
-
-    def forward(self, x):
-        return self.pool(F.relu(self.bn(self.conv(x)))).flatten(1)
-
-
-@program(T(6, 4))
-class TrainingFlagBranchWithBatchNorm(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.bn = nn.BatchNorm1d(4)
-        self.drop = nn.Dropout(0.0)
-
-    def forward(self, x):
-        y = self.bn(self.fc(x))
-        if self.training:
-            y = self.drop(y) * 1.5
-        return y
-
-
-@program(T(3, 4))
-class NestedSubmoduleMethods(nn.Module):
-    class Inner(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = nn.Linear(4, 4)
-
-        def gate(self, x):
-            return torch.sigmoid(self.a(x))
-
-        def forward(self, x):
-            return x * self.gate(x)
-
-    def __init__(self):
-        super().__init__()
-        self.inner = self.Inner()
-        self.outer = nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.outer(self.inner(x) + self.inner.gate(x)), [n for n, _ in self.inner.named_children()]
-
-
 # ------------------------------------------------------------------------------------------------- tests
 @pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_program(prog, counter):
@@ -859,8 +598,8 @@ def test_program(prog, counter):
     for seed in (1, 2):
         g = torch.Generator().manual_seed(seed)
         args, kwargs = materialize(prog.args, g), materialize(prog.kwargs, g)
-        e_args, e_kwargs = clone_value(args, requires_grad=prog.grad), clone_value(kwargs, requires_grad=prog.grad)
-        c_args, c_kwargs = clone_value(args, requires_grad=prog.grad), clone_value(kwargs, requires_grad=prog.grad)
+        e_args, e_kwargs = clone_value((args, kwargs), requires_grad=prog.grad)
+        c_args, c_kwargs = clone_value((args, kwargs), requires_grad=prog.grad)
 
         torch.manual_seed(100 + seed)
         expected = eager_fn(*e_args, **e_kwargs)

@@ -172,7 +172,8 @@ def test_corpus_is_broad():
                 "UNPACK_SEQUENCE", "UNPACK_EX", "LOAD_DEREF", "STORE_DEREF", "MAKE_FUNCTION", "RAISE_VARARGS",
                 "RERAISE", "PUSH_EXC_INFO", "CHECK_EXC_MATCH", "BEFORE_WITH", "YIELD_VALUE", "MATCH_CLASS",
                 "MATCH_MAPPING", "MATCH_SEQUENCE", "CALL_FUNCTION_EX", "BUILD_SLICE", "DELETE_FAST",
-                "MAKE_CELL", "GET_AWAITABLE", "CHECK_EG_MATCH", "LOAD_BUILD_CLASS", "IMPORT_NAME", "IMPORT_FROM",
+                "MAKE_CELL", "GET_AWAITABLE", "CHECK_EG_MATCH", "LOAD_BUILD_CLASS", "IMPORT_NAME",
+                "IMPORT_FROM",
                 "POP_JUMP_FORWARD_IF_FALSE" if v < (3, 12) else "POP_JUMP_IF_FALSE",
                 "FORMAT_VALUE" if v < (3, 13) else "FORMAT_SIMPLE"]
     for op in expected:

@@ -203,7 +203,8 @@ def wrap_result(d, f, st: TorchState, node: fx.Node, meta_out: Any, device: torc
         cls = type(meta_out) if type(meta_out) not in (tuple, list) else None
         if type(meta_out) is list:
             return ListVar(items)
-        return TupleVar(items, cls if cls is not None and hasattr(cls, "_fields") else None)
+        keep = cls is not None and (hasattr(cls, "_fields") or hasattr(cls, "n_fields"))
+        return TupleVar(items, cls if keep else None)
     if meta_out is None or isinstance(meta_out, (bool, int, float, torch.dtype, torch.device, torch.Size, str)):
         return d.from_python(meta_out)
     if isinstance(meta_out, torch.Tensor.__bases__[0]) or type(meta_out).__module__.startswith("torch"):

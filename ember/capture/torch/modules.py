@@ -117,7 +117,8 @@ def _realize(v):
         items = [_realize(x) for x in v.items]
         return items if isinstance(v, ListVar) else tuple(items)
     if isinstance(v, DictVar):
-        return {k: _realize(x) for k, x in v.items.items()}
+        real = {k: _realize(x) for k, x in v.items.items()}
+        return real if v.cls is dict else v.cls(real)
     ro = v.real_object()
     if ro is NULL or getattr(v, "is_new", False) or getattr(v, "overlay", None):
         try:

@@ -151,8 +151,13 @@ class TorchPlugin:
         if isinstance(fn, type):
             if issubclass(fn, torch.nn.Module):
                 return construct_module(d, f, fn, args, kwargs)
-            if fn in (torch.Size, torch.device, torch.finfo, torch.iinfo):
-                return None     # pure constructors: the generic path calls them on constants
+            if fn in (torch.Size, torch.device, torch.finfo, torch.iinfo, torch.dtype):
+                from ..objects import all_const, call_real
+                if all_const(args, kwargs):
+                    return call_real(d, f, fn, args, kwargs)
+                if fn is torch.Size:
+                    return Const(torch.Size(d.as_python(f, d.call(f, Const(tuple), args, {}))))
+                raise d.unsupported(f, f"{fn.__name__}() of traced values")
             if fn is torch.Tensor or issubclass(fn, torch.Tensor):
                 raise d.unsupported(f, f"constructing {fn.__name__} directly inside compiled code",
                                     "use a factory function such as torch.tensor or torch.empty")

@@ -154,8 +154,18 @@ def _tensor_getitem(d, f, t, k):
 def _tensor_setitem(d, f, t, k, v):
     if v is NULL:
         raise UserException(TypeError("'Tensor' object does not support item deletion"))
-    record(d, f, "call_function", operator.setitem, [t, k, v], {},
-           meta_fn=lambda a, i, x: (a.__setitem__(i, x), None)[1])
+    record(d, f, "call_function", operator.setitem, [t, k, v], {}, meta_fn=_meta_setitem)
+
+
+def _meta_setitem(a, i, x):
+    """Check the assignment on meta tensors where meta kernels can (a boolean mask cannot: its metadata
+    effect is nil anyway, since setitem never changes the target's shape)."""
+    try:
+        a.__setitem__(i, x)
+    except (NotImplementedError, RuntimeError) as e:
+        if "meta" not in str(e).lower() and "nonzero" not in str(e).lower():
+            raise
+    return None
 
 
 @R.LEN.register(TensorVar)

@@ -1,0 +1,163 @@
+"""Generators in the symbolic domain: driving a user generator's frame, ``send``/``throw``/``close``, and the
+check that no generator is left suspended where closing it would run user code.
+
+A user generator is an ``IterVar`` whose ``gen`` is ``drive(frame)``, a Python generator that resumes the
+frame; its ``frame`` is the generator's own interpreter frame. CPython runs a generator's ``finally`` and
+``with`` exits when it is closed or collected; the trace cannot know when the collection would happen, so a
+generator still suspended inside such a block at the end of the trace is reported unsupported rather than
+silently never finishing it. Torch-free.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .bytecode import PY
+from .interpreter import Frame, UserException, Yield
+from .values import Const, IterVar, ObjectVar, Value
+
+
+class _Throw(Exception):
+    """Carries a user exception into ``drive`` (``generator.throw``/``close``)."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__(exc)
+        self.exc = exc
+
+
+def drive(frame: Frame):
+    r = frame.run()
+    while type(r) is Yield:
+        try:
+            sent = yield r.value
+        except _Throw as t:
+            r = frame.throw(t.exc)
+        else:
+            frame.stack.append(Const(None) if sent is None else sent)
+            r = frame.run()
+    return r.value
+
+
+def _finished(e: StopIteration) -> Value:
+    return e.value if isinstance(e.value, Value) else Const(e.value)
+
+
+def next_value(d, f, it: Any) -> tuple[bool, Value]:
+    """(True, item), or (False, the return value) when the iterator is exhausted."""
+    if type(it) is not IterVar:
+        if not isinstance(it, ObjectVar):
+            it = d.iter(f, it)
+        else:
+            try:
+                return True, d.call_method(f, it, "__next__", [], {})
+            except UserException as ue:
+                if isinstance(ue.exc, StopIteration):
+                    return False, d.from_python(ue.exc.value)
+                raise
+    try:
+        return True, next(it.gen)
+    except StopIteration as e:
+        return False, _finished(e)
+
+
+def send_value(d, f, it: Any, v: Value) -> tuple[bool, Value]:
+    """What SEND (``yield from``) and ``generator.send`` do: ``next`` for None, else the iterator's ``send``."""
+    if d.is_none(f, v):
+        return next_value(d, f, it)
+    if type(it) is IterVar and it.frame is not None:
+        if it.frame.cur is None:
+            raise UserException(TypeError("can't send non-None value to a just-started generator"))
+        try:
+            return True, it.gen.send(v)
+        except StopIteration as e:
+            return False, _finished(e)
+    try:
+        return True, d.call_method(f, it, "send", [v], {})
+    except UserException as ue:
+        if isinstance(ue.exc, StopIteration):
+            return False, d.from_python(ue.exc.value)
+        raise
+
+
+def generator_method(d, f, it: IterVar, name: str, args: list, kwargs: dict) -> Value:
+    if kwargs:
+        raise UserException(TypeError(f"generator.{name}() takes no keyword arguments"))
+    if name == "send":
+        if len(args) != 1:
+            raise UserException(TypeError(f"generator.send() takes exactly one argument ({len(args)} given)"))
+        ok, v = send_value(d, f, it, args[0])
+        return _stop_if_done(d, f, ok, v)
+    if name == "throw":
+        if len(args) != 1:
+            raise d.unsupported(f, "generator.throw() with more than one argument (deprecated form)")
+        return _throw(d, f, it, d.exception_of(f, args[0]))
+    if name == "close" and not args:
+        return close(d, f, it)
+    raise d.unsupported(f, f"generator.{name}")
+
+
+def _stop_if_done(d, f, ok: bool, v: Value) -> Value:
+    if ok:
+        return v
+    raise UserException(StopIteration(d.as_python(f, v)) if not d.is_none(f, v) else StopIteration())
+
+
+def _throw(d, f, it: IterVar, exc: BaseException) -> Value:
+    if it.frame.cur is None or it.frame.done:
+        it.frame.done = True
+        it.gen.close()
+        raise UserException(exc, chained=True)
+    try:
+        return it.gen.throw(_Throw(exc))
+    except StopIteration as e:
+        return _stop_if_done(d, f, False, _finished(e))
+
+
+def close(d, f, it: IterVar) -> Value:
+    fr = it.frame
+    if fr.cur is None or fr.done:           # never started, or finished: nothing runs
+        fr.done = True
+        it.gen.close()
+        return Const(None)
+    try:
+        it.gen.throw(_Throw(GeneratorExit()))
+    except StopIteration as e:
+        return _finished(e) if _close_returns_value() else Const(None)
+    except UserException as ue:
+        if isinstance(ue.exc, (GeneratorExit, StopIteration)):
+            return Const(None)
+        raise
+    raise UserException(RuntimeError("generator ignored GeneratorExit"))
+
+
+def _close_returns_value() -> bool:
+    if PY in ((3, 11), (3, 12)):
+        return False
+    if PY == (3, 13):
+        return True         # 3.13: close() returns the generator's return value
+    raise NotImplementedError(f"generator.close() on CPython {PY[0]}.{PY[1]}")
+
+
+def check_suspended(d) -> None:
+    """Unsupported if a generator of the trace is suspended where closing it would run user code."""
+    for it in d.generators:
+        fr = it.frame
+        if fr.cur is not None and not fr.done and _closing_runs_code(fr):
+            raise fr.unsupported(
+                f"generator {fr.code.co_qualname} is left suspended inside a try/finally or with block; "
+                "CPython runs that cleanup when the generator is closed or collected",
+                "exhaust the generator or call its close() inside the compiled function")
+
+
+def _closing_runs_code(fr: Frame) -> bool:
+    offset = fr.cur.offset
+    while True:
+        entry = fr.decoded.handler_for(offset)
+        if entry is None:
+            return False
+        target = fr.instrs[fr.decoded.by_offset[entry.target]]
+        if target.opname == "CALL_INTRINSIC_1" and target.argrepr == "INTRINSIC_STOPITERATION_ERROR":
+            return False        # 3.12+: the generator-wide handler only converts StopIteration
+        if target.opname != "CLEANUP_THROW":
+            return True
+        offset = target.offset  # a `yield from`: its sub-generator is checked on its own
+

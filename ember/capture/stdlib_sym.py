@@ -1,0 +1,132 @@
+"""Symbolic versions of the standard-library helpers that library code (nn.Sequential indexing, user loops)
+uses on values: itertools (each a lazy iterator over values, like the real one) and the dict subclasses of
+collections."""
+from __future__ import annotations
+
+import collections
+import itertools
+
+from .builtins_sym import BUILTIN_RULES, _gen
+from .values import Const, DictVar, TupleVar
+
+
+def _islice(d, f, it, *bounds):
+    b = [d.as_python(f, x) for x in bounds]
+    start, stop, step = (0, b[0], 1) if len(b) == 1 else (b + [None])[:3] if len(b) == 2 else b
+    start, step = start or 0, step or 1
+    it = d.iter(f, it)
+    i = 0
+    nxt = start
+    while stop is None or i < stop:
+        ok, v = d.next(f, it)
+        if not ok:
+            return
+        if i == nxt:
+            yield v
+            nxt += step
+        i += 1
+
+
+def _chain(d, f, *its):
+    for x in its:
+        it = d.iter(f, x)
+        while True:
+            ok, v = d.next(f, it)
+            if not ok:
+                break
+            yield v
+
+
+def _chain_from_iterable(d, f, outer):
+    it = d.iter(f, outer)
+    while True:
+        ok, x = d.next(f, it)
+        if not ok:
+            return
+        yield from _chain(d, f, x)
+
+
+def _count(d, f, start=Const(0), step=Const(1)):
+    i, s = d.as_python(f, start), d.as_python(f, step)
+    while True:
+        yield Const(i)
+        i += s
+
+
+def _repeat(d, f, v, times=None):
+    n = None if times is None else d.as_python(f, times)
+    i = 0
+    while n is None or i < n:
+        yield v
+        i += 1
+
+
+def _product(d, f, *its, repeat=Const(1)):
+    pools = [d.unpack_all(f, x) for x in its] * d.as_python(f, repeat)
+    for combo in itertools.product(*[range(len(p)) for p in pools]):
+        yield TupleVar([pools[k][i] for k, i in enumerate(combo)])
+
+
+def _accumulate(d, f, it, func=None, initial=None):
+    it = d.iter(f, it)
+    acc = initial
+    if acc is not None:
+        yield acc
+    while True:
+        ok, v = d.next(f, it)
+        if not ok:
+            return
+        acc = v if acc is None else (d.binary(f, "+", acc, v) if func is None else d.call(f, func, [acc, v], {}))
+        yield acc
+
+
+def _pairwise(d, f, it):
+    it = d.iter(f, it)
+    ok, prev = d.next(f, it)
+    while ok:
+        ok, v = d.next(f, it)
+        if not ok:
+            return
+        yield TupleVar([prev, v])
+        prev = v
+
+
+def _zip_longest(d, f, *its, fillvalue=Const(None)):
+    its = [d.iter(f, x) for x in its]
+    while True:
+        row, alive = [], False
+        for it in its:
+            ok, v = d.next(f, it)
+            alive |= ok
+            row.append(v if ok else fillvalue)
+        if not alive:
+            return
+        yield TupleVar(row)
+
+
+for _fn, _impl in ((itertools.islice, _islice), (itertools.chain, _chain),
+                   (itertools.chain.from_iterable, _chain_from_iterable), (itertools.count, _count),
+                   (itertools.repeat, _repeat), (itertools.product, _product), (itertools.accumulate, _accumulate),
+                   (itertools.pairwise, _pairwise), (itertools.zip_longest, _zip_longest)):
+    BUILTIN_RULES[_fn] = _gen(_impl)
+
+
+def _dict_subclass(cls):
+    def h(d, f, args, kwargs):
+        factory = None
+        if cls is collections.defaultdict:
+            factory = args[0] if args else Const(None)
+            args = args[1:]
+        r = DictVar({}, {}, cls, default_factory=factory)
+        if args:
+            d.call_method(f, r, "update", [args[0]], {})
+        for k, v in kwargs.items():
+            r.items[k] = v
+            r.keys.setdefault(k, Const(k))
+        r.mutated = False
+        return r
+    return h
+
+
+for _cls in (collections.OrderedDict, collections.defaultdict):
+    BUILTIN_RULES[_cls] = _dict_subclass(_cls)
