@@ -212,14 +212,20 @@ class FrameCache:
         return f"{c.co_filename}:{c.co_firstlineno}"
 
     def _why_missed(self, args, kwargs) -> str:
+        """The first failing guard of the newest entry (guards run in order: later ones use locals that
+        earlier ones assign)."""
         for e in reversed(self.entries):
-            for g in e.guards:
-                try:
-                    ok = eval(f"lambda {self.params}: ({g.expr})", dict(e.bindings, **self.sig_binds))(*args, **kwargs)  # noqa: S307
-                except Exception:       # noqa: BLE001
-                    ok = False
-                if not ok:
-                    return f"guard failed: {g.reason}  [{g.expr}]"
+            if not e.guards:
+                continue
+            body = "".join(f"        if not ({g.expr}):\n            return {i}\n" for i, g in enumerate(e.guards))
+            src = (f"def __which({self.params}):\n    __i = 0\n    try:\n{body}    except Exception:\n"
+                   f"        return -1\n    return None\n")
+            ns = dict(e.bindings, **self.sig_binds)
+            exec(compile(src, "<ember guard check>", "exec"), ns)      # noqa: S102
+            i = ns["__which"](*args, **kwargs)
+            if i is not None:
+                g = e.guards[i] if i >= 0 else None
+                return f"guard failed: {g.reason}  [{g.expr}]" if g else "a guard raised an exception"
         return "no entry matched"
 
     def compile_entry(self, args, kwargs) -> Entry:

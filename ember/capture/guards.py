@@ -31,11 +31,11 @@ class GuardSet:
     # -- common kinds ----------------------------------------------------------------------------------
     def type_match(self, src: Source, t: type) -> None:
         self.add(f"type({src.expr(self.cg)}) is {self.cg.bind(t, t.__name__)}",
-                 f"type of {src.expr(self.cg)} is {t.__qualname__}")
+                 f"type of {self.cg.plain(src)} is {t.__qualname__}")
 
     def id_match(self, src: Source, obj: object) -> None:
         name = getattr(obj, "__qualname__", None) or type(obj).__name__
-        self.add(f"{src.expr(self.cg)} is {self.cg.bind(obj, name)}", f"{src.expr(self.cg)} is the same {name}")
+        self.add(f"{src.expr(self.cg)} is {self.cg.bind(obj, name)}", f"{self.cg.plain(src)} is the same {name}")
 
     def equals(self, src: Source, v: object) -> None:
         e = src.expr(self.cg)

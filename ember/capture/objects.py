@@ -126,6 +126,10 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str) -> Value:
     t = type(v.obj)
     if name == "__class__":
         return Const(t)
+    if name == "__dict__":          # the real dict would not show the trace's pending attribute writes
+        if lookup_type_attr(t, "__dict__") is NULL:
+            raise _attr_error(t.__name__, name)
+        raise d.unsupported(f, "reading __dict__ of an object in compiled code")
     cattr = lookup_type_attr(t, name)
     if cattr is not NULL and type(cattr) is types.MemberDescriptorType and (v.is_new or name in v.overlay):
         x = v.overlay.get(name, NULL)
@@ -142,8 +146,6 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str) -> Value:
         inst = getattr(v.obj, "__dict__", None)
         if inst is not None and name in inst:
             return d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)
-    if name == "__dict__":
-        raise d.unsupported(f, "reading __dict__ of an object in compiled code")
     if cattr is not NULL:
         return _descriptor_get(d, f, v, cattr, name, t)
     ga = lookup_type_attr(t, "__getattr__")
@@ -302,10 +304,44 @@ def object_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) ->
 
 
 def generic_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:
-    if value is NULL and name not in v.overlay:
-        d.getattr(f, v, name)     # raises AttributeError if missing
+    """``object.__setattr__``/``__delattr__``: instance ``__dict__`` or a slot."""
+    t = type(v.obj)
+    is_slot = type(lookup_type_attr(t, name)) is types.MemberDescriptorType
+    if not is_slot and lookup_type_attr(t, "__dict__") is NULL:
+        raise UserException(AttributeError(_no_dict_message(t, name, d.py)))
+    if value is NULL and not _has_own_attr(d, f, v, name, is_slot):
+        raise UserException(AttributeError(name if is_slot else f"'{t.__name__}' object has no attribute '{name}'"))
     v.overlay[name] = value
     d.mark_mutated(v)
+
+
+def _no_dict_message(t: type, name: str, py: tuple[int, int]) -> str:
+    if py in ((3, 11), (3, 12)):
+        return f"'{t.__name__}' object has no attribute '{name}'"
+    if py == (3, 13):
+        return f"'{t.__name__}' object has no attribute '{name}' and no __dict__ for setting new attributes"
+    raise NotImplementedError(f"attribute error text on CPython {py[0]}.{py[1]} is not known to ember")
+
+
+def _has_own_attr(d: SymbolicDomain, f, v: ObjectVar, name: str, is_slot: bool) -> bool:
+    """Whether the instance itself (not its class) holds ``name``: what ``del obj.name`` needs."""
+    if name in v.overlay:
+        return v.overlay[name] is not NULL
+    if v.is_new:
+        return False
+    if is_slot:
+        try:
+            d.getattr(f, v, name)
+            return True
+        except UserException as ue:
+            if isinstance(ue.exc, AttributeError):
+                return False
+            raise
+    inst = getattr(v.obj, "__dict__", None)
+    if inst is None or name not in inst:
+        return False
+    d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)     # guards that it is there
+    return True
 
 
 @R.SETATTR.register(FuncVar)

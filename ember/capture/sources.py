@@ -15,6 +15,22 @@ class Codegen:
     def __init__(self) -> None:
         self.bindings: dict[str, Any] = {}
         self._by_id: dict[int, str] = {}
+        self.hoisted: dict[Source, list] = {}      # source -> [local name, already assigned?]
+        self._plain = 0
+
+    def hoist(self, src: Source) -> None:
+        """Evaluate ``src`` once per call: its first rendering assigns a local (walrus), later ones reuse it.
+        Only valid for code that evaluates renderings in the order they were made (guards, then the body)."""
+        if src not in self.hoisted and not isinstance(src, LocalSource):
+            self.hoisted[src] = [f"__s{len(self.hoisted)}", False]
+
+    def plain(self, src: Source) -> str:
+        """``src`` as a readable expression that assigns nothing (for messages)."""
+        self._plain += 1
+        try:
+            return src.expr(self)
+        finally:
+            self._plain -= 1
 
     def bind(self, obj: Any, hint: str = "c") -> str:
         name = self._by_id.get(id(obj))
@@ -47,6 +63,15 @@ class Source:
     __slots__ = ()
 
     def expr(self, cg: Codegen) -> str:
+        h = cg.hoisted.get(self)
+        if h is None or cg._plain:
+            return self._expr(cg)
+        if h[1]:
+            return h[0]
+        h[1] = True
+        return f"({h[0]} := {self._expr(cg)})"
+
+    def _expr(self, cg: Codegen) -> str:
         raise NotImplementedError(type(self).__name__)
 
     def name_hint(self) -> str:
@@ -57,7 +82,7 @@ class Source:
 class LocalSource(Source):
     name: str
 
-    def expr(self, cg):
+    def _expr(self, cg):
         return self.name
 
     def name_hint(self):
@@ -70,7 +95,7 @@ class GlobalSource(Source):
     name: str
     globals_dict: Any = None
 
-    def expr(self, cg):
+    def _expr(self, cg):
         return f"{cg.bind(self.globals_dict, 'G')}[{self.name!r}]"
 
     def name_hint(self):
@@ -88,7 +113,7 @@ class AttrSource(Source):
     base: Source
     name: str
 
-    def expr(self, cg):
+    def _expr(self, cg):
         return f"{self.base.expr(cg)}.{self.name}"
 
     def name_hint(self):
@@ -100,7 +125,7 @@ class ItemSource(Source):
     base: Source
     key: Any
 
-    def expr(self, cg):
+    def _expr(self, cg):
         return f"{self.base.expr(cg)}[{literal(self.key, cg)}]"
 
     def name_hint(self):
@@ -113,7 +138,7 @@ class CellSource(Source):
     cell_id: int
     cell: Any = None
 
-    def expr(self, cg):
+    def _expr(self, cg):
         return f"{cg.bind(self.cell, 'cell')}.cell_contents"
 
     def name_hint(self):
@@ -132,7 +157,7 @@ class ConstSource(Source):
     obj_id: int
     obj: Any = None
 
-    def expr(self, cg):
+    def _expr(self, cg):
         return cg.bind(self.obj, getattr(self.obj, "__name__", type(self.obj).__name__))
 
     def name_hint(self):

@@ -87,6 +87,7 @@ class TorchPlugin:
         if isinstance(obj, torch.nn.Module):
             if source is None:
                 source = ConstSource(id(obj), obj)
+            d.cg.hoist(source)
             d.guards.id_match(source, obj)
             return NNModuleVar(obj, source)
         if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
@@ -122,14 +123,16 @@ class TorchPlugin:
     @staticmethod
     def _tensor_guard(d, source: Source, t: torch.Tensor) -> None:
         cg = d.cg
+        cg.hoist(source)
+        first = source.expr(cg)
         e = source.expr(cg)
         dev = t.device
         dev_check = (f"{e}.get_device() == {dev.index if dev.type != 'cpu' else -1}"
                      if dev.type in ("cpu", "cuda") else f"{e}.device == {cg.bind(dev, 'device')}")
-        expr = (f"{e}.__class__ is {cg.bind(type(t), type(t).__name__)} and {e}.dtype is {cg.bind(t.dtype, 'dtype')}"
+        expr = (f"{first}.__class__ is {cg.bind(type(t), type(t).__name__)} and {e}.dtype is {cg.bind(t.dtype, 'dtype')}"
                 f" and {dev_check} and {e}.shape == {tuple(t.shape)!r} and {e}.stride() == {t.stride()!r}"
                 f" and {e}.requires_grad is {t.requires_grad}")
-        d.guards.add(expr, f"{e}: {type(t).__name__} {str(t.dtype).replace('torch.', '')} {tuple(t.shape)} "
+        d.guards.add(expr, f"{cg.plain(source)}: {type(t).__name__} {str(t.dtype).replace('torch.', '')} {tuple(t.shape)} "
                            f"stride {t.stride()} on {dev}, requires_grad={t.requires_grad}")
 
     def const_getattr(self, d, f, v, name):
