@@ -19,6 +19,16 @@ def check_version() -> None:
         raise RuntimeError(f"ember's bytecode interpreter supports CPython 3.11-3.13, not {PY[0]}.{PY[1]}")
 
 
+def since(version: tuple[int, int], what: str) -> bool:
+    """For a version-dependent branch: whether the running CPython is ``version`` or newer. On a CPython whose
+    bytecode ember has not been checked against, an explicit error that names the version and the construct."""
+    if PY in SUPPORTED:
+        return PY >= version
+    from ..errors import Unsupported
+    raise Unsupported(f"{what} is not implemented for CPython {PY[0]}.{PY[1]}",
+                      "ember's bytecode interpreter supports CPython 3.11-3.13")
+
+
 @dataclass(frozen=True, slots=True)
 class Instr:
     opname: str

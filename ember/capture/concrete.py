@@ -12,7 +12,7 @@ import operator
 import types
 from typing import Any, Callable
 
-from .bytecode import PY
+from .bytecode import PY, since
 from .interpreter import CO_GENERATOR, NULL, Frame, Return, UserException, Yield, bind_arguments, reraise_real
 
 BINARY = {
@@ -26,6 +26,9 @@ BINARY = {
 COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
            ">=": operator.ge}
 UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": operator.not_}
+
+
+_ASYNC = 0x80 | 0x200      # CO_COROUTINE, CO_ASYNC_GENERATOR: run natively (the interpreter has no event loop)
 
 
 def _user(fn):
@@ -265,7 +268,7 @@ class ConcreteDomain:
         func, bound = fn, []
         if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
             func, bound = fn.__func__, [fn.__self__]
-        if self.interpret_callees and type(func) is types.FunctionType:
+        if self.interpret_callees and type(func) is types.FunctionType and not func.__code__.co_flags & _ASYNC:
             return self.interpret(f, func, bound + list(args), kwargs)
         return call_user(fn, args, kwargs)
 
@@ -344,10 +347,8 @@ def _throw(frame: Frame, exc: BaseException):
 
 
 def _after_sub_throw(frame: Frame, err: BaseException):
-    if PY >= (3, 12):           # CLEANUP_THROW in the bytecode turns StopIteration into the result
+    if since((3, 12), "yield from after throw()"):     # CLEANUP_THROW turns StopIteration into the result
         return frame.throw(err)
-    if PY != (3, 11):
-        raise NotImplementedError(f"yield from after throw() on CPython {PY[0]}.{PY[1]}")
     frame.stack.pop()           # 3.11: CPython pops the sub-iterator and jumps past the SEND loop itself
     if not isinstance(err, StopIteration):
         return frame.throw(err)

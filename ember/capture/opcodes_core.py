@@ -1,6 +1,7 @@
 """Opcode handlers: stack, locals, constants, globals, attributes, operators and jumps."""
 from __future__ import annotations
 
+from .bytecode import since
 from .interpreter import NULL, Return, UserException
 from .registry import register_opcode as op
 
@@ -141,11 +142,20 @@ def _delete_deref(f, ins):
 # -- globals -------------------------------------------------------------------------------------------
 def _push_global(f, ins, value):
     # low bit of the oparg: also push NULL (before the global up to 3.12, after it from 3.13)
-    if ins.arg & 1 and f.dom.py < (3, 13):
+    if not ins.arg & 1:
+        f.stack.append(value)
+    else:
+        _push_with_null(f, value, "LOAD_GLOBAL with NULL")
+
+
+def _push_with_null(f, value, what: str) -> None:
+    """A callable plus the NULL/self slot of the call protocol: [NULL, value] up to 3.12, [value, NULL] from 3.13."""
+    if since((3, 13), what):
+        f.stack.append(value)
         f.stack.append(NULL)
-    f.stack.append(value)
-    if ins.arg & 1 and f.dom.py >= (3, 13):
+    else:
         f.stack.append(NULL)
+        f.stack.append(value)
 
 
 @op("LOAD_GLOBAL")
@@ -186,12 +196,7 @@ def _load_attr_312(f, ins):
     obj = f.stack.pop()
     v = f.dom.getattr(f, obj, ins.argval)
     if ins.arg & 1:     # method form: [NULL, attr] on 3.12, [attr, NULL] on 3.13
-        if f.dom.py < (3, 13):
-            f.stack.append(NULL)
-            f.stack.append(v)
-        else:
-            f.stack.append(v)
-            f.stack.append(NULL)
+        _push_with_null(f, v, "LOAD_ATTR method form")
     else:
         f.stack.append(v)
 
@@ -203,12 +208,7 @@ def _load_super_attr(f, ins):
     sup = f.dom.make_super(f, cls, self_)
     v = f.dom.getattr(f, sup, ins.argval)
     if ins.arg & 1:
-        if f.dom.py < (3, 13):
-            f.stack.append(NULL)
-            f.stack.append(v)
-        else:
-            f.stack.append(v)
-            f.stack.append(NULL)
+        _push_with_null(f, v, "LOAD_SUPER_ATTR method form")
     else:
         f.stack.append(v)
 
@@ -238,7 +238,7 @@ def _compare_op(f, ins):
     b = f.stack.pop()
     a = f.stack.pop()
     r = f.dom.compare(f, ins.argval, a, b)
-    if f.dom.py >= (3, 13) and ins.arg & 16:     # 3.13: result coerced to bool
+    if ins.arg & 16 and since((3, 13), "COMPARE_OP bool coercion"):     # 3.13: result coerced to bool
         r = f.dom.to_bool(f, r)
     f.stack.append(r)
 

@@ -2,7 +2,8 @@
 generators and imports."""
 from __future__ import annotations
 
-from .interpreter import NULL, Return, UserException, Yield, set_context
+from .bytecode import since
+from .interpreter import NULL, UserException, Yield, set_context
 from .registry import register_opcode as op
 
 
@@ -206,10 +207,10 @@ def _for_iter(f, ins):
     if ok:
         f.stack.append(v)
         return
-    if f.dom.py < (3, 12):
-        f.stack.pop()
-    else:               # 3.12+: the target is END_FOR, which pops the iterator and one more value
+    if since((3, 12), "FOR_ITER exhaustion"):   # the target is END_FOR: pops the iterator and one more value
         f.stack.append(NULL)
+    else:
+        f.stack.pop()
     f.ip = ins.jump_target
 
 
@@ -358,7 +359,7 @@ def _send(f, ins):
     else:
         f.stack.append(out)
         f.ip = ins.jump_target
-        if f.dom.py < (3, 12):
+        if not since((3, 12), "SEND exhaustion"):     # 3.11 pops the iterator; 3.12+ leaves it to END_SEND
             f.stack.pop(-2)
 
 

@@ -199,9 +199,13 @@ class SymbolicDomain:
         w = self.global_writes.get((id(g), name))
         if w is not None and w[2] is not NULL:
             return w[2]
+        trusted = w is None and self._trusted_globals(g)
         if w is None and name in g:
-            return self.wrap(g[name], GlobalSource(id(g), name, g))
-        if w is None:
+            v = g[name]
+            if trusted and isinstance(v, IDENTITY_TYPES):     # library code's imports: not guarded
+                return Const(v)
+            return self.wrap(v, GlobalSource(id(g), name, g))
+        if w is None and not trusted:
             gn = self.cg.bind(g, "G")
             self.guards.add(f"{name!r} not in {gn}", f"global {name!r} is not defined (the builtin is used)")
         b = g.get("__builtins__", builtins)
@@ -209,6 +213,16 @@ class SymbolicDomain:
         if name in b:
             return Const(b[name])
         raise UserException(NameError(f"name '{name}' is not defined"))
+
+    TRUSTED_PREFIXES: tuple[str, ...] = ("collections", "functools", "itertools", "typing", "enum", "dataclasses",
+                                         "contextlib", "abc", "operator", "copy", "math", "warnings")
+
+    def _trusted_globals(self, g: dict) -> bool:
+        """Globals of library modules whose imported names (functions, classes, modules) do not change: ember
+        does not guard them. Plugins add their library (``trusted_prefixes``)."""
+        name = g.get("__name__", "")
+        prefixes = self.TRUSTED_PREFIXES + tuple(p for pl in self.plugins for p in getattr(pl, "trusted_prefixes", ()))
+        return isinstance(name, str) and name.split(".")[0] in prefixes
 
     def store_global(self, f: Frame, name: str, v: Value) -> None:
         self.global_writes[(id(f.f_globals), name)] = (f.f_globals, name, v)

@@ -65,6 +65,7 @@ def is_torch_op(fn: Any) -> bool:
 
 
 class TorchPlugin:
+    trusted_prefixes = ("torch",)       # torch's own module globals are not guarded
     def __init__(self, backend: Callable | None = None, backend_name: str = "eager", options: Any = None):
         self.backend = backend
         self.backend_name = backend_name
