@@ -88,8 +88,10 @@ class TorchPlugin:
         if isinstance(obj, torch.nn.Module):
             if source is None:
                 source = ConstSource(id(obj), obj)
+            # guarded by type, not identity: every fact the trace reads from the module (attributes, parameter
+            # metadata, submodule types) is guarded where it is read, so identical layers share compiled code
             d.cg.hoist(source)
-            d.guards.id_match(source, obj)
+            d.guards.type_match(source, type(obj))
             return NNModuleVar(obj, source)
         if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
             if source is not None:
