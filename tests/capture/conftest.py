@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the repo root, for `tests.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.capture.harness import CountingBackend  # noqa: E402
 

@@ -65,12 +65,12 @@ def tensors_in(v) -> list[torch.Tensor]:
     return []
 
 
-def assert_same(actual, expected, path: str = "out") -> None:
+def assert_same(actual, expected, path: str = "out", **tol) -> None:
     """Structural equality: same container types and keys, same Python values, tensors assert_close'd with
-    equal dtype, shape and requires_grad."""
+    equal dtype, shape and requires_grad (``tol``: rtol/atol for assert_close, default by dtype)."""
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"{path}: expected a tensor, got {type(actual).__name__}"
-        torch.testing.assert_close(actual, expected, msg=lambda m: f"{path}: {m}")
+        torch.testing.assert_close(actual, expected, msg=lambda m: f"{path}: {m}", **tol)
         assert actual.requires_grad == expected.requires_grad, (
             f"{path}: requires_grad {actual.requires_grad} != eager's {expected.requires_grad}")
         return
@@ -79,11 +79,11 @@ def assert_same(actual, expected, path: str = "out") -> None:
     if isinstance(expected, (list, tuple)):
         assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same(a, e, f"{path}[{i}]")
+            assert_same(a, e, f"{path}[{i}]", **tol)
     elif isinstance(expected, dict):
         assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
         for k in expected:
-            assert_same(actual[k], expected[k], f"{path}[{k!r}]")
+            assert_same(actual[k], expected[k], f"{path}[{k!r}]", **tol)
     else:
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 

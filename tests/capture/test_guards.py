@@ -24,7 +24,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the repo root, for `tests.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import ember  # noqa: E402
 from tests.capture.harness import ROOT, assert_same  # noqa: E402

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the repo root, for `tests.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import ember  # noqa: E402
 from tests.capture.harness import (  # noqa: E402

@@ -86,6 +86,7 @@ class Program:
     grad: bool
     graphs: int
     module: bool
+    tol: dict
 
     def __repr__(self):
         return self.name
@@ -94,10 +95,10 @@ class Program:
 PROGRAMS: list[Program] = []
 
 
-def program(*args: Any, grad: bool = True, graphs: int = 1, **kwargs: Any):
+def program(*args: Any, grad: bool = True, graphs: int = 1, tol: dict | None = None, **kwargs: Any):
     """Register a program with one argument spec; ``grad=False`` for programs that mutate their inputs or
-    whose outputs are not differentiable."""
+    whose outputs are not differentiable; ``tol`` (rtol/atol) for results computed in low precision."""
     def deco(fn):
-        PROGRAMS.append(Program(fn.__name__, fn, args, kwargs, grad, graphs, isinstance(fn, type)))
+        PROGRAMS.append(Program(fn.__name__, fn, args, kwargs, grad, graphs, isinstance(fn, type), tol or {}))
         return fn
     return deco

@@ -11,7 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # the repo root, for `tests.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.capture.torch_program_table import T, program  # noqa: E402
 
