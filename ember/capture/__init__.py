@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import opcodes_core as _core  # noqa: F401  (registers handlers)
 from . import opcodes_flow as _flow  # noqa: F401
 from . import opcodes_match as _match  # noqa: F401
+from . import opcodes_groups as _groups  # noqa: F401
 from . import containers as _containers  # noqa: F401  (registers value rules)
 from . import objects as _objects  # noqa: F401
 from . import builtins_sym as _builtins_sym  # noqa: F401

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .containers import DictView, sort_values
 from .interpreter import NULL, UserException
-from .objects import all_const, call_real, construct, lookup_type_attr
+from .objects import all_const, bare_instance, call_real, construct, lookup_type_attr
 from .symbolic import SymbolicDomain
 from .values import (BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst, ObjectVar,
                      PartialVar, SetVar, SuperVar, TupleVar, Value)
@@ -127,16 +127,16 @@ def _iter(d, f, args, kwargs):
 @rule(next)
 def _next(d, f, args, kwargs):
     it = args[0]
-    if type(it) is not IterVar and (not isinstance(it, ObjectVar) or lookup_type_attr(type_of(it), "__next__") is NULL):
+    has_next = isinstance(it, ObjectVar) and lookup_type_attr(type_of(it), "__next__") is not NULL
+    if type(it) is not IterVar and not has_next:
         if type(it) is Const and hasattr(type(it.value), "__next__"):
             return NotImplemented
         raise UserException(TypeError(f"'{type_of(it).__name__}' object is not an iterator"))
     ok, v = d.next(f, it)
-    if ok:
-        return v
-    if len(args) > 1:
+    if not ok and len(args) > 1:
         return args[1]
-    raise UserException(StopIteration())
+    from .generators import stop_if_done
+    return stop_if_done(d, f, ok, v)
 
 
 @rule(list)
@@ -378,7 +378,12 @@ def _object_setattr(d, f, args, kwargs):
 
 @rule(object.__new__)
 def _object_new(d, f, args, kwargs):
-    return construct(d, f, d.as_python(f, args[0]), [], {}) if len(args) == 1 else NotImplemented
+    if len(args) != 1 or kwargs:
+        return NotImplemented
+    cls = d.as_python(f, args[0])
+    if not isinstance(cls, type):
+        raise UserException(TypeError(f"object.__new__(X): X is not a type object ({type(cls).__name__})"))
+    return bare_instance(d, cls)
 
 
 @rule(object.__init__)

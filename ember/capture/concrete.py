@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from .bytecode import PY, since
 from .interpreter import CO_GENERATOR, NULL, Frame, Return, UserException, Yield, bind_arguments, reraise_real
+from .opcode_errors import DuplicateKeyword
 
 BINARY = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
@@ -28,7 +29,9 @@ COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operato
 UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": operator.not_}
 
 
-_ASYNC = 0x80 | 0x200      # CO_COROUTINE, CO_ASYNC_GENERATOR: run natively (the interpreter has no event loop)
+# CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR: run natively (the interpreter has no event loop,
+# and an awaitable generator needs the flag on its own code object)
+_ASYNC = 0x80 | 0x100 | 0x200
 
 
 def _user(fn):
@@ -41,6 +44,54 @@ def _user(fn):
         except Exception as e:          # noqa: BLE001 - re-raised as the program's own exception
             raise UserException(e) from None
     return wrapped
+
+
+def unpack_iterable(v, n: int, after: int) -> list:
+    """CPython's ``unpack_iterable``: take ``n`` items (then check for one too many, or with ``after`` >= 0
+    collect the rest, which must hold at least ``after``), with CPython's messages."""
+    if not hasattr(type(v), "__iter__") and not hasattr(type(v), "__getitem__"):
+        raise TypeError(f"cannot unpack non-iterable {type(v).__name__} object")
+    it = iter(v)
+    out = []
+    for _ in range(n):
+        x = next(it, _END)
+        if x is _END:
+            exp = f"{n}" if after < 0 else f"at least {n + after}"
+            raise ValueError(f"not enough values to unpack (expected {exp}, got {len(out)})")
+        out.append(x)
+    if after >= 0:
+        rest = list(it)
+        if len(rest) < after:
+            raise ValueError(f"not enough values to unpack (expected at least {n + after}, got {n + len(rest)})")
+        return out + rest
+    if next(it, _END) is not _END:
+        raise ValueError(f"too many values to unpack (expected {n})")
+    return out
+
+
+_END = object()
+
+
+def import_from_fallback(mod, name):
+    """IMPORT_FROM after ``getattr`` failed, as CPython's ``import_from``: a submodule already in
+    ``sys.modules`` (circular imports), else ImportError with CPython's message."""
+    import sys
+    pkg = getattr(mod, "__name__", None)
+    if isinstance(pkg, str) and f"{pkg}.{name}" in sys.modules:
+        return sys.modules[f"{pkg}.{name}"]
+    shown = pkg if isinstance(pkg, str) else "<unknown module name>"
+    path = getattr(mod, "__file__", None)
+    if not isinstance(path, str):
+        err = ImportError(f"cannot import name {name!r} from {shown!r} (unknown location)", name=pkg)
+    else:
+        spec = getattr(mod, "__spec__", None)
+        if getattr(spec, "_initializing", False):
+            msg = (f"cannot import name {name!r} from partially initialized module {shown!r} "
+                   f"(most likely due to a circular import) ({path})")
+        else:
+            msg = f"cannot import name {name!r} from {shown!r} ({path})"
+        err = ImportError(msg, name=pkg, path=path)
+    raise UserException(err)
 
 
 def call_user(fn, args, kwargs):
@@ -91,6 +142,9 @@ class ConcreteDomain:
 
     def is_none(self, f, v):
         return v is None
+
+    def python_type(self, v):
+        return type(v)
 
     # -- names -----------------------------------------------------------------------------------------
     def load_global(self, f, name):
@@ -165,11 +219,16 @@ class ConcreteDomain:
 
     @_user
     def dict_update(self, f, d, v, merge):
-        if merge:
-            for k in v.keys():
-                if k in d:
-                    raise TypeError(f"got multiple values for keyword argument '{k}'")
-        d.update(v)
+        """``PyDict_Update``/``_PyDict_MergeEx``: a mapping (``keys()`` and ``[]``), not pairs; with ``merge``
+        a repeated key raises KeyError (DICT_MERGE turns it into the call's TypeError)."""
+        if type(v) is dict or isinstance(v, dict) and type(v).__iter__ is dict.__iter__:
+            pairs = list(dict.items(v))
+        else:
+            pairs = [(k, v[k]) for k in v.keys()]      # noqa: SIM118 - a mapping's own keys(), as CPython calls
+        for k, x in pairs:
+            if merge and k in d:
+                raise DuplicateKeyword(k)
+            d[k] = x
 
     @_user
     def unpack_all(self, f, v):
@@ -177,18 +236,11 @@ class ConcreteDomain:
 
     @_user
     def unpack(self, f, v, n):
-        items = list(v)
-        if len(items) != n:
-            if len(items) > n:
-                raise ValueError(f"too many values to unpack (expected {n})")
-            raise ValueError(f"not enough values to unpack (expected {n}, got {len(items)})")
-        return items
+        return unpack_iterable(v, n, -1)
 
     @_user
     def unpack_ex(self, f, v, before, after):
-        items = list(v)
-        if len(items) < before + after:
-            raise ValueError(f"not enough values to unpack (expected at least {before + after}, got {len(items)})")
+        items = unpack_iterable(v, before, after)
         return items[:before] + [items[before:len(items) - after]] + items[len(items) - after:]
 
     @_user
@@ -225,12 +277,14 @@ class ConcreteDomain:
     def import_name(self, f, name, fromlist, level):
         return __import__(name, f.f_globals, None, fromlist, level)
 
-    @_user
     def import_from(self, f, mod, name):
         try:
             return getattr(mod, name)
         except AttributeError:
-            raise ImportError(f"cannot import name '{name}' from '{mod.__name__}'") from None
+            pass
+        except Exception as e:      # noqa: BLE001
+            raise UserException(e) from None
+        return import_from_fallback(mod, name)
 
     # -- functions -------------------------------------------------------------------------------------
     def make_function(self, f, code, attrs):
@@ -250,10 +304,14 @@ class ConcreteDomain:
             new.__kwdefaults__, new.__annotations__ = fn.__kwdefaults__, fn.__annotations__
             new.__qualname__ = fn.__qualname__
             return new
+        if name == "annotations" and isinstance(v, tuple):     # (name, value, name, value, ...)
+            v = dict(zip(v[::2], v[1::2]))
         setattr(fn, f"__{name}__", v)
         return fn
 
     def call_ex(self, f, fn, args, kwargs):
+        if kwargs and not all(isinstance(k, str) for k in kwargs):
+            raise UserException(TypeError("keywords must be strings"))
         return self.call(f, fn, list(args), dict(kwargs) if kwargs else {})
 
     def call(self, f, fn, args, kwargs):
@@ -285,21 +343,23 @@ class ConcreteDomain:
         code = func.__code__
         try:
             locals_ = bind_arguments(code, func.__defaults__ or (), func.__kwdefaults__, args, kwargs,
-                                     tuple, dict, func.__name__)
+                                     tuple, dict, func.__qualname__)
         except TypeError as e:
             raise UserException(e) from None
         for name, cell in zip(code.co_freevars, func.__closure__ or ()):
             locals_[name] = cell
         frame = Frame(self, code, func.__globals__, locals_, parent, func)
         if code.co_flags & CO_GENERATOR:
-            return _drive_generator(frame)
+            gen = _drive_generator(frame)
+            gen.__name__, gen.__qualname__ = func.__name__, func.__qualname__
+            return gen
         return frame.run().value
 
 
 def _drive_generator(frame: Frame):
     """A real generator running an interpreted generator frame. ``throw``/``close`` (also the close at garbage
     collection) are raised inside the frame, so its ``finally`` and ``with`` blocks run as in CPython."""
-    r = _resume(frame, frame.run)
+    r = _resume(frame.run)
     while type(r) is not Return:
         thrown = None
         try:
@@ -308,15 +368,15 @@ def _drive_generator(frame: Frame):
             thrown = e
         if thrown is None:
             frame.stack.append(sent)
-            r = _resume(frame, frame.run)
+            r = _resume(frame.run)
         else:
-            r = _resume(frame, lambda: _throw(frame, thrown))
+            r = _resume(_throw, frame, thrown)
     return r.value
 
 
-def _resume(frame: Frame, step):
+def _resume(step, *args):
     try:
-        return step()
+        return step(*args)
     except UserException as ue:
         exc = ue.exc
     reraise_real(exc)
@@ -324,8 +384,7 @@ def _resume(frame: Frame, step):
 
 def _throw(frame: Frame, exc: BaseException):
     """``generator.throw(exc)`` on a suspended frame, delegating to the sub-iterator of a `yield from`."""
-    nxt = frame.instrs[frame.ip] if frame.ip < len(frame.instrs) else None
-    if nxt is None or nxt.opname != "RESUME" or (nxt.arg & 3) < 2:
+    if not frame.in_yield_from():
         return frame.throw(exc)
     sub = frame.stack[-1]
     if isinstance(exc, GeneratorExit):

@@ -208,96 +208,116 @@ def _tuple_method(d, f, v, name, args, kwargs):
     raise d.unsupported(f, f"tuple.{name}")
 
 
-@R.METHOD.register(DictVar)
-def _dict_method(d: SymbolicDomain, f, v: DictVar, name, args, kwargs):
-    if name == "get":
-        _args(d, f, name, args, 1, 2)
-        hk = d.hash_key(f, args[0])
-        return v.items.get(hk, args[1] if len(args) > 1 else Const(None))
-    if name == "keys":
-        return TupleVar([v.keys[k] for k in v.items], cls=None) if False else _view(v, "keys")
-    if name == "values":
-        return _view(v, "values")
-    if name == "items":
-        return _view(v, "items")
-    if name in ("__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__"):
-        if name == "__getitem__":
-            return d.getitem(f, v, args[0])
-        if name == "__setitem__":
-            d.setitem(f, v, args[0], args[1])
-            return Const(None)
-        if name == "__delitem__":
-            d.delitem(f, v, args[0])
-            return Const(None)
-        if name == "__contains__":
-            return d.contains(f, args[0], v, False)
-        if name == "__len__":
-            return Const(len(v.items))
-        return d.iter(f, v)
-    if name == "copy":
-        return DictVar(v.items, v.keys, v.cls, default_factory=v.default_factory)
-    if name == "setdefault":
-        hk = d.hash_key(f, args[0])
-        if hk not in v.items:
-            v.items[hk] = args[1] if len(args) > 1 else Const(None)
-            v.keys[hk] = args[0]
-            d.mark_mutated(v)
-        return v.items[hk]
-    if name == "pop":
-        hk = d.hash_key(f, args[0])
-        if hk in v.items:
-            r = v.items.pop(hk)
-            del v.keys[hk]
-            d.mark_mutated(v)
-            return r
-        if len(args) > 1:
-            return args[1]
-        raise UserException(KeyError(hk))
-    if name == "popitem":
-        if not v.items:
-            raise UserException(KeyError("popitem(): dictionary is empty"))
-        hk = next(reversed(v.items))
-        r = TupleVar([v.keys.pop(hk), v.items.pop(hk)])
+def _dict_get(d, f, v, args, kwargs):
+    _args(d, f, "get", args, 1, 2)
+    return v.items.get(d.hash_key(f, args[0]), args[1] if len(args) > 1 else Const(None))
+
+
+def _dict_setdefault(d, f, v, args, kwargs):
+    hk = d.hash_key(f, args[0])
+    if hk not in v.items:
+        v.items[hk] = args[1] if len(args) > 1 else Const(None)
+        v.keys[hk] = args[0]
+        d.mark_mutated(v)
+    return v.items[hk]
+
+
+def _dict_pop(d, f, v, args, kwargs):
+    hk = d.hash_key(f, args[0])
+    if hk in v.items:
+        r = v.items.pop(hk)
+        del v.keys[hk]
         d.mark_mutated(v)
         return r
-    if name == "update":
-        if args:
-            src = args[0]
-            if isinstance(src, DictVar):
-                pairs = [(src.keys[k], x) for k, x in src.items.items()]
-            else:
-                from .objects import lookup_type_attr
-                if src.python_type() is not list and lookup_type_attr(src.python_type(), "keys") is not NULL \
-                        and type(src) is not Const:
-                    ks = d.unpack_all(f, d.call_method(f, src, "keys", [], {}))
-                    pairs = [(k, d.getitem(f, src, k)) for k in ks]
-                else:
-                    pairs = [tuple(d.unpack(f, p, 2)) for p in d.unpack_all(f, src)]
-            for k, x in pairs:
-                hk = d.hash_key(f, k)
-                v.items[hk] = x
-                v.keys.setdefault(hk, k)
-        for k, x in kwargs.items():
-            v.items[k] = x
-            v.keys.setdefault(k, Const(k))
-        d.mark_mutated(v)
+    if len(args) > 1:
+        return args[1]
+    raise UserException(KeyError(hk))
+
+
+def _dict_popitem(d, f, v, args, kwargs):
+    if not v.items:
+        raise UserException(KeyError("popitem(): dictionary is empty"))
+    hk = next(reversed(v.items))
+    r = TupleVar([v.keys.pop(hk), v.items.pop(hk)])
+    d.mark_mutated(v)
+    return r
+
+
+def _update_pairs(d, f, src) -> list[tuple[Value, Value]]:
+    """``dict.update``'s argument as (key, value) pairs: a mapping (``keys()``) or an iterable of pairs."""
+    if isinstance(src, DictVar):
+        return [(src.keys[k], x) for k, x in src.items.items()]
+    from .objects import lookup_type_attr
+    t = src.python_type()
+    if t is not list and lookup_type_attr(t, "keys") is not NULL and type(src) is not Const:
+        return [(k, d.getitem(f, src, k)) for k in d.unpack_all(f, d.call_method(f, src, "keys", [], {}))]
+    return [tuple(d.unpack(f, p, 2)) for p in d.unpack_all(f, src)]
+
+
+def _dict_update(d, f, v, args, kwargs):
+    pairs = _update_pairs(d, f, args[0]) if args else []
+    pairs += [(Const(k), x) for k, x in kwargs.items()]
+    for k, x in pairs:
+        hk = d.hash_key(f, k)
+        v.items[hk] = x
+        v.keys.setdefault(hk, k)
+    d.mark_mutated(v)
+    return Const(None)
+
+
+def _dict_clear(d, f, v, args, kwargs):
+    v.items.clear()
+    v.keys.clear()
+    d.mark_mutated(v)
+    return Const(None)
+
+
+def _dict_move_to_end(d, f, v, args, kwargs):
+    hk = d.hash_key(f, args[0])
+    last = d.as_python(f, args[1]) if len(args) > 1 else d.as_python(f, kwargs.get("last", Const(True)))
+    x, k = v.items.pop(hk), v.keys.pop(hk)
+    if last:
+        v.items[hk], v.keys[hk] = x, k
+    else:
+        v.items = {hk: x, **v.items}
+        v.keys = {hk: k, **v.keys}
+    d.mark_mutated(v)
+    return Const(None)
+
+
+def _dict_dunder(d, f, v, name, args):
+    if name == "__getitem__":
+        return d.getitem(f, v, args[0])
+    if name == "__setitem__":
+        d.setitem(f, v, args[0], args[1])
         return Const(None)
-    if name == "clear":
-        v.items.clear()
-        v.keys.clear()
-        d.mark_mutated(v)
+    if name == "__delitem__":
+        d.delitem(f, v, args[0])
         return Const(None)
-    if name == "move_to_end":
-        hk = d.hash_key(f, args[0])
-        last = d.as_python(f, args[1]) if len(args) > 1 else kwargs.get("last", Const(True)).value
-        x, k = v.items.pop(hk), v.keys.pop(hk)
-        if last:
-            v.items[hk], v.keys[hk] = x, k
-        else:
-            v.items = {hk: x, **v.items}
-            v.keys = {hk: k, **v.keys}
-        d.mark_mutated(v)
-        return Const(None)
+    if name == "__contains__":
+        return d.contains(f, args[0], v, False)
+    if name == "__len__":
+        return Const(len(v.items))
+    return d.iter(f, v)
+
+
+_DICT_METHODS = {
+    "get": _dict_get, "setdefault": _dict_setdefault, "pop": _dict_pop, "popitem": _dict_popitem,
+    "update": _dict_update, "clear": _dict_clear, "move_to_end": _dict_move_to_end,
+    "keys": lambda d, f, v, a, k: _view(v, "keys"), "values": lambda d, f, v, a, k: _view(v, "values"),
+    "items": lambda d, f, v, a, k: _view(v, "items"),
+    "copy": lambda d, f, v, a, k: DictVar(v.items, v.keys, v.cls, default_factory=v.default_factory),
+}
+_DICT_DUNDERS = {"__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__"}
+
+
+@R.METHOD.register(DictVar)
+def _dict_method(d: SymbolicDomain, f, v: DictVar, name, args, kwargs):
+    fn = _DICT_METHODS.get(name)
+    if fn is not None:
+        return fn(d, f, v, args, kwargs)
+    if name in _DICT_DUNDERS:
+        return _dict_dunder(d, f, v, name, args)
     raise d.unsupported(f, f"dict.{name}")
 
 

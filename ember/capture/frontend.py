@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 from .. import logs
 from ..errors import EmberError, InternalError, Unsupported
-from .interpreter import Frame, UserException, bind_arguments
 from .generators import check_suspended
 from .glue import GlueBuilder
+from .interpreter import Frame, UserException, bind_arguments
 from .sources import LocalSource
 from .symbolic import SymbolicDomain
 from .values import Value
@@ -86,10 +86,17 @@ def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | N
 
 
 # -- tracing ---------------------------------------------------------------------------------------------
+_NOT_A_PLAIN_FUNCTION = 0x20 | 0x80 | 0x100 | 0x200     # generator, coroutine, iterable coroutine, async gen
+
+
 def trace_frame(d: SymbolicDomain, fn: types.FunctionType, args: tuple, kwargs: dict) -> Value:
     code = fn.__code__
+    if code.co_flags & _NOT_A_PLAIN_FUNCTION:
+        raise Unsupported(f"compiling {fn.__qualname__}, a generator or coroutine function",
+                          "compile the function that consumes it instead",
+                          [f"{code.co_filename}:{code.co_firstlineno}"])
     real = bind_arguments(code, fn.__defaults__ or (), fn.__kwdefaults__, list(args), dict(kwargs), tuple, dict,
-                          fn.__name__)
+                          fn.__qualname__)
     locals_ = {name: d.wrap(obj, LocalSource(name)) for name, obj in real.items()}
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         locals_[name] = d.wrap(cell, None)

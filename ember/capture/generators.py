@@ -60,7 +60,7 @@ def next_value(d, f, it: Any) -> tuple[bool, Value]:
 
 
 def send_value(d, f, it: Any, v: Value) -> tuple[bool, Value]:
-    """What SEND (``yield from``) and ``generator.send`` do: ``next`` for None, else the iterator's ``send``."""
+    """SEND (``yield from``) and ``generator.send``: ``next`` for None, else the iterator's ``send``."""
     if d.is_none(f, v):
         return next_value(d, f, it)
     if type(it) is IterVar and it.frame is not None:
@@ -85,7 +85,7 @@ def generator_method(d, f, it: IterVar, name: str, args: list, kwargs: dict) -> 
         if len(args) != 1:
             raise UserException(TypeError(f"generator.send() takes exactly one argument ({len(args)} given)"))
         ok, v = send_value(d, f, it, args[0])
-        return _stop_if_done(d, f, ok, v)
+        return stop_if_done(d, f, ok, v)
     if name == "throw":
         if len(args) != 1:
             raise d.unsupported(f, "generator.throw() with more than one argument (deprecated form)")
@@ -95,7 +95,8 @@ def generator_method(d, f, it: IterVar, name: str, args: list, kwargs: dict) -> 
     raise d.unsupported(f, f"generator.{name}")
 
 
-def _stop_if_done(d, f, ok: bool, v: Value) -> Value:
+def stop_if_done(d, f, ok: bool, v: Value) -> Value:
+    """The item, or the StopIteration (carrying the return value) that ``next()`` raises."""
     if ok:
         return v
     raise UserException(StopIteration(d.as_python(f, v)) if not d.is_none(f, v) else StopIteration())
@@ -106,10 +107,12 @@ def _throw(d, f, it: IterVar, exc: BaseException) -> Value:
         it.frame.done = True
         it.gen.close()
         raise UserException(exc, chained=True)
+    if it.frame.in_yield_from():
+        exc = _delegate(d, f, it.frame, exc)
     try:
         return it.gen.throw(_Throw(exc))
     except StopIteration as e:
-        return _stop_if_done(d, f, False, _finished(e))
+        return stop_if_done(d, f, False, _finished(e))
 
 
 def close(d, f, it: IterVar) -> Value:
@@ -118,8 +121,11 @@ def close(d, f, it: IterVar) -> Value:
         fr.done = True
         it.gen.close()
         return Const(None)
+    exc = GeneratorExit()
+    if fr.in_yield_from():
+        exc = _delegate(d, f, fr, exc)
     try:
-        it.gen.throw(_Throw(GeneratorExit()))
+        it.gen.throw(_Throw(exc))
     except StopIteration as e:
         return _finished(e) if _close_returns_value() else Const(None)
     except UserException as ue:
@@ -127,6 +133,26 @@ def close(d, f, it: IterVar) -> Value:
             return Const(None)
         raise
     raise UserException(RuntimeError("generator ignored GeneratorExit"))
+
+
+def _delegate(d, f, fr: Frame, exc: BaseException) -> BaseException:
+    """``throw``/``close`` of a generator waiting in `yield from` first go to the sub-iterator (CPython's
+    ``_gen_throw``). Closing a sub-generator is done here; the exception to raise in the outer frame is
+    returned. Throwing into a sub-iterator that has a ``throw`` method is not supported."""
+    sub = fr.stack[-1]
+    sub_gen = type(sub) is IterVar and sub.frame is not None
+    if isinstance(exc, GeneratorExit):
+        if sub_gen:
+            try:
+                close(d, f, sub)
+            except UserException as ue:
+                return ue.exc
+        elif isinstance(sub, ObjectVar):
+            raise d.unsupported(f, "closing a generator that delegates (yield from) to a user iterator")
+        return exc
+    if sub_gen or isinstance(sub, ObjectVar):
+        raise d.unsupported(f, "generator.throw() into a generator suspended in `yield from`")
+    return exc
 
 
 def _close_returns_value() -> bool:

@@ -6,6 +6,7 @@ global-state guards through ``GuardSet.add``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .sources import Codegen, Source, literal
@@ -41,7 +42,7 @@ class GuardSet:
         e = src.expr(self.cg)
         if v is None or type(v) is bool:
             self.add(f"{e} is {v!r}", f"{e} is {v!r}")
-        elif type(v) is complex or (type(v) is float and (v != v or v == 0)):
+        elif type(v) is complex or (type(v) is float and (math.isnan(v) or v == 0)):
             # == cannot tell -0.0 from 0.0 and is never true for nan: compare the exact repr instead
             t = type(v)
             self.add(f"type({e}) is {self.cg.bind(t, t.__name__)} and repr({e}) == {repr(v)!r}", f"{e} is {v!r}")

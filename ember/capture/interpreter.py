@@ -15,6 +15,7 @@ from types import CodeType
 from typing import Any
 
 from ..errors import Unsupported
+from .binding import bind_arguments  # noqa: F401  (re-exported: the domains bind calls through it)
 from .bytecode import PY, Decoded, Instr, decode
 from .registry import handler_table
 
@@ -179,6 +180,12 @@ class Frame:
         self._unwind(UserException(exc, chained=True))
         return self.run()
 
+    def in_yield_from(self) -> bool:
+        """Whether this suspended generator frame waits in a `yield from` (its sub-iterator on the stack top):
+        the next instruction resumes after a yield from or an await, as CPython's ``_PyGen_yf`` checks."""
+        nxt = self.instrs[self.ip] if self.ip < len(self.instrs) else None
+        return nxt is not None and nxt.opname == "RESUME" and (nxt.arg & 3) >= 2
+
     def handled_exception(self) -> BaseException | None:
         """The exception being handled here or in a calling frame (what ``sys.exception()`` would return)."""
         f = self
@@ -192,8 +199,9 @@ class Frame:
         from .registry import UNSUPPORTED
         what = UNSUPPORTED.get(ins.opname)
         what = f" ({what})" if what else ""
-        return self.unsupported(f"unsupported bytecode instruction {ins.opname}{what} on CPython {PY[0]}.{PY[1]}",
-                                "this construct is not captured yet; move it outside the compiled function")
+        return self.unsupported(
+            f"unsupported bytecode instruction {ins.opname}{what} on CPython {PY[0]}.{PY[1]}",
+            "this construct is not captured yet; move it outside the compiled function")
 
     def _unwind(self, ue: UserException) -> None:
         entry = self.decoded.handler_for(self.cur.offset)
@@ -207,56 +215,3 @@ class Frame:
             self.stack.append(self.dom.const(self.cur.offset))
         self.stack.append(self.dom.wrap_exception(ue.exc))
         self.ip = self.decoded.by_offset[entry.target]
-
-
-def bind_arguments(code: CodeType, defaults: tuple, kwdefaults: dict | None, args: list, kwargs: dict,
-                   make_tuple, make_dict, fname: str) -> dict[str, Any]:
-    """Bind call arguments to parameter names, like CPython; ``make_tuple``/``make_dict`` build *args and
-    **kwargs in the caller's domain. Raises TypeError (a real one) for a bad call."""
-    nargs = code.co_argcount
-    nposonly = code.co_posonlyargcount
-    nkwonly = code.co_kwonlyargcount
-    names = code.co_varnames
-    out: dict[str, Any] = {}
-    if len(args) > nargs and not code.co_flags & CO_VARARGS:
-        raise TypeError(f"{fname}() takes {nargs} positional arguments but {len(args)} were given")
-    for i in range(min(len(args), nargs)):
-        out[names[i]] = args[i]
-    extra_kw = {}
-    for k, v in kwargs.items():
-        try:
-            idx = names.index(k, 0, nargs + nkwonly)
-        except ValueError:
-            idx = -1
-        if idx < nposonly:
-            if code.co_flags & CO_VARKEYWORDS:
-                extra_kw[k] = v
-                continue
-            if idx >= 0:
-                raise TypeError(f"{fname}() got some positional-only arguments passed as keyword arguments: '{k}'")
-            raise TypeError(f"{fname}() got an unexpected keyword argument '{k}'")
-        if k in out:
-            raise TypeError(f"{fname}() got multiple values for argument '{k}'")
-        out[k] = v
-    ndef = len(defaults or ())
-    for i in range(nargs):
-        n = names[i]
-        if n not in out:
-            j = i - (nargs - ndef)
-            if j < 0:
-                raise TypeError(f"{fname}() missing required positional argument: '{n}'")
-            out[n] = defaults[j]
-    for i in range(nargs, nargs + nkwonly):
-        n = names[i]
-        if n not in out:
-            if kwdefaults and n in kwdefaults:
-                out[n] = kwdefaults[n]
-            else:
-                raise TypeError(f"{fname}() missing required keyword-only argument: '{n}'")
-    pos = nargs + nkwonly
-    if code.co_flags & CO_VARARGS:
-        out[names[pos]] = make_tuple(list(args[nargs:]))
-        pos += 1
-    if code.co_flags & CO_VARKEYWORDS:
-        out[names[pos]] = make_dict(extra_kw)
-    return out

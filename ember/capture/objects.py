@@ -72,13 +72,53 @@ def is_pure_callable(fn: Any) -> bool:
 
 
 def call_real(d: SymbolicDomain, f, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    """Call a pure function on the real values of constant arguments."""
-    a = [x.as_python() for x in args]
-    kw = {k: v.as_python() for k, v in kwargs.items()}
+    """Call a pure function on the real values of known arguments. Containers go in as copies; a result that
+    is (or holds) one of those copies is mapped back to the argument's value, so identity survives:
+    ``dict.get(d, k)`` gives the very list stored in ``d``, not a copy of it."""
+    memo: dict[int, tuple[Any, Value]] = {}
+    a = [_real(x, memo) for x in args]
+    kw = {k: _real(v, memo) for k, v in kwargs.items()}
     try:
         r = fn(*a, **kw)
     except Exception as e:      # noqa: BLE001 - the program's own exception
         raise UserException(e) from None
+    return _from_real(d, r, memo)
+
+
+def _real(v: Value, memo: dict) -> Any:
+    t = type(v)
+    if t is Const:
+        return v.value
+    if t is ListVar:
+        r = [_real(x, memo) for x in v.items]
+    elif t is TupleVar:
+        items = tuple(_real(x, memo) for x in v.items)
+        r = items if v.cls is None else v.cls(*items) if hasattr(v.cls, "_fields") else v.cls(items)
+    elif t is DictVar:
+        plain = {k: _real(x, memo) for k, x in v.items.items()}
+        if v.cls is dict:
+            r = plain
+        elif v.default_factory is not None:
+            r = v.cls(_real(v.default_factory, memo), plain)
+        else:
+            r = v.cls(plain)
+    else:
+        return v.as_python()
+    memo[id(r)] = (r, v)
+    return r
+
+
+def _from_real(d: SymbolicDomain, r: Any, memo: dict) -> Value:
+    hit = memo.get(id(r))
+    if hit is not None and hit[0] is r:
+        return hit[1]
+    t = type(r)
+    if t is list:
+        return ListVar([_from_real(d, x, memo) for x in r])
+    if t is tuple:
+        return TupleVar([_from_real(d, x, memo) for x in r])
+    if t is dict:
+        return DictVar({k: _from_real(d, x, memo) for k, x in r.items()}, {k: d.from_python(k) for k in r})
     return d.from_python(r)
 
 
@@ -276,10 +316,8 @@ def _iter_method(d, f, v, name, args, kwargs):
     if name != "__next__":
         from .generators import generator_method
         return generator_method(d, f, v, name, args, kwargs)
-    ok, x = d.next(f, v)
-    if not ok:
-        raise UserException(StopIteration())
-    return x
+    from .generators import stop_if_done
+    return stop_if_done(d, f, *d.next(f, v))
 
 
 # -- setattr ---------------------------------------------------------------------------------------------
@@ -310,7 +348,8 @@ def generic_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -
     if not is_slot and lookup_type_attr(t, "__dict__") is NULL:
         raise UserException(AttributeError(_no_dict_message(t, name, d.py)))
     if value is NULL and not _has_own_attr(d, f, v, name, is_slot):
-        raise UserException(AttributeError(name if is_slot else f"'{t.__name__}' object has no attribute '{name}'"))
+        msg = name if is_slot else f"'{t.__name__}' object has no attribute '{name}'"
+        raise UserException(AttributeError(msg))
     v.overlay[name] = value
     d.mark_mutated(v)
 
@@ -420,8 +459,7 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     if type(new) is staticmethod:
         new = new.__func__
     if new is object.__new__ and type(cls) is type:
-        ov = ObjectVar(object.__new__(cls), None, is_new=True)
-        d.new_objects.append(ov)
+        ov = bare_instance(d, cls)
         init = lookup_type_attr(cls, "__init__")
         if type(init) is types.FunctionType:
             r = d.inline(f, init, [ov] + args, kwargs)
@@ -441,6 +479,17 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     if is_pure_callable(cls) and all_const(args, kwargs) and is_immutable_type(cls):
         return call_real(d, f, cls, args, kwargs)
     raise d.unsupported(f, f"creating a {cls.__qualname__} object in compiled code is not supported")
+
+
+def bare_instance(d: SymbolicDomain, cls: type) -> ObjectVar:
+    """``object.__new__(cls)``: a new instance, its ``__init__`` not run."""
+    try:
+        obj = object.__new__(cls)
+    except TypeError as e:
+        raise UserException(e) from None
+    ov = ObjectVar(obj, None, is_new=True)
+    d.new_objects.append(ov)
+    return ov
 
 
 def is_immutable_type(cls: type) -> bool:

@@ -8,9 +8,14 @@ from .registry import register_opcode as op
 _NAME_ERR = "name '{}' is not defined"
 
 
-@op("NOP", "RESUME", "PRECALL", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS", "END_SEND")
+@op("NOP", "RESUME", "PRECALL", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS")
 def _nop(f, ins):
     return None
+
+
+@op("END_SEND", min_version=(3, 12))
+def _end_send(f, ins):
+    del f.stack[-2]     # (receiver, value -- value)
 
 
 @op("POP_TOP")
@@ -85,27 +90,30 @@ def _load_fast_load_fast(f, ins):
     f.stack.append(_load_fast(f, b))
 
 
+def _store(f, name: str, v) -> None:
+    if v is NULL:       # LOAD_FAST_AND_CLEAR's value restored: the name is unbound again
+        f.locals.pop(name, None)
+    else:
+        f.locals[name] = v
+
+
 @op("STORE_FAST")
 def _store_fast(f, ins):
-    v = f.stack.pop()
-    if v is NULL:       # LOAD_FAST_AND_CLEAR restoring an unbound name
-        f.locals.pop(ins.argval, None)
-    else:
-        f.locals[ins.argval] = v
+    _store(f, ins.argval, f.stack.pop())
 
 
 @op("STORE_FAST_LOAD_FAST", min_version=(3, 13))
 def _store_fast_load_fast(f, ins):
     a, b = ins.argval
-    f.locals[a] = f.stack.pop()
+    _store(f, a, f.stack.pop())
     f.stack.append(_load_fast(f, b))
 
 
 @op("STORE_FAST_STORE_FAST", min_version=(3, 13))
 def _store_fast_store_fast(f, ins):
     a, b = ins.argval
-    f.locals[a] = f.stack.pop()
-    f.locals[b] = f.stack.pop()
+    _store(f, a, f.stack.pop())
+    _store(f, b, f.stack.pop())
 
 
 @op("DELETE_FAST")
@@ -120,12 +128,20 @@ def _make_cell(f, ins):
     f.locals[ins.argval] = f.dom.new_cell(f.locals.get(ins.argval, NULL))
 
 
+def _unbound_cell(f, name: str) -> UserException:
+    """CPython's ``format_exc_unbound``: a cell of this frame is a local, a free variable is not."""
+    if name in f.code.co_cellvars:
+        return UserException(UnboundLocalError(
+            f"cannot access local variable '{name}' where it is not associated with a value"))
+    return UserException(NameError(
+        f"cannot access free variable '{name}' where it is not associated with a value in enclosing scope"))
+
+
 @op("LOAD_DEREF", "LOAD_CLASSDEREF")
 def _load_deref(f, ins):
     v = f.dom.cell_get(f.locals[ins.argval])
     if v is NULL:
-        raise UserException(NameError(
-            f"cannot access free variable '{ins.argval}' where it is not associated with a value"))
+        raise _unbound_cell(f, ins.argval)
     f.stack.append(v)
 
 
@@ -136,7 +152,10 @@ def _store_deref(f, ins):
 
 @op("DELETE_DEREF")
 def _delete_deref(f, ins):
-    f.dom.cell_set(f.locals[ins.argval], NULL)
+    cell = f.locals[ins.argval]
+    if f.dom.cell_get(cell) is NULL:
+        raise _unbound_cell(f, ins.argval)
+    f.dom.cell_set(cell, NULL)
 
 
 # -- globals -------------------------------------------------------------------------------------------
@@ -149,7 +168,7 @@ def _push_global(f, ins, value):
 
 
 def _push_with_null(f, value, what: str) -> None:
-    """A callable plus the NULL/self slot of the call protocol: [NULL, value] up to 3.12, [value, NULL] from 3.13."""
+    """A callable and the call protocol's NULL/self slot: [NULL, value] up to 3.12, [value, NULL] from 3.13."""
     if since((3, 13), what):
         f.stack.append(value)
         f.stack.append(NULL)
@@ -204,9 +223,13 @@ def _load_attr_312(f, ins):
 @op("LOAD_SUPER_ATTR", min_version=(3, 12))
 def _load_super_attr(f, ins):
     self_, cls = f.stack.pop(), f.stack.pop()
-    f.stack.pop()                               # the global `super`
-    sup = f.dom.make_super(f, cls, self_)
-    v = f.dom.getattr(f, sup, ins.argval)
+    global_super = f.stack.pop()
+    d = f.dom
+    if d.truth(f, d.is_(f, global_super, d.builtin("super"), False)):
+        sup = d.make_super(f, cls, self_)
+    else:       # `super` is shadowed: call whatever it is, as CPython does (no arguments for `super().x`)
+        sup = d.call(f, global_super, [cls, self_] if ins.arg & 2 else [], {})
+    v = d.getattr(f, sup, ins.argval)
     if ins.arg & 1:
         _push_with_null(f, v, "LOAD_SUPER_ATTR method form")
     else:

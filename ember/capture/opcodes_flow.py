@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .bytecode import since
 from .interpreter import NULL, UserException, Yield, set_context
+from .opcode_errors import check_except_type, check_star_args, kwargs_error, not_iterable
 from .registry import register_opcode as op
 
 
@@ -56,6 +57,7 @@ def _call_function_ex(f, ins):
     fn = b if a is NULL else a
     if a is not NULL and b is not NULL:
         raise f.unsupported("CALL_FUNCTION_EX with a bound self")
+    check_star_args(f, fn, args)
     f.stack.append(f.dom.call_ex(f, fn, args, kwargs))
 
 
@@ -162,6 +164,9 @@ def _map_add(f, ins):
 @op("LIST_EXTEND")
 def _list_extend(f, ins):
     v = f.stack.pop()
+    t = f.dom.python_type(v)
+    if not_iterable(t):
+        raise UserException(TypeError(f"Value after * must be an iterable, not {t.__name__}"))
     f.dom.list_extend(f, f.stack[-ins.arg], v)
 
 
@@ -171,10 +176,26 @@ def _set_update(f, ins):
     f.dom.set_update(f, f.stack[-ins.arg], v)
 
 
-@op("DICT_UPDATE", "DICT_MERGE")
+@op("DICT_UPDATE")
 def _dict_update(f, ins):
     v = f.stack.pop()
-    f.dom.dict_update(f, f.stack[-ins.arg], v, ins.opname == "DICT_MERGE")
+    t = f.dom.python_type(v)
+    if not hasattr(t, "keys"):
+        raise UserException(TypeError(f"'{t.__name__}' object is not a mapping"))
+    f.dom.dict_update(f, f.stack[-ins.arg], v, False)
+
+
+@op("DICT_MERGE")
+def _dict_merge(f, ins):
+    """``f(**m)``: merged into the call's keyword dict; the callable sits below it for the error text."""
+    v = f.stack.pop()
+    fn = f.stack[-ins.arg - (3 if since((3, 13), "DICT_MERGE stack layout") else 2)]
+    try:
+        if not hasattr(f.dom.python_type(v), "keys"):
+            raise UserException(AttributeError("keys"))
+        f.dom.dict_update(f, f.stack[-ins.arg], v, True)
+    except UserException as ue:
+        raise kwargs_error(f, fn, v, ue) from None
 
 
 @op("UNPACK_SEQUENCE")
@@ -284,10 +305,9 @@ def _exception_cause(f, cause):
 
 @op("RERAISE")
 def _reraise(f, ins):
-    exc = f.stack.pop()
-    if ins.arg:
-        f.stack.pop()   # lasti: only matters for tracebacks
-    raise UserException(f.dom.exception_of(f, exc), chained=True)
+    # a non-zero oparg only names the stack slot of the lasti to report in tracebacks; it stays on the stack
+    # (the exception table, not that lasti, decides where the exception goes)
+    raise UserException(f.dom.exception_of(f, f.stack.pop()), chained=True)
 
 
 @op("PUSH_EXC_INFO")
@@ -309,6 +329,7 @@ def _check_exc_match(f, ins):
     typ = f.stack.pop()
     exc = f.dom.exception_of(f, f.stack[-1])
     t = f.dom.as_python(f, typ)
+    check_except_type(t)
     f.stack.append(f.dom.const(isinstance(exc, t)))
 
 

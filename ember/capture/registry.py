@@ -42,10 +42,10 @@ def handled_opnames(version: tuple[int, int] = PY) -> set[str]:
 # user sees), rather than executing. Anything else missing from the table is also reported, never a crash.
 UNSUPPORTED = {
     "SETUP_ANNOTATIONS": "annotations at module scope",
+    "PRINT_EXPR": "expression statements of the interactive prompt",
     "IMPORT_STAR": "`from module import *`",
     "GET_AWAITABLE": "await", "GET_AITER": "async for", "GET_ANEXT": "async for",
     "END_ASYNC_FOR": "async for", "BEFORE_ASYNC_WITH": "async with", "ASYNC_GEN_WRAP": "async generators",
-    "PREP_RERAISE_STAR": "except*", "CHECK_EG_MATCH": "except*", "CALL_INTRINSIC_2": "except*/type params",
     "LOAD_LOCALS": "class bodies", "LOAD_FROM_DICT_OR_DEREF": "class bodies",
     "LOAD_FROM_DICT_OR_GLOBALS": "class bodies", "STORE_NAME": "module-level code",
     "DELETE_NAME": "module-level code", "RETURN_GENERATOR_ASYNC": "coroutines",

@@ -16,6 +16,7 @@ from typing import Any
 from . import rules as R
 from .bytecode import PY
 from .guards import GuardSet
+from .opcode_errors import DuplicateKeyword, not_iterable
 from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_arguments
 from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
 from .values import (IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
@@ -98,6 +99,19 @@ class SymbolicDomain:
             v = p.wrap(self, obj, source)
             if v is not None:
                 return v
+        for wrap in (self._wrap_atom, self._wrap_sequence, self._wrap_set, self._wrap_dict, self._wrap_callable):
+            v = wrap(obj, source, g)
+            if v is not None:
+                return v
+        if type(obj) is types.CellType:
+            return RealCellVar(obj, CellSource(id(obj), obj))
+        if source is None and isinstance(obj, BaseException):
+            return Const(obj)       # like the exceptions the trace raises and catches (``wrap_exception``)
+        if g:
+            g.type_match(source, type(obj))
+        return ObjectVar(obj, source)
+
+    def _wrap_atom(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
         t = type(obj)
         if t in (int, float, bool, str, bytes, complex, type(None)):
             if g:
@@ -107,57 +121,64 @@ class SymbolicDomain:
             if g:
                 g.id_match(source, obj) if not isinstance(obj, (range, slice)) else g.equals(source, obj)
             return Const(obj, source)
-        if t is tuple or (isinstance(obj, tuple) and hasattr(t, "_fields")):
-            if g:
-                g.type_match(source, t)
-                g.length(source, len(obj))
-            items = [self.wrap(x, ItemSource(source, i) if source else None) for i, x in enumerate(obj)]
-            return TupleVar(items, None if t is tuple else t, source)
+        return None
+
+    def _wrap_sequence(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
+        t = type(obj)
+        if not (t is tuple or t is list or (isinstance(obj, tuple) and hasattr(t, "_fields"))):
+            return None
+        if g:
+            g.type_match(source, t)
+            g.length(source, len(obj))
+        items = [self.wrap(x, ItemSource(source, i) if source else None) for i, x in enumerate(obj)]
         if t is list:
-            if g:
-                g.type_match(source, t)
-                g.length(source, len(obj))
-            return ListVar([self.wrap(x, ItemSource(source, i) if source else None) for i, x in enumerate(obj)],
-                           source, obj)
+            return ListVar(items, source, obj)
+        return TupleVar(items, None if t is tuple else t, source)
+
+    def _wrap_set(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
+        t = type(obj)
+        if t not in (set, frozenset):
+            return None
         if t is frozenset and all(is_immutable(x) for x in obj):
             if g:
                 g.type_match(source, t)
                 self.guards.add(f"{source.expr(self.cg)} == {self.cg.bind(obj, 'fs')}", f"{source.expr(self.cg)} == {obj!r}")
             return Const(obj, source)
-        if t in (set, frozenset):
-            if g:
-                g.type_match(source, t)
-                self.guards.add(f"{source.expr(self.cg)} == {self.cg.bind(frozenset(obj), 'set')}",
-                                f"{source.expr(self.cg)} == {set(obj)!r}")
-            return SetVar({k: Const(k) for k in obj}, source, obj, frozen=t is frozenset)
-        if isinstance(obj, dict) and t.__iter__ is dict.__iter__ and t.__getitem__ in (dict.__getitem__,) + _dict_getitems():
-            if g:
-                g.type_match(source, t)
-                g.dict_keys(source, list(obj))
-            items = {k: self.wrap(v, ItemSource(source, k) if source else None) for k, v in obj.items()}
-            keys = {k: self.wrap(k, None) if not is_immutable(k) else Const(k) for k in obj}
-            df = None
-            if hasattr(obj, "default_factory"):
-                df = self.wrap(obj.default_factory, AttrSource(source, "default_factory") if source else None)
-            return DictVar(items, keys, t, source, obj, df)
-        if t is types.MethodType:
-            if g:
-                g.type_match(source, t)
-            return BoundMethod(self.wrap(obj.__func__, AttrSource(source, "__func__") if source else None),
-                               self.wrap(obj.__self__, AttrSource(source, "__self__") if source else None), source)
-        if t is functools.partial:
-            if g:
-                g.type_match(source, t)
-            s = (lambda n: AttrSource(source, n)) if source else (lambda n: None)
-            fn = self.wrap(obj.func, s("func"))
-            args = self.wrap(obj.args, s("args"))
-            kw = self.wrap(obj.keywords, s("keywords"))
-            return PartialVar(fn, list(args.items), dict(kw.items), source)
-        if t is types.CellType:
-            return RealCellVar(obj, CellSource(id(obj), obj))
         if g:
             g.type_match(source, t)
-        return ObjectVar(obj, source)
+            self.guards.add(f"{source.expr(self.cg)} == {self.cg.bind(frozenset(obj), 'set')}",
+                            f"{source.expr(self.cg)} == {set(obj)!r}")
+        return SetVar({k: Const(k) for k in obj}, source, obj, frozen=t is frozenset)
+
+    def _wrap_dict(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
+        t = type(obj)
+        if not (isinstance(obj, dict) and t.__iter__ is dict.__iter__
+                and t.__getitem__ in (dict.__getitem__,) + _dict_getitems()):
+            return None
+        if g:
+            g.type_match(source, t)
+            g.dict_keys(source, list(obj))
+        items = {k: self.wrap(v, ItemSource(source, k) if source else None) for k, v in obj.items()}
+        keys = {k: self.wrap(k, None) if not is_immutable(k) else Const(k) for k in obj}
+        df = None
+        if hasattr(obj, "default_factory"):
+            df = self.wrap(obj.default_factory, AttrSource(source, "default_factory") if source else None)
+        return DictVar(items, keys, t, source, obj, df)
+
+    def _wrap_callable(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
+        t = type(obj)
+        if t is not types.MethodType and t is not functools.partial:
+            return None
+        if g:
+            g.type_match(source, t)
+        sub = (lambda n: AttrSource(source, n)) if source else (lambda n: None)
+        if t is types.MethodType:
+            return BoundMethod(self.wrap(obj.__func__, sub("__func__")), self.wrap(obj.__self__, sub("__self__")),
+                               source)
+        fn = self.wrap(obj.func, sub("func"))
+        args = self.wrap(obj.args, sub("args"))
+        kw = self.wrap(obj.keywords, sub("keywords"))
+        return PartialVar(fn, list(args.items), dict(kw.items), source)
 
     def wrap_exception(self, exc: BaseException) -> Value:
         return Const(exc)
@@ -319,6 +340,9 @@ class SymbolicDomain:
     def to_bool(self, f, v):
         return Const(self.truth(f, v))
 
+    def python_type(self, v) -> type:
+        return v.python_type()
+
     def is_none(self, f, v) -> bool:
         return type(v) is Const and v.value is None
 
@@ -429,7 +453,7 @@ class SymbolicDomain:
             other = v if isinstance(v, DictVar) else self.call(f, Const(dict), [v], {})
             for k in other.items:
                 if k in d.items:
-                    raise UserException(TypeError(f"got multiple values for keyword argument '{k}'"))
+                    raise UserException(DuplicateKeyword(k))     # DICT_MERGE words the call's TypeError
         self.call_method(f, d, "update", [v], {})
 
     def unpack_all(self, f, v) -> list[Value]:
@@ -444,19 +468,35 @@ class SymbolicDomain:
             out.append(x)
 
     def unpack(self, f, v, n):
-        items = self.unpack_all(f, v)
-        if len(items) != n:
-            if len(items) > n:
-                raise UserException(ValueError(f"too many values to unpack (expected {n})"))
-            raise UserException(ValueError(f"not enough values to unpack (expected {n}, got {len(items)})"))
-        return items
+        return self._unpack(f, v, n, -1)
 
     def unpack_ex(self, f, v, before, after):
-        items = self.unpack_all(f, v)
-        if len(items) < before + after:
-            raise UserException(ValueError(
-                f"not enough values to unpack (expected at least {before + after}, got {len(items)})"))
+        items = self._unpack(f, v, before, after)
         return items[:before] + [ListVar(items[before:len(items) - after])] + items[len(items) - after:]
+
+    def _unpack(self, f, v, n: int, after: int) -> list[Value]:
+        """CPython's ``unpack_iterable``: ``n`` items, then one too many is an error (``after`` < 0) or the
+        rest is collected; an iterator is only advanced as far as CPython would."""
+        if isinstance(v, (TupleVar, ListVar)):
+            items = list(v.items)
+            extra = len(items) > n and after < 0
+        else:
+            if not_iterable(v.python_type()):
+                raise UserException(TypeError(f"cannot unpack non-iterable {v.python_type().__name__} object"))
+            it, items, extra = self.iter(f, v), [], False
+            while len(items) < n + (1 if after < 0 else 0) or after >= 0:
+                ok, x = self.next(f, it)
+                if not ok:
+                    break
+                items.append(x)
+            extra = after < 0 and len(items) > n
+        if extra:
+            raise UserException(ValueError(f"too many values to unpack (expected {n})"))
+        need = n if after < 0 else n + after
+        if len(items) < need:
+            exp = f"{n}" if after < 0 else f"at least {need}"
+            raise UserException(ValueError(f"not enough values to unpack (expected {exp}, got {len(items)})"))
+        return items
 
     def enter_context(self, f, mgr):
         from .objects import lookup_type_attr
@@ -483,8 +523,13 @@ class SymbolicDomain:
     def import_from(self, f, mod, name):
         try:
             return self.getattr(f, mod, name)
-        except UserException:
-            raise UserException(ImportError(f"cannot import name '{name}'")) from None
+        except UserException as ue:
+            if not isinstance(ue.exc, AttributeError):
+                raise
+        if type(mod) is not Const:
+            raise UserException(ImportError(f"cannot import name {name!r}"))
+        from .concrete import import_from_fallback
+        return self.wrap(import_from_fallback(mod.value, name), None)
 
     # -- functions -------------------------------------------------------------------------------------
     def make_function(self, f, code, attrs):
@@ -517,7 +562,7 @@ class SymbolicDomain:
             cells = [self.wrap(c, None) for c in (func.__closure__ or ())]
         try:
             locals_ = bind_arguments(code, defaults, kwdefaults, args, kwargs, TupleVar, self._kwargs_dict,
-                                     code.co_name)
+                                     name)
         except TypeError as e:
             raise UserException(e) from None
         for n, c in zip(code.co_freevars, cells):

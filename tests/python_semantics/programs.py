@@ -6,12 +6,18 @@ modules only hold plain functions: no torch, no numpy, no syntax newer than CPyt
 import programs_basic
 import programs_calls
 import programs_control
+import programs_effects
 import programs_errors
+import programs_generators
+import programs_groups
 import programs_guards
 import programs_objects
+import programs_opcode_errors
+import programs_patterns
 
 GROUP_MODULES = (programs_basic, programs_control, programs_calls, programs_objects, programs_errors,
-                 programs_guards)
+                 programs_guards, programs_generators, programs_effects, programs_patterns,
+                 programs_opcode_errors, programs_groups)
 
 TABLE = [p for mod in GROUP_MODULES for p in mod.T.programs]
 

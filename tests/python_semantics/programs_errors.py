@@ -374,3 +374,132 @@ def try_except_on_kwarg_dict(n, d):
             d[e.args[0]] = 0
             out.append(("added", e.args[0]))
     return out
+
+
+# ---------------------------------------------------------------- exception chaining
+
+def chain_of(e):
+    out = []
+    while e is not None:
+        out.append((type(e).__name__, e.__cause__ is not None, e.__suppress_context__))
+        e = e.__context__
+    return out
+
+
+def reraise_current():
+    raise                               # re-raises the exception the caller is handling
+
+
+def fail_fresh(kind):
+    return {"k": 1}[kind]               # raises KeyError inside the caller's except block
+
+
+@T.case(([],), ([7],))
+def implicit_context_from_builtin_error(xs):
+    try:
+        try:
+            1 / len(xs) / 0
+        except ZeroDivisionError:
+            xs[5]
+    except IndexError as e:
+        return chain_of(e)
+
+
+@T.case(("x",),)
+def raise_from_none_suppresses_context(tag):
+    try:
+        try:
+            int(tag)
+        except ValueError:
+            raise KeyError(tag) from None
+    except KeyError as e:
+        return chain_of(e), e.__cause__
+
+
+@T.case((1,), (2,))
+def raise_from_class_or_bad_cause(kind):
+    try:
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            if kind == 1:
+                raise RuntimeError("outer") from KeyError
+            raise RuntimeError("outer") from 5
+    except (RuntimeError, TypeError) as e:
+        return type(e).__name__, chain_of(e), type(e.__cause__).__name__
+
+
+@T.case(("a",),)
+def bare_raise_in_callee_reraises_caller_exception(tag):
+    try:
+        try:
+            raise AppError(tag)
+        except AppError:
+            reraise_current()
+    except AppError as e:
+        return e.code, chain_of(e)
+
+
+@T.case(("j",), ("k",))
+def callee_error_chains_to_caller_exception(kind):
+    try:
+        try:
+            raise AppError("first")
+        except AppError:
+            return fail_fresh(kind)
+    except KeyError as e:
+        return chain_of(e)
+
+
+@T.case((3,),)
+def reraised_exception_keeps_its_context(n):
+    saved = None
+    try:
+        try:
+            raise ValueError(n)
+        except ValueError as e:
+            saved = e
+            raise
+    except ValueError:
+        pass
+    try:
+        raise saved
+    except ValueError as e:
+        return chain_of(e)
+
+
+@T.case((0,), (1,))
+def exception_in_finally_chains(kind):
+    try:
+        try:
+            if kind:
+                raise KeyError("body")
+        finally:
+            [][0]
+    except IndexError as e:
+        return chain_of(e)
+
+
+@T.case(([1, 2],),)
+def next_on_a_list_is_a_type_error(xs):
+    try:
+        next(xs)
+    except TypeError:
+        return "TypeError"
+
+
+@T.case((1,), (2,))
+def with_reraise_leaves_no_handled_exception(n):
+    log = []
+    try:
+        with Recorder(log, "a"):
+            raise KeyError(n)
+    except KeyError:
+        log.append("caught")
+    with Recorder(log, "b", suppress=True):
+        raise ValueError(n)
+    try:
+        raise IndexError(n)
+    except IndexError as e:
+        log.append(type(e.__context__).__name__)
+    return log

@@ -170,3 +170,9 @@ def augmented_assignment_attributes(sq):
     sq.tmp = "t"
     del sq.tmp
     return sq.s, sq.extra, hasattr(sq, "tmp")
+
+
+@T.case((0.0,), (-0.0,), (float("nan"),), (complex(0, 0),), (complex(0, -0.0),), (complex(1, 0),),
+        (complex(1, -0.0),), (0.0,))
+def guard_float_zero_sign_and_nan(x):
+    return repr(x), str(-x), x == x, x == 0

@@ -178,3 +178,76 @@ def test_corpus_is_broad():
                 "FORMAT_VALUE" if v < (3, 13) else "FORMAT_SIMPLE"]
     for op in expected:
         assert op in seen, f"the corpus no longer exercises {op}"
+
+
+def real_opnames() -> set[str]:
+    """Every opcode a code object of the running CPython can hold: not the specialized (adaptive) or
+    instrumented forms, the compiler's pseudo-instructions (numbered from 256) or the RESERVED placeholder."""
+    import opcode
+    specialized = set(getattr(opcode, "_specialized_instructions", ()))
+    specialized |= set(getattr(opcode, "_specialized_opmap", {})) | set(getattr(dis, "_specialized_opmap", {}))
+    return {n for n, v in dis.opmap.items()
+            if v < 256 and n not in specialized and not n.startswith("INSTRUMENTED_") and n != "RESERVED"}
+
+
+def test_every_opcode_of_this_version_is_handled_or_reported():
+    known = set(registry.handled_opnames()) | set(unsupported_opnames())
+    missing = sorted(real_opnames() - known)
+    assert not missing, (f"CPython {sys.version_info[0]}.{sys.version_info[1]} has opcodes that ember neither "
+                         f"handles nor reports as unsupported: {missing}")
+
+
+def test_handled_and_reported_lists_are_disjoint():
+    both = sorted(set(registry.handled_opnames()) & set(unsupported_opnames()))
+    assert not both, f"opcodes both handled and listed as unsupported: {both}"
+
+
+def _exotic(name):
+    ns = {}
+    exec(compile(EXOTIC, "<exotic>", "exec"), ns)     # noqa: S102 - the test's own snippet
+    return ns[name]
+
+
+def test_unsupported_construct_is_reported():
+    """A construct the symbolic interpreter does not capture ends in ember.Unsupported naming it (never a
+    crash) under fullgraph, and the non-fullgraph compile runs the function natively instead."""
+    from ember.capture import compile_python
+    from ember.errors import Unsupported
+    scopes = _exotic("scopes")
+    with pytest.raises(Unsupported, match="class"):
+        compile_python(scopes, fullgraph=True)(0)
+
+
+@pytest.mark.parametrize("opname", sorted(set(unsupported_opnames()) & set(dis.opmap)))
+def test_reported_opcode_names_itself_and_the_version(opname):
+    from ember.capture.bytecode import Instr
+    from ember.capture.concrete import ConcreteDomain
+    from ember.capture.interpreter import Frame
+
+    def host():
+        return None
+    frame = Frame(ConcreteDomain(), host.__code__, globals(), {})
+    err = frame.unsupported_instruction(Instr(opname, 0, 0, "", 0, None, 0, None))
+    assert opname in str(err) and f"CPython {sys.version_info[0]}.{sys.version_info[1]}" in str(err)
+
+
+def test_except_star_runs_in_every_mode():
+    from ember.capture import compile_python, run_concrete
+    groups = _exotic("groups")
+
+    def boom():
+        raise ExceptionGroup("g", [ValueError(1), TypeError(2)])
+
+    def one():
+        raise ValueError("x")
+    for f in (boom, one):
+        try:
+            ref = groups(f)
+        except BaseException as e:      # noqa: BLE001
+            ref = e
+        for run in (lambda: run_concrete(groups, f), lambda: compile_python(groups)(f)):
+            try:
+                got = run()
+            except BaseException as e:      # noqa: BLE001
+                got = e
+            assert type(got) is type(ref) and repr(got) == repr(ref)
