@@ -9,12 +9,12 @@ import torch
 
 from . import logs
 from .backends import lookup_backend
-from .capture.frontend import STATS, FrameCache
+from .capture.frontend import STATS, FrameCache, compile_function, new_session
 from .capture.torch import plugins_factory
 from .errors import Unsupported
 from .options import CompileOptions, make_options
 
-_ALL_CACHES: list[FrameCache] = []
+_ALL_SESSIONS: list = []
 
 
 def _backend_callable(backend: Any, options: CompileOptions) -> tuple[Callable, str]:
@@ -36,12 +36,12 @@ class _Config:
         self.fullgraph, self.dynamic, self.mode, self.backend = fullgraph, dynamic, mode, backend
         self.raw_options = options
 
+        self.session = new_session(plugins_factory(self.backend_fn, self.backend_name, self.options),
+                                   fullgraph=fullgraph, limit=self.options.cache_size_limit, options=self.options)
+        _ALL_SESSIONS.append(self.session)
+
     def frame_cache(self, fn: types.FunctionType, name: str | None = None) -> FrameCache:
-        c = FrameCache(fn, plugins_factory=plugins_factory(self.backend_fn, self.backend_name, self.options),
-                       fullgraph=self.fullgraph, limit=self.options.cache_size_limit, options=self.options,
-                       name=name)
-        _ALL_CACHES.append(c)
-        return c
+        return compile_function(self.session, fn, name)
 
 
 def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None = None, backend: Any = "ember",
@@ -61,9 +61,10 @@ def _compile(model: Any, cfg: _Config, disable: bool):
     if isinstance(model, types.MethodType) and type(model.__func__) is types.FunctionType:
         return types.MethodType(cfg.frame_cache(model.__func__).dispatch, model.__self__)
     if type(model) is types.FunctionType:
-        disp = cfg.frame_cache(model).dispatch
+        cache = cfg.frame_cache(model)
+        disp = cache.dispatch
         functools.update_wrapper(disp, model)
-        disp.__ember_cache__ = _ALL_CACHES[-1]
+        disp.__ember_cache__ = cache
         return disp
     if callable(model) and type(getattr(type(model), "__call__", None)) is types.FunctionType:
         return types.MethodType(cfg.frame_cache(type(model).__call__).dispatch, model)
@@ -173,10 +174,14 @@ def disable(fn: Callable = None, recursive: bool = True):
 
 def reset() -> None:
     """Drop every compiled entry, guard and counter."""
-    for c in _ALL_CACHES:
-        c.entries.clear()
-        c._entry_fns.clear()
-    _ALL_CACHES.clear()
+    for s in _ALL_SESSIONS:
+        for c in s.caches:
+            c.entries.clear()
+            c._entry_fns.clear()
+            c.native = False
+        s.resumes.clear()
+        s.callees.clear()
+    _ALL_SESSIONS.clear()
     for k in STATS:
         STATS[k] = 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from . import rules as R
 from .interpreter import NULL, UserException
 from .symbolic import SymbolicDomain
-from .values import Const, DictVar, IterVar, ListVar, SetVar, TupleVar, Value
+from .values import SeqIterVar, Const, DictVar, IterVar, ListVar, SetVar, TupleVar, Value
 
 
 def _index(d: SymbolicDomain, f, k: Value):
@@ -27,17 +27,17 @@ def _seq_iter(items_owner):
 
 @R.ITER.register(TupleVar, ListVar)
 def _seq_iter_rule(d, f, v):
-    return IterVar(_seq_iter(v), f"{v.python_type().__name__} iterator")
+    return SeqIterVar(v, f"{v.python_type().__name__} iterator")
 
 
 @R.ITER.register(DictVar)
 def _dict_iter_rule(d, f, v):
-    return IterVar(iter([v.keys[k] for k in v.items]), "dict key iterator")
+    return SeqIterVar([v.keys[k] for k in v.items], "dict key iterator")
 
 
 @R.ITER.register(SetVar)
 def _set_iter_rule(d, f, v):
-    return IterVar(iter(list(v.items.values())), "set iterator")
+    return SeqIterVar(list(v.items.values()), "set iterator")
 
 
 @R.LEN.register(TupleVar, ListVar, DictVar, SetVar)
@@ -351,7 +351,7 @@ def _view(v, kind):
 
 @R.ITER.register(DictView)
 def _view_iter(d, f, v):
-    return IterVar(iter(v.list()), f"dict_{v.kind} iterator")
+    return SeqIterVar(v.list(), f"dict_{v.kind} iterator")
 
 
 @R.LEN.register(DictView)

@@ -15,8 +15,9 @@ from typing import Any, Callable
 from .. import logs
 from ..errors import EmberError, InternalError, Unsupported
 from .generators import check_suspended
+from .bytecode import decode
 from .glue import GlueBuilder
-from .interpreter import Frame, UserException, bind_arguments
+from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
 from .sources import LocalSource
 from .symbolic import SymbolicDomain
 from .values import Value
@@ -89,7 +90,8 @@ def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | N
 _NOT_A_PLAIN_FUNCTION = 0x20 | 0x80 | 0x100 | 0x200     # generator, coroutine, iterable coroutine, async gen
 
 
-def trace_frame(d: SymbolicDomain, fn: types.FunctionType, args: tuple, kwargs: dict) -> Value:
+def trace_frame(d: SymbolicDomain, fn: types.FunctionType, args: tuple, kwargs: dict,
+                stop_at: int | None = None) -> Value | Frame:
     code = fn.__code__
     if code.co_flags & _NOT_A_PLAIN_FUNCTION:
         raise Unsupported(f"compiling {fn.__qualname__}, a generator or coroutine function",
@@ -101,16 +103,64 @@ def trace_frame(d: SymbolicDomain, fn: types.FunctionType, args: tuple, kwargs: 
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         locals_[name] = d.wrap(cell, None)
     frame = Frame(d, code, fn.__globals__, locals_, None, fn)
-    ret = frame.run().value
-    check_suspended(d)
-    return ret
+    return run_top(d, frame, stop_at)
 
 
-def build_entry(d: SymbolicDomain, ret: Value, fn: types.FunctionType, graph_hook: Callable | None,
-                params: str) -> tuple[str, dict, list]:
-    """Glue source for a finished trace. ``graph_hook(d, glue)`` returns (lines computing ``__out``, graphs)."""
+def trace_resume(d: SymbolicDomain, code: types.CodeType, f_globals: dict, ip: int, args: tuple,
+                 stop_at: int | None = None) -> Value | Frame:
+    """Trace a frame from instruction ``ip`` with the live state a graph break handed over."""
+    from .resume import resume_locals, resume_stack
+    real_stack, real_locals, real_exc = args
+    frame = Frame(d, code, f_globals, {}, None, None)
+    frame.locals = resume_locals(d, real_locals)
+    frame.stack = resume_stack(d, real_stack)
+    frame.ip = ip
+    if real_exc is not None:
+        from .resume import EXC
+        frame.exc_info = d.wrap(real_exc, EXC)
+    return run_top(d, frame, stop_at)
+
+
+def run_top(d: SymbolicDomain, frame: Frame, stop_at: int | None) -> Value | Frame:
+    """Run the outermost frame of a trace: its return value, or the frame itself when stopped for a break."""
+    d.top_frame = frame
+    frame.stop_at = stop_at
+    r = frame.run()
+    try:
+        check_suspended(d)      # a generator paused in try/finally: its cleanup must not be skipped
+    except Unsupported as e:
+        e.resumable = False     # not an instruction the glue could run natively
+        raise
+    return frame if type(r) is Stop else r.value
+
+
+def _state_expr(glue: GlueBuilder, v: Any) -> str:
+    from .resume import Lazy
+    if v is NULL:
+        return glue.cg.bind(NULL, "NULL")
+    if type(v) is Lazy:
+        return v.source.expr(glue.cg)
+    return glue.expr(v)
+
+
+def break_tail(glue: GlueBuilder, frame: Frame, step: Callable) -> str:
+    """The expression that hands a stopped frame's live state to ``step`` (run one instruction natively,
+    continue compiled)."""
+    cg = glue.cg
+    stack = ", ".join(_state_expr(glue, v) for v in frame.stack)
+    local_items = dict.items(frame.locals) if isinstance(frame.locals, dict) else frame.locals.items()
+    locs = ", ".join(f"{k!r}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL)
+    exc = "None" if frame.exc_info is None else _state_expr(glue, frame.exc_info)
+    return (f"({cg.bind(frame.code, 'code')}, {cg.bind(frame.f_globals, 'G')}, {frame.ip}, "
+            f"[{stack}], {{{locs}}}, {frame.kw_names!r}, {exc})")
+
+
+def build_entry(d: SymbolicDomain, ret: Any, fn: Any, graph_hook: Callable | None,
+                params: str, step: Callable | None = None) -> tuple[str, dict, list]:
+    """Glue source for a finished trace. ``graph_hook(d, glue)`` returns (lines computing ``__out``, graphs).
+    ``ret`` is the returned value, or the frame stopped at a graph break (then ``step`` continues it)."""
     glue = GlueBuilder(d)
-    ret_expr = glue.expr(ret)
+    ret_expr = break_tail(glue, ret, step) if isinstance(ret, Frame) else glue.expr(ret)
     effects = glue.side_effect_lines()
     graph_lines, graphs = (graph_hook(d, glue) if graph_hook is not None else ([], []))
     if glue.graph_outputs and not graph_lines:
@@ -124,7 +174,11 @@ def build_entry(d: SymbolicDomain, ret: Value, fn: types.FunctionType, graph_hoo
              "        return __MISS"]
     lines += ["    " + ln for ln in graph_lines]
     lines += ["    " + ln for ln in glue.creations + glue.fills]
-    if effects:
+    if isinstance(ret, Frame):          # graph break: state read first, effects, then the native step
+        lines.append(f"    __state = {ret_expr}")
+        lines += ["    " + ln for ln in effects]
+        lines.append(f"    return {glue.cg.bind(step, 'step')}(*__state)")
+    elif effects:
         lines.append(f"    __ret = {ret_expr}")
         lines += ["    " + ln for ln in effects]
         lines.append("    return __ret")
@@ -151,23 +205,37 @@ def _exec(source: str, bindings: dict, filename: str) -> Callable:
 
 
 class FrameCache:
-    """The compiled entries of one Python function, checked in order on every call."""
+    """The compiled entries of one Python function (or, with ``resume=(code, globals, ip)``, of the rest of a
+    frame from instruction ``ip`` after a graph break), checked in order on every call."""
 
-    def __init__(self, fn: types.FunctionType, *, plugins_factory: Callable[[], list] = list,
-                 graph_hook: Callable | None = None, fullgraph: bool = False, limit: int = 8,
-                 options: Any = None, name: str | None = None):
+    def __init__(self, fn: types.FunctionType | None = None, *, resume: tuple | None = None, session: Any = None,
+                 plugins_factory: Callable[[], list] = list, graph_hook: Callable | None = None,
+                 fullgraph: bool = False, limit: int = 8, options: Any = None, name: str | None = None):
         self.fn = fn
+        self.resume = resume
+        self.session = session
         self.plugins_factory = plugins_factory
         self.graph_hook = graph_hook
         self.fullgraph = fullgraph
         self.limit = limit
         self.options = options
-        self.name = name or fn.__qualname__
+        self.native = False        # a continuation whose first instruction always breaks: stepped natively
         self.entries: list[Entry] = []
         self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry.fn of each entry
-        self.params, self.call_args, self.sig_binds = signature(fn.__code__, fn.__defaults__, fn.__kwdefaults__)
-        self.dispatch = self._make_dispatcher()
         self.break_reasons: list[Unsupported] = []
+        if resume is not None:
+            from .resume import RESUME_PARAMS
+            code, _, ip = resume
+            self.code = code
+            self.params = self.call_args = RESUME_PARAMS
+            self.sig_binds: dict = {}
+            ins = decode(code).instrs[ip]
+            self.name = name or f"{code.co_qualname} (resumed at line {ins.lineno})"
+        else:
+            self.code = fn.__code__
+            self.name = name or fn.__qualname__
+            self.params, self.call_args, self.sig_binds = signature(self.code, fn.__defaults__, fn.__kwdefaults__)
+        self.dispatch = self._make_dispatcher()
 
     def _make_dispatcher(self) -> Callable:
         src = (f"def __dispatch({self.params}):\n"
@@ -179,12 +247,26 @@ class FrameCache:
         ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
         disp = ns["__dispatch"]
-        disp.__name__ = self.fn.__name__
-        disp.__wrapped__ = self.fn
-        disp.__doc__ = self.fn.__doc__
-        disp.__qualname__ = self.fn.__qualname__
         disp.__ember_cache__ = self
+        if self.fn is not None:
+            disp.__name__ = self.fn.__name__
+            disp.__wrapped__ = self.fn
+            disp.__doc__ = self.fn.__doc__
+            disp.__qualname__ = self.fn.__qualname__
         return disp
+
+    # -- running without compiled code for this frame ---------------------------------------------------
+    def _fallback(self, args, kwargs, concrete: bool):
+        """Run the call without a compiled entry: the concrete interpreter (so callees still compile) or,
+        for a whole function with ``concrete=False``, natively."""
+        if self.resume is not None:
+            code, g, ip = self.resume
+            if self.native:
+                return self.session.step(code, g, ip, args[0], args[1], None, args[2])
+            return self.session.run_rest(code, g, ip, *args)
+        if concrete and self.session is not None:
+            return self.session.run_function(self.fn, args, kwargs)
+        return self.fn(*args, **kwargs)
 
     # -- misses ----------------------------------------------------------------------------------------
     def _miss(self, *args, **kwargs):
@@ -193,8 +275,8 @@ class FrameCache:
                            f"ember: {self.name} ({self._where()}) was recompiled {self.limit} times "
                            f"(cache_size_limit); it now runs eagerly. Last reason: {self._why_missed(args, kwargs)}")
             STATS["fallbacks_to_eager"] += 1
-            self._add(self._eager_entry("recompile limit reached", []))
-            return self.fn(*args, **kwargs)
+            self._add(self._eager_entry("recompile limit reached", [], concrete=True))
+            return self._fallback(args, kwargs, True)
         if self.entries:
             STATS["recompiles"] += 1
             if logs.enabled("recompiles"):
@@ -202,8 +284,6 @@ class FrameCache:
                                        f"{self._why_missed(args, kwargs)}")
         entry = self.compile_entry(args, kwargs)
         self._add(entry)
-        if entry.eager:
-            return self.fn(*args, **kwargs)
         r = entry.fn(*args, **kwargs)
         if r is MISS:
             raise InternalError(f"ember: a fresh entry for {self.name} rejected the call that built it; guards:\n"
@@ -215,7 +295,9 @@ class FrameCache:
         self._entry_fns.append(entry.fn)
 
     def _where(self) -> str:
-        c = self.fn.__code__
+        c = self.code
+        if self.resume is not None:
+            return f"{c.co_filename}:{decode(c).instrs[self.resume[2]].lineno}"
         return f"{c.co_filename}:{c.co_firstlineno}"
 
     def _why_missed(self, args, kwargs) -> str:
@@ -235,20 +317,33 @@ class FrameCache:
                 return f"guard failed: {g.reason}  [{g.expr}]" if g else "a guard raised an exception"
         return "no entry matched"
 
+    # -- compiling -------------------------------------------------------------------------------------
+    def _trace(self, d: SymbolicDomain, args, kwargs, stop_at: int | None = None):
+        if self.resume is not None:
+            code, g, ip = self.resume
+            return trace_resume(d, code, g, ip, args, stop_at)
+        return trace_frame(d, self.fn, args, kwargs, stop_at)
+
+    def _domain(self) -> SymbolicDomain:
+        STATS["frames_compiled"] += 1
+        return SymbolicDomain(self.plugins_factory(), self.options)
+
     def compile_entry(self, args, kwargs) -> Entry:
         t0 = time.perf_counter()
-        d = SymbolicDomain(self.plugins_factory(), self.options)
-        STATS["frames_compiled"] += 1
+        d = self._domain()
         try:
-            ret = trace_frame(d, self.fn, args, kwargs)
-            source, graphs, _ = build_entry(d, ret, self.fn, self.graph_hook or _plugin_graphs, self.params)
+            ret = self._trace(d, args, kwargs)
+            return self._make_entry(d, ret, t0)
         except Unsupported as e:
             STATS["graph_breaks"] += 1
             self.break_reasons.append(e)
             if self.fullgraph:
                 raise
-            logs.log("graph_breaks", f"{self.name}: runs eagerly: {e}")
-            return self._eager_entry(str(e), d.guards.guards, d)
+            if self.session is not None:
+                self.session.log_break(self.name, e)
+            else:
+                logs.log("graph_breaks", f"{self.name}: runs eagerly: {e}")
+            return self._on_break(e, d, args, kwargs, t0)
         except UserException as ue:
             where = (getattr(ue, "user_stack", None) or ["?"])[-1]
             why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
@@ -258,7 +353,7 @@ class FrameCache:
                                   "otherwise this is an ember bug worth reporting",
                                   getattr(ue, "user_stack", None)) from None
             logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
-            return self._eager_entry(why, d.guards.guards, d)
+            return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
         except EmberError:
             raise
         except Exception as e:       # noqa: BLE001 - an ember bug must not break the user's program
@@ -268,12 +363,40 @@ class FrameCache:
             logs.warn_once(f"internal:{id(self)}", f"ember: internal error while compiling {self.name} "
                                                    f"({self._where()}), running it eagerly: {type(e).__name__}: {e}")
             STATS["fallbacks_to_eager"] += 1
-            return self._eager_entry(f"internal error: {e}", [])
+            return self._eager_entry(f"internal error: {e}", [], concrete=self.resume is not None)
+
+    def _on_break(self, e: Unsupported, d: SymbolicDomain, args, kwargs, t0: float) -> Entry:
+        """Split the frame at the instruction that broke: trace again up to it, and let the glue run it
+        natively and continue compiled. Where that is not possible, the frame runs concretely."""
+        top = getattr(d, "top_frame", None)
+        n = top.steps - 1 if top is not None and getattr(e, "resumable", True) else -1
+        if self.session is None or n < 0:
+            return self._eager_entry(str(e), d.guards.guards, d, concrete=True)
+        if n == 0:
+            if self.resume is not None:          # nothing to compile before the native instruction
+                self.native = True
+                return self._eager_entry(str(e), [], concrete=True)
+            return self._eager_entry(str(e), d.guards.guards, d, concrete=True)
+        d2 = self._domain()
+        try:
+            state = self._trace(d2, args, kwargs, stop_at=n)
+            if not isinstance(state, Frame):
+                raise InternalError(f"the second trace of {self.name} did not stop at the graph break")
+            return self._make_entry(d2, state, t0)
+        except Unsupported as e2:
+            logs.log("graph_breaks", f"{self.name}: cannot continue after the break ({e2.reason}); "
+                                     "the frame runs in ember's interpreter")
+            return self._eager_entry(f"{e}; then {e2.reason}", d.guards.guards, d, concrete=True)
+
+    def _make_entry(self, d: SymbolicDomain, ret: Any, t0: float) -> Entry:
+        step = self.session.step if self.session is not None else None
+        source, graphs, _ = build_entry(d, ret, self.fn, self.graph_hook or _plugin_graphs, self.params, step)
         bindings = dict(d.cg.bindings, __MISS=MISS, **self.sig_binds)
         for g in graphs:
             bindings.update(g.get("bindings", {}))
         fn = _exec(source, bindings, f"<ember glue {self.name}#{len(self.entries)}>")
-        entry = Entry(fn, d.guards.source(self.fn.__name__, self.params), source, list(d.guards.guards), bindings,
+        fname = self.fn.__name__ if self.fn is not None else "resume"
+        entry = Entry(fn, d.guards.source(fname, self.params), source, list(d.guards.guards), bindings,
                       graphs=graphs, compile_time=time.perf_counter() - t0)
         if logs.enabled("guards"):
             logs.log("guards", f"{self.name} entry #{len(self.entries)} ({self._where()}):\n"
@@ -282,22 +405,45 @@ class FrameCache:
             logs.log("output_code", f"glue for {self.name} entry #{len(self.entries)}:\n{source}")
         return entry
 
-    def _eager_entry(self, reason: str, guards: list, d: SymbolicDomain | None = None) -> Entry:
+    def _eager_entry(self, reason: str, guards: list, d: SymbolicDomain | None = None,
+                     concrete: bool = False) -> Entry:
         params, call = self.params, self.call_args
         guard = "\n            and ".join(g.expr for g in guards) or "True"
         src = (f"def __entry({params}):\n    try:\n        if not ({guard}):\n            return __MISS\n"
                f"    except Exception:\n        return __MISS\n    return __fn({call})\n")
-        bindings = dict(d.cg.bindings if d is not None else {}, __MISS=MISS, __fn=self.fn, **self.sig_binds)
+        run = (lambda *a, **k: self._fallback(a, k, concrete))
+        bindings = dict(d.cg.bindings if d is not None else {}, __MISS=MISS, __fn=run, **self.sig_binds)
         return Entry(_exec(src, bindings, f"<ember eager {self.name}>"), "", src, list(guards), bindings, eager=True,
                      reason=reason)
 
 
+def new_session(plugins_factory: Callable[[], list] = list, graph_hook: Callable | None = None,
+                fullgraph: bool = False, limit: int = 8, options: Any = None):
+    """A compile session: every cache it makes (the function's, its continuations', its callees') shares
+    these settings."""
+    from .resume import Session
+    box: list = []
+
+    def make_cache(fn=None, resume=None, name=None) -> FrameCache:
+        return FrameCache(fn, resume=resume, session=box[0], plugins_factory=plugins_factory,
+                          graph_hook=graph_hook, fullgraph=fullgraph, limit=limit, options=options, name=name)
+    box.append(Session(make_cache, plugins_factory))
+    return box[0]
+
+
+def compile_function(session, fn: types.FunctionType, name: str | None = None) -> FrameCache:
+    c = session.make_cache(fn=fn, name=name)
+    session.caches.insert(0, c)
+    return c
+
+
 # -- torch-free entry points used by the interpreter's own tests -----------------------------------------
 def compile_python(fn: types.FunctionType, fullgraph: bool = False) -> Callable:
-    """``fn`` compiled by the symbolic interpreter with no plugins: guarded, cached, glue-driven."""
-    return FrameCache(fn, fullgraph=fullgraph).dispatch
+    """``fn`` compiled by the symbolic interpreter with no plugins: guarded, cached, glue-driven; graph
+    breaks run the unsupported instruction natively and continue compiled."""
+    return compile_function(new_session(fullgraph=fullgraph), fn).dispatch
 
 
 def symbolic_call(fn: types.FunctionType, *args, **kwargs):
-    """Trace ``fn`` on these arguments, generate its glue and run it (falling back to ``fn`` if unsupported)."""
-    return FrameCache(fn).dispatch(*args, **kwargs)
+    """Trace ``fn`` on these arguments, generate its glue and run it (breaking where unsupported)."""
+    return compile_python(fn)(*args, **kwargs)

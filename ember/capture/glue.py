@@ -17,7 +17,7 @@ from .containers import DictView
 from .interpreter import NULL
 from .sources import Codegen, literal
 from .symbolic import SliceVar, SymbolicDomain, _DELETED
-from .values import (BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, ObjectVar, PartialVar,
+from .values import (MethodOf, OpaqueVar, SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, ObjectVar, PartialVar,
                      RealCellVar, SetVar, SuperVar, TupleVar, Value)
 
 
@@ -41,7 +41,12 @@ class GlueBuilder:
             self.graph_outputs.append(v)
         return f"__out[{i}]"
 
+    def cell_expr(self, v: RealCellVar) -> str:
+        return v.cell_source.expr(self.cg) if v.cell_source is not None else self.cg.bind(v.cell, "cell")
+
     def expr(self, v: Any) -> str:
+        if type(v) is RealCellVar:
+            return self.cell_expr(v)
         if v.source is not None and not isinstance(v, TupleVar):
             return v.source.expr(self.cg)
         rule = R.RECONSTRUCT.find(type(v))
@@ -58,19 +63,11 @@ class GlueBuilder:
                 return f"({inner}{',' if len(v.items) == 1 else ''})"
             cls = self.cg.bind(v.cls, v.cls.__name__)
             return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
-        if t is ListVar:
-            return "[" + ", ".join(self.expr(x) for x in v.items) + "]"
-        if t is DictVar:
-            body = "{" + ", ".join(f"{self.expr(v.keys[k])}: {self.expr(x)}" for k, x in v.items.items()) + "}"
-            if v.cls is dict:
-                return body
-            if v.default_factory is not None:
-                return f"{self.cg.bind(v.cls, v.cls.__name__)}({self.expr(v.default_factory)}, {body})"
-            return f"{self.cg.bind(v.cls, v.cls.__name__)}({body})"
-        if t is SetVar:
-            items = ", ".join(self.expr(x) for x in v.items.values())
-            s = f"{{{items}}}" if v.items else "set()"
-            return f"frozenset({s})" if v.frozen else s
+        if t in (ListVar, DictVar, SetVar):      # new mutable containers: made once, however often referenced
+            name, fresh = self._temp(v, "new")
+            if fresh:
+                self.creations.append(f"{name} = {self._container(v)}")
+            return name
         if isinstance(v, ObjectVar) and v.is_new:
             return self._new_object(v)
         if t is BoundMethod:
@@ -83,8 +80,6 @@ class GlueBuilder:
             return self._function(v)
         if t is CellVar:
             return self._cell(v)
-        if t is RealCellVar:
-            return self.cg.bind(v.cell, "cell")
         if t is DictView:
             return f"{self.expr(v.d)}.{v.kind}()"
         if t is SliceVar:
@@ -117,18 +112,38 @@ class GlueBuilder:
                 self.fills.append(f"{name}.cell_contents = {self.expr(v.contents)}")
         return name
 
+    def _container(self, v: Any) -> str:
+        t = type(v)
+        if t is ListVar:
+            return "[" + ", ".join(self.expr(x) for x in v.items) + "]"
+        if t is DictVar:
+            body = "{" + ", ".join(f"{self.expr(v.keys[k])}: {self.expr(x)}" for k, x in v.items.items()) + "}"
+            if v.cls is dict:
+                return body
+            if v.default_factory is not None:
+                return f"{self.cg.bind(v.cls, v.cls.__name__)}({self.expr(v.default_factory)}, {body})"
+            return f"{self.cg.bind(v.cls, v.cls.__name__)}({body})"
+        items = ", ".join(self.expr(x) for x in v.items.values())
+        s = f"{{{items}}}" if v.items else "set()"
+        return f"frozenset({s})" if v.frozen else s
+
     def _function(self, v: FuncVar) -> str:
         code = self.cg.bind(v.code, "code")
         g = self.cg.bind(v.f_globals, "G")
         defaults = self.expr(v.defaults) if v.defaults is not None else "None"
         closure = ("(" + "".join(f"{self.expr(c)}, " for c in v.closure) + ")") if v.closure else "None"
         fn = f"{self.cg.bind(types.FunctionType, 'FunctionType')}({code}, {g}, {v.code.co_name!r}, {defaults}, {closure})"
-        if v.kwdefaults is None:
-            return fn
         name, fresh = self._temp(v, "fn")
         if fresh:
             self.creations.append(f"{name} = {fn}")
-            self.fills.append(f"{name}.__kwdefaults__ = {self.expr(v.kwdefaults)}")
+            self.fills.append(f"{name}.__qualname__ = {v.qualname!r}")
+            if v.kwdefaults is not None:
+                self.fills.append(f"{name}.__kwdefaults__ = {self.expr(v.kwdefaults)}")
+            if v.annotations is not None:
+                ann = self.expr(v.annotations)
+                if isinstance(v.annotations, TupleVar):      # MAKE_FUNCTION's (name, value, ...) pairs
+                    ann = f"dict(zip({ann}[::2], {ann}[1::2]))"
+                self.fills.append(f"{name}.__annotations__ = {ann}")
         return name
 
     # -- side effects ----------------------------------------------------------------------------------
@@ -159,7 +174,7 @@ class GlueBuilder:
 
     def _effect(self, v: Value, reads: list[str], writes: list[str]) -> None:
         if isinstance(v, RealCellVar):
-            c = self.cg.bind(v.cell, "cell")
+            c = self.cell_expr(v)
             writes.append(f"del {c}.cell_contents" if v.written is _DELETED
                           else f"{c}.cell_contents = {self._value(reads, v.written)}")
             return
@@ -197,3 +212,28 @@ def _delattr_quiet(obj: Any, name: str) -> None:
 
 
 _ = (IterVar, SuperVar)
+
+
+def _iter_at(seq, n):
+    it = iter(seq)
+    for _ in range(n):
+        next(it)
+    return it
+
+
+@R.RECONSTRUCT.register(SeqIterVar)
+def _seq_iter_reconstruct(glue: GlueBuilder, v: SeqIterVar) -> str:
+    if isinstance(v.seq, list):
+        rest = v.seq[v.pos:]
+        return "iter((" + "".join(f"{glue.expr(x)}, " for x in rest) + "))"
+    return f"{glue.cg.bind(_iter_at, 'iter_at')}({glue.expr(v.seq)}, {v.pos})"
+
+
+@R.RECONSTRUCT.register(OpaqueVar)
+def _opaque_reconstruct(glue: GlueBuilder, v: OpaqueVar) -> str:
+    return v.source.expr(glue.cg)
+
+
+@R.RECONSTRUCT.register(MethodOf)
+def _methodof_reconstruct(glue: GlueBuilder, v: MethodOf) -> str:
+    return f"{glue.expr(v.recv)}.{v.name}"

@@ -81,6 +81,11 @@ class Yield(Return):
     __slots__ = ()
 
 
+class Stop(Return):
+    """``run`` stopped before an instruction because ``stop_at`` instructions had run (graph breaks)."""
+    __slots__ = ()
+
+
 class Frame:
     """One activation of a code object."""
 
@@ -105,6 +110,8 @@ class Frame:
         self.kw_names: tuple[str, ...] | None = None
         self.exc_info: Any = None          # the exception being handled (sys.exc_info analogue)
         self.done = False
+        self.steps = 0                     # instructions started in this frame
+        self.stop_at: int | None = None    # stop (return Stop) before starting instruction number stop_at
 
     # -- stack helpers -------------------------------------------------------------------------------
     def push(self, v) -> None:
@@ -153,6 +160,9 @@ class Frame:
         table = handler_table()
         instrs = self.instrs
         while True:
+            if self.steps == self.stop_at:
+                return Stop(None)
+            self.steps += 1
             ins = instrs[self.ip]
             self.ip += 1
             self.cur = ins

@@ -18,7 +18,7 @@ from . import rules as R
 from .interpreter import NULL, UserException
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
-from .values import (BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
+from .values import (SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
                      ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value, is_immutable)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
@@ -581,7 +581,7 @@ def _const_iter(d, f, v):
         raise UserException(e) from None
     if items is NULL:
         raise d.unsupported(f, f"iterating over {v.describe()}")
-    return IterVar(iter([d.from_python(x) for x in items]), f"iterator over {v.describe()}")
+    return SeqIterVar([d.from_python(x) for x in items], f"iterator over {v.describe()}")
 
 
 @R.TRUTH.register(Const)

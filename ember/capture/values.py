@@ -232,13 +232,15 @@ class CellVar(Value):
 
 
 class RealCellVar(Value):
-    """A closure cell that existed before the call; writes are replayed by the glue."""
-    __slots__ = ("cell", "written")
+    """A closure cell that existed before the call; writes are replayed by the glue. ``source`` is where
+    its contents are read; ``cell_source`` where the cell itself is (None: the cell is bound by identity)."""
+    __slots__ = ("cell", "written", "cell_source")
 
-    def __init__(self, cell: types.CellType, source: Source):
+    def __init__(self, cell: types.CellType, source: Source, cell_source: Source | None = None):
         super().__init__(source)
         self.cell = cell
         self.written: Any = NULL
+        self.cell_source = cell_source
 
 
 class IterVar(Value):
@@ -256,6 +258,41 @@ class IterVar(Value):
 
     def describe(self):
         return self.desc
+
+
+class SeqIterVar(IterVar):
+    """An iterator over a sequence: ``seq`` is a live ListVar/TupleVar or a snapshot list of values; ``pos`` is
+    the next index. Unlike a general iterator it can be rebuilt as a real one at a graph break."""
+    __slots__ = ("seq", "pos")
+
+    def __init__(self, seq: Any, desc: str):
+        self.seq = seq
+        self.pos = 0
+        super().__init__(self._items(), desc)
+
+    def _items(self):
+        while True:
+            items = self.seq if isinstance(self.seq, list) else self.seq.items
+            if self.pos >= len(items):
+                return
+            self.pos += 1
+            yield items[self.pos - 1]
+
+
+class OpaqueVar(Value):
+    """A real object handed to a continuation that the trace may pass along but not look into (a float from
+    ``.item()``, say): any use of its value is a graph break, so its value is never guarded."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any, source: Source):
+        super().__init__(source)
+        self.obj = obj
+
+    def python_type(self):
+        return type(self.obj)
+
+    def describe(self):
+        return f"{type(self.obj).__name__} computed outside the graph"
 
 
 class SuperVar(Value):

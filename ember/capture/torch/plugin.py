@@ -14,7 +14,7 @@ from ..values import IMMUTABLE_TYPES, Const
 from . import ctx as _ctx
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
-from .modules import NNModuleVar, construct_module
+from .modules import NNModuleVar, _has_hooks, construct_module
 from .ops import record
 
 IMMUTABLE_TYPES.update({torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format})
@@ -139,6 +139,16 @@ class TorchPlugin:
                            f"stride {t.stride()} on {dev}, requires_grad={t.requires_grad}")
 
     def const_getattr(self, d, f, v, name):
+        return None
+
+    @staticmethod
+    def callee(obj: Any):
+        """For a natively run call (after a graph break): an nn.Module runs its compiled forward."""
+        if isinstance(obj, torch.nn.Module) and not _has_hooks(obj) and "forward" not in obj.__dict__:
+            fwd = type(obj).forward
+            if type(fwd) is types.FunctionType and fwd is not torch.nn.Module.forward \
+                    and type(obj).__call__ is torch.nn.Module.__call__:
+                return fwd, obj
         return None
 
     # -- calls -----------------------------------------------------------------------------------------
