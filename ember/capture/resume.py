@@ -73,9 +73,9 @@ class Session:
     # -- continuing a frame --------------------------------------------------------------------------------
     def step(self, code, f_globals, ip, stack, locals_, kw_names=None, exc=None):
         """Run the instruction at ``ip`` natively, then continue in compiled code (or return)."""
-        while True:
-            frame = Frame(self.concrete, code, f_globals, dict(locals_))
-            frame.stack, frame.ip, frame.kw_names, frame.exc_info = list(stack), ip, kw_names, exc
+        while True:         # the glue built ``stack`` and ``locals_`` for this call: the frame may own them
+            frame = Frame(self.concrete, code, f_globals, locals_)
+            frame.stack, frame.ip, frame.kw_names, frame.exc_info = stack, ip, kw_names, exc
             frame.stop_at = 1
             try:
                 r = frame.run()

@@ -35,13 +35,16 @@ class GradModeCtx(Value):
 
 
 class AutocastCtx(Value):
-    __slots__ = ("device_type", "dtype", "enabled", "cache", "handle", "prev")
+    """torch.autocast(...) in the trace. ``handle`` is the graph node holding the real context object once
+    entered; ``real`` is a context object entered before a graph break (its exit runs natively)."""
+    __slots__ = ("device_type", "dtype", "enabled", "cache", "handle", "prev", "real")
 
-    def __init__(self, device_type, dtype, enabled, cache):
-        super().__init__(None)
+    def __init__(self, device_type, dtype, enabled, cache, real=None, source=None):
+        super().__init__(source)
         self.device_type, self.dtype, self.enabled, self.cache = device_type, dtype, enabled, cache
         self.handle = None
         self.prev = None
+        self.real = real
 
     def python_type(self):
         return torch.autocast
@@ -78,6 +81,9 @@ def _grad_method(d, f, v: GradModeCtx, name, args, kwargs):
 @R.METHOD.register(AutocastCtx)
 def _autocast_method(d, f, v: AutocastCtx, name, args, kwargs):
     st = d.torch
+    if v.real is not None:
+        raise d.unsupported(f, "leaving an autocast region entered before a graph break",
+                            "its exit runs natively; the code after it is compiled again")
     if name == "__enter__":
         v.prev = st.autocast.get(v.device_type)
         v.handle = st.graph.call_function(_enter_autocast, (v.device_type, v.dtype, v.enabled, v.cache))
@@ -135,3 +141,57 @@ def ctx_classes() -> dict:
         except ImportError:
             pass
     return out
+
+
+class HandleVar(Value):
+    """A non-tensor graph value (the real autocast object) the glue needs after the graph."""
+    __slots__ = ("node",)
+
+    def __init__(self, node):
+        super().__init__(None)
+        self.node = node
+
+
+def _make_grad_ctx(cls, mode, prev):
+    obj = cls.__new__(cls)
+    obj.prev = bool(prev)
+    if cls is torch.set_grad_enabled:
+        obj.mode = mode
+    return obj
+
+
+@R.RECONSTRUCT.register(GradModeCtx)
+def _grad_reconstruct(glue, v: GradModeCtx) -> str:
+    prev = v.prev if v.prev is not None else torch.is_grad_enabled()
+    return f"{glue.cg.bind(_make_grad_ctx, 'make_grad_ctx')}({glue.cg.bind(v.cls, v.cls.__name__)}, {v.mode}, {prev})"
+
+
+@R.RECONSTRUCT.register(AutocastCtx)
+def _autocast_reconstruct(glue, v: AutocastCtx) -> str:
+    if v.source is not None:
+        return v.source.expr(glue.cg)
+    if v.handle is None:
+        return (f"{glue.cg.bind(torch.autocast, 'autocast')}({v.device_type!r}, dtype={glue.cg.bind(v.dtype, 'dtype')}, "
+                f"enabled={v.enabled!r}, cache_enabled={v.cache!r})")
+    return glue.output_ref(HandleVar(v.handle))
+
+
+GRAD_CTX_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+
+
+def wrap_ctx(d, obj, source):
+    """Context objects that existed before the call (handed over at a graph break)."""
+    from ..guards import GuardSet  # noqa: F401  (typing only)
+    t = type(obj)
+    if isinstance(obj, GRAD_CTX_TYPES):
+        if source is not None:
+            d.guards.type_match(source, t)
+            from ..sources import AttrSource
+            d.guards.equals(AttrSource(source, "prev"), bool(getattr(obj, "prev", False)))
+        mode = {torch.no_grad: False, torch.enable_grad: True}.get(t, getattr(obj, "mode", True))
+        return GradModeCtx(mode, t, bool(getattr(obj, "prev", False)))
+    if isinstance(obj, torch.autocast):
+        if source is not None:
+            d.guards.type_match(source, t)
+        return AutocastCtx(obj.device, obj.fast_dtype, obj._enabled, obj._cache_enabled, real=obj, source=source)
+    return None

@@ -10,7 +10,7 @@ import torch.fx as fx
 
 from ...errors import BackendCompilerFailed
 from ..sources import ConstSource, Source
-from ..values import IMMUTABLE_TYPES, Const
+from ..values import IMMUTABLE_TYPES, Const, MethodOf
 from . import ctx as _ctx
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
@@ -77,6 +77,10 @@ class TorchPlugin:
         g, cg = d.guards, d.cg
         g.add(f"{cg.bind(torch.is_grad_enabled, 'is_grad_enabled')}() is {d.torch.grad_enabled}",
               f"grad mode is {'on' if d.torch.grad_enabled else 'off'}")
+        any_on = getattr(torch._C, "_is_any_autocast_enabled", None)
+        if any_on is not None and not any(on for on, _ in d.torch.autocast.values()):
+            g.add(f"not {cg.bind(any_on, 'is_any_autocast_enabled')}()", "autocast is off")
+            return
         for dev, (on, _) in d.torch.autocast.items():
             g.add(f"{cg.bind(torch.is_autocast_enabled, 'is_autocast_enabled')}({dev!r}) is {on}",
                   f"autocast on {dev} is {'on' if on else 'off'}")
@@ -85,6 +89,12 @@ class TorchPlugin:
     def wrap(self, d, obj: Any, source: Source | None):
         if isinstance(obj, torch.Tensor):
             return self._wrap_tensor(d, obj, source)
+        if isinstance(obj, _ctx.GRAD_CTX_TYPES + (torch.autocast,)):
+            return _ctx.wrap_ctx(d, obj, source)
+        if type(obj) is types.MethodType and isinstance(obj.__self__, _ctx.GRAD_CTX_TYPES + (torch.autocast,)):
+            from ..sources import AttrSource
+            recv = d.wrap(obj.__self__, AttrSource(source, "__self__") if source is not None else None)
+            return MethodOf(recv, obj.__func__.__name__)
         if isinstance(obj, torch.nn.Module):
             if source is None:
                 source = ConstSource(id(obj), obj)
