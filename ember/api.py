@@ -9,7 +9,7 @@ import torch
 
 from . import logs
 from .backends import lookup_backend
-from .capture.frontend import STATS, FrameCache, compile_function, new_session
+from .capture.frontend import HITS, STATS, FrameCache, compile_function, new_session
 from .capture.torch import plugins_factory
 from .errors import Unsupported
 from .options import CompileOptions, make_options
@@ -184,10 +184,13 @@ def reset() -> None:
     _ALL_SESSIONS.clear()
     for k in STATS:
         STATS[k] = 0
+    HITS[0] = 0
 
 
 def stats() -> dict[str, int]:
-    return dict(STATS)
+    out = dict(STATS)
+    out["cache_hits"] = HITS[0]
+    return out
 
 
 def mark_dynamic(t: torch.Tensor, dim: int | list[int]) -> None:

@@ -50,6 +50,26 @@ def _op_name(n) -> str:
     return t if isinstance(t, str) else getattr(t, "__name__", str(t))
 
 
+def _top_cache(compiled):
+    if hasattr(compiled, "_ember_cache"):
+        return compiled._ember_cache
+    c = getattr(compiled, "__ember_cache__", None)
+    return c if c is not None else compiled.__func__.__ember_cache__
+
+
+def _session_caches(compiled) -> list:
+    """The caches of ``compiled``'s session in the order they were made (the top one first), or just its
+    own cache when it has no session."""
+    top = _top_cache(compiled)
+    session = getattr(top, "session", None)
+    if session is None:
+        return [top]
+    caches = list(session.caches)
+    if top not in caches:
+        caches.insert(0, top)
+    return caches
+
+
 def explain(fn: Callable, *extra_args, **extra_kwargs):
     """``ember.explain(fn)(*args)`` (also accepts the args directly, like torch._dynamo.explain)."""
     from .api import compile as ember_compile
@@ -64,18 +84,19 @@ def explain(fn: Callable, *extra_args, **extra_kwargs):
         target = fn._orig_mod if hasattr(fn, "_orig_mod") else getattr(fn, "__wrapped__", fn)
         compiled = ember_compile(target, backend=record)
         out = compiled(*args, **kwargs)
-        cache = compiled._ember_cache if hasattr(compiled, "_ember_cache") else (
-            getattr(compiled, "__ember_cache__", None) or compiled.__func__.__ember_cache__)
         res = ExplainOutput(out=out)
         res.graphs = graphs
         res.graph_count = len(graphs)
-        res.break_reasons = [BreakReason(e.reason, e.user_stack, e.hint) for e in cache.break_reasons]
-        res.graph_break_count = len(res.break_reasons)
         res.ops_per_graph = [[_op_name(n) for n in g.graph.nodes if n.op in ("call_function", "call_method")]
                              for g in graphs]
-        for e in cache.entries:
-            res.guards += e.guards
-            res.compile_times.append(e.compile_time)
+        # every cache of the compile session: the function's, its continuations' and its callees'
+        for cache in _session_caches(compiled):
+            res.break_reasons += [BreakReason(e.reason, list(e.user_stack), e.hint) for e in cache.break_reasons]
+            for e in cache.entries:
+                res.guards += e.guards
+                if not e.eager:
+                    res.compile_times.append(e.compile_time)
+        res.graph_break_count = len(res.break_reasons)
         return res
 
     if extra_args or extra_kwargs:

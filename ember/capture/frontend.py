@@ -32,7 +32,8 @@ class _Miss:
 
 MISS = _Miss()
 STATS = {"frames_compiled": 0, "graphs_compiled": 0, "graph_breaks": 0, "recompiles": 0, "cache_hits": 0,
-         "fallbacks_to_eager": 0, "unique_graphs": 0}
+         "fallbacks_to_eager": 0}
+HITS = [0]      # calls served by an existing cache entry (counted in the dispatcher; read by stats())
 
 
 @dataclass(repr=False)
@@ -242,9 +243,10 @@ class FrameCache:
                f"    for __e in __entries:\n"
                f"        __r = __e({self.call_args})\n"
                f"        if __r is not __MISS:\n"
+               f"            __hits[0] += 1\n"
                f"            return __r\n"
                f"    return __miss({self.call_args})\n")
-        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss)
+        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hits=HITS)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
         disp = ns["__dispatch"]
         disp.__ember_cache__ = self
@@ -395,6 +397,8 @@ class FrameCache:
         for g in graphs:
             bindings.update(g.get("bindings", {}))
         fn = _exec(source, bindings, f"<ember glue {self.name}#{len(self.entries)}>")
+        if graphs and self.session is not None:
+            self.session.note_graphs(self.name, graphs)
         fname = self.fn.__name__ if self.fn is not None else "resume"
         entry = Entry(fn, d.guards.source(fname, self.params), source, list(d.guards.guards), bindings,
                       graphs=graphs, compile_time=time.perf_counter() - t0)

@@ -69,6 +69,9 @@ class Session:
         self._callee_rules = [p for p in plugins_factory() if hasattr(p, "callee")]
         self.concrete = ConcreteDomain(interpret_callees=False, call_hook=self.call_hook)
         self.logged_breaks: set[tuple[str, str]] = set()
+        self.n_graphs = 0
+        self.n_ops = 0
+        self._hinted = False
 
     # -- continuing a frame --------------------------------------------------------------------------------
     def step(self, code, f_globals, ip, stack, locals_, kw_names=None, exc=None):
@@ -155,6 +158,18 @@ class Session:
         return c.dispatch
 
     # -- reporting --------------------------------------------------------------------------------------
+    def note_graphs(self, name: str, graphs: list) -> None:
+        """perf hint: a frame split into many small graphs loses most of what compiling buys."""
+        self.n_graphs += len(graphs)
+        self.n_ops += sum(g.get("n_ops", 0) for g in graphs)
+        if not self._hinted and self.n_graphs >= 8 and self.n_ops / self.n_graphs < 8:
+            self._hinted = True
+            reasons = sorted({r for r, _ in self.logged_breaks})[:3]
+            logs.log("perf_hints", f"{name}: the compiled code is split into {self.n_graphs} graphs of "
+                                   f"{self.n_ops / self.n_graphs:.1f} ops on average by graph breaks "
+                                   f"({'; '.join(reasons)}); remove the breaks (EMBER_LOGS=graph_breaks shows "
+                                   "where) to get larger graphs")
+
     def log_break(self, name: str, e) -> None:
         key = (e.reason, e.user_stack[-1] if e.user_stack else "")
         if key in self.logged_breaks:
