@@ -22,6 +22,7 @@ test: setup
 
 demo: setup
 	$(PY) -m ember.demo
+	$(PY) -m ember.bench --suite quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info

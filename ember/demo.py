@@ -78,8 +78,7 @@ def main() -> None:
     with torch.no_grad():
         t_eager = _time(model, x)
         t_ember = _time(compiled, x)
-        import torch._dynamo  # the reference, for comparison only
-        ref = torch.compile(model, backend="eager")
+        ref = torch.compile(model, backend="eager")     # the reference, for comparison only
         ref(x)
         t_torch = _time(ref, x)
     print("--- call time (median, µs/call, CPU, backend eager) ---")

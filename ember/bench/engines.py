@@ -76,9 +76,12 @@ class Engine:
             after = self.counters()["reasons"]
             return [k for k, v in after.items() if v > before["reasons"].get(k, 0)]
         if self.frontend == "ember":
-            # the top-level frame's cache: entries that run the function eagerly carry their reason
+            # what the top-level frame's cache recorded (as ember.explain reads it): its graph breaks, and the
+            # reasons of entries that run the function eagerly
             cache = getattr(compiled, "_ember_cache", None) or getattr(compiled, "__ember_cache__", None)
-            return [e.reason for e in getattr(cache, "entries", []) if getattr(e, "eager", False)]
+            reasons = [str(getattr(b, "reason", b)) for b in getattr(cache, "break_reasons", [])]
+            reasons += [e.reason for e in getattr(cache, "entries", []) if getattr(e, "eager", False)]
+            return list(dict.fromkeys(r for r in reasons if r))
         return []
 
     def reset(self) -> None:

@@ -96,7 +96,7 @@ def _cells(r: Result) -> list[str]:
             _num(r.compile_s, ".2f"), warm, _num(r.peak_mem_mb, ".1f"), graphs, _num(r.max_err, ".1e")]
 
 
-HEADERS = ["model", "task", "dtype", "engine", "status", "ms/call", "±", "speedup", "compile s", "warm s",
+HEADERS = ["model", "task", "dtype", "engine", "status", "ms/call", "iqr", "speedup", "compile s", "warm s",
            "peak MB", "graphs/breaks", "max err"]
 _RIGHT = set(range(5, len(HEADERS)))
 
@@ -159,7 +159,7 @@ def print_report(rows: list[Result], skipped: list[str], out_dir: Path, wall_s: 
         print(s, file=file)
     print("\n" + summary(rows), file=file)
     print("status: ok = matches eager within tol (fp64 decides when in doubt); WRONG = ran, did not match\n"
-          "±: interquartile range of the timed calls / median (large: a noisy machine, compare with care)\n"
+          "iqr: interquartile range of the timed calls / median (large: a noisy machine, compare with care)\n"
           "compile s: first call (capture + compile + one run); warm s: the same after a reset, with "
           "the disk cache (N/A: the engine has none)", file=file)
     print(f"wrote {out_dir}/results.csv, results.json, speedup.png  ({wall_s:.0f} s)", file=file)

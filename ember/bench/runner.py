@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import gc
 import statistics
 import time
@@ -26,8 +25,9 @@ from typing import Any
 
 import torch
 
+from . import measure
 from .engines import Engine
-from .measure import Verdict, choose_reps, compare, first_line, peak_memory_mb, time_interleaved, wall_time
+from .measure import Verdict, compare, first_line, flatten, wall_time
 from .zoo import Inputs, Workload, ZooEntry
 
 TASKS = ("infer", "train")
@@ -150,6 +150,10 @@ def fp64_reference(base: torch.nn.Module, w: Workload, inputs: Inputs, task: str
     return get
 
 
+def _note(row: Result, text: str) -> None:
+    row.notes = f"{row.notes}; {text}" if row.notes else text
+
+
 def first_line_of(text: str) -> str:
     text = str(text).strip()
     return (text.splitlines()[0] if text else "")[:240]
@@ -229,19 +233,25 @@ class Case:
             r.row.fail(f"call after compiling: {first_line(e)}")
             return
         r.per_call_s = statistics.median(times)
+        # a copy: later calls may reuse output memory (CUDA graphs), and the check comes after all engines ran
+        r.last = [t.detach().clone() for t in flatten(r.last)]
         if r.engine.compiles:
-            after = r.engine.counters()
-            r.row.graphs = after["graphs"] - r.counters["graphs"]
-            r.row.graph_breaks = after["graph_breaks"] - r.counters["graph_breaks"]
-            fallbacks = after["fallbacks"] - r.counters["fallbacks"]
-            reasons = [first_line_of(x) for x in r.engine.break_reasons(r.step.compiled, r.counters)]
-            notes = [f"{fallbacks} fallback(s) to eager"] if fallbacks else []
-            if r.row.graphs == 0:
-                notes.append("ran eagerly (no graph)")
-            if reasons:
-                more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-                notes.append(f"break: {reasons[0]}{more}")
-            r.row.notes = "; ".join(notes)
+            self._record_graphs(r)
+
+    def _record_graphs(self, r: EngineRun) -> None:
+        """Graphs and breaks since this engine's cold call (recompiles during warm-up included), and why."""
+        after = r.engine.counters()
+        r.row.graphs = after["graphs"] - r.counters["graphs"]
+        r.row.graph_breaks = after["graph_breaks"] - r.counters["graph_breaks"]
+        fallbacks = after["fallbacks"] - r.counters["fallbacks"]
+        if fallbacks:
+            _note(r.row, f"{fallbacks} fallback(s) to eager")
+        if r.row.graphs == 0:
+            _note(r.row, "ran eagerly (no graph)")
+        reasons = [first_line_of(x) for x in r.engine.break_reasons(r.step.compiled, r.counters)]
+        if reasons:
+            more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+            _note(r.row, f"break: {reasons[0]}{more}")
 
     def _check(self, r: EngineRun, eager: EngineRun, ref64: Callable[[], Any]) -> None:
         self.progress(f"checking {r.engine.name}")
@@ -258,9 +268,9 @@ class Case:
     def _time(self) -> None:
         runs = self._ok()
         self.progress(f"timing {len(runs)} engines")
-        reps = choose_reps(sum(r.per_call_s for r in runs), self.s.timing_budget_s, self.s.min_reps,
+        reps = measure.choose_reps(sum(r.per_call_s for r in runs), self.s.timing_budget_s, self.s.min_reps,
                            self.s.max_reps)
-        timings, errors = time_interleaved({r.engine.name: r.step for r in runs}, self.s.device, reps)
+        timings, errors = measure.time_interleaved({r.engine.name: r.step for r in runs}, self.s.device, reps)
         for r in runs:
             if r.engine.name in errors:
                 r.row.fail(f"while timing: {errors[r.engine.name]}")
@@ -274,9 +284,9 @@ class Case:
 
     def _memory(self, r: EngineRun) -> None:
         try:
-            r.row.peak_mem_mb = peak_memory_mb(r.step, self.s.device)
+            r.row.peak_mem_mb = measure.peak_memory_mb(r.step, self.s.device)
         except Exception as e:  # noqa: BLE001 - recorded on the row, never fatal
-            r.row.notes = (r.row.notes + "; " if r.row.notes else "") + f"memory: {first_line(e)}"
+            _note(r.row, f"memory: {first_line(e)}")
 
     def _warm_compile(self, r: EngineRun, w: Workload, inputs: Inputs) -> None:
         cache = r.engine.disk_cache()
@@ -290,7 +300,7 @@ class Case:
             r.row.warm_compile_s, _ = wall_time(step, self.s.device)
             r.row.warm_cache = cache
         except Exception as e:  # noqa: BLE001 - recorded on the row, never fatal
-            r.row.notes = (r.row.notes + "; " if r.row.notes else "") + f"warm compile: {first_line(e)}"
+            _note(r.row, f"warm compile: {first_line(e)}")
 
     def _cleanup(self) -> None:
         for r in self.runs:
@@ -344,6 +354,3 @@ def run_all(cases: list[tuple[ZooEntry, str, str]], s: RunSettings, progress, on
         progress(i + 1, len(cases), label)
     return rows
 
-
-def row_dict(r: Result) -> dict[str, Any]:
-    return dataclasses.asdict(r)
