@@ -172,6 +172,8 @@ class Frame:
             try:
                 r = h(self, ins)
             except UserException as ue:
+                if getattr(ue, "user_stack", None) is None:       # where it was raised, for reports
+                    ue.user_stack = self.user_stack()
                 if not ue.chained:
                     ue.chained = True
                     if ue.exc.__context__ is None:
