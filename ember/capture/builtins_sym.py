@@ -539,3 +539,22 @@ def call_getter(d: SymbolicDomain, f, fn: Any, args, kwargs):
 
 
 _ = (types, builtins, NotConst)
+
+
+@rule(object.__getattribute__)
+def _object_getattribute(d, f, args, kwargs):
+    from .objects import object_getattr
+    obj, name = args
+    if isinstance(obj, ObjectVar):
+        return object_getattr(d, f, obj, d.as_python(f, name), generic=True)
+    return d.getattr(f, obj, d.as_python(f, name))
+
+
+@rule(object.__delattr__)
+def _object_delattr(d, f, args, kwargs):
+    from .objects import generic_setattr
+    obj, name = args
+    if not isinstance(obj, ObjectVar):
+        raise d.unsupported(f, "object.__delattr__ on a non-object value")
+    generic_setattr(d, f, obj, d.as_python(f, name), NULL)
+    return Const(None)

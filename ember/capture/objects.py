@@ -162,14 +162,27 @@ def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
     return d.from_python(attr) if is_immutable(obj) else d.wrap(attr, AttrSource(v.source, name) if v.source else None)
 
 
-def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str) -> Value:
+def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool = False) -> Value:
+    """``getattr(v, name)``; with ``generic`` it is ``object.__getattribute__`` (no class-defined hook)."""
     t = type(v.obj)
     if name == "__class__":
         return Const(t)
+    if not generic:
+        hook = lookup_type_attr(t, "__getattribute__")
+        if type(hook) is types.FunctionType:
+            try:
+                return d.inline(f, hook, [v, Const(name)], {})
+            except UserException as ue:
+                ga = lookup_type_attr(t, "__getattr__")
+                if isinstance(ue.exc, AttributeError) and type(ga) is types.FunctionType:
+                    return d.inline(f, ga, [v, Const(name)], {})
+                raise
     if name == "__dict__":          # the real dict would not show the trace's pending attribute writes
         if lookup_type_attr(t, "__dict__") is NULL:
             raise _attr_error(t.__name__, name)
-        raise d.unsupported(f, "reading __dict__ of an object in compiled code")
+        if v.is_new or v.overlay or v.source is None:
+            raise d.unsupported(f, "reading __dict__ of an object changed or made in compiled code")
+        return d.wrap(v.obj.__dict__, AttrSource(v.source, "__dict__"))
     cattr = lookup_type_attr(t, name)
     if cattr is not NULL and type(cattr) is types.MemberDescriptorType and (v.is_new or name in v.overlay):
         x = v.overlay.get(name, NULL)
@@ -232,6 +245,8 @@ def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner
         return v.items[owner._fields.index(name)]
     if hasattr(t, "__get__") and t.__module__ == "functools" and t.__name__ == "cached_property":
         raise d.unsupported(f, f"functools.cached_property {name!r}")
+    if t in (types.WrapperDescriptorType, types.MethodDescriptorType):     # methods written in C
+        return BoundMethod(Const(cattr), v)
     raise d.unsupported(f, f"attribute {name!r} is a {t.__name__} descriptor, which is not supported")
 
 
@@ -246,6 +261,11 @@ def _container_getattr(d, f, v, name):
             return _descriptor_get(d, f, v, cattr, name, v.cls)
     if name == "__class__":
         return Const(v.python_type())
+    cls = v.python_type()
+    if cls not in (tuple, list, dict, set, frozenset):      # a subclass's own Python methods win
+        own = lookup_type_attr(cls, name)
+        if type(own) is types.FunctionType:
+            return BoundMethod(Const(own), v)
     if name == "default_factory" and isinstance(v, DictVar):
         return v.default_factory or Const(None)
     if lookup_type_attr(v.python_type(), name) is NULL:
@@ -415,6 +435,10 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         return d.call(f, BoundMethod(Const(fn.__func__), d.wrap(fn.__self__, None)), args, kwargs)
     if isinstance(fn, type):
         return construct(d, f, fn, args, kwargs)
+    if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args \
+            and isinstance(args[0], (TupleVar, ListVar, DictVar, SetVar)) and fn.__objclass__ in (tuple, list, dict, set):
+        # dict.get(d, k), super().get(k) in a dict subclass: the base type's own method, not an override
+        return R.METHOD.find(type(args[0]))(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
     if is_pure_callable(fn):
         r = _call_pure(d, f, fn, args, kwargs)
         if r is not None:
@@ -423,6 +447,10 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         recv = d.wrap(fn.__self__, None)
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method
             return d.call_method(f, recv, fn.__name__, args, kwargs)
+    if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
+            and lookup_type_attr(type(args[0].obj), fn.__name__) is fn:
+        raise d.unsupported(f, f"calling {_fn_name(fn)} (a method written in C) on a "
+                               f"{type(args[0].obj).__name__} object")
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and type(args[0]) is not Const:
         return d.call_method(f, args[0], fn.__name__, args[1:], kwargs)
     call = lookup_type_attr(t, "__call__")
@@ -458,7 +486,7 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     new = lookup_type_attr(cls, "__new__")
     if type(new) is staticmethod:
         new = new.__func__
-    if new is object.__new__ and type(cls) is type:
+    if new is object.__new__ and type(cls).__call__ is type.__call__:       # plain classes, ABCs, generics
         ov = bare_instance(d, cls)
         init = lookup_type_attr(cls, "__init__")
         if type(init) is types.FunctionType:
