@@ -430,7 +430,7 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
                             "it runs eagerly; compile the code around it separately")
     t = type(fn)
     if t is types.FunctionType:
-        return d.inline(f, fn, args, kwargs)
+        return d.inline(f, fn, args, kwargs, v.source)
     if t is types.MethodType:
         return d.call(f, BoundMethod(Const(fn.__func__), d.wrap(fn.__self__, None)), args, kwargs)
     if isinstance(fn, type):

@@ -141,6 +141,9 @@ class Session:
     def _function(self, fn: types.FunctionType, library: bool = False) -> Callable | None:
         if getattr(fn, "__ember_disable__", False) or getattr(fn, "__ember_cache__", None) is not None:
             return None
+        from .symbolic import is_local_function
+        if is_local_function(fn):       # a new object per call of its maker: compiled caches would not be reused
+            return None
         code = fn.__code__
         nparams = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
         if not all(n.isidentifier() for n in code.co_varnames[:nparams]):     # comprehension bodies (".0")

@@ -117,6 +117,13 @@ class SymbolicDomain:
             if g:
                 g.equals(source, obj)
             return Const(obj, source)
+        if t is types.FunctionType and g and is_local_function(obj):
+            # nested functions and lambdas are new objects on every call of their maker: the same code is
+            # the same function; defaults and closure cells are read through the source when inlined
+            e = source.expr(self.cg)
+            self.guards.add(f"type({e}) is {self.cg.bind(t, 'function')} and {e}.__code__ is "
+                            f"{self.cg.bind(obj.__code__, 'code')}", f"{self.cg.plain(source)} runs {obj.__qualname__}")
+            return Const(obj, source)
         if isinstance(obj, enum.Enum) or isinstance(obj, IDENTITY_TYPES) or t in (type(Ellipsis), range, slice):
             if g:
                 g.id_match(source, obj) if not isinstance(obj, (range, slice)) else g.equals(source, obj)
@@ -545,8 +552,10 @@ class SymbolicDomain:
             setattr(fn, name, v)
         return fn
 
-    def inline(self, f: Frame, func: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
-        """Run a Python function (real, or a FuncVar made in the trace) on values, in a new frame."""
+    def inline(self, f: Frame, func: Any, args: list[Value], kwargs: dict[str, Value],
+               src: Source | None = None) -> Value:
+        """Run a Python function (real, or a FuncVar made in the trace) on values, in a new frame. ``src`` is
+        where a local function was found (its defaults and cells are read through it)."""
         if type(func) is FuncVar:
             code, g, name = func.code, func.f_globals, func.qualname
             defaults = tuple(func.defaults.items) if func.defaults is not None else ()
@@ -554,12 +563,18 @@ class SymbolicDomain:
             cells = func.closure or []
         else:
             code, g, name = func.__code__, func.__globals__, func.__qualname__
-            fsrc = ConstSource(id(func), func)
+            local = src is not None and is_local_function(func)
+            fsrc = src if local else ConstSource(id(func), func)
             defaults = tuple(self.wrap(d, ItemSource(AttrSource(fsrc, "__defaults__"), i))
                              for i, d in enumerate(func.__defaults__ or ()))
             kwdefaults = ({k: self.wrap(d, ItemSource(AttrSource(fsrc, "__kwdefaults__"), k))
                            for k, d in func.__kwdefaults__.items()} if func.__kwdefaults__ else None)
-            cells = [self.wrap(c, None) for c in (func.__closure__ or ())]
+            if local:
+                from .resume import wrap_cell
+                cells = [wrap_cell(self, c, ItemSource(AttrSource(src, "__closure__"), i))
+                         for i, c in enumerate(func.__closure__ or ())]
+            else:
+                cells = [self.wrap(c, None) for c in (func.__closure__ or ())]
         try:
             locals_ = bind_arguments(code, defaults, kwdefaults, args, kwargs, TupleVar, self._kwargs_dict,
                                      name)
@@ -579,6 +594,11 @@ class SymbolicDomain:
 
     def _kwargs_dict(self, d: dict[str, Value]) -> DictVar:
         return DictVar(dict(d), {k: Const(k) for k in d})
+
+
+def is_local_function(fn: types.FunctionType) -> bool:
+    """A function made by running a def/lambda inside another function (a new object per call)."""
+    return fn.__closure__ is not None or "<locals>" in fn.__qualname__
 
 
 class SliceVar(Value):
