@@ -19,7 +19,7 @@ from .guards import GuardSet
 from .opcode_errors import DuplicateKeyword, not_iterable
 from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_arguments
 from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
-from .values import (IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
+from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
                      is_immutable)
 
@@ -117,6 +117,14 @@ class SymbolicDomain:
             if g:
                 g.equals(source, obj)
             return Const(obj, source)
+        if t is types.BuiltinMethodType and g and not isinstance(obj.__self__, (types.ModuleType, type)) \
+                and obj.__self__ is not None and not is_immutable(obj.__self__):
+            # a bound method of a container (``lst.append`` handed over at a graph break): calls mutate the
+            # receiver, which must be the traced value
+            e = source.expr(self.cg)
+            self.guards.add(f"type({e}) is {self.cg.bind(t, 'builtin_method')} and {e}.__name__ == "
+                            f"{obj.__name__!r}", f"{self.cg.plain(source)} is a method {obj.__name__}")
+            return MethodOf(self.wrap(obj.__self__, AttrSource(source, "__self__")), obj.__name__)
         if t is types.FunctionType and g and is_local_function(obj):
             # nested functions and lambdas are new objects on every call of their maker: the same code is
             # the same function; defaults and closure cells are read through the source when inlined
