@@ -178,11 +178,26 @@ def _dict(d, f, args, kwargs):
     return r
 
 
-def _gen(fn):
-    """A builtin returning a lazy iterator, implemented as a Python generator over values."""
+def _gen(fn, materialize: bool = False):
+    """A builtin returning a lazy iterator, implemented as a Python generator over values. With
+    ``materialize``, over containers only (nothing runs while iterating them), the items are taken at once,
+    so the iterator can be rebuilt at a graph break (``for i, (a, b) in enumerate(zip(xs, ys))``)."""
     def h(d, f, args, kwargs):
-        return IterVar(fn(d, f, *args, **kwargs), fn.__name__.strip("_"))
+        name = fn.__name__.strip("_")
+        if materialize and all(_is_container(a) for a in args):
+            from .values import SeqIterVar
+            return SeqIterVar(list(fn(d, f, *args, **kwargs)), f"{name} iterator")
+        return IterVar(fn(d, f, *args, **kwargs), name)
     return h
+
+
+def _is_container(v) -> bool:
+    from .values import SeqIterVar, is_immutable
+    if isinstance(v, (TupleVar, ListVar, DictView, DictVar, SetVar)):
+        return True
+    if type(v) is Const:
+        return is_immutable(v.value) and isinstance(v.value, (range, str, bytes, tuple, frozenset))
+    return type(v) is SeqIterVar and isinstance(v.seq, list) and v.pos == 0 and not v.desc.startswith("dict")
 
 
 def _enumerate(d, f, it, start=Const(0)):
@@ -251,11 +266,11 @@ def _reversed(d, f, seq):
     yield from reversed(items)
 
 
-BUILTIN_RULES[enumerate] = _gen(_enumerate)
-BUILTIN_RULES[zip] = _gen(_zip)
+BUILTIN_RULES[enumerate] = _gen(_enumerate, materialize=True)
+BUILTIN_RULES[zip] = _gen(_zip, materialize=True)
 BUILTIN_RULES[map] = _gen(_map)
 BUILTIN_RULES[filter] = _gen(_filter)
-BUILTIN_RULES[reversed] = _gen(_reversed)
+BUILTIN_RULES[reversed] = _gen(_reversed, materialize=True)
 
 
 @rule(range)

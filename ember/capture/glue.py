@@ -88,10 +88,11 @@ class GlueBuilder:
                                        "compiled code is not supported")
 
     def _temp(self, v: Value, prefix: str) -> tuple[str, bool]:
-        name = self._temps.get(id(v))
-        if name is not None:
-            return name, False
-        name = self._temps[id(v)] = f"__{prefix}{len(self._temps)}"
+        hit = self._temps.get(id(v))
+        if hit is not None:
+            return hit[0], False
+        name = f"__{prefix}{len(self._temps)}"
+        self._temps[id(v)] = (name, v)      # the value is kept alive so its id is not reused
         return name, True
 
     def _new_object(self, v: ObjectVar) -> str:

@@ -212,8 +212,8 @@ def wrap_state(d, obj: Any, src: Source, opaque: tuple = (float,)):
     """A value of the live state handed to a continuation. Floats there usually come from tensors (``.item()``)
     and change every call: they stay opaque instead of being guarded to one value."""
     from .values import OpaqueVar
-    if type(obj) in opaque:
-        return OpaqueVar(obj, src)
+    if type(obj) in opaque or (type(obj) is dict and "__builtins__" in obj and "__name__" in obj):
+        return OpaqueVar(obj, src)      # (a module's globals: far too big to guard, and always live)
     return d.wrap(obj, src)
 
 
