@@ -209,10 +209,13 @@ class TorchPlugin:
         from ... import logs
         if logs.enabled("graph"):
             logs.log("graph", f"captured graph:\n{readable_graph(gm)}")
+        grad = torch.is_grad_enabled()
         try:
             compiled = self.backend(gm, example_inputs) if self.backend is not None else gm.forward
         except Exception as e:      # noqa: BLE001
             raise BackendCompilerFailed(self.backend_name, e) from e
+        finally:        # a backend that runs the graph while compiling must not leave its grad mode behind
+            torch._C._set_grad_enabled(grad)
         name = f"__graph_{id(gm):x}"
         args = ", ".join(src.expr(d.cg) for src, _, _ in st.inputs)
         line = f"__out = {name}({args})" if outs else f"{name}({args})"
