@@ -91,7 +91,8 @@ def explain(fn: Callable, *extra_args, **extra_kwargs):
                              for g in graphs]
         # every cache of the compile session: the function's, its continuations' and its callees'
         for cache in _session_caches(compiled):
-            res.break_reasons += [BreakReason(e.reason, list(e.user_stack), e.hint) for e in cache.break_reasons]
+            res.break_reasons += [BreakReason(e.reason, list(e.user_stack), e.hint)
+                                  for e in cache.break_reasons]
             for e in cache.entries:
                 res.guards += e.guards
                 if not e.eager:
