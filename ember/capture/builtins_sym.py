@@ -184,6 +184,8 @@ def _gen(fn, materialize: bool = False):
     so the iterator can be rebuilt at a graph break (``for i, (a, b) in enumerate(zip(xs, ys))``)."""
     def h(d, f, args, kwargs):
         name = fn.__name__.strip("_")
+        if materialize and name in ("enumerate", "zip"):    # these call iter() on their arguments at once
+            args = [a if _is_container(a) else d.iter(f, a) for a in args]
         if materialize and all(_is_container(a) for a in args):
             from .values import SeqIterVar
             return SeqIterVar(list(fn(d, f, *args, **kwargs)), f"{name} iterator")
@@ -197,7 +199,7 @@ def _is_container(v) -> bool:
         return True
     if type(v) is Const:
         return is_immutable(v.value) and isinstance(v.value, (range, str, bytes, tuple, frozenset))
-    return type(v) is SeqIterVar and isinstance(v.seq, list) and v.pos == 0 and not v.desc.startswith("dict")
+    return type(v) is SeqIterVar and isinstance(v.seq, list) and v.pos == 0     # a fresh snapshot iterator
 
 
 def _enumerate(d, f, it, start=Const(0)):
@@ -573,3 +575,6 @@ def _object_delattr(d, f, args, kwargs):
         raise d.unsupported(f, "object.__delattr__ on a non-object value")
     generic_setattr(d, f, obj, d.as_python(f, name), NULL)
     return Const(None)
+
+
+BUILTIN_RULES[__import__("sys").getrecursionlimit] = lambda d, f, a, k: Const(__import__("sys").getrecursionlimit())

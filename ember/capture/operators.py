@@ -14,7 +14,7 @@ from .concrete import COMPARE as REAL_COMPARE
 from .concrete import UNARY as REAL_UNARY
 from .interpreter import NULL, UserException
 from .objects import lookup_type_attr
-from .values import (Const, DictVar, ListVar, NotConst, ObjectVar, SetVar, TupleVar, Value)
+from .values import (OpaqueVar, Const, DictVar, ListVar, NotConst, ObjectVar, SetVar, TupleVar, Value)
 
 DUNDER = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod", "**": "pow",
           "@": "matmul", "<<": "lshift", ">>": "rshift", "&": "and", "|": "or", "^": "xor"}
@@ -44,12 +44,20 @@ def _both_python(a: Value, b: Value):
     return None
 
 
+def _opaque(d, f, *vals) -> None:
+    for v in vals:
+        if type(v) is OpaqueVar:
+            raise d.unsupported(f, f"using a {v.describe()} in Python arithmetic",
+                                "keep the value a tensor (no .item()), or do this outside the compiled function")
+
+
 def binary(d, f, op: str, a: Value, b: Value) -> Value:
     rule = _prio_rule(R.BINARY, a, b)
     if rule is not None:
         r = rule(d, f, op, a, b)
         if r is not NotImplemented:
             return r
+    _opaque(d, f, a, b)
     pv = _both_python(a, b)
     if pv is not None:
         return d.from_python(_real(REAL_BINARY[op], *pv))
@@ -133,6 +141,7 @@ def compare(d, f, op: str, a: Value, b: Value) -> Value:
         r = rule(d, f, op, a, b)
         if r is not NotImplemented:
             return r
+    _opaque(d, f, a, b)
     pv = _both_python(a, b)
     if pv is not None:
         return Const(_real(REAL_COMPARE[op], *pv))
@@ -184,6 +193,7 @@ def unary(d, f, op: str, v: Value) -> Value:
     rule = R.UNARY.find(type(v))
     if rule is not None:
         return rule(d, f, op, v)
+    _opaque(d, f, v)
     if type(v) is Const:
         return Const(_real(REAL_UNARY[op], v.value))
     name = {"-": "__neg__", "+": "__pos__", "~": "__invert__", "abs": "__abs__"}[op]

@@ -15,7 +15,7 @@ import torch.fx as fx
 from ...errors import Unsupported
 from ..interpreter import UserException
 from ..sources import Source
-from ..values import Const, DictVar, ListVar, NotConst, TupleVar, Value
+from ..values import Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
 
 META = torch.device("meta")
 
@@ -84,6 +84,21 @@ class TorchState:
         self.inputs.append((source, real, node))
         return node
 
+    def scalar_input(self, d, v) -> fx.Node:
+        """A Python number handed over at a graph break (a ``.item()``), as a 0-dim tensor graph input (like
+        torch.compile's unspecialized numbers: its value is not guarded, and any backend sees a tensor)."""
+        from ..sources import Source
+        for src, real, node in self.inputs:
+            if getattr(src, "scalar_of", None) == v.source:
+                return node
+        src = ScalarSource(v.source)
+        t = torch.tensor(v.obj, dtype=scalar_dtype(v.obj))
+        node = self.placeholder(src, t)
+        node.meta["example_value"] = to_meta(t)
+        node.meta["ember_device"] = t.device
+        _ = Source
+        return node
+
     def autocast_dtype(self, device_type: str) -> torch.dtype | None:
         on, dt = self.autocast.get(device_type, (False, None))
         return dt if on else None
@@ -94,6 +109,8 @@ def node_arg(d, f, v: Value) -> Any:
     t = type(v)
     if t is TensorVar:
         return v.node
+    if t is OpaqueVar and type(v.obj) in (float, int):   # a number from outside the graph: a scalar input
+        return d.torch.scalar_input(d, v)
     if t is Const:
         return v.value
     if t is TupleVar:
@@ -115,6 +132,8 @@ def meta_arg(v: Value) -> Any:
     t = type(v)
     if t is TensorVar:
         return v.meta
+    if t is OpaqueVar:
+        return torch.empty((), dtype=scalar_dtype(v.obj), device=META)
     if t is Const:
         return v.value
     if t is TupleVar:
@@ -208,7 +227,8 @@ def wrap_result(d, f, st: TorchState, node: fx.Node, meta_out: Any, device: torc
     if meta_out is None or isinstance(meta_out, (bool, int, float, torch.dtype, torch.device, torch.Size, str)):
         return d.from_python(meta_out)
     if isinstance(meta_out, torch.Tensor.__bases__[0]) or type(meta_out).__module__.startswith("torch"):
-        raise Unsupported(f"a torch operation returned a {type(meta_out).__name__}, which ember cannot trace")
+        raise d.unsupported(f, f"a torch operation returned a {type(meta_out).__name__}, which ember cannot "
+                               "trace", "call it outside the compiled function")
     return d.from_python(meta_out)
 
 
@@ -238,3 +258,32 @@ def _data_dependent(msg: str) -> bool:
 
 def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+def scalar_dtype(x) -> torch.dtype:
+    return torch.get_default_dtype() if type(x) is float else torch.int64
+
+
+def _as_scalar_tensor(x, dtype):
+    return torch.tensor(x, dtype=dtype)
+
+
+class ScalarSource(Source):
+    """A Python number at ``scalar_of``, passed to the graph as a 0-dim tensor."""
+    __slots__ = ("scalar_of",)
+
+    def __init__(self, scalar_of: Source):
+        self.scalar_of = scalar_of
+
+    def _expr(self, cg) -> str:
+        return f"{cg.bind(_as_scalar_tensor, 'scalar_tensor')}({self.scalar_of.expr(cg)}, " \
+               f"{cg.bind(torch.get_default_dtype(), 'dtype')})"
+
+    def name_hint(self) -> str:
+        return self.scalar_of.name_hint()
+
+    def __eq__(self, other):
+        return type(other) is ScalarSource and other.scalar_of == self.scalar_of
+
+    def __hash__(self):
+        return hash(("scalar", self.scalar_of))

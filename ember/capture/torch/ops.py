@@ -111,6 +111,8 @@ def binary(d, f, op: str, a: Value, b: Value):
 
 
 def _tensor_operand(v: Value) -> bool:
+    if type(v).__name__ == "OpaqueVar":
+        return type(v.obj) in (int, float)
     if type(v) is Const:
         return isinstance(v.value, (int, float, bool, complex)) or v.value is None
     return type(v).__name__ in ("TupleVar", "ListVar", "SymNumVar")
