@@ -104,10 +104,7 @@ def binary(d, f, op: str, a: Value, b: Value):
     fn = BINARY_FNS[op]
     if op.endswith("=") and type(a) is not TensorVar:      # x += t with x a number: not in place
         fn = BINARY_FNS[op[:-1]]
-    r = record(d, f, "call_function", fn, [a, b], {})
-    if op == "@" or op == "@=":
-        pass
-    return r
+    return record(d, f, "call_function", fn, [a, b], {})
 
 
 def _tensor_operand(v: Value) -> bool:
