@@ -140,11 +140,18 @@ class TorchPlugin:
         first = source.expr(cg)
         e = source.expr(cg)
         dev = t.device
-        dev_check = (f"{e}.get_device() == {dev.index if dev.type != 'cpu' else -1}"
-                     if dev.type in ("cpu", "cuda") else f"{e}.device == {cg.bind(dev, 'device')}")
+        # the cheapest checks that pin each fact (this runs on every call, for every input and parameter):
+        # is_cpu over device objects, is_contiguous() over a stride tuple when the strides are the contiguous ones
+        if dev.type == "cpu":
+            dev_check = f"{e}.is_cpu"
+        elif dev.type == "cuda":
+            dev_check = f"{e}.is_cuda and {e}.get_device() == {dev.index}"
+        else:
+            dev_check = f"{e}.device == {cg.bind(dev, 'device')}"
+        layout = f"{e}.is_contiguous()" if t.is_contiguous() else f"{e}.stride() == {t.stride()!r}"
+        rg = f"{e}.requires_grad" if t.requires_grad else f"not {e}.requires_grad"
         expr = (f"{first}.__class__ is {cg.bind(type(t), type(t).__name__)} and {e}.dtype is {cg.bind(t.dtype, 'dtype')}"
-                f" and {dev_check} and {e}.shape == {tuple(t.shape)!r} and {e}.stride() == {t.stride()!r}"
-                f" and {e}.requires_grad is {t.requires_grad}")
+                f" and {dev_check} and {e}.shape == {tuple(t.shape)!r} and {layout} and {rg}")
         d.guards.add(expr, f"{cg.plain(source)}: {type(t).__name__} {str(t.dtype).replace('torch.', '')} {tuple(t.shape)} "
                            f"stride {t.stride()} on {dev}, requires_grad={t.requires_grad}")
 
