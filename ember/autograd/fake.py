@@ -1,0 +1,253 @@
+"""ember's fake tensors: tensors with metadata and a device but no data.
+
+Input: real ``torch.Tensor`` values (inputs, parameters, buffers, constants) or nothing (factory ops).
+Output: ``FakeTensor`` values — ``torch.Tensor`` wrapper subclasses whose shape, dtype, strides, storage
+offset, ``requires_grad`` and *fake* device (``cpu`` or ``cuda:N``, also on a machine without CUDA) match what
+eager PyTorch would produce, and that hold only a ``meta`` tensor (``_meta``) describing their storage.
+
+Invariants:
+- Every ATen op on fake tensors runs the op's meta kernel on the ``_meta`` tensors; outputs are wrapped with
+  the device eager would give them: the ``device`` kwarg if there is one, else the device of the first tensor
+  input that is not a CPU scalar, else CPU.
+- An in-place or ``out=`` op returns the very fake tensor object it mutated, as eager returns ``self``.
+- ``FakeMode.to_fake`` is memoized by tensor identity (same real tensor -> same fake), and real tensors that
+  share a storage with the same dtype get meta tensors that share one meta storage, so views stay views.
+- Data-dependent ops (``item``, ``nonzero``, ...) raise ``DataDependentOpError`` naming the op: a fake tensor
+  has no values to answer them with.
+- Autograd runs on fake tensors as on real ones (above the dispatch key), except for fake CUDA tensors on a
+  machine without CUDA, where PyTorch's engine would abort the process; ember raises ``FakeDeviceError``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from ember.errors import EmberError
+
+aten = torch.ops.aten
+
+
+class DataDependentOpError(EmberError):
+    """An op whose output shape or value depends on tensor data reached a fake tensor."""
+
+
+class FakeDeviceError(EmberError):
+    """A fake device cannot do what was asked on this machine (autograd on fake CUDA without CUDA)."""
+
+
+class MissingMetaKernelError(EmberError):
+    """An ATen op has no meta kernel, so ember cannot compute its output metadata."""
+
+
+# Ops whose output shape or value needs the data itself. Keyed by OpOverloadPacket name.
+DATA_DEPENDENT_OPS: frozenset[str] = frozenset({
+    "aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::masked_select", "aten::unique_dim",
+    "aten::_unique", "aten::_unique2", "aten::unique_consecutive", "aten::equal", "aten::is_nonzero",
+    "aten::repeat_interleave", "aten::bincount", "aten::argwhere", "aten::_assert_async",
+    "aten::tolist", "aten::nonzero_numpy", "aten::count_nonzero_static_check",
+})
+
+# Ops that change a tensor's own sizes/strides in place: a wrapper subclass's metadata is fixed at creation.
+METADATA_MUTATING_OPS: frozenset[str] = frozenset({
+    "aten::resize_", "aten::resize_as_", "aten::as_strided_", "aten::t_", "aten::transpose_",
+    "aten::squeeze_", "aten::unsqueeze_", "aten::swapdims_", "aten::swapaxes_", "aten::set_",
+})
+
+
+def _cuda_missing(device: torch.device) -> bool:
+    return device.type == "cuda" and not torch.cuda.is_available()
+
+
+class FakeTensor(torch.Tensor):
+    """A tensor without data: metadata from ``_meta`` (a meta tensor), device from ``fake_device``."""
+
+    _meta: torch.Tensor
+    fake_mode: "FakeMode"
+
+    @staticmethod
+    def __new__(cls, meta: torch.Tensor, device: torch.device, mode: "FakeMode",
+                requires_grad: bool = False) -> "FakeTensor":
+        assert meta.device.type == "meta", meta.device
+        if requires_grad and _cuda_missing(device):
+            raise FakeDeviceError(
+                f"autograd on a fake {device} tensor needs a CUDA build of PyTorch (this one has none): "
+                "PyTorch's autograd engine aborts on CUDA tensors here. Trace for training on a CUDA machine, "
+                "or trace with training=False.")
+        self = torch.Tensor._make_wrapper_subclass(
+            cls, meta.shape, strides=meta.stride(), storage_offset=meta.storage_offset(), dtype=meta.dtype,
+            device=device, requires_grad=requires_grad, layout=meta.layout)
+        self._meta = meta
+        self.fake_mode = mode
+        return self
+
+    @property
+    def fake_device(self) -> torch.device:
+        return self.device
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # noqa: ARG002 - torch passes this kwarg
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return f"FakeTensor(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device}{grad})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        mode = next(a.fake_mode for a in tree_flatten((args, kwargs))[0] if isinstance(a, FakeTensor))
+        return mode.dispatch(func, args, kwargs or {})
+
+
+class FakeMode(TorchDispatchMode):
+    """Inside ``with FakeMode():`` every ATen op computes on fake tensors; real tensors become fake on entry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._memo: dict[int, tuple[torch.Tensor, FakeTensor]] = {}
+        self._storages: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
+
+    def __enter__(self) -> "FakeMode":
+        # Factories with device="cuda" run torch.cuda._lazy_init while parsing arguments, before any dispatch;
+        # on a machine without CUDA that raises although no CUDA memory is touched. Skip it while faking.
+        self._saved_lazy_init = None
+        if not torch.cuda.is_available():
+            self._saved_lazy_init = torch.cuda._lazy_init
+            torch.cuda._lazy_init = _no_cuda_init
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._saved_lazy_init is not None:
+            torch.cuda._lazy_init = self._saved_lazy_init
+        return super().__exit__(*exc)
+
+    # -- real -> fake -------------------------------------------------------------------------------------
+    def to_fake(self, t: torch.Tensor, *, device: torch.device | None = None) -> FakeTensor:
+        """The fake tensor of ``t`` (memoized by identity); ``device`` overrides the fake device."""
+        if isinstance(t, FakeTensor):
+            return t
+        hit = self._memo.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        with _disable_current_modes():
+            meta = self._meta_like(t)
+        fake = FakeTensor(meta, _with_index(device or t.device), self, requires_grad=t.requires_grad)
+        self._memo[id(t)] = (t, fake)
+        return fake
+
+    def _meta_like(self, t: torch.Tensor) -> torch.Tensor:
+        if t.layout != torch.strided:
+            raise EmberError(f"ember fake tensors support strided tensors only, got layout {t.layout}")
+        if t.device.type == "meta":
+            return t.detach()
+        storage = t.untyped_storage()
+        key = (storage.data_ptr(), str(t.device), t.dtype)
+        base = self._storages.get(key) if storage.data_ptr() != 0 else None
+        if base is None:
+            base = torch.empty(storage.nbytes() // t.element_size(), dtype=t.dtype, device="meta")
+            if storage.data_ptr() != 0:
+                self._storages[key] = base
+        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+    def fake_empty(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
+                   device: torch.device) -> FakeTensor:
+        """A fresh fake tensor (no real counterpart), e.g. a tangent input of a joint graph."""
+        with _disable_current_modes():
+            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        return FakeTensor(meta, device, self)
+
+    # -- dispatch -----------------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return self.dispatch(func, args, kwargs or {})
+
+    def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run ``func`` on the meta tensors behind ``args``; wrap outputs as fake tensors."""
+        _check_supported(func, args)
+        args, kwargs = tree_map(self._fakeify, (args, kwargs))
+        device = _output_device(args, kwargs)
+        meta_args, meta_kwargs = tree_map(_to_meta, (args, kwargs))
+        if "device" in meta_kwargs and meta_kwargs["device"] is not None:
+            meta_kwargs["device"] = torch.device("meta")
+        if _cuda_missing(device) and _grad_needed(args, kwargs):
+            raise FakeDeviceError(
+                f"{func}: autograd on fake {device} tensors needs a CUDA build of PyTorch (this one has none)")
+        out = _run_meta(func, meta_args, meta_kwargs)
+        by_meta = {id(a._meta): a for a in tree_flatten((args, kwargs))[0] if isinstance(a, FakeTensor)}
+        return tree_map(lambda o: self._wrap(o, device, by_meta), out)
+
+    def _fakeify(self, x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
+            return self.to_fake(x)
+        return x
+
+    def _wrap(self, out: Any, device: torch.device, by_meta: dict[int, FakeTensor]) -> Any:
+        if not isinstance(out, torch.Tensor):
+            return out
+        same = by_meta.get(id(out))
+        if same is not None:
+            return same
+        return FakeTensor(out, device, self)
+
+
+def _no_cuda_init() -> None:
+    """Stands in for ``torch.cuda._lazy_init`` inside FakeMode on machines without CUDA."""
+
+
+def _bool_mask_index(func: Any, args: tuple) -> bool:
+    if func._schema.name != "aten::index" or len(args) < 2 or not isinstance(args[1], (list, tuple)):
+        return False
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1])
+
+
+def _check_supported(func: Any, args: tuple) -> None:
+    name = func._schema.name
+    if name in DATA_DEPENDENT_OPS or _bool_mask_index(func, args):
+        raise DataDependentOpError(
+            f"{func} depends on tensor values, which ember's fake tensors do not have (stage: autograd "
+            "tracing). Move the data-dependent part out of the compiled region or make it shape-static.")
+    if name in METADATA_MUTATING_OPS:
+        raise EmberError(f"{func} changes a tensor's shape or strides in place; ember's fake tensors do not "
+                         "support that yet (stage: autograd tracing). Use the out-of-place op instead.")
+
+
+def _to_meta(x: Any) -> Any:
+    if isinstance(x, FakeTensor):
+        return x._meta
+    return x
+
+
+def _run_meta(func: Any, args: tuple, kwargs: dict) -> Any:
+    try:
+        return func(*args, **kwargs)
+    except NotImplementedError as e:
+        raise MissingMetaKernelError(f"{func} has no meta kernel, so ember cannot trace it: {e}") from e
+
+
+def _grad_needed(args: tuple, kwargs: dict) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in tree_flatten((args, kwargs))[0])
+
+
+def _output_device(args: tuple, kwargs: dict) -> torch.device:
+    """The device eager gives the outputs: ``device=`` kwarg, else the first non-CPU-scalar tensor's."""
+    dev = kwargs.get("device")
+    if dev is not None:
+        return _with_index(torch.device(dev))
+    tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+    for t in tensors:
+        if not (t.device.type == "cpu" and t.dim() == 0):
+            return t.device
+    return tensors[0].device if tensors else torch.device("cpu")
+
+
+def _with_index(device: torch.device) -> torch.device:
+    """``cuda`` -> ``cuda:<current>``, as eager places a factory's output."""
+    if device.type != "cuda" or device.index is not None:
+        return device
+    return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+
+
+def fake_call(mode: FakeMode, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` under ``mode`` with every real tensor in ``args``/``kwargs`` replaced by its fake."""
+    args, kwargs = tree_map(mode._fakeify, (args, kwargs))
+    with mode:
+        return fn(*args, **kwargs)

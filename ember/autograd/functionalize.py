@@ -1,0 +1,273 @@
+"""Functionalization: rewrite a traced ATen graph so that no op mutates a tensor.
+
+Input: a ``TracedGraph`` from ``trace.trace_aten`` (ATen ``OpOverload`` nodes, possibly in-place ops such as
+``aten.add_``, ``out=`` overloads, ``native_batch_norm`` updating running stats, and mutations through views).
+Output: a new ``TracedGraph`` over the same placeholders whose graph has only functional ops, whose output tuple
+is the original one followed by the new value of every mutated input, and whose ``write_backs`` list says
+"copy output j into input i" for each of them (``apply_write_backs`` does it after the graph ran).
+
+Invariants:
+- Every in-place/``out=`` op becomes its functional op (``add_.Tensor`` -> ``add.Tensor``, ``add.out`` ->
+  ``add.Tensor``, ``native_batch_norm`` -> ``_native_batch_norm_legit_functional``), cast back to the mutated
+  tensor's dtype where the functional op would promote.
+- Each tensor belongs to an alias root (a non-view value) and a chain of view ops from it. Mutating a view
+  rebuilds the root with ``as_strided_scatter`` (the root must be contiguous, as inputs and fresh results are);
+  later reads of any view of a mutated root replay its view chain on the root's newest value.
+- Inputs that alias each other are treated as independent (not detected yet).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+
+from ember.autograd.trace import TracedGraph
+from ember.errors import EmberError
+
+aten = torch.ops.aten
+
+
+class FunctionalizationError(EmberError):
+    """A mutation ember cannot turn into functional ops yet."""
+
+
+@dataclass
+class _Alias:
+    root: fx.Node                                   # old-graph node owning the storage
+    chain: tuple[tuple[Any, tuple, dict], ...]      # view ops from root: (target, args after self, kwargs)
+
+
+def _is_view(target: Any) -> bool:
+    if target is operator.getitem:
+        return False
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    if not schema.arguments or not schema.returns:
+        return False
+    a0 = schema.arguments[0].alias_info
+    r0 = schema.returns[0].alias_info
+    return a0 is not None and not a0.is_write and r0 is not None and not r0.is_write
+
+
+def _written_args(target: Any) -> list[tuple[int, str]]:
+    if not isinstance(target, torch._ops.OpOverload):
+        return []
+    return [(i, a.name) for i, a in enumerate(target._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _arg(node: fx.Node, index: int, name: str) -> Any:
+    if name in node.kwargs:
+        return node.kwargs[name]
+    return node.args[index] if index < len(node.args) else None
+
+
+def _signature(op: torch._ops.OpOverload, drop_out: bool) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in op._schema.arguments
+            if not (drop_out and a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)]
+
+
+def _functional_overload(target: torch._ops.OpOverload) -> torch._ops.OpOverload:
+    """``foo_.ov`` -> ``foo.ov``; ``foo.out`` / ``foo.X_out`` -> the ``foo`` overload with the same inputs."""
+    special = _SPECIAL_FUNCTIONAL.get(target)
+    if special is not None:
+        return special
+    packet = target._schema.name.split("::")[-1]
+    if packet.endswith("_") and not packet.endswith("__"):
+        packet = packet[:-1]
+    packet_obj = getattr(aten, packet, None)
+    want = _signature(target, drop_out=True)
+    for ov in packet_obj.overloads() if packet_obj is not None else []:
+        cand = getattr(packet_obj, ov)
+        if not _written_args(cand) and _signature(cand, drop_out=False) == want:
+            return cand
+    raise FunctionalizationError(f"no functional variant of {target} (stage: functionalization); add it to "
+                                 "ember/autograd/functionalize.py:_SPECIAL_FUNCTIONAL")
+
+
+_SPECIAL_FUNCTIONAL: dict[Any, Any] = {
+    aten.bernoulli_.float: aten.bernoulli.p,
+    aten.normal_.default: aten.normal_functional.default,
+    aten.fill_.Scalar: aten.fill.Scalar,
+    aten.fill_.Tensor: aten.fill.Tensor,
+}
+
+
+class _Functionalizer:
+    def __init__(self, traced: TracedGraph) -> None:
+        self.old = traced.gm.graph
+        self.graph = fx.Graph()
+        self.alias: dict[fx.Node, _Alias] = {}
+        self.current: dict[fx.Node, fx.Node] = {}     # root -> newest value (new graph)
+        self.version: dict[fx.Node, int] = {}
+        self.views: dict[fx.Node, tuple[fx.Node, int]] = {}  # view node -> (new node, root version)
+
+    # -- reading values ---------------------------------------------------------------------------------
+    def value(self, node: fx.Node) -> fx.Node:
+        al = self.alias[node]
+        if not al.chain:
+            return self.current[al.root]
+        cached = self.views.get(node)
+        if cached is not None and cached[1] == self.version[al.root]:
+            return cached[0]
+        out = self.current[al.root]
+        for target, rest, kwargs in al.chain:
+            out = self.graph.call_function(target, (out, *rest), kwargs)
+        out.meta["val"] = node.meta.get("val")
+        self.views[node] = (out, self.version[al.root])
+        return out
+
+    def map_arg(self, a: Any) -> Any:
+        return fx.map_arg(a, self.value)
+
+    # -- nodes ------------------------------------------------------------------------------------------
+    def run(self) -> list[fx.Node]:
+        for node in self.old.nodes:
+            if node.op == "output":
+                return self._output(node)
+            if node.op in ("placeholder", "get_attr"):
+                self._new_root(node, self.graph.node_copy(node))
+            elif _written_args(node.target) or node.target is aten.native_batch_norm.default:
+                self._mutation(node)
+            elif _is_view(node.target) or self._is_view_getitem(node):
+                self._view(node)
+            else:
+                self._new_root(node, self.graph.node_copy(node, self.value))
+        raise AssertionError("graph without output node")
+
+    def _new_root(self, old: fx.Node, new: fx.Node) -> None:
+        new.meta = dict(old.meta)
+        self.alias[old] = _Alias(old, ())
+        self.current[old] = new
+        self.version[old] = 0
+
+    def _is_view_getitem(self, node: fx.Node) -> bool:
+        return node.target is operator.getitem and isinstance(node.args[0], fx.Node) \
+            and _is_view(node.args[0].target)
+
+    def _view(self, node: fx.Node) -> None:
+        base = node.args[0]
+        al = self.alias[base]
+        step = (node.target, self.map_arg(tuple(node.args[1:])), self.map_arg(dict(node.kwargs)))
+        self.alias[node] = _Alias(al.root, al.chain + (step,))
+        self.value(node)
+
+    def _mutation(self, node: fx.Node) -> None:
+        if node.target is aten.native_batch_norm.default:
+            return self._batch_norm(node)
+        written = _written_args(node.target)
+        func = _functional_overload(node.target)
+        schema_args = node.target._schema.arguments
+        outs = {n for i, n in written if schema_args[i].kwarg_only}
+        args = [self.map_arg(a) for a in node.args]
+        kwargs = {k: self.map_arg(v) for k, v in node.kwargs.items() if k not in outs}
+        new = self.graph.call_function(func, tuple(args), kwargs)
+        new.meta = dict(node.meta)
+        if len(written) == 1:
+            self._write(_arg(node, *written[0]), new)
+        else:
+            for k, w in enumerate(written):
+                self._write(_arg(node, *w), self.graph.call_function(operator.getitem, (new, k)))
+        # The in-place node's result is the mutated tensor itself (or a tuple of them for multi-out ops).
+        if len(written) == 1:
+            self.alias[node] = self.alias[_arg(node, *written[0])]
+        else:
+            self._new_root(node, new)
+
+    def _batch_norm(self, node: fx.Node) -> None:
+        x, w, b, rm, rv, training, momentum, eps = node.args
+        if not (training and rm is not None and rv is not None):
+            return self._new_root(node, self.graph.node_copy(node, self.value))
+        args = self.map_arg((x, w, b, rm, rv, training, momentum, eps))
+        new = self.graph.call_function(aten._native_batch_norm_legit_functional.default, args)
+        for i, mutated in ((3, rm), (4, rv)):
+            self._write(mutated, self.graph.call_function(operator.getitem, (new, i)))
+        self._new_root(node, new)
+
+    def _write(self, target: fx.Node, new_value: fx.Node) -> None:
+        """``target`` (an old-graph tensor) now holds ``new_value``: update its root."""
+        val = target.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(new_value.meta.get("val"), torch.Tensor) \
+                and new_value.meta["val"].dtype != val.dtype:
+            new_value = self.graph.call_function(aten._to_copy.default, (new_value,), {"dtype": val.dtype})
+        new_value.meta["val"] = val
+        al = self.alias[target]
+        if al.chain:
+            new_value = self._scatter_into_root(al, target, new_value)
+        self.current[al.root] = new_value
+        self.version[al.root] += 1
+        if al.chain:
+            self.views[target] = (self.value(target), self.version[al.root])
+
+    def _scatter_into_root(self, al: _Alias, view: fx.Node, src: fx.Node) -> fx.Node:
+        root_val, view_val = al.root.meta.get("val"), view.meta.get("val")
+        if not (isinstance(root_val, torch.Tensor) and root_val.is_contiguous()):
+            raise FunctionalizationError(
+                f"mutation through a view of non-contiguous {al.root.name} is not supported yet "
+                "(stage: functionalization)")
+        offset = view_val.storage_offset() - root_val.storage_offset()
+        base = self.current[al.root]
+        out = self.graph.call_function(aten.as_strided_scatter.default,
+                                       (base, src, list(view_val.shape), list(view_val.stride()), offset))
+        out.meta["val"] = root_val
+        return out
+
+    def _output(self, node: fx.Node) -> list[fx.Node]:
+        outs = list(self.map_arg(node.args[0]))
+        self.mutated_inputs: list[tuple[int, fx.Node]] = []
+        placeholders = [n for n in self.old.nodes if n.op == "placeholder"]
+        for i, ph in enumerate(placeholders):
+            if self.version[ph] > 0:
+                self.mutated_inputs.append((i, self.current[ph]))
+        mutated_consts = [n for n in self.old.nodes if n.op == "get_attr" and self.version.get(n, 0) > 0]
+        if mutated_consts:
+            raise FunctionalizationError(
+                f"the traced function mutates tensors that are not inputs ({[n.target for n in mutated_consts]}); "
+                "pass them as inputs (lift module buffers) so their updates can be written back")
+        return outs
+
+
+def functionalize(traced: TracedGraph) -> TracedGraph:
+    """A functional copy of ``traced`` (see the module docstring)."""
+    f = _Functionalizer(traced)
+    outs = f.run()
+    write_backs = []
+    for i, new in f.mutated_inputs:
+        write_backs.append((i, len(outs)))
+        outs.append(new)
+    f.graph.output(tuple(outs))
+    f.graph.eliminate_dead_code()
+    gm = fx.GraphModule(traced.gm, f.graph)
+    return replace(traced, gm=gm, write_backs=write_backs)
+
+
+def apply_write_backs(traced: TracedGraph, inputs: Sequence[Any], flat_outputs: Sequence[Any]) -> None:
+    """Copy each mutated input's new value (an extra graph output) into the input, as eager would have."""
+    with torch.no_grad():
+        for i, j in traced.write_backs:
+            inputs[i].copy_(flat_outputs[j])
+
+
+def has_mutations(gm: fx.GraphModule) -> list[str]:
+    """Names of ops in ``gm`` that mutate a tensor (empty for a functional graph)."""
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"
+            and (_written_args(n.target) or n.target is aten.native_batch_norm.default
+                 and n.args[5] and n.args[3] is not None)]
+
+
+def run_functional(traced: TracedGraph, *args: Any) -> tuple[Any, list[Any]]:
+    """Run a functionalized graph on real values, write mutated inputs back, return (forward, grads)."""
+    from torch.utils._pytree import tree_unflatten
+
+    flat = traced.gm(*args)
+    apply_write_backs(traced, args, flat)
+    n_fwd = traced.num_forward_outputs
+    n_grads = len(traced.grad_input_indices)
+    fwd = tree_unflatten(list(flat[:n_fwd]), traced.out_spec)
+    return fwd, list(flat[n_fwd:n_fwd + n_grads])
+
+

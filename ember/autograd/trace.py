@@ -1,0 +1,165 @@
+"""Tracing to ATen: run a callable on ember fake tensors and record every ATen op into a new FX graph.
+
+Input: a callable (a torch-level ``torch.fx.GraphModule`` from ember's capture or from torch.compile's backend
+hook, or any Python function of tensors) and example inputs (real or fake tensors, or plain Python values).
+Output: a ``TracedGraph`` whose ``gm`` is a ``torch.fx.GraphModule`` of ``OpOverload`` calls (may still contain
+in-place/``out=`` ops and views: see ``functionalize``), with one placeholder per example input
+(``training=True`` adds one tangent placeholder per forward output that requires grad), and one flat output
+tuple: the forward outputs, then (training) the gradient of each input that requires grad (None if unused).
+
+Invariants:
+- ``node.meta["val"]`` is the fake value of every placeholder and op node.
+- A tensor returned by an op maps to that op's node, also when it is the mutated ``self`` of an in-place op
+  (later uses read the in-place node), so the graph replays eager's data flow op by op.
+- Real tensors met during tracing that are not inputs (module attributes, ``torch.tensor`` constants) become
+  ``get_attr`` constants of ``gm`` holding the real value.
+- The backward is whatever ATen ops PyTorch's autograd engine runs for ``torch.autograd.grad``; grad mode and
+  autocast are the caller's ambient state, as in eager.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ember.autograd.fake import FakeMode, FakeTensor
+
+
+@dataclass
+class TracedGraph:
+    """An ATen-level graph and how its inputs and outputs relate to the traced function's."""
+
+    gm: fx.GraphModule
+    num_inputs: int
+    num_forward_outputs: int
+    out_spec: Any
+    grad_input_indices: list[int] = field(default_factory=list)
+    num_tangents: int = 0
+    write_backs: list[tuple[int, int]] = field(default_factory=list)  # (input index, output index)
+
+
+class _Recorder(TorchDispatchMode):
+    """Records each ATen op that reaches it, then lets the fake mode below compute it."""
+
+    def __init__(self, graph: fx.Graph, fake_mode: FakeMode) -> None:
+        super().__init__()
+        self.graph = graph
+        self.fake_mode = fake_mode
+        self.nodes: dict[int, tuple[torch.Tensor, fx.Node]] = {}
+        self.constants: dict[str, torch.Tensor] = {}
+
+    def bind(self, value: torch.Tensor, node: fx.Node) -> None:
+        self.nodes[id(value)] = (value, node)
+        node.meta["val"] = value
+
+    def node_of(self, x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        hit = self.nodes.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        if isinstance(x, FakeTensor):
+            raise RuntimeError(f"ember tracer: {x!r} was not produced inside the trace")
+        return self._constant(x)
+
+    def _constant(self, real: torch.Tensor) -> fx.Node:
+        name = f"_tensor_constant{len(self.constants)}"
+        self.constants[name] = real
+        node = self.graph.get_attr(name)
+        self.bind(self.fake_mode.to_fake(real), node)
+        # Memoized by identity: the fake of this constant now maps to the get_attr node.
+        self.nodes[id(real)] = (real, node)
+        return node
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        node_args, node_kwargs = tree_map(self.node_of, (tuple(args), kwargs))
+        out = func(*args, **kwargs)
+        node = self.graph.call_function(func, node_args, node_kwargs)
+        self._bind_outputs(out, node)
+        return out
+
+    def _bind_outputs(self, out: Any, node: fx.Node) -> None:
+        node.meta["val"] = out
+        if isinstance(out, torch.Tensor):
+            self.bind(out, node)
+        elif isinstance(out, (tuple, list)):
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    self.bind(o, self.graph.call_function(operator.getitem, (node, i)))
+
+
+def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, training: bool,
+               fake_mode: FakeMode | None = None) -> TracedGraph:
+    """Trace ``fn(*example_inputs)`` to ATen ops; with ``training`` also its backward, into one joint graph."""
+    mode = fake_mode or FakeMode()
+    graph = fx.Graph()
+    rec = _Recorder(graph, mode)
+    fakes = [mode.to_fake(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    for i, f in enumerate(fakes):
+        node = graph.placeholder(f"primals_{i + 1}" if training else f"arg{i}")
+        if isinstance(f, torch.Tensor):
+            rec.bind(f, node)
+        else:
+            node.meta["val"] = f
+    with mode, rec:
+        outs = fn(*fakes)
+        flat_outs, spec = tree_flatten(outs)
+        grads, grad_idx, n_tan = [], [], 0
+        if training:
+            grads, grad_idx, n_tan = _trace_backward(rec, fakes, flat_outs)
+    out_nodes = [rec.node_of(o) if isinstance(o, torch.Tensor) else o for o in flat_outs + grads]
+    graph.output(tuple(out_nodes))
+    root = torch.nn.Module()
+    for name, value in rec.constants.items():
+        setattr(root, name, value)
+    gm = fx.GraphModule(root, graph)
+    return TracedGraph(gm, len(fakes), len(flat_outs), spec, grad_idx, n_tan)
+
+
+def _trace_backward(rec: _Recorder, inputs: list[Any], flat_outs: list[Any]
+                    ) -> tuple[list[Any], list[int], int]:
+    """Run torch.autograd.grad on the fake forward outputs with placeholder tangents."""
+    diff_outs = [o for o in flat_outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    grad_idx = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
+    if not diff_outs or not grad_idx:
+        return [None] * len(grad_idx), grad_idx, 0
+    first_op = next(n for n in rec.graph.nodes if n.op != "placeholder")
+    tangents = []
+    for i, o in enumerate(diff_outs):
+        t = rec.fake_mode.fake_empty(tuple(o.shape), o.stride(), o.dtype, o.device)
+        with rec.graph.inserting_before(first_op):
+            rec.bind(t, rec.graph.placeholder(f"tangents_{i + 1}"))
+        tangents.append(t)
+    grads = torch.autograd.grad(diff_outs, [inputs[i] for i in grad_idx], grad_outputs=tangents,
+                                allow_unused=True)
+    return list(grads), grad_idx, len(tangents)
+
+
+def run_traced(traced: TracedGraph, *args: Any) -> Any:
+    """Run a traced graph on real values and unflatten its forward outputs like the traced function's."""
+    from torch.utils._pytree import tree_unflatten
+
+    flat = traced.gm(*args)
+    fwd = tree_unflatten(list(flat[:traced.num_forward_outputs]), traced.out_spec)
+    return fwd, list(flat[traced.num_forward_outputs:])
+
+
+def lift_module(module: torch.nn.Module) -> tuple[Callable[..., Any], list[torch.Tensor]]:
+    """``(fn, state)`` with ``fn(*state, *inputs) == module(*inputs)``: parameters and buffers become inputs,
+    so the traced graph gets placeholders for them (gradients for parameters, write-backs for buffers)."""
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+    state = [t for _, t in module.named_parameters()] + [t for _, t in module.named_buffers()]
+
+    def fn(*args: Any) -> Any:
+        with _reparametrize_module(module, dict(zip(names, args[:len(names)]))):
+            return module(*args[len(names):])
+
+    return fn, state
