@@ -221,6 +221,7 @@ class FrameCache:
         self.limit = limit
         self.options = options
         self.native = False        # a continuation whose first instruction always breaks: stepped natively
+        self.dynamic: set[str] = set()      # sources of numbers that changed between calls (not guarded)
         self.entries: list[Entry] = []
         self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry.fn of each entry
         self.break_reasons: list[Unsupported] = []
@@ -281,6 +282,8 @@ class FrameCache:
             return self._fallback(args, kwargs, True)
         if self.entries:
             STATS["recompiles"] += 1
+            if self.resume is not None:
+                self._note_dynamic(args, kwargs)
             if logs.enabled("recompiles"):
                 logs.log("recompiles", f"recompiling {self.name} ({self._where()}): "
                                        f"{self._why_missed(args, kwargs)}")
@@ -302,9 +305,9 @@ class FrameCache:
             return f"{c.co_filename}:{decode(c).instrs[self.resume[2]].lineno}"
         return f"{c.co_filename}:{c.co_firstlineno}"
 
-    def _why_missed(self, args, kwargs) -> str:
-        """The first failing guard of the newest entry (guards run in order: later ones use locals that
-        earlier ones assign)."""
+    def _failing_guard(self, args, kwargs):
+        """(entry, first failing guard of it or None if a guard raised) for the newest entry with guards
+        (guards run in order: later ones use locals that earlier ones assign); None if none failed."""
         for e in reversed(self.entries):
             if not e.guards:
                 continue
@@ -315,9 +318,22 @@ class FrameCache:
             exec(compile(src, "<ember guard check>", "exec"), ns)      # noqa: S102
             i = ns["__which"](*args, **kwargs)
             if i is not None:
-                g = e.guards[i] if i >= 0 else None
-                return f"guard failed: {g.reason}  [{g.expr}]" if g else "a guard raised an exception"
-        return "no entry matched"
+                return e, (e.guards[i] if i >= 0 else None)
+        return None
+
+    def _why_missed(self, args, kwargs) -> str:
+        hit = self._failing_guard(args, kwargs)
+        if hit is None:
+            return "no entry matched"
+        g = hit[1]
+        return f"guard failed: {g.reason}  [{g.expr}]" if g else "a guard raised an exception"
+
+    def _note_dynamic(self, args, kwargs) -> None:
+        """Automatic dynamic for continuations: a number handed across a graph break that changed between
+        calls (a loop counter, say) is not guarded again; its uses become graph inputs or breaks."""
+        hit = self._failing_guard(args, kwargs)
+        if hit is not None and hit[1] is not None and hit[1].number_at:
+            self.dynamic.add(hit[1].number_at)
 
     # -- compiling -------------------------------------------------------------------------------------
     def _trace(self, d: SymbolicDomain, args, kwargs, stop_at: int | None = None):
@@ -328,7 +344,9 @@ class FrameCache:
 
     def _domain(self) -> SymbolicDomain:
         STATS["frames_compiled"] += 1
-        return SymbolicDomain(self.plugins_factory(), self.options)
+        d = SymbolicDomain(self.plugins_factory(), self.options)
+        d.dynamic = self.dynamic
+        return d
 
     def compile_entry(self, args, kwargs) -> Entry:
         t0 = time.perf_counter()

@@ -16,6 +16,7 @@ from .sources import Codegen, Source, literal
 class Guard:
     expr: str       # Python expression, True when the fact still holds
     reason: str     # readable: what was assumed and where it came from
+    number_at: str | None = None    # for a guarded int/float: its source (a candidate for automatic dynamic)
 
 
 class GuardSet:
@@ -24,10 +25,10 @@ class GuardSet:
         self.guards: list[Guard] = []
         self._seen: set[str] = set()
 
-    def add(self, expr: str, reason: str) -> None:
+    def add(self, expr: str, reason: str, number_at: str | None = None) -> None:
         if expr not in self._seen:
             self._seen.add(expr)
-            self.guards.append(Guard(expr, reason))
+            self.guards.append(Guard(expr, reason, number_at))
 
     # -- common kinds ----------------------------------------------------------------------------------
     def type_match(self, src: Source, t: type) -> None:
@@ -49,7 +50,7 @@ class GuardSet:
         else:
             t = type(v)
             self.add(f"type({e}) is {self.cg.bind(t, t.__name__)} and {e} == {literal(v, self.cg)}",
-                     f"{e} == {v!r}")
+                     f"{e} == {v!r}", self.cg.plain(src) if t in (int, float) else None)
 
     def length(self, src: Source, n: int) -> None:
         e = src.expr(self.cg)

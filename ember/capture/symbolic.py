@@ -38,6 +38,7 @@ class SymbolicDomain:
         self.side_effects: list[Value] = []          # mutated existing values, in first-mutation order
         self.global_writes: dict[tuple[int, str], tuple[dict, str, Any]] = {}
         self.new_objects: list[ObjectVar] = []
+        self.dynamic: set[str] = set()      # sources of numbers not to guard (they changed between calls)
         self.generators: list[IterVar] = []          # user generators started by the trace
         for p in self.plugins:
             p.start(self)
@@ -76,6 +77,10 @@ class SymbolicDomain:
         if source is not None:
             v = self.by_source.get(source)
             if v is not None:
+                return v
+            if self.dynamic and type(obj) in (int, float) and self.cg.plain(source) in self.dynamic:
+                from .values import OpaqueVar       # automatic dynamic: this number changed between calls
+                v = self.by_source[source] = OpaqueVar(obj, source)
                 return v
         if not is_immutable(obj):
             v = self.by_id.get(id(obj))

@@ -1,0 +1,56 @@
+"""The prim object, the prim table and the handler stack that decides what calling a prim does.
+
+A ``Prim`` has a name, a reference implementation in torch ops (``impl``) and a meta rule (``meta``) over
+``TensorMeta``. Calling a prim dispatches to the innermost handler: by default the reference implementation
+(so decompositions run eagerly on real tensors); ``ember.decomp.interp`` pushes handlers that check meta
+rules against the reference, propagate metadata only, or record a prim graph.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+Handler = Callable[["Prim", tuple, dict], Any]
+
+PRIMS: dict[str, "Prim"] = {}
+
+
+class Prim:
+    """One primitive: ``impl`` runs it on tensors, ``meta`` computes its output metadata."""
+
+    def __init__(self, name: str, impl: Callable[..., Any], meta: Callable[..., Any], kind: str,
+                 tags: frozenset = frozenset()) -> None:
+        self.name, self.impl, self.meta, self.kind, self.tags = name, impl, meta, kind, tags
+        # FX prints call_function targets by module and name.
+        self.__name__ = self.__qualname__ = name
+        self.__module__ = "ember.decomp.prims"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _HANDLERS[-1](self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"prims.{self.name}"
+
+
+def register_prim(name: str, impl: Callable, meta: Callable, kind: str, tags: tuple = ()) -> Prim:
+    if name in PRIMS:
+        raise ValueError(f"ember.decomp: prim {name!r} registered twice")
+    p = Prim(name, impl, meta, kind, frozenset(tags))
+    PRIMS[name] = p
+    return p
+
+
+def eager_handler(prim: Prim, args: tuple, kwargs: dict) -> Any:
+    return prim.impl(*args, **kwargs)
+
+
+_HANDLERS: list[Handler] = [eager_handler]
+
+
+@contextlib.contextmanager
+def push_handler(h: Handler) -> Iterator[None]:
+    _HANDLERS.append(h)
+    try:
+        yield
+    finally:
+        _HANDLERS.pop()

@@ -1,0 +1,488 @@
+"""Decompositions of NN ops: matmul family (onto extern prims), norms, losses, dropout, embedding, indexing,
+and the backward ops autograd emits for them (threshold/gelu/tanh/sigmoid/silu/norm/loss backwards).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from . import prims as P
+from .decomp_reduce import reduce_sum
+from .helpers import broadcast_to, opmath, to, where
+from .meta import canonical_dim, is_tensorlike, opmath_dtype, prod
+from .registry import decompose, register_decomposition
+
+aten = torch.ops.aten
+
+
+def _bk(v: Any, x: Any) -> Any:
+    """v (same rank as x, size-1 dims) broadcast to x's shape."""
+    return P.broadcast_in_dim(v, tuple(x.shape), tuple(range(x.ndim)))
+
+
+def _chan(v: Any, x: Any, dim: int = 1) -> Any:
+    """A per-channel vector broadcast along dim of x."""
+    return P.broadcast_in_dim(v, tuple(x.shape), (dim,))
+
+
+def _trail(v: Any, x: Any) -> Any:
+    """v broadcast against x's trailing dims."""
+    return P.broadcast_in_dim(v, tuple(x.shape), tuple(range(x.ndim - v.ndim, x.ndim)))
+
+
+# matmul family -------------------------------------------------------------------------------------------
+register_decomposition(aten.mm.default)(lambda a, b: P.mm(a, b))
+register_decomposition(aten.bmm.default)(lambda a, b: P.bmm(a, b))
+
+
+@register_decomposition(aten.addmm.default)
+def _addmm(bias: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    return P.addmm(bias, a, b, beta, alpha)
+
+
+@register_decomposition(aten.matmul.default)
+def _matmul(a: Any, b: Any) -> Any:
+    if a.ndim == 1 and b.ndim == 1:
+        return P.reshape(P.mm(P.reshape(a, (1, a.shape[0])), P.reshape(b, (b.shape[0], 1))), ())
+    if a.ndim <= 2 and b.ndim <= 2:
+        a2 = P.unsqueeze(a, 0) if a.ndim == 1 else a
+        b2 = P.unsqueeze(b, 1) if b.ndim == 1 else b
+        out = P.mm(a2, b2)
+        return P.squeeze(out, (0,) if a.ndim == 1 else (1,)) if min(a.ndim, b.ndim) == 1 else out
+    return _batched_matmul(a, b)
+
+
+def _batched_matmul(a: Any, b: Any) -> Any:
+    from .meta import broadcast_shapes
+    a2 = P.unsqueeze(a, 0) if a.ndim == 1 else a
+    b2 = P.unsqueeze(b, 1) if b.ndim == 1 else b
+    batch = broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2]))
+    n = prod(batch)
+    m, k, p = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    a3 = P.reshape(broadcast_to(a2, (*batch, m, k)), (n, m, k))
+    b3 = P.reshape(broadcast_to(b2, (*batch, k, p)), (n, k, p))
+    out = P.reshape(P.bmm(a3, b3), (*batch, m, p))
+    if a.ndim == 1:
+        out = P.squeeze(out, (out.ndim - 2,))
+    if b.ndim == 1:
+        out = P.squeeze(out, (out.ndim - 1,))
+    return out
+
+
+@register_decomposition(aten.linear.default)
+def _linear(x: Any, w: Any, bias: Any = None) -> Any:
+    wt = P.permute(w, (1, 0))
+    x2 = P.reshape(x, (prod(x.shape[:-1]), x.shape[-1]))
+    out = P.mm(x2, wt) if bias is None else P.addmm(bias, x2, wt, 1, 1)
+    return P.reshape(out, (*x.shape[:-1], w.shape[0]))
+
+
+@register_decomposition(aten.convolution.default)
+def _convolution(x: Any, w: Any, bias: Any, stride: Sequence, padding: Sequence, dilation: Sequence,
+                 transposed: bool, output_padding: Sequence, groups: int) -> Any:
+    return P.convolution(x, w, bias, tuple(stride), tuple(padding), tuple(dilation), transposed,
+                         tuple(output_padding), groups)
+
+
+@register_decomposition(aten.scaled_dot_product_attention.default)
+def _sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
+          *, scale: Any = None, enable_gqa: bool = False) -> Any:
+    return P.sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale)
+
+
+# norms -----------------------------------------------------------------------------------------------------
+@register_decomposition(aten.native_layer_norm.default)
+def _native_layer_norm(x: Any, normalized_shape: Sequence, weight: Any, bias: Any, eps: float) -> tuple:
+    xf = opmath(x)
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    var, mean = P.var_mean(xf, dims, 0, True)
+    rstd = P.rsqrt(P.add(var, float(eps)))
+    out = P.mul(P.sub(xf, _bk(mean, xf)), _bk(rstd, xf))
+    if weight is not None:
+        out = P.mul(out, _trail(opmath(weight), xf))
+    if bias is not None:
+        out = P.add(out, _trail(opmath(bias), xf))
+    return to(out, x.dtype), to(mean, x.dtype), to(rstd, x.dtype)
+
+
+@register_decomposition(aten.layer_norm.default)
+def _layer_norm(x: Any, normalized_shape: Sequence, weight: Any = None, bias: Any = None,
+                eps: float = 1e-5, cudnn_enable: bool = True) -> Any:
+    return _native_layer_norm(x, normalized_shape, weight, bias, eps)[0]
+
+
+@register_decomposition(aten.rms_norm.default)
+def _rms_norm(x: Any, normalized_shape: Sequence, weight: Any = None, eps: Any = None) -> Any:
+    xf = opmath(x)
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    e = float(eps) if eps is not None else torch.finfo(x.dtype).eps
+    ms = P.div(P.sum(P.mul(xf, xf), dims, True), float(prod([x.shape[d] for d in dims])))
+    out = P.mul(xf, _bk(P.rsqrt(P.add(ms, e)), xf))
+    if weight is not None:
+        out = P.mul(out, _trail(opmath(weight), xf))
+    return to(out, x.dtype)
+
+
+@register_decomposition(aten.native_layer_norm_backward.default)
+def _native_layer_norm_backward(grad: Any, x: Any, normalized_shape: Sequence, mean: Any, rstd: Any,
+                                weight: Any, bias: Any, output_mask: Sequence[bool]) -> tuple:
+    g, xf = opmath(grad), opmath(x)
+    axis = x.ndim - len(normalized_shape)
+    inner, outer = tuple(range(axis, x.ndim)), tuple(range(axis))
+    n = float(prod(x.shape[axis:]))
+    x_hat = P.mul(P.sub(xf, _bk(opmath(mean), xf)), _bk(opmath(rstd), xf))
+    gw = P.mul(g, _trail(opmath(weight), g)) if weight is not None else g
+    a = P.sum(gw, inner, True)
+    b = P.sum(P.mul(gw, x_hat), inner, True)
+    dx = P.mul(P.div(_bk(opmath(rstd), g), n),
+               P.sub(P.sub(P.mul(gw, n), _bk(a, g)), P.mul(x_hat, _bk(b, g))))
+    dw = to(P.sum(P.mul(g, x_hat), outer), weight.dtype) if weight is not None and output_mask[1] else None
+    db = to(P.sum(g, outer), bias.dtype) if bias is not None and output_mask[2] else None
+    return (to(dx, x.dtype) if output_mask[0] else None), dw, db
+
+
+def _bn_train(xf: Any, eps: float) -> tuple[Any, Any, Any]:
+    dims = (0,) + tuple(range(2, xf.ndim))
+    var, mean = P.var_mean(xf, dims, 0, False)
+    return mean, var, P.rsqrt(P.add(var, float(eps)))
+
+
+def _bn_apply(x: Any, xf: Any, mean: Any, invstd: Any, weight: Any, bias: Any) -> Any:
+    out = P.mul(P.sub(xf, _chan(mean, xf)), _chan(invstd, xf))
+    if weight is not None:
+        out = P.mul(out, _chan(opmath(weight), xf))
+    if bias is not None:
+        out = P.add(out, _chan(opmath(bias), xf))
+    return to(out, x.dtype)
+
+
+@register_decomposition(aten._native_batch_norm_legit_functional.default)
+def _bn_functional(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, training: bool,
+                   momentum: float, eps: float) -> tuple:
+    xf = opmath(x)
+    if not training:
+        invstd = P.rsqrt(P.add(opmath(running_var), float(eps)))
+        out = _bn_apply(x, xf, opmath(running_mean), invstd, weight, bias)
+        empty = P.full((0,), 0.0, x.dtype, x.device)
+        return out, empty, empty, running_mean, running_var
+    mean, var, invstd = _bn_train(xf, eps)
+    n = float(prod(x.shape) / x.shape[1]) if isinstance(prod(x.shape), int) else prod(x.shape) / x.shape[1]
+    new_mean = P.add(P.mul(opmath(running_mean), 1 - momentum), P.mul(mean, float(momentum)))
+    unbiased = P.mul(var, n / max(n - 1, 1))
+    new_var = P.add(P.mul(opmath(running_var), 1 - momentum), P.mul(unbiased, float(momentum)))
+    return (_bn_apply(x, xf, mean, invstd, weight, bias), to(mean, x.dtype), to(invstd, x.dtype),
+            to(new_mean, running_mean.dtype), to(new_var, running_var.dtype))
+
+
+@register_decomposition(aten.native_batch_norm.default)
+def _native_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                       training: bool, momentum: float, eps: float) -> tuple:
+    if training and running_mean is not None:
+        # Updates running stats in place: stays an extern until functionalization rewrites it.
+        return P.aten_extern(aten.native_batch_norm.default,
+                             (x, weight, bias, running_mean, running_var, training, momentum, eps))
+    xf = opmath(x)
+    if training:
+        mean, _, invstd = _bn_train(xf, eps)
+        return _bn_apply(x, xf, mean, invstd, weight, bias), to(mean, x.dtype), to(invstd, x.dtype)
+    return _bn_functional(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+
+
+@register_decomposition(aten._native_batch_norm_legit_no_training.default)
+def _bn_no_training(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, momentum: float,
+                    eps: float) -> tuple:
+    return _bn_functional(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+
+
+@register_decomposition(aten.native_batch_norm_backward.default)
+def _native_batch_norm_backward(grad: Any, x: Any, weight: Any, running_mean: Any, running_var: Any,
+                                save_mean: Any, save_invstd: Any, train: bool, eps: float,
+                                output_mask: Sequence[bool]) -> tuple:
+    g, xf = opmath(grad), opmath(x)
+    dims = (0,) + tuple(range(2, x.ndim))
+    if train:
+        mean, invstd = opmath(save_mean), opmath(save_invstd)
+    else:
+        mean, invstd = opmath(running_mean), P.rsqrt(P.add(opmath(running_var), float(eps)))
+    x_hat = P.mul(P.sub(xf, _chan(mean, xf)), _chan(invstd, xf))
+    w = opmath(weight) if weight is not None else P.full((x.shape[1],), 1.0, xf.dtype, x.device)
+    sum_g, sum_gx = P.sum(g, dims), P.sum(P.mul(g, x_hat), dims)
+    scale = P.mul(w, invstd)
+    if train:
+        n = float(prod(x.shape) / x.shape[1])
+        inner = P.sub(P.sub(g, _chan(P.div(sum_g, n), g)), P.mul(x_hat, _chan(P.div(sum_gx, n), g)))
+        dx = P.mul(inner, _chan(scale, g))
+    else:
+        dx = P.mul(g, _chan(scale, g))
+    dw = to(sum_gx, weight.dtype) if weight is not None and output_mask[1] else None
+    db = to(sum_g, weight.dtype) if weight is not None and output_mask[2] else None
+    return (to(dx, x.dtype) if output_mask[0] else None), dw, db
+
+
+@register_decomposition(aten.native_group_norm.default)
+def _native_group_norm(x: Any, weight: Any, bias: Any, n: Any, c: Any, hxw: Any, group: int,
+                       eps: float) -> tuple:
+    xf = opmath(x)
+    xg = P.reshape(xf, (n, group, prod(x.shape) // (n * group) if isinstance(prod(x.shape), int)
+                        else prod(x.shape) / (n * group)))
+    var, mean = P.var_mean(xg, (2,), 0, True)
+    rstd = P.rsqrt(P.add(var, float(eps)))
+    out = P.reshape(P.mul(P.sub(xg, _bk(mean, xg)), _bk(rstd, xg)), tuple(x.shape))
+    if weight is not None:
+        out = P.mul(out, _chan(opmath(weight), out))
+    if bias is not None:
+        out = P.add(out, _chan(opmath(bias), out))
+    return (to(out, x.dtype), to(P.reshape(mean, (n, group)), x.dtype),
+            to(P.reshape(rstd, (n, group)), x.dtype))
+
+
+@register_decomposition(aten.group_norm.default)
+def _group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5,
+                cudnn_enabled: bool = True) -> Any:
+    hxw = prod(x.shape[2:])
+    return _native_group_norm(x, weight, bias, x.shape[0], x.shape[1], hxw, num_groups, eps)[0]
+
+
+# losses ----------------------------------------------------------------------------------------------------
+def _nll_parts(x: Any, target: Any, weight: Any, ignore_index: int) -> tuple[Any, Any]:
+    """(-picked * w, w) per sample, zero where target == ignore_index; x is [N, C] or [C]."""
+    t = target if target.ndim else P.unsqueeze(target, 0)
+    x2 = x if x.ndim == 2 else P.unsqueeze(x, 0)
+    mask = P.ne(t, ignore_index)
+    safe = P.where(mask, t, P.full(tuple(t.shape), 0, t.dtype, t.device))
+    picked = P.squeeze(P.gather(x2, 1, P.unsqueeze(safe, 1)), (1,))
+    w = P.index_select(weight, 0, safe) if weight is not None else P.full(tuple(t.shape), 1.0, x.dtype,
+                                                                            x.device)
+    w = P.where(mask, w, P.full(tuple(t.shape), 0.0, x.dtype, x.device))
+    return P.neg(P.mul(picked, w)), w
+
+
+@register_decomposition(aten.nll_loss_forward.default)
+def _nll_loss_forward(x: Any, target: Any, weight: Any, reduction: int, ignore_index: int) -> tuple:
+    losses, w = _nll_parts(x, target, weight, ignore_index)
+    if reduction == 0:
+        out = losses if target.ndim else P.squeeze(losses, (0,))
+        return out, P.full((), 0.0, x.dtype, x.device)
+    total, s = P.sum(w, (0,)), P.sum(losses, (0,))
+    return (P.div(s, total) if reduction == 1 else s), total
+
+
+@register_decomposition(aten.nll_loss.default, aten.nll_loss_nd.default)
+def _nll_loss(x: Any, target: Any, weight: Any = None, reduction: int = 1, ignore_index: int = -100) -> Any:
+    return _nll_loss_forward(x, target, weight, reduction, ignore_index)[0]
+
+
+@register_decomposition(aten.nll_loss_backward.default)
+def _nll_loss_backward(grad: Any, x: Any, target: Any, weight: Any, reduction: int, ignore_index: int,
+                       total_weight: Any) -> Any:
+    _, w = _nll_parts(x, target, weight, ignore_index)
+    t = target if target.ndim else P.unsqueeze(target, 0)
+    g = grad if reduction == 0 else P.div(grad, total_weight) if reduction == 1 else grad
+    g = P.reshape(g, (t.shape[0],)) if reduction == 0 else P.broadcast_in_dim(g, tuple(t.shape), ())
+    val = P.neg(P.mul(g, w))
+    x2 = x if x.ndim == 2 else P.unsqueeze(x, 0)
+    safe = P.where(P.ne(t, ignore_index), t, P.full(tuple(t.shape), 0, t.dtype, t.device))
+    out = P.scatter(P.full(tuple(x2.shape), 0.0, x.dtype, x.device), 1, P.unsqueeze(safe, 1),
+                    P.unsqueeze(val, 1))
+    return out if x.ndim == 2 else P.squeeze(out, (0,))
+
+
+@register_decomposition(aten.cross_entropy_loss.default)
+def _cross_entropy(x: Any, target: Any, weight: Any = None, reduction: int = 1, ignore_index: int = -100,
+                   label_smoothing: float = 0.0) -> Any:
+    if label_smoothing != 0.0 or x.ndim > 2 or target.dtype.is_floating_point:
+        return P.aten_extern(aten.cross_entropy_loss.default,
+                             (x, target, weight, reduction, ignore_index, label_smoothing))
+    lsm = decompose(aten._log_softmax.default, x, 1 if x.ndim == 2 else 0, False)
+    return _nll_loss(lsm, target, weight, reduction, ignore_index)
+
+
+def _reduce_loss(losses: Any, reduction: int) -> Any:
+    if reduction == 0:
+        return losses
+    dims = tuple(range(losses.ndim))
+    s = reduce_sum(losses, dims)
+    return s if reduction == 2 else to(P.div(opmath(s), float(prod(losses.shape))), losses.dtype)
+
+
+@register_decomposition(aten.mse_loss.default)
+def _mse_loss(x: Any, target: Any, reduction: int = 1) -> Any:
+    d = P.sub(*[broadcast_to(v, tuple(x.shape)) for v in (x, target)])
+    return _reduce_loss(P.mul(d, d), reduction)
+
+
+@register_decomposition(aten.mse_loss_backward.default)
+def _mse_loss_backward(grad: Any, x: Any, target: Any, reduction: int) -> Any:
+    norm = 2.0 / float(prod(x.shape)) if reduction == 1 else 2.0
+    g = broadcast_to(grad, tuple(x.shape))
+    return P.mul(P.mul(P.sub(x, broadcast_to(target, tuple(x.shape))), norm), g)
+
+
+# dropout, embedding, indexing -----------------------------------------------------------------------------
+_RNG_OFFSET = [0]
+
+
+def next_rng() -> tuple[Any, int]:
+    """A fresh (seed, offset) for one RNG prim: the seed draws from torch's global generator."""
+    _RNG_OFFSET[0] += 1
+    return P.rng_seed("cpu"), _RNG_OFFSET[0]
+
+
+@register_decomposition(aten.native_dropout.default)
+def _native_dropout(x: Any, p: float, train: Any) -> tuple:
+    if not train or p == 0:
+        return P.clone(x), P.full(tuple(x.shape), True, torch.bool, x.device)
+    seed, offset = next_rng()
+    u = P.uniform(tuple(x.shape), 0.0, 1.0, torch.float32, x.device, seed, offset)
+    keep = P.ge(u, float(p))
+    scale = 1.0 / (1.0 - p) if p < 1 else 0.0
+    out = P.where(keep, P.mul(opmath(x), scale), P.full(tuple(x.shape), 0.0, opmath_dtype(x.dtype),
+                                                         x.device))
+    return to(out, x.dtype), keep
+
+
+@register_decomposition(aten.native_dropout_backward.default)
+def _native_dropout_backward(grad: Any, mask: Any, scale: float) -> Any:
+    return to(P.mul(opmath(grad), P.mul(to(mask, opmath_dtype(grad.dtype)), float(scale))), grad.dtype)
+
+
+@register_decomposition(aten.dropout.default)
+def _dropout(x: Any, p: float, train: bool) -> Any:
+    return _native_dropout(x, p, train)[0]
+
+
+@register_decomposition(aten.bernoulli.p)
+def _bernoulli_p(x: Any, p: float = 0.5, *, generator: Any = None) -> Any:
+    seed, offset = next_rng()
+    u = P.uniform(tuple(x.shape), 0.0, 1.0, torch.float32, x.device, seed, offset)
+    return to(P.lt(u, float(p)), x.dtype)
+
+
+@register_decomposition(aten.embedding.default)
+def _embedding(weight: Any, indices: Any, padding_idx: int = -1, scale_grad_by_freq: bool = False,
+               sparse: bool = False) -> Any:
+    flat = P.reshape(indices, (prod(indices.shape),))
+    out = P.index_select(weight, 0, flat)
+    return P.reshape(out, (*indices.shape, weight.shape[1]))
+
+
+@register_decomposition(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(grad: Any, indices: Any, num_weights: int, padding_idx: int,
+                              scale_grad_by_freq: bool) -> Any:
+    if scale_grad_by_freq:
+        return P.aten_extern(aten.embedding_dense_backward.default,
+                             (grad, indices, num_weights, padding_idx, scale_grad_by_freq))
+    d = grad.shape[-1]
+    flat_i = P.reshape(indices, (prod(indices.shape),))
+    g = opmath(P.reshape(grad, (prod(indices.shape), d)))
+    keep = P.ne(flat_i, padding_idx)
+    g = P.where(P.broadcast_in_dim(keep, tuple(g.shape), (0,)), g, P.full(tuple(g.shape), 0.0, g.dtype,
+                                                                           g.device))
+    out = P.index_put(P.full((num_weights, d), 0.0, g.dtype, g.device), [flat_i], g, True)
+    return to(out, grad.dtype)
+
+
+@register_decomposition(aten.gather.default)
+def _gather(x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
+    return P.gather(x, canonical_dim(dim, x.ndim), index)
+
+
+@register_decomposition(aten.scatter.src, aten.scatter.value)
+def _scatter(x: Any, dim: int, index: Any, src: Any) -> Any:
+    if not is_tensorlike(src):
+        src = P.full(tuple(index.shape), to(src, x.dtype), x.dtype, x.device)
+    return P.scatter(x, canonical_dim(dim, x.ndim), index, to(src, x.dtype))
+
+
+@register_decomposition(aten.scatter_add.default)
+def _scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
+    return P.scatter_add(x, canonical_dim(dim, x.ndim), index, to(src, x.dtype))
+
+
+@register_decomposition(aten.index_select.default)
+def _index_select(x: Any, dim: int, index: Any) -> Any:
+    return P.index_select(x, canonical_dim(dim, x.ndim), index)
+
+
+@register_decomposition(aten.index.Tensor)
+def _index(x: Any, indices: Sequence[Any]) -> Any:
+    return P.index(x, list(indices))
+
+
+@register_decomposition(aten.index_put.default)
+def _index_put(x: Any, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Any:
+    return P.index_put(x, list(indices), to(values, x.dtype), accumulate)
+
+
+# backward ops of activations ------------------------------------------------------------------------------
+def _bwd(fn: Any) -> Any:
+    """fn(grad_f, other_f, *rest) in op-math dtype; result in grad's dtype."""
+    def wrapped(grad: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
+        g, o = broadcast_to(opmath(grad), tuple(other.shape)), opmath(other)
+        return to(fn(g, o, *args, **kwargs), grad.dtype)
+    return wrapped
+
+
+@register_decomposition(aten.threshold_backward.default)
+@_bwd
+def _threshold_backward(g: Any, x: Any, threshold: Any) -> Any:
+    return where(P.le(x, float(threshold)), 0.0, g)
+
+
+@register_decomposition(aten.tanh_backward.default)
+@_bwd
+def _tanh_backward(g: Any, y: Any) -> Any:
+    return P.mul(g, P.sub(P.full(tuple(y.shape), 1.0, y.dtype, y.device), P.mul(y, y)))
+
+
+@register_decomposition(aten.sigmoid_backward.default)
+@_bwd
+def _sigmoid_backward(g: Any, y: Any) -> Any:
+    return P.mul(P.mul(g, y), P.sub(P.full(tuple(y.shape), 1.0, y.dtype, y.device), y))
+
+
+@register_decomposition(aten.silu_backward.default)
+@_bwd
+def _silu_backward(g: Any, x: Any) -> Any:
+    s = P.sigmoid(x)
+    one = P.full(tuple(x.shape), 1.0, x.dtype, x.device)
+    return P.mul(P.mul(g, s), P.add(one, P.mul(x, P.sub(one, s))))
+
+
+@register_decomposition(aten.gelu_backward.default)
+@_bwd
+def _gelu_backward(g: Any, x: Any, approximate: str = "none") -> Any:
+    if approximate == "tanh":
+        k, c = math.sqrt(2 / math.pi), 0.044715
+        x2 = P.mul(x, x)
+        inner = P.mul(P.add(x, P.mul(P.mul(x2, x), c)), k)
+        t = P.tanh(inner)
+        one = P.full(tuple(x.shape), 1.0, x.dtype, x.device)
+        dt = P.mul(P.sub(one, P.mul(t, t)), P.mul(P.add(one, P.mul(x2, 3 * c)), k))
+        return P.mul(g, P.add(P.mul(P.add(t, 1.0), 0.5), P.mul(P.mul(x, 0.5), dt)))
+    cdf = P.mul(P.add(P.erf(P.mul(x, 1 / math.sqrt(2))), 1.0), 0.5)
+    pdf = P.mul(P.exp(P.mul(P.mul(x, x), -0.5)), 1 / math.sqrt(2 * math.pi))
+    return P.mul(g, P.add(cdf, P.mul(x, pdf)))
+
+
+@register_decomposition(aten.leaky_relu_backward.default)
+@_bwd
+def _leaky_relu_backward(g: Any, x: Any, negative_slope: Any, self_is_result: bool) -> Any:
+    return P.where(P.gt(x, 0.0), g, P.mul(g, float(negative_slope)))
+
+
+@register_decomposition(aten.hardtanh_backward.default)
+@_bwd
+def _hardtanh_backward(g: Any, x: Any, min_val: Any, max_val: Any) -> Any:
+    out = P.logical_or(P.le(x, float(min_val)), P.ge(x, float(max_val)))
+    return where(out, 0.0, g)
+
+
+@register_decomposition(aten.softplus_backward.default)
+@_bwd
+def _softplus_backward(g: Any, x: Any, beta: Any, threshold: Any) -> Any:
+    bx = P.mul(x, float(beta))
+    z = P.exp(bx)
+    return P.where(P.gt(bx, float(threshold)), g, P.div(P.mul(g, z), P.add(z, 1.0)))

@@ -1,0 +1,352 @@
+"""Decompositions of view, movement, creation and copy ops (view/expand/permute/cat/split/arange/full/...).
+
+Views become view prims (strides tracked by meta rules); in this functional IR ``clone``/``_to_copy``/``copy``
+are value copies and ``detach``/``alias``/``lift_fresh_copy`` become the ``view_of`` prim.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from . import prims as P
+from .helpers import broadcast_to, result_type, to
+from .meta import canonical_dim, cdiv, is_one, prod, same
+from .registry import register_decomposition
+
+aten = torch.ops.aten
+
+
+def infer_shape(x: Any, shape: Sequence) -> tuple:
+    shape = list(shape)
+    if -1 in shape:
+        i = shape.index(-1)
+        known = prod([s for j, s in enumerate(shape) if j != i])
+        n = x.numel()
+        shape[i] = n // known if isinstance(n, int) and isinstance(known, int) else n / known
+    return tuple(shape)
+
+
+@register_decomposition(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(x: Any, shape: Sequence) -> Any:
+    return P.reshape(x, infer_shape(x, shape))
+
+
+@register_decomposition(aten.permute.default)
+def _permute(x: Any, dims: Sequence[int]) -> Any:
+    return P.permute(x, tuple(canonical_dim(d, x.ndim) for d in dims))
+
+
+@register_decomposition(aten.transpose.int)
+def _transpose(x: Any, d0: int, d1: int) -> Any:
+    if x.ndim == 0:
+        return P.clone(x)
+    perm = list(range(x.ndim))
+    a, b = canonical_dim(d0, x.ndim), canonical_dim(d1, x.ndim)
+    perm[a], perm[b] = perm[b], perm[a]
+    return P.permute(x, tuple(perm))
+
+
+@register_decomposition(aten.t.default)
+def _t(x: Any) -> Any:
+    return _transpose(x, 0, 1) if x.ndim == 2 else P.clone(x)
+
+
+@register_decomposition(aten.expand.default)
+def _expand(x: Any, shape: Sequence, *, implicit: bool = False) -> Any:
+    lead = len(shape) - x.ndim
+    full = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(shape))
+    return P.broadcast_in_dim(x, full, tuple(range(lead, len(shape))))
+
+
+@register_decomposition(aten.expand_as.default)
+def _expand_as(x: Any, other: Any) -> Any:
+    return _expand(x, tuple(other.shape))
+
+
+@register_decomposition(aten.unsqueeze.default)
+def _unsqueeze(x: Any, dim: int) -> Any:
+    return P.unsqueeze(x, canonical_dim(dim, x.ndim + 1))
+
+
+@register_decomposition(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+def _squeeze(x: Any, dim: Any = None) -> Any:
+    if x.ndim == 0:
+        return P.squeeze(x, ())
+    dims = range(x.ndim) if dim is None else [dim] if isinstance(dim, int) else dim
+    dims = tuple(sorted({canonical_dim(d, x.ndim) for d in dims}))
+    return P.squeeze(x, tuple(d for d in dims if is_one(x.shape[d])))
+
+
+def _clamp_index(i: Any, size: Any) -> Any:
+    if not isinstance(i, int) or not isinstance(size, int):
+        return i
+    if i < 0:
+        i += size
+    return min(max(i, 0), size)
+
+
+@register_decomposition(aten.slice.Tensor)
+def _slice(x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
+    d = canonical_dim(dim, x.ndim)
+    size = x.shape[d]
+    s = _clamp_index(0 if start is None else start, size)
+    e = _clamp_index(size if end is None or (isinstance(end, int) and end >= 2 ** 62) else end, size)
+    if isinstance(s, int) and isinstance(e, int):
+        e = max(e, s)
+    return P.slice(x, d, s, e, step)
+
+
+@register_decomposition(aten.select.int)
+def _select(x: Any, dim: int, index: Any) -> Any:
+    d = canonical_dim(dim, x.ndim)
+    i = index + x.shape[d] if isinstance(index, int) and index < 0 else index
+    return P.squeeze(P.slice(x, d, i, i + 1, 1), (d,))
+
+
+@register_decomposition(aten.narrow.default)
+def _narrow(x: Any, dim: int, start: Any, length: Any) -> Any:
+    d = canonical_dim(dim, x.ndim)
+    s = start + x.shape[d] if isinstance(start, int) and start < 0 else start
+    return P.slice(x, d, s, s + length, 1)
+
+
+@register_decomposition(aten.clone.default)
+def _clone(x: Any, *, memory_format: Any = None) -> Any:
+    return P.clone(x)
+
+
+@register_decomposition(aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default)
+def _alias(x: Any) -> Any:
+    return P.view_of(x)
+
+
+@register_decomposition(aten._to_copy.default)
+def _to_copy(x: Any, *, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
+             non_blocking: bool = False, memory_format: Any = None) -> Any:
+    if device is not None and torch.device(device) != x.device:
+        return P.aten_extern(aten._to_copy.default, (x,), {"dtype": dtype, "device": device})
+    return P.clone(x) if dtype is None or dtype == x.dtype else P.convert_element_type(x, dtype)
+
+
+@register_decomposition(aten.copy.default)
+def _copy(x: Any, src: Any, non_blocking: bool = False) -> Any:
+    return P.clone(broadcast_to(to(src, x.dtype), tuple(x.shape)))
+
+
+@register_decomposition(aten.cat.default)
+def _cat(tensors: Sequence[Any], dim: int = 0) -> Any:
+    ts = [t for t in tensors if not (t.ndim == 1 and same(t.shape[0], 0))]
+    if not ts:
+        return P.clone(tensors[0])
+    dt = result_type(*ts)
+    return P.cat([to(t, dt) for t in ts], canonical_dim(dim, ts[0].ndim))
+
+
+@register_decomposition(aten.stack.default)
+def _stack(tensors: Sequence[Any], dim: int = 0) -> Any:
+    d = canonical_dim(dim, tensors[0].ndim + 1)
+    return _cat([P.unsqueeze(t, d) for t in tensors], d)
+
+
+@register_decomposition(aten.split_with_sizes.default)
+def _split_with_sizes(x: Any, sizes: Sequence, dim: int = 0) -> list:
+    d, start, out = canonical_dim(dim, x.ndim), 0, []
+    for s in sizes:
+        out.append(P.slice(x, d, start, start + s, 1))
+        start = start + s
+    return out
+
+
+@register_decomposition(aten.split.Tensor)
+def _split(x: Any, split_size: Any, dim: int = 0) -> list:
+    d = canonical_dim(dim, x.ndim)
+    n = x.shape[d]
+    k = max(cdiv(n, split_size), 1) if isinstance(n, int) else cdiv(n, split_size)
+    sizes = [split_size] * (k - 1) + [n - split_size * (k - 1)]
+    return _split_with_sizes(x, sizes, d)
+
+
+@register_decomposition(aten.chunk.default)
+def _chunk(x: Any, chunks: int, dim: int = 0) -> list:
+    n = x.shape[canonical_dim(dim, x.ndim)]
+    return _split(x, cdiv(n, chunks), dim)
+
+
+@register_decomposition(aten.unbind.int)
+def _unbind(x: Any, dim: int = 0) -> list:
+    d = canonical_dim(dim, x.ndim)
+    return [_select(x, d, i) for i in range(x.shape[d])]
+
+
+@register_decomposition(aten.flip.default)
+def _flip(x: Any, dims: Sequence[int]) -> Any:
+    return P.flip(x, tuple(canonical_dim(d, x.ndim) for d in dims))
+
+
+@register_decomposition(aten.roll.default)
+def _roll(x: Any, shifts: Sequence[int], dims: Sequence[int] = ()) -> Any:
+    if not dims:
+        flat = P.reshape(x, (x.numel(),))
+        return P.reshape(_roll(flat, shifts, (0,)), tuple(x.shape))
+    for s, d in zip(shifts, dims):
+        d = canonical_dim(d, x.ndim)
+        n = x.shape[d]
+        if n == 0:
+            continue
+        s = s % n
+        x = P.cat([P.slice(x, d, n - s, n, 1), P.slice(x, d, 0, n - s, 1)], d)
+    return x
+
+
+@register_decomposition(aten.repeat.default)
+def _repeat(x: Any, repeats: Sequence[int]) -> Any:
+    lead = len(repeats) - x.ndim
+    shape = (1,) * lead + tuple(x.shape)
+    x = P.reshape(x, shape)
+    big = []
+    for r, s in zip(repeats, shape):
+        big += [r, s]
+    ex = P.broadcast_in_dim(x, tuple(big), tuple(range(1, 2 * len(shape), 2)))
+    return P.reshape(ex, tuple(r * s for r, s in zip(repeats, shape)))
+
+
+@register_decomposition(aten.constant_pad_nd.default)
+def _constant_pad_nd(x: Any, pad: Sequence[int], value: Any = 0) -> Any:
+    pads = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        pads[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    return P.pad(x, pads, to(value, x.dtype))
+
+
+# creation ------------------------------------------------------------------------------------------------
+def _dtype_of_value(value: Any, dtype: Any) -> torch.dtype:
+    if dtype is not None:
+        return dtype
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    return torch.get_default_dtype()
+
+
+def _dev(device: Any) -> torch.device:
+    return torch.device("cpu") if device is None else torch.device(device)
+
+
+@register_decomposition(aten.full.default)
+def _full(size: Sequence, fill_value: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+          pin_memory: Any = None) -> Any:
+    dt = _dtype_of_value(fill_value, dtype)
+    return P.full(tuple(size), to(fill_value, dt), dt, _dev(device))
+
+
+def _creation(value: Any) -> Any:
+    def fn(size: Sequence, *, dtype: Any = None, layout: Any = None, device: Any = None,
+           pin_memory: Any = None, **_: Any) -> Any:
+        dt = dtype or torch.get_default_dtype()
+        return P.full(tuple(size), to(value, dt), dt, _dev(device))
+    return fn
+
+
+register_decomposition(aten.zeros.default)(_creation(0))
+register_decomposition(aten.ones.default)(_creation(1))
+
+
+@register_decomposition(aten.empty.memory_format)
+def _empty(size: Sequence, *, dtype: Any = None, layout: Any = None, device: Any = None,
+           pin_memory: Any = None, memory_format: Any = None) -> Any:
+    return P.empty(tuple(size), dtype or torch.get_default_dtype(), _dev(device))
+
+
+def _like(value: Any) -> Any:
+    def fn(x: Any, *, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
+           memory_format: Any = None) -> Any:
+        dt = dtype or x.dtype
+        return P.full(tuple(x.shape), to(value, dt), dt, _dev(device) if device else x.device)
+    return fn
+
+
+register_decomposition(aten.zeros_like.default)(_like(0))
+register_decomposition(aten.ones_like.default)(_like(1))
+
+
+@register_decomposition(aten.full_like.default)
+def _full_like(x: Any, fill_value: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+               pin_memory: Any = None, memory_format: Any = None) -> Any:
+    return _like(fill_value)(x, dtype=dtype, device=device)
+
+
+@register_decomposition(aten.empty_like.default)
+def _empty_like(x: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                pin_memory: Any = None, memory_format: Any = None) -> Any:
+    return P.empty(tuple(x.shape), dtype or x.dtype, _dev(device) if device else x.device)
+
+
+def _new(value: Any) -> Any:
+    def fn(x: Any, size: Sequence, *, dtype: Any = None, layout: Any = None, device: Any = None,
+           pin_memory: Any = None) -> Any:
+        dt = dtype or x.dtype
+        return P.full(tuple(size), to(value, dt), dt, _dev(device) if device else x.device)
+    return fn
+
+
+register_decomposition(aten.new_zeros.default)(_new(0))
+register_decomposition(aten.new_ones.default)(_new(1))
+
+
+@register_decomposition(aten.new_full.default)
+def _new_full(x: Any, size: Sequence, fill_value: Any, *, dtype: Any = None, layout: Any = None,
+              device: Any = None, pin_memory: Any = None) -> Any:
+    return _new(fill_value)(x, size, dtype=dtype, device=device)
+
+
+@register_decomposition(aten.new_empty.default)
+def _new_empty(x: Any, size: Sequence, *, dtype: Any = None, layout: Any = None, device: Any = None,
+               pin_memory: Any = None) -> Any:
+    return P.empty(tuple(size), dtype or x.dtype, _dev(device) if device else x.device)
+
+
+@register_decomposition(aten.scalar_tensor.default)
+def _scalar_tensor(s: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                   pin_memory: Any = None) -> Any:
+    dt = dtype or torch.get_default_dtype()
+    return P.full((), to(s, dt), dt, _dev(device))
+
+
+@register_decomposition(aten.arange.start_step)
+def _arange(start: Any, end: Any, step: Any = 1, *, dtype: Any = None, layout: Any = None,
+            device: Any = None, pin_memory: Any = None) -> Any:
+    is_int = all(isinstance(v, int) for v in (start, end, step))
+    dt = dtype or (torch.int64 if is_int else torch.get_default_dtype())
+    n = cdiv(end - start, step) if is_int else math.ceil((end - start) / step)
+    return P.iota(max(n, 0), start, step, dt, _dev(device))
+
+
+@register_decomposition(aten.arange.default)
+def _arange_end(end: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                pin_memory: Any = None) -> Any:
+    return _arange(0, end, 1, dtype=dtype, device=device)
+
+
+@register_decomposition(aten.arange.start)
+def _arange_start(start: Any, end: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                  pin_memory: Any = None) -> Any:
+    return _arange(start, end, 1, dtype=dtype, device=device)
+
+
+def _tri_op(lower: bool) -> Any:
+    def fn(x: Any, diagonal: int = 0) -> Any:
+        rows, cols = x.shape[-2], x.shape[-1]
+        r = P.broadcast_in_dim(P.iota(rows, 0, 1, torch.int64, x.device), (rows, cols), (0,))
+        c = P.broadcast_in_dim(P.iota(cols, 0, 1, torch.int64, x.device), (rows, cols), (1,))
+        d = P.sub(c, r)
+        keep = P.le(d, diagonal) if lower else P.ge(d, diagonal)
+        keep = P.broadcast_in_dim(keep, tuple(x.shape), (x.ndim - 2, x.ndim - 1))
+        return P.where(keep, x, P.full(tuple(x.shape), to(0, x.dtype), x.dtype, x.device))
+    return fn
+
+
+register_decomposition(aten.tril.default)(_tri_op(True))
+register_decomposition(aten.triu.default)(_tri_op(False))

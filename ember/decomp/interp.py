@@ -1,0 +1,119 @@
+"""Reference interpreters for decompositions: run on real tensors, on metadata only, or record a prim graph.
+
+- ``run_decomposition(op, *args)`` runs ``op``'s decomposition with each prim's reference implementation and
+  (by default) checks every prim's meta rule against the tensor it produced.
+- ``meta_decomposition(op, *metas)`` propagates ``TensorMeta`` (sizes may be sympy) through meta rules only.
+- ``trace_decomposition(op, *args)`` records the prims as a ``torch.fx.GraphModule`` whose ``call_function``
+  targets are prims (runnable: prims run their reference implementation when called outside a handler);
+  every node's ``meta["val"]`` holds its ``TensorMeta``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from .core import Prim, push_handler
+from .meta import TensorMeta, meta_of, same_shape
+from .registry import decompose
+
+
+class MetaMismatch(AssertionError):
+    """A prim's meta rule disagrees with its reference implementation."""
+
+
+def _check(prim: Prim, meta: Any, real: Any) -> None:
+    for m, r in zip(pytree.tree_leaves(meta), pytree.tree_leaves(real)):
+        if isinstance(r, torch.Tensor):
+            if not isinstance(m, TensorMeta) or m.dtype != r.dtype or not same_shape(m.shape, tuple(r.shape)):
+                raise MetaMismatch(f"ember.decomp: prim {prim.name}: meta {m} but reference gave "
+                                   f"{list(r.shape)} {r.dtype}")
+
+
+def _to_meta(x: Any) -> Any:
+    return meta_of(x) if isinstance(x, torch.Tensor) else x
+
+
+def checked_handler(prim: Prim, args: tuple, kwargs: dict) -> Any:
+    """Run prim's reference implementation and check its meta rule agrees (shape and dtype)."""
+    meta = prim.meta(*pytree.tree_map(_to_meta, args), **pytree.tree_map(_to_meta, kwargs))
+    out = prim.impl(*args, **kwargs)
+    _check(prim, meta, out)
+    return out
+
+
+def meta_handler(prim: Prim, args: tuple, kwargs: dict) -> Any:
+    return prim.meta(*args, **kwargs)
+
+
+def run_decomposition(op: Any, *args: Any, check_meta: bool = True, **kwargs: Any) -> Any:
+    """Run op's decomposition on real tensors through the prims' reference implementations."""
+    if not check_meta:
+        return decompose(op, *args, **kwargs)
+    with push_handler(checked_handler):
+        return decompose(op, *args, **kwargs)
+
+
+def meta_decomposition(op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Output TensorMeta(s) of op's decomposition from input metadata (sizes may be sympy)."""
+    with push_handler(meta_handler):
+        return decompose(op, *pytree.tree_map(_to_meta, args), **pytree.tree_map(_to_meta, kwargs))
+
+
+@dataclass(repr=False)
+class Var(TensorMeta):
+    """A traced value: its metadata and the FX node that produces it."""
+
+    node: Any = None
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.graph = torch.fx.Graph()
+
+    def placeholder(self, name: str, x: Any) -> Var:
+        m = meta_of(x)
+        node = self.graph.placeholder(name)
+        node.meta["val"] = m
+        return Var(m.shape, m.dtype, m.device, m.stride, node=node)
+
+    def __call__(self, prim: Prim, args: tuple, kwargs: dict) -> Any:
+        meta = prim.meta(*args, **kwargs)
+        unwrap = lambda v: v.node if isinstance(v, Var) else v  # noqa: E731
+        node = self.graph.call_function(prim, pytree.tree_map(unwrap, args), pytree.tree_map(unwrap, kwargs))
+        node.meta["val"] = meta
+        if isinstance(meta, TensorMeta):
+            return Var(meta.shape, meta.dtype, meta.device, meta.stride, node=node)
+        if isinstance(meta, (tuple, list)):
+            outs = []
+            for i, m in enumerate(meta):
+                item = self.graph.call_function(_getitem, (node, i))
+                item.meta["val"] = m
+                outs.append(Var(m.shape, m.dtype, m.device, m.stride, node=item) if isinstance(m, TensorMeta)
+                            else m)
+            return type(meta)(outs)
+        return meta
+
+
+def _getitem(x: Any, i: int) -> Any:
+    return x[i]
+
+
+def trace_decomposition(op: Any, *args: Any, **kwargs: Any) -> torch.fx.GraphModule:
+    """An FX graph of prims computing op(*args, **kwargs); tensor args (or TensorMetas) become placeholders."""
+    rec = _Recorder()
+    counter = iter(range(1 << 30))
+
+    def lift(x: Any) -> Any:
+        if isinstance(x, (torch.Tensor, TensorMeta)):
+            return rec.placeholder(f"arg{next(counter)}", x)
+        return x
+
+    args, kwargs = pytree.tree_map(lift, args), pytree.tree_map(lift, kwargs)
+    with push_handler(rec):
+        out = decompose(op, *args, **kwargs)
+    rec.graph.output(pytree.tree_map(lambda v: v.node if isinstance(v, Var) else v, out))
+    return torch.fx.GraphModule(torch.nn.Module(), rec.graph)
