@@ -172,7 +172,8 @@ class SymbolicDomain:
 
     def _wrap_dict(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
         t = type(obj)
-        if not (isinstance(obj, dict) and t.__iter__ is dict.__iter__
+        import collections
+        if not (isinstance(obj, dict) and t.__iter__ in (dict.__iter__, collections.OrderedDict.__iter__)
                 and t.__getitem__ in (dict.__getitem__,) + _dict_getitems()):
             return None
         if g:
