@@ -97,6 +97,18 @@ _SPECIAL_FUNCTIONAL: dict[Any, Any] = {
 }
 
 
+def _fill_defaults(inplace: Any, func: Any, args: list, kwargs: dict) -> None:
+    """Arguments the in-place overload defaults but its functional one requires (``bernoulli_(p=0.5)`` ->
+    ``bernoulli.p``): filled from the in-place schema."""
+    fschema = {a.name: a for a in func._schema.arguments}
+    for i, a in enumerate(inplace._schema.arguments):
+        if i < len(args) or a.name in kwargs or not a.has_default_value():
+            continue
+        fa = fschema.get(a.name)
+        if fa is not None and not fa.has_default_value():
+            kwargs[a.name] = a.default_value
+
+
 class _Functionalizer:
     def __init__(self, traced: TracedGraph) -> None:
         self.old = traced.gm.graph
@@ -165,6 +177,7 @@ class _Functionalizer:
         outs = {n for i, n in written if schema_args[i].kwarg_only}
         args = [self.map_arg(a) for a in node.args]
         kwargs = {k: self.map_arg(v) for k, v in node.kwargs.items() if k not in outs}
+        _fill_defaults(node.target, func, args, kwargs)
         new = self.graph.call_function(func, tuple(args), kwargs)
         new.meta = dict(node.meta)
         if len(written) == 1:

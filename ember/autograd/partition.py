@@ -1,0 +1,414 @@
+"""Partitioning: split a joint forward+backward ATen graph into a forward graph and a backward graph.
+
+Input: a functional joint ``torch.fx.GraphModule`` (``trace.trace_aten(..., training=True)`` then
+``functionalize.functionalize``): placeholders are the primals then the tangents; the output tuple is the
+forward outputs, then the gradients (one per entry of ``grad_input_indices``, None where there is none), then
+any extra forward-only outputs (functionalization's write-back values).
+Output: a ``PartitionResult`` with
+- ``fwd``: inputs = the primals; outputs = forward outputs, extra outputs, then the saved values;
+- ``bwd``: inputs = the saved values, then the tangents; outputs = one gradient per primal (None where the
+  joint graph has none).
+
+Invariants:
+- A joint node is *forward-computable* when it does not depend on a tangent. The backward graph computes every
+  tangent-dependent node it needs; the forward-computable nodes it needs are either saved (outputs of ``fwd``)
+  or, with ``recompute=True``, recomputed in ``bwd`` from saved values.
+- The saved set is a minimum cut (bytes from ``node.meta["val"]``) between the primals plus every op that may
+  not be recomputed, and the values the tangent-dependent nodes read. Only ops in ``RECOMPUTABLE`` (cheap
+  pointwise, view and factory ops) are ever recomputed; matmul/convolution/attention, reductions, RNG ops and
+  any op not in the table are not, so a dropout mask is computed once, in the forward, and saved.
+- ``recompute=False`` is the baseline: every forward-computable node the backward needs runs in the forward,
+  and every one the tangent-dependent nodes read directly is saved. Its byte count is a feasible cut of the
+  same network, so ``recompute=True`` never saves more bytes.
+- Both graphs are dead-code-eliminated (RNG ops of the forward are kept, so the RNG stream advances as in
+  eager); copied nodes keep their ``meta``; ``get_attr`` constants are copied into whichever graph uses them.
+"""
+from __future__ import annotations
+
+import operator
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.fx as fx
+
+from ember.errors import EmberError
+
+aten = torch.ops.aten
+
+# Cheap ops the backward may recompute from saved inputs: pointwise math, views/movement, casts, factories.
+RECOMPUTABLE: frozenset[str] = frozenset("""
+    add sub rsub mul div neg abs exp exp2 expm1 log log1p log2 log10 sqrt rsqrt reciprocal pow square sign
+    relu gelu silu tanh sigmoid sin cos erf hardtanh leaky_relu threshold elu mish softplus hardswish
+    hardsigmoid where clamp clamp_min clamp_max maximum minimum eq ne lt le gt ge logical_not logical_and
+    logical_or bitwise_not bitwise_and bitwise_or masked_fill lerp addcmul addcdiv floor ceil round trunc
+    frac fill
+    view _unsafe_view reshape permute expand t transpose unsqueeze squeeze slice select as_strided narrow
+    split split_with_sizes unbind chunk diagonal alias detach clone _to_copy copy lift_fresh_copy cat stack
+    zeros ones full empty zeros_like ones_like full_like empty_like new_zeros new_ones new_full new_empty
+    scalar_tensor arange getitem
+""".split())
+
+# Documented for readers and tests: these are never recomputed (anything outside RECOMPUTABLE is not either).
+EXPENSIVE: frozenset[str] = frozenset("""
+    mm addmm bmm baddbmm matmul convolution _convolution convolution_backward
+    _scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention
+    _scaled_dot_product_cudnn_attention _scaled_dot_product_attention_math
+    sum mean amax amin max min var var_mean std std_mean prod logsumexp cumsum argmax argmin
+    _softmax _log_softmax native_layer_norm native_batch_norm _native_batch_norm_legit
+    _native_batch_norm_legit_functional native_group_norm
+""".split())
+RNG: frozenset[str] = frozenset("""
+    native_dropout bernoulli rand rand_like randn randn_like randint randint_like randperm normal uniform
+    exponential multinomial dropout poisson
+""".split())
+
+_INF = 1 << 100
+
+
+class PartitionError(EmberError):
+    """The joint graph cannot be split (it still mutates tensors, or its outputs do not match the counts)."""
+
+
+@dataclass
+class PartitionResult:
+    """A forward and a backward graph, and what the forward saves for the backward."""
+
+    fwd: fx.GraphModule
+    bwd: fx.GraphModule
+    num_saved: int
+    saved_names: list[str]
+    recomputed: list[str]
+    summary: str
+    num_fwd_outputs: int = 0          # fwd outputs before the saved values (forward outputs + extras)
+    grad_input_indices: list[int] = field(default_factory=list)
+    saved_bytes: int = 0
+    baseline_saved_bytes: int = 0     # what recompute=False saves
+
+
+def op_name(node: fx.Node) -> str:
+    """The ATen op packet name of a call (``aten.mm.default`` -> ``mm``); ``getitem`` for tuple indexing."""
+    t = node.target
+    if t is operator.getitem:
+        return "getitem"
+    packet = getattr(t, "overloadpacket", None)
+    return getattr(packet, "__name__", getattr(t, "__name__", str(t)))
+
+
+def is_rng(node: fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    tags = getattr(node.target, "tags", ())
+    return op_name(node) in RNG or torch.Tag.nondeterministic_seeded in tags
+
+
+def can_recompute(node: fx.Node) -> bool:
+    """Whether the backward may recompute ``node`` instead of loading it from the saved set."""
+    if node.op != "call_function" or is_rng(node):
+        return False
+    name = op_name(node)
+    return name in RECOMPUTABLE and name not in EXPENSIVE
+
+
+def node_bytes(node: fx.Node, _cache: dict[fx.Node, Any] | None = None) -> int | None:
+    """Bytes it takes to save ``node``'s value; None when it cannot be saved as one value (a tuple)."""
+    val = node.meta["val"] if "val" in node.meta else _infer_val(node, {} if _cache is None else _cache)
+    if isinstance(val, torch.Tensor):
+        try:
+            return int(val.numel()) * val.element_size()
+        except (TypeError, RuntimeError):   # symbolic sizes: unknown, assume large
+            return 1 << 40
+    if isinstance(val, (tuple, list)):
+        return None
+    return 8 if val is not None else 1 << 40
+
+
+def _infer_val(node: fx.Node, cache: dict[fx.Node, Any]) -> Any:
+    """A meta-device value for a node without ``meta["val"]`` (some replayed views lack it), or None."""
+    if node in cache:
+        return cache[node]
+
+    def to_meta(a: fx.Node) -> Any:
+        v = a.meta["val"] if "val" in a.meta else _infer_val(a, cache)
+        if isinstance(v, torch.Tensor):
+            return torch.empty_strided(tuple(v.shape), v.stride(), dtype=v.dtype, device="meta")
+        return v
+
+    val = None
+    if node.op == "call_function":
+        try:
+            val = node.target(*fx.node.map_arg(node.args, to_meta), **fx.node.map_arg(node.kwargs, to_meta))
+        except Exception:   # noqa: BLE001 - any failure only means "size unknown"
+            val = None
+    cache[node] = val
+    return val
+
+
+# ----------------------------------------------------------------------------------------------------
+# Max-flow / min-cut (Dinic, iterative so deep graphs do not hit the recursion limit)
+
+
+class FlowNetwork:
+    """A directed graph with integer capacities; ``min_cut_source_side`` after ``max_flow``."""
+
+    def __init__(self, n: int) -> None:
+        self.adj: list[list[int]] = [[] for _ in range(n)]
+        self.to: list[int] = []
+        self.cap: list[int] = []
+
+    def add_edge(self, u: int, v: int, cap: int) -> None:
+        self.adj[u].append(len(self.to))
+        self.to.append(v)
+        self.cap.append(cap)
+        self.adj[v].append(len(self.to))
+        self.to.append(u)
+        self.cap.append(0)
+
+    def _levels(self, s: int) -> list[int]:
+        level = [-1] * len(self.adj)
+        level[s] = 0
+        q = deque([s])
+        while q:
+            u = q.popleft()
+            for e in self.adj[u]:
+                v = self.to[e]
+                if self.cap[e] > 0 and level[v] < 0:
+                    level[v] = level[u] + 1
+                    q.append(v)
+        return level
+
+    def _blocking_flow(self, s: int, t: int, level: list[int]) -> int:
+        it = [0] * len(self.adj)
+        total = 0
+        while True:
+            stack, path = [s], []
+            while stack and stack[-1] != t:
+                u = stack[-1]
+                adj = self.adj[u]
+                while it[u] < len(adj):
+                    e = adj[it[u]]
+                    v = self.to[e]
+                    if self.cap[e] > 0 and level[v] == level[u] + 1:
+                        stack.append(v)
+                        path.append(e)
+                        break
+                    it[u] += 1
+                else:   # dead end: never enter u again in this phase
+                    level[u] = -1
+                    stack.pop()
+                    if path:
+                        path.pop()
+                        it[stack[-1]] += 1
+            if not stack:
+                return total
+            f = min(self.cap[e] for e in path)
+            for e in path:
+                self.cap[e] -= f
+                self.cap[e ^ 1] += f
+            total += f
+
+    def max_flow(self, s: int, t: int) -> int:
+        flow = 0
+        while True:
+            level = self._levels(s)
+            if level[t] < 0:
+                return flow
+            flow += self._blocking_flow(s, t, level)
+
+    def min_cut_source_side(self, s: int) -> set[int]:
+        """Vertices reachable from ``s`` in the residual graph (call after ``max_flow``)."""
+        seen, q = {s}, deque([s])
+        while q:
+            u = q.popleft()
+            for e in self.adj[u]:
+                v = self.to[e]
+                if self.cap[e] > 0 and v not in seen:
+                    seen.add(v)
+                    q.append(v)
+        return seen
+
+
+# ----------------------------------------------------------------------------------------------------
+# Graph analysis
+
+
+def _ancestors(roots: Iterable[Any], stop: set[fx.Node] = frozenset()) -> set[fx.Node]:
+    """Nodes ``roots`` transitively read (including themselves), not looking past nodes in ``stop``."""
+    seen: set[fx.Node] = set()
+    todo = [r for r in roots if isinstance(r, fx.Node)]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n not in stop:
+            todo.extend(n.all_input_nodes)
+    return seen
+
+
+@dataclass
+class _Joint:
+    primals: list[fx.Node]
+    tangents: list[fx.Node]
+    fwd_outs: list[Any]       # forward outputs, then extra forward-only outputs
+    grads: list[Any]
+    tangent_dep: set[fx.Node]
+    boundary: list[fx.Node]   # forward-computable nodes the backward reads directly (the baseline saved set)
+
+
+def _analyse(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int,
+             num_grads: int) -> _Joint:
+    from ember.autograd.functionalize import has_mutations
+
+    graph = joint.graph
+    mutations = has_mutations(joint)
+    if mutations:
+        raise PartitionError(f"partition_joint needs a functional graph; it mutates through {mutations[:3]}: "
+                             "run ember.autograd.functionalize.functionalize first")
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != num_primals + num_tangents:
+        raise PartitionError(f"joint graph has {len(placeholders)} inputs, expected {num_primals} primals + "
+                             f"{num_tangents} tangents")
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    outs = list(out.args[0]) if isinstance(out.args[0], (tuple, list)) else [out.args[0]]
+    if len(outs) < num_fwd_outputs + num_grads:
+        raise PartitionError(f"joint graph has {len(outs)} outputs, expected at least {num_fwd_outputs} "
+                             f"forward outputs + {num_grads} gradients")
+    tangents = placeholders[num_primals:]
+    dep = set(tangents)
+    for n in graph.nodes:
+        if n.op == "call_function" and any(a in dep for a in n.all_input_nodes):
+            dep.add(n)
+    fwd_outs = outs[:num_fwd_outputs] + outs[num_fwd_outputs + num_grads:]
+    bad = [o for o in fwd_outs if isinstance(o, fx.Node) and o in dep]
+    if bad:
+        raise PartitionError(f"forward outputs {[o.name for o in bad]} depend on tangents; check "
+                             "num_fwd_outputs and grad_input_indices")
+    grads = outs[num_fwd_outputs:num_fwd_outputs + num_grads]
+    bwd_nodes = [n for n in _ancestors(grads) if n in dep]
+    read = {a for n in bwd_nodes for a in n.all_input_nodes}
+    read.update(g for g in grads if isinstance(g, fx.Node))
+    boundary = [n for n in graph.nodes if n in read and n not in dep and n.op != "get_attr"]
+    return _Joint(placeholders[:num_primals], tangents, fwd_outs, grads, dep, boundary)
+
+
+def _min_cut(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
+    """The cheapest set of forward-computable values from which the backward can recompute what it reads."""
+    anc = _ancestors(j.boundary)
+    region = [n for n in graph.nodes if n in anc and n not in j.tangent_dep and n.op != "get_attr"]
+    index = {n: i for i, n in enumerate(region)}
+    src, sink = 2 * len(region), 2 * len(region) + 1
+    scale = len(region) + 1   # bytes first, then fewer saved values: cost = bytes * scale + 1
+    net = FlowNetwork(2 * len(region) + 2)
+    primals, cache = set(j.primals), {}
+    for n, i in index.items():
+        size = node_bytes(n, cache)
+        net.add_edge(2 * i, 2 * i + 1, _INF if size is None else size * scale + 1)
+        if n in primals or not can_recompute(n):
+            net.add_edge(src, 2 * i, _INF)
+        for a in n.all_input_nodes:
+            if a in index:
+                net.add_edge(2 * index[a] + 1, 2 * i, _INF)
+    for n in j.boundary:
+        net.add_edge(2 * index[n] + 1, sink, _INF)
+    if net.max_flow(src, sink) >= _INF:
+        raise PartitionError("no finite cut: a value the backward needs can neither be saved nor recomputed")
+    side = net.min_cut_source_side(src)
+    return [n for n in region if 2 * index[n] in side and 2 * index[n] + 1 not in side]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Building the two graphs
+
+
+def _copy_nodes(new: fx.Graph, env: dict[fx.Node, Any], nodes: Iterable[fx.Node]) -> None:
+    for n in nodes:
+        if n not in env:
+            env[n] = new.node_copy(n, lambda a: env[a])
+
+
+def _map_out(env: dict[fx.Node, Any], v: Any) -> Any:
+    return env[v] if isinstance(v, fx.Node) else v
+
+
+def _build_fwd(joint: fx.GraphModule, j: _Joint, saved: list[fx.Node]) -> fx.GraphModule:
+    graph = fx.Graph()
+    env: dict[fx.Node, Any] = {}
+    _copy_nodes(graph, env, j.primals)
+    rng = [n for n in joint.graph.nodes if is_rng(n) and n not in j.tangent_dep]
+    need = _ancestors(list(j.fwd_outs) + saved + rng)
+    _copy_nodes(graph, env, (n for n in joint.graph.nodes if n in need and n.op != "placeholder"))
+    graph.output(tuple(_map_out(env, v) for v in list(j.fwd_outs) + saved))
+    return fx.GraphModule(joint, graph)
+
+
+def _build_bwd(joint: fx.GraphModule, j: _Joint, saved: list[fx.Node], num_primals: int,
+               grad_input_indices: list[int]) -> tuple[fx.GraphModule, list[str]]:
+    graph = fx.Graph()
+    env: dict[fx.Node, Any] = {}
+    for n in saved + j.tangents:
+        env[n] = graph.placeholder(n.name)
+        env[n].meta = dict(n.meta)
+    stop = set(saved) | set(j.tangents)
+    need = _ancestors(j.grads, stop)
+    body = [n for n in joint.graph.nodes if n in need and n not in stop]
+    missing = [n.name for n in body if n.op == "placeholder"]
+    if missing:
+        raise PartitionError(f"backward needs primals {missing} that were not saved")
+    _copy_nodes(graph, env, body)
+    grads: list[Any] = [None] * num_primals
+    for i, g in zip(grad_input_indices, j.grads):
+        grads[i] = _map_out(env, g)
+    graph.output(tuple(grads))
+    recomputed = [n.name for n in body if n.op == "call_function" and n not in j.tangent_dep]
+    return fx.GraphModule(joint, graph), recomputed
+
+
+def _describe(n: fx.Node) -> str:
+    val = n.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        dt = str(val.dtype).replace("torch.", "")
+        return f"{dt}{list(val.shape)}"
+    return type(val).__name__
+
+
+def _summary(res: PartitionResult, saved: list[fx.Node], recompute: bool) -> str:
+    mode = "min-cut, cheap ops recomputed" if recompute else "baseline, save every value the backward reads"
+    lines = [f"ember partition ({mode}): saved {res.num_saved} values, {res.saved_bytes} bytes "
+             f"(baseline {res.baseline_saved_bytes} bytes)"]
+    for n in saved:
+        lines.append(f"  saved {n.name}: {_describe(n)} = {op_name(n) if n.op == 'call_function' else n.op}, "
+                     f"{node_bytes(n)} bytes")
+    lines.append(f"  recomputed in backward ({len(res.recomputed)}): {', '.join(res.recomputed) or '-'}")
+    lines.append("forward graph:" + res.fwd.code.rstrip())
+    lines.append("backward graph:" + res.bwd.code.rstrip())
+    return "\n".join(lines)
+
+
+def partition_joint(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
+                    recompute: bool = True,
+                    grad_input_indices: Sequence[int] | None = None) -> PartitionResult:
+    """Split a functional joint graph into forward and backward graphs (see the module docstring).
+
+    ``grad_input_indices`` says which primal each gradient output belongs to (``TracedGraph`` has it); by
+    default the joint graph has one gradient output per primal. Outputs after the gradients
+    (functionalization write-backs) become forward outputs: after the ``num_fwd_outputs`` ones, before the
+    saved values.
+    """
+    gidx = list(range(num_primals)) if grad_input_indices is None else list(grad_input_indices)
+    j = _analyse(joint, num_primals, num_tangents, num_fwd_outputs, len(gidx))
+    saved = _min_cut(joint.graph, j) if recompute else list(j.boundary)
+    fwd = _build_fwd(joint, j, saved)
+    bwd, recomputed = _build_bwd(joint, j, saved, num_primals, gidx)
+    res = PartitionResult(fwd, bwd, len(saved), [n.name for n in saved], recomputed, "", len(j.fwd_outs),
+                          gidx,
+                          sum(node_bytes(n) or 0 for n in saved), sum(node_bytes(n) or 0 for n in j.boundary))
+    res.summary = _summary(res, saved, recompute)
+    return res
+
+
+def partition_traced(traced: Any, *, recompute: bool = True) -> PartitionResult:
+    """``partition_joint`` for a functionalized ``TracedGraph`` from ``trace_aten(..., training=True)``."""
+    return partition_joint(traced.gm, traced.num_inputs, traced.num_tangents, traced.num_forward_outputs,
+                           recompute=recompute, grad_input_indices=traced.grad_input_indices)
