@@ -54,3 +54,4 @@ def ember_backend(gm, example_inputs):
     """ember's default compiler as a torch.compile backend: ``torch.compile(m, backend=ember.backend)``."""
     from ..options import CompileOptions
     return _REGISTRY["ember"](CompileOptions())(gm, example_inputs)
+from . import aot as _aot  # noqa: E402,F401  (registers "aot_eager")

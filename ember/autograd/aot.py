@@ -1,0 +1,389 @@
+"""AOT compilation of a torch-level FX graph: trace to ATen (forward, or joint forward+backward), functionalize,
+optionally decompose to ember prims, partition, and wrap in the autograd runtime.
+
+Input: a ``torch.fx.GraphModule`` of torch-level calls (from ember's capture or torch.compile's backend hook),
+its example inputs, and ``CompileOptions``. Output: a callable with the graph's calling convention
+(``compiled(*inputs)`` returns what ``gm(*inputs)`` returns).
+
+Invariants:
+- The variant that runs is chosen per call: grad mode on and some tensor input requiring grad -> the joint
+  graph partitioned into forward and backward graphs, run through ``runtime.AotFunction`` (one variant per
+  pattern of ``requires_grad`` flags); otherwise a forward-only inference graph. The variant for the example
+  inputs is built at compile time (so errors surface there), the others on first use.
+- ``get_attr`` tensors of ``gm`` that require grad (parameters kept as module attributes) are lifted to extra
+  inputs, read from ``gm`` on every call, so they get gradients.
+- The joint graph handed to the partitioner has placeholders ``primals..., tangents...`` and outputs
+  ``user outputs..., new values of mutated inputs..., one gradient per primal (None where none)``; mutated
+  inputs count as forward outputs.
+- Uses ``ember.autograd.partition.partition_joint`` when importable, else ``fallback_partition`` (saves every
+  forward value the backward reads).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_unflatten
+
+from ember import logs
+from ember.autograd.functionalize import functionalize
+from ember.autograd.runtime import AliasInfo, CompiledGraphs, run_inference, run_training
+from ember.autograd.trace import TracedGraph, trace_aten
+from ember.errors import EmberError
+
+
+class AotError(EmberError):
+    """A graph AOT autograd cannot compile (the message says what and what to do)."""
+
+
+# -- partitioning --------------------------------------------------------------------------------------------
+@dataclass
+class PartitionResult:
+    fwd: fx.GraphModule
+    bwd: fx.GraphModule
+    num_saved: int
+    saved_names: list[str]
+    recomputed: list[str] = field(default_factory=list)
+    summary: str = ""
+
+
+def fallback_partition(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
+                       recompute: bool = True) -> PartitionResult:
+    """Split ``joint`` at the tangents: every node not depending on a tangent runs in the forward, and every
+    such value the backward reads is saved (``recompute`` is accepted for the real partitioner's signature)."""
+    del recompute
+    nodes = list(joint.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[:num_primals], placeholders[num_primals:num_primals + num_tangents]
+    out_node = next(n for n in nodes if n.op == "output")
+    outs = list(out_node.args[0])
+    fwd_outs, grad_outs = outs[:num_fwd_outputs], outs[num_fwd_outputs:]
+    bwd_side = set(tangents)
+    for n in nodes:
+        if n.op == "call_function" and any(a in bwd_side for a in n.all_input_nodes):
+            bwd_side.add(n)
+    needed = _ancestors([g for g in grad_outs if isinstance(g, fx.Node)])
+    saved: list[fx.Node] = []
+    for n in nodes:
+        if n in needed and n not in bwd_side and n.op != "get_attr" and n.op != "output":
+            if any(u in bwd_side and u in needed for u in n.users) or n in grad_outs:
+                saved.append(n)
+    fwd = _subgraph(joint, primals, fwd_outs + saved)
+    bwd = _subgraph(joint, saved + tangents, grad_outs)
+    names = [n.name for n in saved]
+    summary = f"fallback partitioner: saved {len(saved)} values ({', '.join(names) or 'none'}), recomputed 0"
+    return PartitionResult(fwd, bwd, len(saved), names, [], summary)
+
+
+def _ancestors(roots: list[fx.Node], stop: frozenset | set = frozenset()) -> set[fx.Node]:
+    seen: set[fx.Node] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            if n not in stop:
+                stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any]) -> fx.GraphModule:
+    """A graph computing ``outputs`` from ``inputs`` (the rest of what they need is copied from ``joint``)."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in inputs:
+        env[n] = graph.placeholder(n.name)
+        env[n].meta = dict(n.meta)
+    needed = _ancestors([o for o in outputs if isinstance(o, fx.Node)], set(inputs))
+    for n in joint.graph.nodes:
+        if n in env or n not in needed:
+            continue
+        if n.op == "placeholder":
+            raise AotError(f"partition: {n.name} is needed but is not an input of this graph")
+        env[n] = graph.node_copy(n, lambda a: env[a])
+    graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
+    graph.eliminate_dead_code()
+    return fx.GraphModule(joint, graph)
+
+
+def _partitioner() -> Callable[..., Any]:
+    try:
+        from ember.autograd.partition import partition_joint
+    except ImportError:
+        return fallback_partition
+    return partition_joint
+
+
+# -- the joint graph ------------------------------------------------------------------------------------------
+def _val(n: Any) -> Any:
+    return n.meta.get("val") if isinstance(n, fx.Node) else n
+
+
+def _normalize_joint(traced: TracedGraph) -> tuple[fx.GraphModule, list[tuple[int, int]]]:
+    """Reorder the functional joint's outputs to (user outputs, mutated inputs' new values, grad per primal)."""
+    gm = fx.GraphModule(traced.gm, _copy_graph(traced.gm.graph))
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = list(out.args[0])
+    n_fwd, n_grad = traced.num_forward_outputs, len(traced.grad_input_indices)
+    user, grads, wb = outs[:n_fwd], outs[n_fwd:n_fwd + n_grad], outs[n_fwd + n_grad:]
+    per_primal: list[Any] = [None] * traced.num_inputs
+    for i, g in zip(traced.grad_input_indices, grads):
+        per_primal[i] = g
+    out.args = (tuple(user + wb + per_primal),)
+    write_backs = [(i, n_fwd + k) for k, (i, _) in enumerate(traced.write_backs)]
+    gm.recompile()
+    return gm, write_backs
+
+
+def _copy_graph(g: fx.Graph) -> fx.Graph:
+    new = fx.Graph()
+    out = new.graph_copy(g, {})
+    new.output(out)
+    return new
+
+
+def _aliases(traced: TracedGraph, mutated: set[int]) -> list[AliasInfo]:
+    """User outputs of the (unfunctionalized) trace that are views of a mutated input."""
+    phs = [n for n in traced.gm.graph.nodes if n.op == "placeholder"][:traced.num_inputs]
+    out = next(n for n in traced.gm.graph.nodes if n.op == "output")
+    storages = {}
+    for i in mutated:
+        v = _val(phs[i])
+        if isinstance(v, torch.Tensor) and hasattr(v, "_meta"):
+            storages[v._meta.untyped_storage()._cdata] = i
+    found = []
+    for k, o in enumerate(list(out.args[0])[:traced.num_forward_outputs]):
+        v = _val(o)
+        if isinstance(v, torch.Tensor) and hasattr(v, "_meta"):
+            i = storages.get(v._meta.untyped_storage()._cdata)
+            if i is not None:
+                found.append(AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset()))
+    return found
+
+
+def _user_output_vals(traced: TracedGraph) -> list[Any]:
+    out = next(n for n in traced.gm.graph.nodes if n.op == "output")
+    return [_val(o) for o in list(out.args[0])[:traced.num_forward_outputs]]
+
+
+# -- building variants ----------------------------------------------------------------------------------------
+@dataclass
+class _Inference:
+    fwd: fx.GraphModule
+    num_user_outputs: int
+    write_backs: list[tuple[int, int]]
+    aliases: list[AliasInfo]
+    grad_after: bool
+
+
+def _build_inference(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool) -> tuple[_Inference, Any]:
+    traced, grad_after = _trace(gm, inputs, training=False)
+    func = functionalize(traced)
+    fwd = _maybe_decompose(func.gm, decompose)
+    aliases = _aliases(traced, {i for i, _ in func.write_backs})
+    _log_graphs("inference", fwd, None, "no backward: forward-only inference graph")
+    return _Inference(fwd, traced.num_forward_outputs, func.write_backs, aliases, grad_after), traced.out_spec
+
+
+def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[TracedGraph, bool]:
+    """``trace_aten`` that also returns the grad mode ``gm`` leaves behind (a graph captured up to a break
+    inside ``torch.no_grad()`` ends with grad disabled; the caller's glue relies on it)."""
+    grad_before = torch.is_grad_enabled()
+    after: list[bool] = []
+
+    def fn(*args: Any) -> Any:
+        out = gm(*args)
+        after.append(torch.is_grad_enabled())
+        return out
+
+    try:
+        traced = trace_aten(fn, inputs, training=training)
+    finally:
+        torch._C._set_grad_enabled(grad_before)
+    return traced, after[0]
+
+
+def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
+                    recompute: bool) -> tuple[CompiledGraphs, Any]:
+    traced, grad_after = _trace(gm, inputs, training=True)
+    func = functionalize(traced)
+    _check_write_backs(func)
+    joint, write_backs = _normalize_joint(func)
+    vals = _user_output_vals(func)
+    diff = [i for i, v in enumerate(vals) if isinstance(v, torch.Tensor) and v.requires_grad]
+    n_user = traced.num_forward_outputs
+    non_diff = [i for i in range(n_user + len(write_backs)) if i not in diff]
+    if len(diff) != traced.num_tangents and traced.num_tangents:
+        raise AotError(f"aot: {len(diff)} differentiable outputs but {traced.num_tangents} tangents")
+    tangent_phs = [n for n in joint.graph.nodes if n.op == "placeholder"][traced.num_inputs:]
+    contiguous = [bool(_val(t).is_contiguous()) for t in tangent_phs]
+    if not traced.num_tangents:
+        diff, non_diff = [], list(range(n_user + len(write_backs)))
+    part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
+                          recompute=recompute)
+    fwd, bwd = _maybe_decompose(part.fwd, decompose), _maybe_decompose(part.bwd, decompose)
+    _log_graphs("training", fwd, bwd, part.summary)
+    aliases = _aliases(traced, {i for i, _ in write_backs})
+    graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,
+                            grad_after)
+    return graphs, traced.out_spec
+
+
+def _check_write_backs(func: TracedGraph) -> None:
+    out = next(n for n in func.gm.graph.nodes if n.op == "output")
+    outs = list(out.args[0])
+    for i, j in func.write_backs:
+        v = _val(outs[j])
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            raise AotError(
+                f"aot autograd: graph input {i} is updated in place with a value that requires grad; ember's "
+                "AOT autograd cannot yet carry gradients through an input mutated in place (stage: autograd "
+                "runtime). Use an out-of-place op (x = x + y instead of x.add_(y)), or compile with "
+                "backend='eager'.")
+
+
+def _maybe_decompose(gm: fx.GraphModule, decompose: bool) -> fx.GraphModule:
+    return decompose_graph(gm) if decompose else gm
+
+
+def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
+    """Replace every ATen op that has an ember decomposition by the prim graph it traces to (ops without one
+    stay ATen calls); the result still runs eagerly, prims running their reference implementations."""
+    from torch.utils._pytree import tree_flatten
+
+    from ember.decomp import has_decomposition, trace_decomposition
+
+    graph = _copy_graph(gm.graph)
+    for node in list(graph.nodes):
+        if node.op != "call_function" or not has_decomposition(node.target):
+            continue
+        args, kwargs = fx.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
+        sub = trace_decomposition(node.target, *args, **kwargs)
+        operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
+        env = dict(zip([n for n in sub.graph.nodes if n.op == "placeholder"], operands))
+        with graph.inserting_before(node):
+            result = graph.graph_copy(sub.graph, env)
+        _replace_result(graph, node, result)
+    graph.eliminate_dead_code()
+    return fx.GraphModule(gm, graph)
+
+
+def _replace_result(graph: fx.Graph, node: fx.Node, result: Any) -> None:
+    if isinstance(result, (tuple, list)):
+        for user in list(node.users):
+            if user.op == "call_function" and user.target is operator.getitem:
+                item = result[user.args[1]]
+                if isinstance(item, fx.Node):
+                    user.replace_all_uses_with(item)
+                else:
+                    raise AotError(f"decomposition of {node.target} returned a non-tensor item {item!r}")
+    else:
+        node.replace_all_uses_with(result)
+
+
+def _log_graphs(kind: str, fwd: fx.GraphModule, bwd: fx.GraphModule | None, summary: str) -> None:
+    if not logs.enabled("aot_graphs"):
+        return
+    text = [f"{kind} forward graph:\n{fwd.print_readable(print_output=False)}"]
+    if bwd is not None:
+        text.append(f"{kind} backward graph:\n{bwd.print_readable(print_output=False)}")
+    # The partitioner's summary may print the graphs too; they are printed above, with shapes.
+    text.append(f"partition: {summary.split(chr(10) + 'forward graph:')[0]}")
+    logs.log("aot_graphs", "\n".join(text))
+
+
+# -- entry point ----------------------------------------------------------------------------------------------
+def _lift_params(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[str]]:
+    """Turn ``get_attr`` tensors that require grad into trailing placeholders; return their attribute paths."""
+    targets = [n for n in gm.graph.nodes if n.op == "get_attr"
+               and isinstance(_attr(gm, n.target), torch.Tensor) and _attr(gm, n.target).requires_grad]
+    if not targets:
+        return gm, []
+    graph = _copy_graph(gm.graph)
+    new_gm = fx.GraphModule(gm, graph)
+    paths: list[str] = []
+    last_ph = [n for n in graph.nodes if n.op == "placeholder"]
+    by_target: dict[str, fx.Node] = {}
+    for n in [n for n in graph.nodes if n.op == "get_attr"]:
+        if n.target not in {t.target for t in targets}:
+            continue
+        if n.target not in by_target:
+            anchor = last_ph[-1] if last_ph else next(iter(graph.nodes))
+            ctx = graph.inserting_after(anchor) if last_ph else graph.inserting_before(anchor)
+            with ctx:
+                ph = graph.placeholder(f"lifted_{n.target.replace('.', '_')}")
+            last_ph.append(ph)
+            by_target[n.target] = ph
+            paths.append(n.target)
+        n.replace_all_uses_with(by_target[n.target])
+        graph.erase_node(n)
+    new_gm.recompile()
+    return new_gm, paths
+
+
+def _attr(obj: Any, path: str) -> Any:
+    for p in path.split("."):
+        obj = getattr(obj, p, None)
+    return obj
+
+
+_GRAD_MODE_SETTERS = (torch._C._set_grad_enabled, torch.set_grad_enabled, torch.enable_grad)
+
+
+def _sets_grad_mode(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` switches grad mode itself (a graph that resumes inside ``torch.no_grad()`` and leaves it)."""
+    return any(n.op == "call_function" and n.target in _GRAD_MODE_SETTERS for n in gm.graph.nodes)
+
+
+def _grad_key(args: Sequence[Any], sets_grad: bool) -> tuple[bool, ...] | bool:
+    """The variant for ``args``: requires_grad flags and grad mode (training) or the grad mode (inference)."""
+    grad = torch.is_grad_enabled()
+    if not (grad or sets_grad):
+        return False
+    key = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    return key + (grad,) if any(key) else grad
+
+
+def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
+                decompose: bool | None = None, recompute: bool = True) -> Callable[..., Any]:
+    """Compile ``gm`` with AOT autograd (see the module docstring); runs with ATen kernels unless
+    ``decompose`` (or ``options.aot_decompose``) asks for ember prims."""
+    if decompose is None:
+        decompose = bool(getattr(options, "aot_decompose", False))
+    lifted, paths = _lift_params(gm)
+    sets_grad = _sets_grad_mode(gm)
+    variants: dict[Any, tuple[Any, Any]] = {}
+
+    def full_args(args: Sequence[Any]) -> list[Any]:
+        return list(args) + [_attr(gm, p) for p in paths] if paths else list(args)
+
+    def variant(key: Any, args: Sequence[Any]) -> tuple[Any, Any]:
+        hit = variants.get(key)
+        if hit is None:
+            hit = (_build_training(lifted, args, decompose, recompute) if isinstance(key, tuple)
+                   else _build_inference(lifted, args, decompose))
+            variants[key] = hit
+        return hit
+
+    def compiled(*args: Any) -> Any:
+        flat = full_args(args)
+        key = _grad_key(flat, sets_grad)
+        built, spec = variant(key, flat)
+        if isinstance(key, tuple):
+            outs = run_training(built, flat)
+        else:
+            outs = run_inference(built.fwd, built.num_user_outputs, built.write_backs, built.aliases, flat)
+        if built.grad_after is not torch.is_grad_enabled():
+            torch._C._set_grad_enabled(built.grad_after)
+        return tree_unflatten(outs, spec)
+
+    example = full_args(example_inputs)
+    variant(_grad_key(example, sets_grad), example)
+    compiled.__ember_aot__ = variants  # type: ignore[attr-defined]
+    return compiled
+
+
+__all__ = ["aot_compile", "fallback_partition", "PartitionResult", "AotError"]

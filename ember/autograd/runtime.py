@@ -1,0 +1,165 @@
+"""Runtime of AOT-compiled graphs: a ``torch.autograd.Function`` that runs a partitioned forward graph and,
+on backward, the backward graph.
+
+Input: the forward and backward graphs of a partitioned joint graph (``fwd(*primals) -> (*outputs, *saved)``,
+``bwd(*saved, *tangents) -> one gradient per primal, None where none``) and the metadata below.
+Output: a callable with the calling convention of the graph that was traced (flat inputs -> flat outputs).
+
+Invariants:
+- Forward outputs that do not require grad in the traced graph (detached outputs, integer outputs, outputs
+  that do not depend on an input that requires grad) are marked non-differentiable, as eager would leave them.
+- Tangents reach the backward graph in the order of the differentiable outputs; PyTorch materializes zeros for
+  outputs the loss does not use, and a tangent whose layout differs from the traced one is made contiguous.
+- A saved value that is an input about to be written back is saved as a copy of its old value.
+- Mutated inputs (BatchNorm running stats, in-place updates of arguments or buffers) get their new value
+  copied in after the function ran, in the caller's grad mode, so an input that eager would have given a
+  gradient history gets one here too; outputs that alias a mutated input are rebuilt as views of that input.
+- Double backward (``create_graph=True`` then differentiating a gradient) is not supported: the gradients
+  carry a node that raises ``DoubleBackwardError`` when it is differentiated. First-order gradients with
+  ``create_graph=True`` still work; only differentiating them again fails.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ember.errors import EmberError
+
+
+class DoubleBackwardError(EmberError, RuntimeError):
+    """A gradient computed by an ember AOT graph was differentiated again."""
+
+
+DOUBLE_BACKWARD_MSG = (
+    "double backward through an ember aot graph is not supported; the backward graph was traced once and is "
+    "not differentiable itself. Compute higher-order gradients eagerly (wrap the function in ember.disable or "
+    "compile with backend='eager'), or take the gradient of a function that calls torch.autograd.grad inside "
+    "the compiled region so the whole computation is traced.")
+
+
+@dataclass
+class AliasInfo:
+    """Forward output ``output`` is a view of input ``input`` with these sizes, strides and storage offset."""
+
+    output: int
+    input: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+@dataclass
+class CompiledGraphs:
+    """What the runtime needs to run one partitioned graph."""
+
+    fwd: Callable[..., Any]
+    bwd: Callable[..., Any]
+    num_user_outputs: int                      # forward outputs the traced function returned
+    write_backs: list[tuple[int, int]]          # (input index, forward output index) copied after the call
+    num_saved: int
+    diff_outputs: list[int]                     # user outputs that get a tangent, in tangent order
+    non_diff_outputs: list[int] = field(default_factory=list)
+    tangent_contiguous: list[bool] = field(default_factory=list)
+    aliases: list[AliasInfo] = field(default_factory=list)
+    grad_after: bool = True                     # grad mode the traced graph left behind
+
+
+class _NoDoubleBackward(torch.autograd.Function):
+    """Identity on gradients whose own backward raises: marks where differentiating them again would go."""
+
+    @staticmethod
+    def forward(ctx: Any, n: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # tensors[:n] are the gradients; the rest are what they depend on (saved values and tangents that
+        # require grad), inputs only so that the gradients require grad exactly where eager's would.
+        return tuple(g.view_as(g) for g in tensors[:n])
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise DoubleBackwardError(DOUBLE_BACKWARD_MSG)
+
+
+class AotFunction(torch.autograd.Function):
+    """``AotFunction.apply(graphs, *primals)`` runs ``graphs.fwd``; its backward runs ``graphs.bwd``."""
+
+    @staticmethod
+    def forward(ctx: Any, graphs: CompiledGraphs, *primals: Any) -> tuple[Any, ...]:
+        outs = graphs.fwd(*primals)
+        n = graphs.num_user_outputs + len(graphs.write_backs)
+        fwd_outs, saved = list(outs[:n]), list(outs[n:])
+        if graphs.write_backs:     # an input about to be overwritten: the backward needs its old value
+            mutated = {id(primals[i]) for i, _ in graphs.write_backs}
+            saved = [s.clone() if id(s) in mutated else s for s in saved]
+        tensor_pos = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
+        ctx.save_for_backward(*[saved[i] for i in tensor_pos])
+        ctx.saved_other = [None if isinstance(s, torch.Tensor) else s for s in saved]
+        ctx.tensor_pos = tensor_pos
+        ctx.graphs = graphs
+        non_diff = [fwd_outs[i] for i in graphs.non_diff_outputs if isinstance(fwd_outs[i], torch.Tensor)]
+        if non_diff:
+            ctx.mark_non_differentiable(*non_diff)
+        return tuple(fwd_outs)
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: Any) -> Any:
+        graphs: CompiledGraphs = ctx.graphs
+        saved = list(ctx.saved_other)
+        for pos, t in zip(ctx.tensor_pos, ctx.saved_tensors):
+            saved[pos] = t
+        tangents = []
+        for k, i in enumerate(graphs.diff_outputs):
+            g = grad_outputs[i]
+            if graphs.tangent_contiguous and graphs.tangent_contiguous[k] and not g.is_contiguous():
+                g = g.contiguous()
+            tangents.append(g)
+        if torch.is_grad_enabled():     # create_graph=True: the graph runs, but its gradients cannot be
+            with torch.no_grad():       # differentiated again
+                grads = list(graphs.bwd(*saved, *tangents))
+            pos = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
+            anchors = [t for t in list(ctx.saved_tensors) + tangents
+                       if isinstance(t, torch.Tensor) and t.requires_grad]
+            if pos and anchors:
+                wrapped = _NoDoubleBackward.apply(len(pos), *[grads[i] for i in pos], *anchors)
+                for i, g in zip(pos, wrapped):
+                    grads[i] = g
+        else:
+            grads = list(graphs.bwd(*saved, *tangents))
+        return (None, *grads)
+
+
+def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
+    """Run ``graphs`` on ``args`` through ``AotFunction``; write mutated inputs back; return user outputs."""
+    if torch.is_grad_enabled():
+        outs = list(AotFunction.apply(graphs, *args))
+    else:       # the graph enables grad itself: which outputs are differentiable was decided by the trace
+        with torch.enable_grad():
+            outs = list(AotFunction.apply(graphs, *args))
+    finish(graphs.write_backs, graphs.aliases, args, outs)
+    return outs[:graphs.num_user_outputs]
+
+
+def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo], args: Sequence[Any],
+           outs: list[Any]) -> None:
+    """Copy each mutated input's new value in (caller's grad mode), then rebuild outputs that alias inputs."""
+    for i, j in write_backs:
+        dst, src = args[i], outs[j]
+        if dst.requires_grad and not src.requires_grad and dst.is_leaf:
+            with torch.no_grad():        # eager mutates such a leaf under no_grad too (or fails before)
+                dst.copy_(src)
+        else:
+            dst.copy_(src)
+    for a in aliases:
+        base = args[a.input]
+        if tuple(base.shape) == a.size and tuple(base.stride()) == a.stride and base.storage_offset() == a.offset:
+            outs[a.output] = base
+        else:
+            outs[a.output] = base.as_strided(a.size, a.stride, a.offset)
+
+
+def run_inference(fwd: Callable[..., Any], num_user_outputs: int, write_backs: Sequence[tuple[int, int]],
+                  aliases: Sequence[AliasInfo], args: Sequence[Any]) -> list[Any]:
+    """Run a forward-only graph; write mutated inputs back; return the user outputs."""
+    outs = list(fwd(*args))
+    finish(write_backs, aliases, args, outs)
+    return outs[:num_user_outputs]
