@@ -69,10 +69,21 @@ def test_inference(spec, grad_mode, counter):
 
 @SPECS
 def test_training_step(spec, counter):
+    _training_steps(spec, counter)
+    assert counter.count == 1, counter.describe()
+
+
+@SPECS
+def test_training_step_aot_eager(spec, fresh_ember):
+    """The same steps through ember's AOT autograd (joint graph, functionalization, min-cut partition)."""
+    _training_steps(spec, "aot_eager")
+
+
+def _training_steps(spec, backend):
     model, make_batch = spec.factory(0)
     model.train()
     eager = copy.deepcopy(model)
-    step = ember.compile(make_step(spec, model), backend=counter, fullgraph=True)
+    step = ember.compile(make_step(spec, model), backend=backend, fullgraph=True)
     eager_step = make_step(spec, eager)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1)
@@ -99,7 +110,6 @@ def test_training_step(spec, counter):
         opt.zero_grad()
         eager_opt.zero_grad()
         assert_module_state_same(model, eager)
-    assert counter.count == 1, counter.describe()
 
 
 @SPECS
