@@ -15,6 +15,7 @@ class CompileOptions:
     coordinate_descent_tuning: bool = False
     epilogue_fusion: bool = True
     debug_graphs: bool = False           # keep every captured GraphModule on the cache entry
+    aot_decompose: bool = False          # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
 
     _doc = {
         "cache_size_limit": "compiled entries kept per function before it runs eagerly",
@@ -24,6 +25,7 @@ class CompileOptions:
         "coordinate_descent_tuning": "refine autotuned block sizes by coordinate descent",
         "epilogue_fusion": "fuse pointwise epilogues into matmul templates",
         "debug_graphs": "keep captured graphs on cache entries for inspection",
+        "aot_decompose": "aot_eager: decompose ATen ops into ember's primitives before running the graphs",
     }
 
 
