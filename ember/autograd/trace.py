@@ -129,12 +129,15 @@ def _trace_backward(rec: _Recorder, inputs: list[Any], flat_outs: list[Any]
     grad_idx = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.requires_grad]
     if not diff_outs or not grad_idx:
         return [None] * len(grad_idx), grad_idx, 0
-    first_op = next(n for n in rec.graph.nodes if n.op != "placeholder")
+    first_op = next((n for n in rec.graph.nodes if n.op != "placeholder"), None)   # None: outputs are inputs
     tangents = []
     for i, o in enumerate(diff_outs):
         t = rec.fake_mode.fake_empty(tuple(o.shape), o.stride(), o.dtype, o.device)
-        with rec.graph.inserting_before(first_op):
+        if first_op is None:
             rec.bind(t, rec.graph.placeholder(f"tangents_{i + 1}"))
+        else:
+            with rec.graph.inserting_before(first_op):
+                rec.bind(t, rec.graph.placeholder(f"tangents_{i + 1}"))
         tangents.append(t)
     grads = torch.autograd.grad(diff_outs, [inputs[i] for i in grad_idx], grad_outputs=tangents,
                                 allow_unused=True)
