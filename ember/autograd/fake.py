@@ -51,9 +51,11 @@ DATA_DEPENDENT_OPS: frozenset[str] = frozenset({
 })
 
 # Ops that change a tensor's own sizes/strides in place: a wrapper subclass's metadata is fixed at creation.
-METADATA_MUTATING_OPS: frozenset[str] = frozenset({
-    "aten::resize_", "aten::resize_as_", "aten::as_strided_", "aten::t_", "aten::transpose_",
-    "aten::squeeze_", "aten::unsqueeze_", "aten::swapdims_", "aten::swapaxes_", "aten::set_",
+METADATA_MUTATING_OPS: frozenset[str] = frozenset({"aten::resize_", "aten::resize_as_", "aten::set_"})
+# in-place view ops: the fake tensor itself takes the new shape and strides (same storage, same numel)
+INPLACE_VIEW_OPS: frozenset[str] = frozenset({
+    "aten::as_strided_", "aten::t_", "aten::transpose_", "aten::squeeze_", "aten::unsqueeze_",
+    "aten::swapdims_", "aten::swapaxes_",
 })
 
 
@@ -170,6 +172,9 @@ class FakeMode(TorchDispatchMode):
             raise FakeDeviceError(
                 f"{func}: autograd on fake {device} tensors needs a CUDA build of PyTorch (this one has none)")
         out = _run_meta(func, meta_args, meta_kwargs)
+        if func._schema.name in INPLACE_VIEW_OPS and isinstance(args[0], FakeTensor):
+            _restride(args[0])
+            return args[0]
         by_meta = {id(a._meta): a for a in tree_flatten((args, kwargs))[0] if isinstance(a, FakeTensor)}
         return tree_map(lambda o: self._wrap(o, device, by_meta), out)
 
@@ -185,6 +190,15 @@ class FakeMode(TorchDispatchMode):
         if same is not None:
             return same
         return FakeTensor(out, device, self)
+
+
+def _restride(fake: FakeTensor) -> None:
+    """After an in-place view op changed ``fake._meta``: give the wrapper the same shape and strides (with
+    dispatch off, so it is the wrapper's own metadata that changes)."""
+    from torch.utils._mode_utils import no_dispatch
+    m = fake._meta
+    with no_dispatch():
+        fake.as_strided_(m.shape, m.stride(), m.storage_offset())
 
 
 def _no_cuda_init() -> None:

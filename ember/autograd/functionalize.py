@@ -89,6 +89,9 @@ def _functional_overload(target: torch._ops.OpOverload) -> torch._ops.OpOverload
                                  "ember/autograd/functionalize.py:_SPECIAL_FUNCTIONAL")
 
 
+# batch norms that update running stats in place (same arguments): become the functional legit variant
+_BATCH_NORMS = (aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
+
 _SPECIAL_FUNCTIONAL: dict[Any, Any] = {
     aten.bernoulli_.float: aten.bernoulli.p,
     aten.normal_.default: aten.normal_functional.default,
@@ -143,7 +146,7 @@ class _Functionalizer:
                 return self._output(node)
             if node.op in ("placeholder", "get_attr"):
                 self._new_root(node, self.graph.node_copy(node))
-            elif _written_args(node.target) or node.target is aten.native_batch_norm.default:
+            elif _written_args(node.target) or node.target in _BATCH_NORMS:
                 self._mutation(node)
             elif _is_view(node.target) or self._is_view_getitem(node):
                 self._view(node)
@@ -169,7 +172,7 @@ class _Functionalizer:
         self.value(node)
 
     def _mutation(self, node: fx.Node) -> None:
-        if node.target is aten.native_batch_norm.default:
+        if node.target in _BATCH_NORMS:
             return self._batch_norm(node)
         written = _written_args(node.target)
         func = _functional_overload(node.target)
@@ -268,7 +271,7 @@ def apply_write_backs(traced: TracedGraph, inputs: Sequence[Any], flat_outputs: 
 def has_mutations(gm: fx.GraphModule) -> list[str]:
     """Names of ops in ``gm`` that mutate a tensor (empty for a functional graph)."""
     return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"
-            and (_written_args(n.target) or n.target is aten.native_batch_norm.default
+            and (_written_args(n.target) or n.target in _BATCH_NORMS
                  and n.args[5] and n.args[3] is not None)]
 
 
