@@ -232,7 +232,33 @@ def _run_meta(func: Any, args: tuple, kwargs: dict) -> Any:
     try:
         return func(*args, **kwargs)
     except NotImplementedError as e:
-        raise MissingMetaKernelError(f"{func} has no meta kernel, so ember cannot trace it: {e}") from e
+        if any(a.alias_info is not None for a in func._schema.arguments):      # in-place ops and views
+            raise MissingMetaKernelError(f"{func} has no meta kernel, so ember cannot trace it: {e}") from e
+        try:
+            return _run_on_placeholders(func, args, kwargs)
+        except Exception:       # noqa: BLE001 - report the missing meta kernel, the real cause
+            raise MissingMetaKernelError(f"{func} has no meta kernel, so ember cannot trace it: {e}") from e
+
+
+def _run_on_placeholders(func: Any, args: tuple, kwargs: dict) -> Any:
+    """An op without a meta kernel (some backward ops): run it on zero-filled CPU tensors of the same
+    metadata and keep only the outputs' metadata. Ops whose output shapes depend on values never get here
+    (they are refused before dispatch)."""
+    from torch.utils._mode_utils import no_dispatch
+
+    def real(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "meta":
+            return torch.zeros_like(x, device="cpu") if x.is_contiguous() else \
+                torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu").zero_()
+        return x
+
+    def meta(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+    with no_dispatch():
+        out = func(*tree_map(real, args), **tree_map(real, kwargs))
+    return tree_map(meta, out)
 
 
 def _grad_needed(args: tuple, kwargs: dict) -> bool:
