@@ -51,11 +51,11 @@ DATA_DEPENDENT_OPS: frozenset[str] = frozenset({
 })
 
 # Ops that change a tensor's own sizes/strides in place: a wrapper subclass's metadata is fixed at creation.
-METADATA_MUTATING_OPS: frozenset[str] = frozenset({"aten::resize_", "aten::resize_as_", "aten::set_"})
+METADATA_MUTATING_OPS: frozenset[str] = frozenset({"aten::set_"})
 # in-place view ops: the fake tensor itself takes the new shape and strides (same storage, same numel)
 INPLACE_VIEW_OPS: frozenset[str] = frozenset({
     "aten::as_strided_", "aten::t_", "aten::transpose_", "aten::squeeze_", "aten::unsqueeze_",
-    "aten::swapdims_", "aten::swapaxes_",
+    "aten::swapdims_", "aten::swapaxes_", "aten::resize_", "aten::resize_as_",
 })
 
 

@@ -195,9 +195,15 @@ class _Functionalizer:
             self._new_root(node, new)
 
     def _batch_norm(self, node: fx.Node) -> None:
-        x, w, b, rm, rv, training, momentum, eps = node.args
-        if not (training and rm is not None and rv is not None):
-            return self._new_root(node, self.graph.node_copy(node, self.value))
+        x, w, b, rm, rv, training, momentum, eps = (list(node.args) + [node.kwargs.get(k) for k in (
+            "input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")][len(node.args):])
+        if rm is None or rv is None:        # no running stats: nothing is written
+            args = self.map_arg((x, w, b, training, momentum, eps))
+            return self._new_root(node, self.graph.call_function(aten._native_batch_norm_legit.no_stats, args))
+        if not training:                    # eval: the stats are read, not written
+            args = self.map_arg((x, w, b, rm, rv, momentum, eps))
+            return self._new_root(node, self.graph.call_function(
+                aten._native_batch_norm_legit_no_training.default, args))
         args = self.map_arg((x, w, b, rm, rv, training, momentum, eps))
         new = self.graph.call_function(aten._native_batch_norm_legit_functional.default, args)
         for i, mutated in ((3, rm), (4, rv)):
