@@ -112,6 +112,18 @@ def _fill_defaults(inplace: Any, func: Any, args: list, kwargs: dict) -> None:
             kwargs[a.name] = a.default_value
 
 
+def _dense_non_overlapping(t: torch.Tensor) -> bool:
+    """Strides that are a permutation of contiguous ones: clone() keeps them, so as_strided_scatter on a
+    clone addresses the same elements as the original view."""
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
 class _Functionalizer:
     def __init__(self, traced: TracedGraph) -> None:
         self.old = traced.gm.graph
@@ -227,7 +239,8 @@ class _Functionalizer:
 
     def _scatter_into_root(self, al: _Alias, view: fx.Node, src: fx.Node) -> fx.Node:
         root_val, view_val = al.root.meta.get("val"), view.meta.get("val")
-        if not (isinstance(root_val, torch.Tensor) and root_val.is_contiguous()):
+        if not (isinstance(root_val, torch.Tensor) and (root_val.is_contiguous() or (
+                root_val.storage_offset() == 0 and _dense_non_overlapping(root_val)))):
             raise FunctionalizationError(
                 f"mutation through a view of non-contiguous {al.root.name} is not supported yet "
                 "(stage: functionalization)")
