@@ -51,8 +51,9 @@ def log(kind: str, msg: str) -> None:
             h = logging.StreamHandler(sys.stderr)
             h.setFormatter(logging.Formatter("[ember %(kind)s] %(message)s"))
             _logger.addHandler(h)
-            _logger.setLevel(logging.INFO)
             _logger.propagate = False
+        if _logger.level == logging.NOTSET or _logger.level > logging.INFO:
+            _logger.setLevel(logging.INFO)      # a kind switched on is shown, whatever handlers exist
         _logger.info(msg, extra={"kind": kind})
 
 

@@ -347,6 +347,9 @@ def _grad_key(args: Sequence[Any], sets_grad: bool) -> tuple[bool, ...] | bool:
     return key + (grad,) if any(key) else grad
 
 
+_EAGER = object()      # a variant AOT tracing could not handle: the captured graph runs as is
+
+
 def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
                 decompose: bool | None = None, recompute: bool = True) -> Callable[..., Any]:
     """Compile ``gm`` with AOT autograd (see the module docstring); runs with ATen kernels unless
@@ -363,8 +366,15 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
     def variant(key: Any, args: Sequence[Any]) -> tuple[Any, Any]:
         hit = variants.get(key)
         if hit is None:
-            hit = (_build_training(lifted, args, decompose, recompute) if isinstance(key, tuple)
-                   else _build_inference(lifted, args, decompose))
+            try:
+                hit = (_build_training(lifted, args, decompose, recompute) if isinstance(key, tuple)
+                       else _build_inference(lifted, args, decompose))
+            except (EmberError, RuntimeError, NotImplementedError) as e:
+                # what AOT tracing cannot handle (data-dependent shapes, ops without meta kernels...) runs
+                # as captured, with eager autograd: correct, not optimized, and said so
+                logs.log("perf_hints", f"aot_eager: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+                                       "this graph runs with eager autograd")
+                hit = (_EAGER, None)
             variants[key] = hit
         return hit
 
@@ -372,6 +382,8 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         flat = full_args(args)
         key = _grad_key(flat, sets_grad)
         built, spec = variant(key, flat)
+        if built is _EAGER:
+            return gm(*args)
         if isinstance(key, tuple):
             outs = run_training(built, flat)
         else:
