@@ -18,12 +18,6 @@ def _index(d: SymbolicDomain, f, k: Value):
         raise d.unsupported(f, f"indexing a sequence with a {k.describe()}") from None
 
 
-def _seq_iter(items_owner):
-    i = 0
-    while i < len(items_owner.items):
-        yield items_owner.items[i]
-        i += 1
-
 
 @R.ITER.register(TupleVar, ListVar)
 def _seq_iter_rule(d, f, v):

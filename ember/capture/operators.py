@@ -51,13 +51,22 @@ def _opaque(d, f, *vals) -> None:
                                 "keep the value a tensor (no .item()), or do this outside the compiled function")
 
 
-def binary(d, f, op: str, a: Value, b: Value) -> Value:
-    rule = _prio_rule(R.BINARY, a, b)
+def _value_rule(d, f, table, op: str, a: Value, b: Value):
+    """The operation by the operands' own rule (tensors), else NotImplemented; values from outside the
+    graph (opaque) cannot take part in Python-level arithmetic."""
+    rule = _prio_rule(table, a, b)
     if rule is not None:
         r = rule(d, f, op, a, b)
         if r is not NotImplemented:
             return r
     _opaque(d, f, a, b)
+    return NotImplemented
+
+
+def binary(d, f, op: str, a: Value, b: Value) -> Value:
+    r = _value_rule(d, f, R.BINARY, op, a, b)
+    if r is not NotImplemented:
+        return r
     pv = _both_python(a, b)
     if pv is not None:
         return d.from_python(_real(REAL_BINARY[op], *pv))
@@ -136,12 +145,9 @@ def _dunder_binary(d, f, op, inplace, a, b):
 
 
 def compare(d, f, op: str, a: Value, b: Value) -> Value:
-    rule = _prio_rule(R.COMPARE, a, b)
-    if rule is not None:
-        r = rule(d, f, op, a, b)
-        if r is not NotImplemented:
-            return r
-    _opaque(d, f, a, b)
+    r = _value_rule(d, f, R.COMPARE, op, a, b)
+    if r is not NotImplemented:
+        return r
     pv = _both_python(a, b)
     if pv is not None:
         return Const(_real(REAL_COMPARE[op], *pv))

@@ -397,11 +397,7 @@ class SymbolicDomain:
     # -- building --------------------------------------------------------------------------------------
     def build_slice(self, f, parts):
         return Const(slice(*[self.as_python(f, p) for p in parts])) if all(
-            type(p) is Const for p in parts) else self._slice_of_values(f, parts)
-
-    def _slice_of_values(self, f, parts):
-        from .values import TupleVar as _T
-        return SliceVar(parts) if all(isinstance(p, Value) for p in parts) else _T(parts)
+            type(p) is Const for p in parts) else SliceVar(parts)
 
     def build_tuple(self, f, items):
         return TupleVar(items)
