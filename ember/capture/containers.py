@@ -18,7 +18,6 @@ def _index(d: SymbolicDomain, f, k: Value):
         raise d.unsupported(f, f"indexing a sequence with a {k.describe()}") from None
 
 
-
 @R.ITER.register(TupleVar, ListVar)
 def _seq_iter_rule(d, f, v):
     return SeqIterVar(v, f"{v.python_type().__name__} iterator")
