@@ -34,6 +34,8 @@ from ember.autograd.runtime import AliasInfo, CompiledGraphs, run_inference, run
 from ember.autograd.trace import TracedGraph, trace_aten
 from ember.errors import EmberError
 
+GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
+
 
 class AotError(EmberError):
     """A graph AOT autograd cannot compile (the message says what and what to do)."""
@@ -179,12 +181,15 @@ class _Inference:
     grad_after: bool
 
 
-def _build_inference(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool) -> tuple[_Inference, Any]:
+def _build_inference(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
+                     compile_graph: GraphCompiler | None = None) -> tuple[_Inference, Any]:
     traced, grad_after = _trace(gm, inputs, training=False)
     func = functionalize(traced)
     fwd = _maybe_decompose(func.gm, decompose)
     aliases = _aliases(traced, {i for i, _ in func.write_backs})
     _log_graphs("inference", fwd, None, "no backward: forward-only inference graph")
+    if compile_graph is not None:
+        fwd = compile_graph(fwd, "inference")
     return _Inference(fwd, traced.num_forward_outputs, func.write_backs, aliases, grad_after), traced.out_spec
 
 
@@ -207,7 +212,7 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
 
 
 def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
-                    recompute: bool) -> tuple[CompiledGraphs, Any]:
+                    recompute: bool, compile_graph: GraphCompiler | None = None) -> tuple[CompiledGraphs, Any]:
     traced, grad_after = _trace(gm, inputs, training=True)
     func = functionalize(traced)
     _check_write_backs(func)
@@ -226,6 +231,8 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                           recompute=recompute)
     fwd, bwd = _maybe_decompose(part.fwd, decompose), _maybe_decompose(part.bwd, decompose)
     _log_graphs("training", fwd, bwd, part.summary)
+    if compile_graph is not None:
+        fwd, bwd = compile_graph(fwd, "forward"), compile_graph(bwd, "backward")
     aliases = _aliases(traced, {i for i, _ in write_backs})
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,
                             grad_after)
@@ -351,9 +358,12 @@ _EAGER = object()      # a variant AOT tracing could not handle: the captured gr
 
 
 def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
-                decompose: bool | None = None, recompute: bool = True) -> Callable[..., Any]:
+                decompose: bool | None = None, recompute: bool = True,
+                compile_graph: GraphCompiler | None = None) -> Callable[..., Any]:
     """Compile ``gm`` with AOT autograd (see the module docstring); runs with ATen kernels unless
-    ``decompose`` (or ``options.aot_decompose``) asks for ember prims."""
+    ``decompose`` (or ``options.aot_decompose``) asks for ember prims. ``compile_graph(gm, kind)`` (kind is
+    "inference", "forward" or "backward") turns each final graph into the callable that runs it (the kernel
+    compiler); by default the graph module itself runs."""
     if decompose is None:
         decompose = bool(getattr(options, "aot_decompose", False))
     lifted, paths = _lift_params(gm)
@@ -367,8 +377,8 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         hit = variants.get(key)
         if hit is None:
             try:
-                hit = (_build_training(lifted, args, decompose, recompute) if isinstance(key, tuple)
-                       else _build_inference(lifted, args, decompose))
+                hit = (_build_training(lifted, args, decompose, recompute, compile_graph)
+                       if isinstance(key, tuple) else _build_inference(lifted, args, decompose, compile_graph))
             except (EmberError, RuntimeError, NotImplementedError) as e:
                 # what AOT tracing cannot handle (data-dependent shapes, ops without meta kernels...) runs
                 # as captured, with eager autograd: correct, not optimized, and said so
