@@ -1,0 +1,68 @@
+"""Code generation: scheduled loop IR -> kernels (Triton for CUDA, C++/OpenMP for CPU, or the Python
+reference backend) and the generated Python wrapper that runs them.
+
+``compile_graph(gm, kind, options)`` is the kernel compiler AOT autograd calls for each final prim graph
+(``aot_compile(..., compile_graph=...)``): lower, schedule, generate, wrap. A graph the loop IR cannot
+represent runs as the FX graph (with a perf hint).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from ember import logs
+
+_COUNTER = itertools.count()
+
+
+def kernel_backend(device: torch.device, options: Any) -> str:
+    if device.type == "cuda":
+        return "triton"
+    return getattr(options, "cpu_backend", None) or "cpp"
+
+
+def _backend_module(name: str) -> Any:
+    if name == "python":
+        from . import python as mod
+    elif name == "triton":
+        from . import triton as mod  # type: ignore[no-redef]
+    elif name == "cpp":
+        from . import cpp as mod  # type: ignore[no-redef]
+    else:
+        raise ValueError(f"ember.codegen: unknown kernel backend {name!r} (python, triton, cpp)")
+    return mod
+
+
+def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
+    from ember.loopir.kernel import kernel_body
+    from ember.loopir.lower import LoweringError, lower
+    from ember.loopir.schedule import Kernel, schedule
+
+    from .wrapper import make_wrapper
+
+    name = f"{kind}_{next(_COUNTER)}"
+    try:
+        graph = lower(gm, name)
+    except (LoweringError, NotImplementedError) as e:
+        logs.log("perf_hints", f"ember: {name} runs as an FX graph: {e}")
+        return gm
+    sched = schedule(graph)
+    if logs.enabled("schedule"):
+        logs.log("schedule", f"{name}:\n{sched.python()}")
+    kernels: dict[str, tuple[Callable, Any]] = {}
+    sources: list[str] = []
+    for step in sched.steps:
+        if isinstance(step, Kernel):
+            mod = _backend_module(kernel_backend(step.device, options))
+            persistent = mod.persistent(step, options) if hasattr(mod, "persistent") else True
+            body = kernel_body(step, persistent=persistent)
+            fn, src = mod.compile_kernel(body, options), mod.source(body)
+            kernels[step.name] = (fn, body)
+            sources.append(src)
+    compiled = make_wrapper(sched, kernels, sources)
+    if logs.enabled("output_code"):
+        logs.log("output_code", f"# ember wrapper for {name}\n{compiled.source}\n" + "\n".join(sources))
+    return compiled

@@ -1,0 +1,87 @@
+"""The Python kernel backend: runs a ``KernelBody`` with torch ops over all points at once.
+
+Every ``xindex`` (and ``rindex``) is evaluated in one vectorized step: x-level values have shape ``[X, 1]``,
+r-level values ``[X, R]``. It is the executable reference for the scheduler and kernel builder (and the
+fallback for devices without a code generator); it is not fast.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ember.loopir.indexing import RINDEX, XINDEX
+from ember.loopir.interp import OPS, eval_index
+from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
+
+INIT = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True}
+
+
+def _init(rt: str, dtype: torch.dtype) -> Any:
+    v = INIT[rt]
+    if rt in ("amax", "amin") and not dtype.is_floating_point:
+        info = torch.iinfo(dtype) if dtype is not torch.bool else None
+        return (info.min if rt == "amax" else info.max) if info else (rt == "amin")
+    return v
+
+
+COMBINE: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
+    "sum": lambda v, d: v.sum(d, keepdim=True, dtype=v.dtype), "prod": lambda v, d: v.prod(d, keepdim=True),
+    "amax": lambda v, d: v.amax(d, keepdim=True), "amin": lambda v, d: v.amin(d, keepdim=True),
+    "any": lambda v, d: v.any(d, keepdim=True), "all": lambda v, d: v.all(d, keepdim=True),
+}
+
+
+def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]:
+    names = list(body.buffers)
+    k = body.kernel
+
+    def run(*bufs: torch.Tensor) -> None:
+        flat = {n: torch.as_strided(b, (b.untyped_storage().nbytes() // b.element_size() - b.storage_offset(),),
+                                    (1,)) for n, b in zip(names, bufs)}
+        X, R = int(k.xnumel), int(k.rnumel)
+        dev = bufs[0].device
+        env = {XINDEX: torch.arange(X, device=dev).view(X, 1), RINDEX: torch.arange(R, device=dev).view(1, R)}
+        vals: dict[str, torch.Tensor] = {}
+
+        def shape(level: str) -> tuple:
+            return (X, 1) if level == "x" else (X, R)
+        for sec in body.sections:
+            accs: dict[str, tuple[str, torch.Tensor]] = {}
+            for acc, rt, dt in sec.accumulators:
+                accs[acc] = (rt, torch.empty(0))
+            for st in sec.stmts:
+                if isinstance(st, Assign):
+                    vals[st.var] = _assign(st, vals, env, flat, shape(st.level), dev)
+                elif isinstance(st, Accumulate):
+                    vals[st.acc] = COMBINE[st.reduce_type](vals[st.var].expand(X, R), 1).to(st.dtype)
+                elif isinstance(st, Store):
+                    idx = torch.as_tensor(eval_index(st.index, env), device=dev).expand(shape(st.level))
+                    flat[st.buf][idx.reshape(-1)] = vals[st.var].expand(shape(st.level)).reshape(-1).to(
+                        flat[st.buf].dtype)
+    return run
+
+
+def _assign(st: Assign, vals: dict, env: dict, flat: dict, shape: tuple, dev: torch.device) -> torch.Tensor:
+    if st.kind == "load":
+        buf, index, mask = st.args
+        idx = torch.as_tensor(eval_index(index, env), device=dev).expand(shape)
+        src = flat[buf]
+        if mask is None:
+            return src[idx]
+        m = torch.as_tensor(eval_index(mask, env), device=dev).expand(shape)
+        return torch.where(m, src[torch.where(m, idx, 0)], torch.zeros((), dtype=src.dtype, device=dev))
+    if st.kind == "const":
+        return torch.full((1, 1), st.args[0], dtype=st.dtype, device=dev)
+    if st.kind == "index":
+        return torch.as_tensor(eval_index(st.args[0], env), device=dev).expand(shape).to(st.dtype)
+    if st.kind == "cast":
+        return vals[st.args[0]].to(st.dtype)
+    if st.kind == "reduced":
+        return vals[st.args[0]]
+    name, *args = st.args
+    return OPS[name](*(vals[a] for a in args)).to(st.dtype)
+
+
+def source(body: KernelBody) -> str:
+    return f"# python kernel {body.name}\n{body.python()}"

@@ -1,0 +1,127 @@
+"""The generated Python wrapper: one function per graph that checks input layouts, allocates buffers, runs
+kernels and extern calls in schedule order, frees buffers after their last use and returns the outputs.
+
+Input: a ``Schedule`` and, per kernel, a compiled callable ``kernel(*buffers)`` (buffers in the order of its
+``KernelBody.buffers``). Output: ``CompiledGraph``, a callable with the graph's calling convention, and its
+source (printed by ``EMBER_LOGS=output_code``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ember.loopir.ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout
+from ember.loopir.kernel import KernelBody
+from ember.loopir.schedule import Kernel, Schedule
+
+
+def restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
+    """``t`` copied into the layout the kernels were generated for."""
+    out = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+@dataclass
+class CompiledGraph:
+    fn: Callable[..., Any]
+    source: str
+    kernel_sources: list[str]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def _size(v: Any) -> str:
+    return repr(tuple(int(x) for x in v))
+
+
+class _Writer:
+    def __init__(self, schedule: Schedule) -> None:
+        self.s = schedule
+        self.lines: list[str] = []
+        self.globals: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided,
+                                        "as_strided": torch.as_strided, "restride": restride}
+        self.layouts: dict[str, Layout] = {n.name: n.layout for n in schedule.graph.nodes}
+
+    def bind(self, prefix: str, value: Any) -> str:
+        name = f"{prefix}{len(self.globals)}"
+        self.globals[name] = value
+        return name
+
+    def ref(self, r: BufferRef) -> str:
+        own = self.layouts[r.name]
+        if r.layout == own:
+            return r.name
+        lay = r.layout
+        return f"as_strided({r.name}, {_size(lay.shape)}, {_size(lay.stride)}, {int(lay.offset)})"
+
+    def arg(self, a: Any) -> str:
+        if isinstance(a, BufferRef):
+            return self.ref(a)
+        if isinstance(a, (list, tuple)):
+            inner = ", ".join(self.arg(x) for x in a)
+            return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+        if isinstance(a, dict):
+            return "{" + ", ".join(f"{k!r}: {self.arg(v)}" for k, v in a.items()) + "}"
+        if isinstance(a, (int, bool, str, type(None))) or (isinstance(a, float) and math.isfinite(a)):
+            return repr(a)
+        return self.bind("c", a)
+
+    def alloc(self, name: str) -> None:
+        lay = self.layouts[name]
+        dev = self.bind("dev", lay.device)
+        self.lines.append(f"    {name} = empty_strided({_size(lay.shape)}, {_size(lay.stride)}, "
+                          f"dtype={lay.dtype}, device={dev})")
+
+    def check(self, name: str) -> None:
+        lay = self.layouts[name]
+        self.lines.append(f"    if {name}.stride() != {_size(lay.stride)}: "
+                          f"{name} = restride({name}, {_size(lay.shape)}, {_size(lay.stride)})")
+
+    def write(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> str:
+        g = self.s.graph
+        self.lines.append(f"def {g.name}({', '.join(g.inputs)}):")
+        for n in g.nodes:
+            if isinstance(n, InputBuffer):
+                if n.position >= 0:
+                    if any(s != 1 for s in n.layout.shape):
+                        self.check(n.name)
+                else:
+                    self.lines.append(f"    {n.name} = {self.bind('const', g.constants[n.name])}")
+        for i, step in enumerate(self.s.steps):
+            if isinstance(step, Kernel):
+                fn, body = kernels[step.name]
+                for b, (_, role) in body.buffers.items():
+                    if role == "out":
+                        self.alloc(b)
+                kname = self.bind(step.name + "_", fn)
+                self.lines.append(f"    {kname}({', '.join(body.buffers)})  # {step.fused()}")
+            elif isinstance(step, Extern):
+                fn = self.bind("extern", step.target)
+                args = ", ".join([self.arg(a) for a in step.args] +
+                                 [f"{k}={self.arg(v)}" for k, v in step.kwargs.items()])
+                self.lines.append(f"    {step.name} = {fn}({args})")
+                if not step.multi:
+                    self.check(step.name)
+            elif isinstance(step, ExternOutput):
+                self.lines.append(f"    {step.name} = {step.source}[{step.index}]")
+                self.check(step.name)
+            if self.s.frees[i]:
+                self.lines.append(f"    del {', '.join(self.s.frees[i])}")
+        outs = [self.ref(o) if isinstance(o, BufferRef) else self.arg(o) for o in g.outputs]
+        self.lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        return "\n".join(self.lines) + "\n"
+
+
+def make_wrapper(schedule: Schedule, kernels: dict[str, tuple[Callable, KernelBody]],
+                 kernel_sources: list[str]) -> CompiledGraph:
+    w = _Writer(schedule)
+    src = w.write(kernels)
+    code = compile(src, f"<ember wrapper {schedule.graph.name}>", "exec")
+    ns = dict(w.globals)
+    exec(code, ns)
+    return CompiledGraph(ns[schedule.graph.name], src, kernel_sources)

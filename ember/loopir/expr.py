@@ -1,0 +1,143 @@
+"""Scalar expressions of the loop IR: what one loop iteration computes.
+
+An expression is a tree of frozen nodes evaluated at one point of a node's iteration space:
+- ``Load(buf, index, dtype, mask)``: element ``index`` (a sympy integer expression over the loop variables,
+  in elements of the buffer's storage) of buffer ``buf``; ``mask`` (a sympy boolean or None) says where the
+  load is valid (padding, concatenation); elsewhere it reads 0 and the enclosing ``where`` picks another value.
+- ``Const(value, dtype)``, ``IndexValue(index, dtype)`` (a value computed from the loop variables: iota).
+- ``Op(name, args, dtype)``: a pointwise operation named as ember's pointwise prims (``exp``, ``add``,
+  ``where``...) plus ``to_dtype`` (a cast to ``dtype``).
+
+Loop variables are sympy symbols ``x0, x1, ...`` (output dims) and ``r0, r1, ...`` (reduced dims), integer and
+nonnegative. Expressions print as Python (``ops.exp(ops.load('buf0', 8*x0 + x1))``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Iterator, Union
+
+import sympy
+import torch
+
+
+@lru_cache(maxsize=None)
+def var(prefix: str, i: int) -> sympy.Symbol:
+    return sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True)
+
+
+def xvars(n: int) -> list[sympy.Symbol]:
+    return [var("x", i) for i in range(n)]
+
+
+def rvars(n: int) -> list[sympy.Symbol]:
+    return [var("r", i) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class Load:
+    buf: str
+    index: sympy.Expr
+    dtype: torch.dtype
+    mask: Any = None
+
+    def __repr__(self) -> str:
+        m = f", mask={self.mask}" if self.mask is not None else ""
+        return f"ops.load({self.buf!r}, {self.index}{m})"
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Any
+    dtype: torch.dtype
+
+    def __repr__(self) -> str:
+        return f"ops.constant({self.value!r}, {self.dtype})"
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    index: sympy.Expr
+    dtype: torch.dtype
+
+    def __repr__(self) -> str:
+        return f"ops.index_value({self.index}, {self.dtype})"
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    args: tuple
+    dtype: torch.dtype
+
+    def __repr__(self) -> str:
+        extra = f", {self.dtype}" if self.name == "to_dtype" else ""
+        return f"ops.{self.name}({', '.join(map(repr, self.args))}{extra})"
+
+
+Expr = Union[Load, Const, IndexValue, Op]
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Every node of ``e``, children before parents (each distinct node once)."""
+    seen: set = set()
+
+    def go(n: Expr) -> Iterator[Expr]:
+        if n in seen:
+            return
+        seen.add(n)
+        if isinstance(n, Op):
+            for a in n.args:
+                yield from go(a)
+        yield n
+    yield from go(e)
+
+
+def loads(e: Expr) -> list[Load]:
+    return [n for n in walk(e) if isinstance(n, Load)]
+
+
+def substitute(e: Expr, fn: Callable[[sympy.Expr], sympy.Expr], load: Callable[[Load], Expr] | None = None
+               ) -> Expr:
+    """Rewrite every index (and mask) in ``e`` with ``fn``; ``load`` may replace a (rewritten) load."""
+    memo: dict = {}
+
+    def go(n: Expr) -> Expr:
+        if n in memo:
+            return memo[n]
+        if isinstance(n, Load):
+            mask = fn(n.mask) if n.mask is not None else None
+            out: Expr = Load(n.buf, fn(n.index), n.dtype, mask)
+            if load is not None:
+                out = load(out)
+        elif isinstance(n, IndexValue):
+            out = IndexValue(fn(n.index), n.dtype)
+        elif isinstance(n, Op):
+            out = Op(n.name, tuple(go(a) for a in n.args), n.dtype)
+        else:
+            out = n
+        memo[n] = out
+        return out
+    return go(e)
+
+
+def size(e: Expr) -> int:
+    return sum(1 for n in walk(e) if isinstance(n, Op))
+
+
+def cast(e: Expr, dtype: torch.dtype) -> Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        return Const(_py_cast(e.value, dtype), dtype)
+    return Op("to_dtype", (e,), dtype)
+
+
+def _py_cast(v: Any, dtype: torch.dtype) -> Any:
+    if dtype is torch.bool:
+        return bool(v)
+    if dtype.is_floating_point:
+        return float(v)
+    if dtype.is_complex:
+        return complex(v)
+    return int(v)

@@ -1,0 +1,103 @@
+"""Index arithmetic for kernels: place a node's loop variables on a kernel's flat ``xindex``/``rindex``.
+
+A node with ranges ``S`` placed on a flat index ``f`` has ``v_i = (f // prod(S[i+1:])) % S[i]``. Index
+expressions linear in the ``v_i`` are rewritten run by run: consecutive variables whose coefficients follow the
+contiguous pattern (``c_i == c_{i+1} * S[i+1]``) merge into one ``(f // P) % N`` term, so a contiguous load of
+a node placed on ``f`` is just ``f`` — no division left for the code generators to strength-reduce.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Sequence
+
+import sympy
+
+from .ir import prod
+
+
+@lru_cache(maxsize=None)
+def flat_symbol(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+XINDEX, RINDEX = flat_symbol("xindex"), flat_symbol("rindex")
+
+
+def _term(flat: sympy.Expr, inner: Any, n: Any, first: bool) -> sympy.Expr:
+    v = flat if inner == 1 else sympy.floor(flat / inner)
+    return v if first else sympy.Mod(v, n)
+
+
+def place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol], Sequence[Any]]]) -> Any:
+    """Rewrite ``expr`` (over loop variables) given, per group, a flat index and the variables/sizes it
+    decomposes into (outermost first)."""
+    if expr is None or isinstance(expr, (bool, int)) or expr in (sympy.true, sympy.false):
+        return expr
+    if isinstance(expr, sympy.Basic) and expr.is_Boolean and not isinstance(expr, sympy.Symbol):
+        return expr.func(*(place(a, groups) for a in expr.args))
+    expr = sympy.expand(expr)
+    syms = [s for _, vs, _ in groups for s in vs]
+    coeffs = _linear(expr, syms)
+    if coeffs is None:
+        return _substitute(expr, groups)
+    out = coeffs.pop(None, sympy.Integer(0))
+    for flat, vs, sizes in groups:
+        out += _merge_runs(flat, [coeffs.get(v, 0) for v in vs], list(sizes))
+    return out
+
+
+def _linear(expr: sympy.Expr, syms: Sequence[sympy.Symbol]) -> dict | None:
+    """{symbol: coefficient, None: rest} when expr is linear in syms with integer coefficients."""
+    out: dict = {}
+    for term in sympy.Add.make_args(expr):
+        free = [s for s in term.free_symbols if s in syms]
+        if not free:
+            out[None] = out.get(None, 0) + term
+            continue
+        if len(free) > 1:
+            return None
+        s = free[0]
+        c = sympy.simplify(term / s)
+        if c.free_symbols & set(syms) or not (c.is_integer or c.free_symbols):
+            return None
+        out[s] = out.get(s, 0) + c
+    return out
+
+
+def _merge_runs(flat: sympy.Expr, coefs: list, sizes: list) -> sympy.Expr:
+    out = sympy.Integer(0)
+    n = len(sizes)
+    i = n - 1
+    while i >= 0:
+        if coefs[i] == 0 or sizes[i] == 1:
+            i -= 1
+            continue
+        j = i  # the run is [k..i], innermost var i
+        k = i
+        while k - 1 >= 0 and sizes[k - 1] != 1 and coefs[k - 1] == coefs[k] * sizes[k]:
+            k -= 1
+        inner = prod(sizes[j + 1:])
+        span = prod(sizes[k:j + 1])
+        out += coefs[j] * _term(flat, inner, span, first=all(s == 1 for s in sizes[:k]))
+        i = k - 1
+    return out
+
+
+def _substitute(expr: sympy.Expr, groups: Sequence) -> sympy.Expr:
+    sub = {}
+    for flat, vs, sizes in groups:
+        for i, v in enumerate(vs):
+            sub[v] = 0 if sizes[i] == 1 else _term(flat, prod(sizes[i + 1:]), sizes[i],
+                                                   all(s == 1 for s in sizes[:i]))
+    return expr.xreplace(sub)
+
+
+def split_point(sizes: Sequence[Any], outer: Any) -> int | None:
+    """Index k with prod(sizes[:k]) == outer (the dims that iterate over x), or None."""
+    acc: Any = 1
+    for k in range(len(sizes) + 1):
+        if acc == outer:
+            return k
+        if k < len(sizes):
+            acc = acc * sizes[k]
+    return None

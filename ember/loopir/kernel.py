@@ -1,0 +1,221 @@
+"""Kernel bodies: a scheduled ``Kernel`` as straight-line statements that code generators print.
+
+A kernel runs, for each outer point ``xindex`` (and in reductions for each reduced point ``rindex``):
+``sections[0]`` (x level, once per outer point), then per reduction loop an ``r`` section (once per reduced
+point) followed by an ``x`` section (after the loop: reduction results and what depends on them). Pointwise
+kernels have a single ``x`` section. Statements:
+- ``Assign(var, kind, args, dtype)``: kind ``load`` (buf, index, mask), ``const`` (value), ``index`` (sympy
+  expression), ``op`` (name, *vars), ``cast`` (var), ``reduced`` (accumulator var, reduce type: the final
+  value of a reduction).
+- ``Accumulate(acc, reduce_type, var, dtype)``: fold ``var`` into accumulator ``acc`` (declared by the code
+  generator before the loop of its ``r`` section).
+- ``Store(buf, index, var)``.
+Values are common-subexpression eliminated; values that depend only on ``xindex`` are computed in the x section
+before the loop that needs them. Indices are sympy expressions over ``xindex``/``rindex``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+
+from .expr import Const, Expr, IndexValue, Load, Op
+from .indexing import RINDEX, place
+from .ir import Pointwise, Reduction
+from .schedule import Kernel, placement, store_index
+
+
+@dataclass
+class Assign:
+    var: str
+    kind: str
+    args: tuple
+    dtype: torch.dtype
+    level: str          # "x" or "r"
+
+
+@dataclass
+class Accumulate:
+    acc: str
+    reduce_type: str
+    var: str
+    dtype: torch.dtype
+
+
+@dataclass
+class Store:
+    buf: str
+    index: sympy.Expr
+    var: str
+    level: str
+
+
+@dataclass
+class Section:
+    level: str                   # "x" or "r"
+    stmts: list = field(default_factory=list)
+    accumulators: list = field(default_factory=list)   # (acc, reduce_type, dtype) declared before the loop
+
+
+@dataclass
+class KernelBody:
+    kernel: Kernel
+    sections: list[Section]
+    buffers: dict[str, tuple[torch.dtype, str]]   # buffer -> (dtype, "in" | "out")
+    dtypes: dict[str, torch.dtype]                # var -> dtype
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def python(self) -> str:
+        out = []
+        for s in self.sections:
+            ind = "    " if s.level == "r" else ""
+            if s.level == "r":
+                for acc, rt, dt in s.accumulators:
+                    out.append(f"{acc} = init_{rt}({dt})")
+                out.append("for rindex in range(rnumel):")
+            for st in s.stmts:
+                out.append(ind + _fmt(st))
+        return "\n".join(out)
+
+
+def _fmt(st: Any) -> str:
+    if isinstance(st, Assign):
+        return f"{st.var} = {st.kind}{st.args}"
+    if isinstance(st, Accumulate):
+        return f"{st.acc} = {st.reduce_type}({st.acc}, {st.var})"
+    return f"store({st.buf}, {st.index}, {st.var})"
+
+
+class _Builder:
+    def __init__(self, kernel: Kernel, persistent: bool) -> None:
+        self.k = kernel
+        self.persistent = persistent
+        self.by_name = {n.name: n for n in kernel.nodes}
+        self.groups = {n.name: placement(n, kernel.xnumel, kernel.rnumel) for n in kernel.nodes}
+        self.sections: list[Section] = [Section("x")]
+        self.xcache: dict = {}
+        self.rcache: dict = {}
+        self.levels: dict[str, str] = {}
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.final: dict[str, str] = {}       # reduction node -> var holding its result
+        self.n = 0
+        self.buffers: dict[str, tuple[torch.dtype, str]] = {}
+
+    # -- timing: which loop computes each node ---------------------------------------------------------
+    def times(self) -> dict[str, tuple[str, int]]:
+        """node -> ("r", loop) for per-reduced-point nodes, ("x", after_loop) for per-outer-point ones."""
+        t: dict[str, tuple[str, int]] = {}
+        for n in self.k.nodes:
+            loop, after = 0, -1
+            for dep in n.reads() & set(self.by_name):
+                kind, v = t[dep]
+                if kind == "r" and not isinstance(self.by_name[dep], Reduction):
+                    loop = max(loop, v)
+                else:
+                    loop, after = max(loop, v + 1), max(after, v)
+            if isinstance(n, Reduction):
+                t[n.name] = ("r", loop)
+            elif self.k.is_reduction and any(RINDEX in g[0].free_symbols for g in self.groups[n.name]):
+                t[n.name] = ("r", loop)
+            else:
+                t[n.name] = ("x", after)
+        return t
+
+    # -- emission ------------------------------------------------------------------------------------------
+    def var(self, dtype: torch.dtype, level: str) -> str:
+        self.n += 1
+        name = f"tmp{self.n - 1}"
+        self.dtypes[name], self.levels[name] = dtype, level
+        return name
+
+    def assign(self, kind: str, args: tuple, dtype: torch.dtype, level: str) -> str:
+        key = (kind, args, dtype)
+        cache = self.xcache if level == "x" else self.rcache
+        if key in cache:
+            return cache[key]
+        v = self.var(dtype, level)
+        sec = self.xsec if level == "x" else self.rsec
+        sec.stmts.append(Assign(v, kind, args, dtype, level))
+        cache[key] = v
+        return v
+
+    def emit(self, e: Expr, groups: list) -> str:
+        if isinstance(e, Load):
+            if e.buf in self.by_name:
+                producer = self.by_name[e.buf]
+                if isinstance(producer, Reduction):
+                    return self.final[producer.name]
+                return self.emit(producer.body, self.groups[producer.name])  # type: ignore[attr-defined]
+            idx, mask = place(e.index, groups), place(e.mask, groups) if e.mask is not None else None
+            self.buffers.setdefault(e.buf, (e.dtype, "in"))
+            lvl = "r" if _has_r(idx) or _has_r(mask) else "x"
+            return self.assign("load", (e.buf, idx, mask), e.dtype, lvl)
+        if isinstance(e, Const):
+            return self.assign("const", (e.value,), e.dtype, "x")
+        if isinstance(e, IndexValue):
+            idx = place(e.index, groups)
+            return self.assign("index", (idx,), e.dtype, "r" if _has_r(idx) else "x")
+        assert isinstance(e, Op)
+        args = tuple(self.emit(a, groups) for a in e.args)
+        lvl = "r" if any(self.levels[a] == "r" for a in args) else "x"
+        if e.name == "to_dtype":
+            return self.assign("cast", args, e.dtype, lvl)
+        return self.assign("op", (e.name, *args), e.dtype, lvl)
+
+    def build(self) -> KernelBody:
+        times = self.times()
+        nloops = 1 + max([v for kind, v in times.values() if kind == "r"], default=-1)
+        stores = set(self.k.stores)
+        self.xsec = self.sections[0]
+        self.rsec = Section("r")
+        self._emit_x(times, -1, stores)
+        for loop in range(nloops):
+            self.rsec = Section("r")
+            if not self.persistent:
+                self.rcache = {}
+            self.sections.append(self.rsec)
+            after = Section("x")
+            for n in self.k.nodes:
+                if times[n.name] != ("r", loop):
+                    continue
+                g = self.groups[n.name]
+                v = self.emit(n.body, g)  # type: ignore[attr-defined]
+                if isinstance(n, Reduction):
+                    acc = f"acc_{n.name}"
+                    self.rsec.accumulators.append((acc, n.reduce_type, n.dtype))
+                    self.rsec.stmts.append(Accumulate(acc, n.reduce_type, v, n.dtype))
+                    fv = self.var(n.dtype, "x")
+                    after.stmts.append(Assign(fv, "reduced", (acc, n.reduce_type), n.dtype, "x"))
+                    self.final[n.name] = fv
+                    if n.name in stores:
+                        after.stmts.append(Store(n.name, store_index(n, g), fv, "x"))
+                elif n.name in stores:
+                    self.rsec.stmts.append(Store(n.name, store_index(n, g), v, "r"))
+            self.sections.append(after)
+            self.xsec = after
+            self._emit_x(times, loop, stores)
+        for n in stores:
+            self.buffers[n] = (self.by_name[n].dtype, "out")
+        return KernelBody(self.k, [s for s in self.sections if s.stmts or s.accumulators],
+                          self.buffers, self.dtypes)
+
+    def _emit_x(self, times: dict, after: int, stores: set) -> None:
+        for n in self.k.nodes:
+            if times[n.name] == ("x", after) and isinstance(n, Pointwise):
+                g = self.groups[n.name]
+                v = self.emit(n.body, g)
+                if n.name in stores:
+                    self.xsec.stmts.append(Store(n.name, store_index(n, g), v, self.levels[v]))
+
+
+def _has_r(e: Any) -> bool:
+    return e is not None and isinstance(e, sympy.Basic) and RINDEX in e.free_symbols
+
+
+def kernel_body(kernel: Kernel, persistent: bool = True) -> KernelBody:
+    return _Builder(kernel, persistent).build()

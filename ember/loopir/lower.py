@@ -1,0 +1,195 @@
+"""Lowering: a prim graph (FX, every node's meta["val"] a TensorMeta or fake tensor) -> ``LoopGraph``.
+
+One small function per prim, registered with ``@register_lowering("exp")``. A lowering receives the
+``Lowerer`` and the node's arguments with tensors as ``TV``s and returns a ``TV`` (or a tuple of them).
+Pointwise ops and views compose loaders, so chains of them become one loop body; a value is *realized*
+(given a buffer) where it is a graph output, an extern argument, a reduction result, or used more than once
+(the scheduler later fuses those buffers back into their users' kernels). Prims and ATen ops without a
+lowering become ``Extern`` nodes that run the op's eager implementation, recorded in ``MISSING_LOWERINGS``
+and shown in ``EMBER_LOGS=perf_hints``.
+"""
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from ember import logs
+from ember.errors import EmberError
+
+from .expr import size, xvars
+from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
+from .values import TV, buffer_view, contiguous_layout
+
+LOWERINGS: dict[str, Callable[..., Any]] = {}
+MISSING_LOWERINGS: Counter = Counter()
+# a pointwise value used more than once is realized when its body has at least this many ops
+REALIZE_OPS = 1
+# any value whose body grew beyond this many ops is realized (bounds the size of inlined bodies)
+MAX_INLINE_OPS = 200
+
+
+class LoweringError(EmberError):
+    """A graph the loop IR cannot represent (the caller runs it as an FX graph instead)."""
+
+
+def register_lowering(*names: str) -> Callable[[Callable], Callable]:
+    def wrap(fn: Callable) -> Callable:
+        for n in names:
+            if n in LOWERINGS:
+                raise ValueError(f"ember.loopir: prim {n!r} has two lowerings")
+            LOWERINGS[n] = fn
+        return fn
+    return wrap
+
+
+def layout_of(meta: Any) -> Layout:
+    return Layout(tuple(meta.shape), tuple(meta.stride() if callable(meta.stride) else meta.stride),
+                  meta.dtype, torch.device(meta.device), int(meta.storage_offset())
+                  if hasattr(meta, "storage_offset") and callable(meta.storage_offset) else 0)
+
+
+def _is_dense(layout: Layout) -> bool:
+    """Non-overlapping and dense: some permutation of the dims is contiguous."""
+    dims = sorted((i for i, s in enumerate(layout.shape) if s != 1), key=lambda i: layout.stride[i])
+    expect = 1
+    for i in dims:
+        if layout.stride[i] != expect:
+            return False
+        expect *= layout.shape[i]
+    return layout.offset == 0
+
+
+class Lowerer:
+    def __init__(self, gm: fx.GraphModule, name: str = "graph") -> None:
+        self.gm, self.name = gm, name
+        self.nodes: list[Node] = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self._count = 0
+
+    def new_name(self, prefix: str = "buf") -> str:
+        self._count += 1
+        return f"{prefix}{self._count - 1}"
+
+    # -- buffers ---------------------------------------------------------------------------------------
+    def realize(self, tv: TV, layout: Layout | None = None) -> BufferRef:
+        if tv.view is not None and (layout is None or layout == tv.view[1]):
+            return BufferRef(*tv.view)
+        layout = layout or contiguous_layout(tv)
+        name = self.new_name()
+        self.nodes.append(Pointwise(name, layout, tuple(tv.shape), tv.loader(xvars(tv.ndim))))
+        return BufferRef(name, layout)
+
+    def realized(self, tv: TV) -> TV:
+        ref = self.realize(tv)
+        return buffer_view(ref.name, ref.layout)
+
+    def extern(self, target: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
+        def ref(a: Any) -> Any:
+            return self.realize(a) if isinstance(a, TV) else a
+        args, kwargs = tree_map(ref, args), tree_map(ref, kwargs)
+        name = self.new_name()
+        if isinstance(meta, (tuple, list)):
+            self.nodes.append(Extern(name, layout_of(_first_tensor(meta)), target, args, kwargs, multi=True))
+            outs = []
+            for i, m in enumerate(meta):
+                if m is None or not hasattr(m, "shape"):
+                    outs.append(m)
+                    continue
+                lay = layout_of(m)
+                self.nodes.append(ExternOutput(f"{name}_{i}", lay, name, i))
+                outs.append(buffer_view(f"{name}_{i}", lay))
+            return type(meta)(outs) if isinstance(meta, tuple) else outs
+        lay = layout_of(meta)
+        self.nodes.append(Extern(name, lay, target, args, kwargs))
+        return buffer_view(name, lay)
+
+    # -- the graph -----------------------------------------------------------------------------------------
+    def run(self) -> LoopGraph:
+        env: dict[fx.Node, Any] = {}
+        inputs: list[str] = []
+        outputs: list[Any] = []
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                val = node.meta.get("val")
+                if not isinstance(val, torch.Tensor) and not hasattr(val, "shape"):
+                    raise LoweringError(f"ember.loopir: graph input {node.name} is not a tensor ({val!r})")
+                name = f"arg{len(inputs)}"
+                lay = layout_of(val)
+                self.nodes.append(InputBuffer(name, lay, len(inputs)))
+                inputs.append(name)
+                env[node] = buffer_view(name, lay)
+            elif node.op == "get_attr":
+                val = _attr(self.gm, node.target)
+                if not isinstance(val, torch.Tensor):
+                    env[node] = val
+                    continue
+                name = self.new_name("const")
+                self.constants[name] = val
+                lay = layout_of(val)
+                self.nodes.append(InputBuffer(name, lay, -1))
+                env[node] = buffer_view(name, lay)
+            elif node.op == "call_function":
+                args, kwargs = fx.map_arg((node.args, node.kwargs), lambda n: env[n])
+                env[node] = self.call(node, args, kwargs)
+            elif node.op == "output":
+                outs, spec = tree_flatten(fx.map_arg(node.args[0], lambda n: env[n]))
+                metas = tree_flatten(fx.map_arg(node.args[0], lambda n: n.meta.get("val")))[0]
+                for o, m in zip(outs, metas):
+                    outputs.append(self.realize(o, self._output_layout(o, m)) if isinstance(o, TV) else o)
+            else:
+                raise LoweringError(f"ember.loopir: unsupported node {node.op} {node.target}")
+        return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants)
+
+    def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
+        if tv.view is not None or meta is None or not hasattr(meta, "shape"):
+            return None
+        lay = layout_of(meta)
+        return lay if _is_dense(lay) and tuple(lay.shape) == tuple(tv.shape) else None
+
+    def call(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
+        target = node.target
+        meta = node.meta.get("val")
+        if target is operator.getitem or getattr(target, "__name__", "") == "_getitem":
+            return args[0][args[1]]
+        name = getattr(target, "name", None) if type(target).__name__ == "Prim" else None
+        fn = LOWERINGS.get(name) if name else None
+        if fn is None:
+            label = f"prims.{name}" if name else str(target)
+            MISSING_LOWERINGS[label] += 1
+            if name not in _EXPECTED_EXTERNS:
+                logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
+            impl = target.impl if name else target
+            return self.extern(impl, args, kwargs, meta)
+        out = fn(self, *args, **kwargs)
+        if isinstance(out, TV) and out.view is None:
+            n_ops = size(out.loader(xvars(out.ndim)))
+            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and n_ops >= REALIZE_OPS):
+                out = self.realized(out)
+        return out
+
+
+_EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern"}
+
+
+def _first_tensor(meta: Any) -> Any:
+    return next(m for m in meta if hasattr(m, "shape"))
+
+
+def _attr(obj: Any, target: str) -> Any:
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def lower(gm: fx.GraphModule, name: str = "graph") -> LoopGraph:
+    from . import lowerings  # noqa: F401  (registers the table)
+    return Lowerer(gm, name).run()
+
+
+__all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer",
+           "tree_unflatten"]

@@ -1,0 +1,338 @@
+"""The lowering table: one small function per prim (pointwise, casts, constants, views, movement,
+reductions). Prims not listed here (matmul, convolution, attention, indexing, RNG) stay externs."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import sympy
+import torch
+
+from ember.decomp.meta import canonical_dims
+
+from .expr import Const, Op, _py_cast, cast
+from .ir import Layout, Reduction, contiguous_stride, prod
+from .lower import Lowerer, register_lowering
+from .values import TV, buffer_view, constant, index_value, masked, pointwise, restride
+
+UNARY = ("neg abs exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh "
+         "asinh acosh atanh sigmoid erf erfc erfinv lgamma digamma floor ceil round trunc sign reciprocal "
+         "bitwise_not").split()
+BOOL_UNARY = "logical_not isnan isinf isfinite signbit".split()
+BINARY = ("add sub mul div floordiv remainder fmod pow maximum minimum atan2 hypot copysign nextafter "
+          "bitwise_and bitwise_or bitwise_xor shift_left shift_right").split()
+COMPARE = "eq ne lt le gt ge logical_and logical_or logical_xor".split()
+
+
+def _dtype_of(args: Sequence[Any]) -> torch.dtype:
+    return next(a.dtype for a in args if isinstance(a, TV))
+
+
+def _pw(name: str, bool_out: bool) -> Any:
+    def lowering(L: Lowerer, *args: Any) -> TV:
+        dt = _dtype_of(args)
+        return pointwise(name, args, dt, torch.bool if bool_out else None)
+    return lowering
+
+
+for _n in UNARY + BINARY:
+    register_lowering(_n)(_pw(_n, False))
+for _n in BOOL_UNARY + COMPARE:
+    register_lowering(_n)(_pw(_n, True))
+
+
+@register_lowering("where")
+def _where(L: Lowerer, cond: Any, a: Any, b: Any) -> TV:
+    dt = _dtype_of([a, b]) if isinstance(a, TV) or isinstance(b, TV) else (
+        torch.float32 if isinstance(a, float) or isinstance(b, float) else torch.int64)
+    t0 = next(x for x in (cond, a, b) if isinstance(x, TV))
+
+    def load(idx: Sequence[sympy.Expr]) -> Any:
+        c = cond.loader(idx) if isinstance(cond, TV) else Const(bool(cond), torch.bool)
+        ops = [x.loader(idx) if isinstance(x, TV) else Const(_py_cast(x, dt), dt) for x in (a, b)]
+        return Op("where", (c, *ops), dt)
+    return TV(t0.shape, dt, t0.device, load)
+
+
+@register_lowering("convert_element_type")
+def _convert(L: Lowerer, x: TV, dtype: torch.dtype) -> TV:
+    return TV(x.shape, dtype, x.device, lambda idx: cast(x.loader(idx), dtype))
+
+
+# constants ---------------------------------------------------------------------------------------------------
+@register_lowering("full")
+def _full(L: Lowerer, shape: Sequence, value: Any, dtype: torch.dtype, device: Any = "cpu") -> TV:
+    return constant(tuple(shape), value, dtype, torch.device(device))
+
+
+@register_lowering("empty")
+def _empty(L: Lowerer, shape: Sequence, dtype: torch.dtype, device: Any = "cpu") -> TV:
+    return constant(tuple(shape), 0, dtype, torch.device(device))
+
+
+@register_lowering("iota")
+def _iota(L: Lowerer, length: Any, start: Any, step: Any, dtype: torch.dtype, device: Any = "cpu") -> TV:
+    if dtype.is_floating_point:
+        base = index_value((length,), lambda idx: idx[0], torch.int64, torch.device(device))
+        return pointwise("add", [pointwise("mul", [TV(base.shape, dtype, base.device,
+                                                     lambda i: cast(base.loader(i), dtype)), step], dtype),
+                                 start], dtype)
+    return index_value((length,), lambda idx: start + step * idx[0], dtype, torch.device(device))
+
+
+# views ------------------------------------------------------------------------------------------------------
+@register_lowering("broadcast_in_dim")
+def _broadcast(L: Lowerer, x: TV, shape: Sequence, bdims: Sequence[int]) -> TV:
+    shape = tuple(shape)
+
+    def imap(idx: Sequence) -> list:
+        return [0 if x.shape[i] == 1 and shape[d] != 1 else idx[d] for i, d in enumerate(bdims)]
+
+    def lay(l: Layout) -> Layout:
+        st = [0] * len(shape)
+        for i, d in enumerate(bdims):
+            st[d] = 0 if x.shape[i] == 1 and shape[d] != 1 else l.stride[i]
+        return Layout(shape, tuple(st), l.dtype, l.device, l.offset)
+    return restride(x, shape, imap, lay)
+
+
+@register_lowering("permute")
+def _permute(L: Lowerer, x: TV, perm: Sequence[int]) -> TV:
+    perm = [p % x.ndim for p in perm] if x.ndim else list(perm)
+
+    def imap(idx: Sequence) -> list:
+        out: list = [0] * x.ndim
+        for j, p in enumerate(perm):
+            out[p] = idx[j]
+        return out
+
+    def lay(l: Layout) -> Layout:
+        return Layout(tuple(l.shape[p] for p in perm), tuple(l.stride[p] for p in perm), l.dtype, l.device,
+                      l.offset)
+    return restride(x, tuple(x.shape[p] for p in perm), imap, lay)
+
+
+@register_lowering("squeeze")
+def _squeeze(L: Lowerer, x: TV, dims: Sequence[int]) -> TV:
+    dims = set(canonical_dims(dims, x.ndim)) if dims else set()
+    dims = {d for d in dims if x.shape[d] == 1}
+    keep = [i for i in range(x.ndim) if i not in dims]
+
+    def imap(idx: Sequence) -> list:
+        it = iter(idx)
+        return [0 if i in dims else next(it) for i in range(x.ndim)]
+
+    def lay(l: Layout) -> Layout:
+        return Layout(tuple(l.shape[i] for i in keep), tuple(l.stride[i] for i in keep), l.dtype, l.device,
+                      l.offset)
+    return restride(x, tuple(x.shape[i] for i in keep), imap, lay)
+
+
+@register_lowering("unsqueeze")
+def _unsqueeze(L: Lowerer, x: TV, dim: int) -> TV:
+    dim = dim % (x.ndim + 1)
+
+    def imap(idx: Sequence) -> list:
+        return list(idx[:dim]) + list(idx[dim + 1:])
+
+    def lay(l: Layout) -> Layout:
+        st = l.stride[dim] * l.shape[dim] if dim < x.ndim else 1
+        return Layout(l.shape[:dim] + (1,) + l.shape[dim:], l.stride[:dim] + (st,) + l.stride[dim:], l.dtype,
+                      l.device, l.offset)
+    return restride(x, x.shape[:dim] + (1,) + x.shape[dim:], imap, lay)
+
+
+@register_lowering("slice")
+def _slice(L: Lowerer, x: TV, dim: int, start: Any, end: Any, step: int = 1) -> TV:
+    dim = dim % x.ndim
+    start, end, step = slice(start, end, step).indices(x.shape[dim])
+    n = max(0, (end - start + step - 1) // step)
+    shape = x.shape[:dim] + (n,) + x.shape[dim + 1:]
+
+    def imap(idx: Sequence) -> list:
+        out = list(idx)
+        out[dim] = start + step * idx[dim]
+        return out
+
+    def lay(l: Layout) -> Layout:
+        st = list(l.stride)
+        st[dim] = st[dim] * step
+        return Layout(shape, tuple(st), l.dtype, l.device, l.offset + start * l.stride[dim])
+    return restride(x, shape, imap, lay)
+
+
+@register_lowering("view_of")
+def _view_of(L: Lowerer, x: TV) -> TV:
+    return x
+
+
+@register_lowering("as_strided")
+def _as_strided(L: Lowerer, x: TV, size: Sequence, stride: Sequence, offset: Any = 0) -> TV:
+    ref = L.realize(x)
+    base = ref.layout
+    return buffer_view(ref.name, Layout(tuple(size), tuple(stride), base.dtype, base.device, offset))
+
+
+@register_lowering("reshape")
+def _reshape(L: Lowerer, x: TV, shape: Sequence) -> TV:
+    shape = tuple(shape)
+    if -1 in shape:
+        known = prod([s for s in shape if s != -1])
+        shape = tuple(prod(x.shape) // known if s == -1 else s for s in shape)
+    if x.view is not None and x.view[1].is_contiguous():
+        l = x.view[1]
+        return buffer_view(x.view[0], Layout(shape, contiguous_stride(shape), l.dtype, l.device, l.offset))
+    groups = _reshape_groups(tuple(x.shape), shape)
+
+    def imap(idx: Sequence) -> list:
+        out: list = [0] * x.ndim
+        for old, new in groups:
+            flat = sum((idx[m] * prod(shape[m + 1:new[-1] + 1]) for m in new), sympy.Integer(0))
+            for k, d in enumerate(old):
+                inner = prod(x.shape[d + 1:old[-1] + 1])
+                v = flat if inner == 1 else sympy.floor(flat / inner)
+                out[d] = v if k == 0 else sympy.Mod(v, x.shape[d])
+        return out
+    return restride(x, shape, imap)
+
+
+def _reshape_groups(old: tuple, new: tuple) -> list[tuple[list[int], list[int]]]:
+    """Pair runs of old and new dims with equal products (size-1 dims join the run before them)."""
+    groups, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        go, gn = [i] if i < len(old) else [], [j] if j < len(new) else []
+        po = old[i] if i < len(old) else 1
+        pn = new[j] if j < len(new) else 1
+        i, j = i + (i < len(old)), j + (j < len(new))
+        while po != pn:
+            if po < pn:
+                go.append(i)
+                po *= old[i]
+                i += 1
+            else:
+                gn.append(j)
+                pn *= new[j]
+                j += 1
+        while i < len(old) and old[i] == 1 and (j >= len(new) or new[j] != 1):
+            go.append(i)
+            i += 1
+        while j < len(new) and new[j] == 1 and (i >= len(old) or old[i] != 1):
+            gn.append(j)
+            j += 1
+        groups.append((go, gn))
+    return groups
+
+
+# movement ---------------------------------------------------------------------------------------------------
+@register_lowering("clone")
+def _clone(L: Lowerer, x: TV) -> TV:
+    return TV(x.shape, x.dtype, x.device, x.loader)
+
+
+@register_lowering("flip")
+def _flip(L: Lowerer, x: TV, dims: Sequence[int]) -> TV:
+    dims = set(canonical_dims(dims, x.ndim))
+    return restride(x, x.shape, lambda idx: [x.shape[i] - 1 - v if i in dims else v for i, v in enumerate(idx)])
+
+
+@register_lowering("cat")
+def _cat(L: Lowerer, tensors: Sequence[TV], dim: int) -> TV:
+    tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
+    dim = dim % tensors[0].ndim
+    shape = list(tensors[0].shape)
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    out: Any = None
+    offset = 0
+    pieces = []
+    for t in tensors:
+        pieces.append((offset, t))
+        offset += t.shape[dim]
+    dt = tensors[0].dtype
+    for off, t in reversed(pieces):
+        def shifted(idx: Sequence, off: int = off) -> list:
+            out_idx = list(idx)
+            out_idx[dim] = idx[dim] - off
+            return out_idx
+        if out is None:
+            out = TV(tuple(shape), dt, t.device, lambda idx, t=t, s=shifted: t.loader(s(idx)))
+            continue
+        end = off + t.shape[dim]
+        load = masked(t, lambda idx, end=end: sympy.Lt(idx[dim], end), shifted, out)
+        out = TV(tuple(shape), dt, t.device, load)
+    return out
+
+
+@register_lowering("pad")
+def _pad(L: Lowerer, x: TV, pads: Sequence[tuple], value: Any) -> TV:
+    shape = tuple(s + lo + hi for s, (lo, hi) in zip(x.shape, pads))
+
+    def cond(idx: Sequence) -> Any:
+        c: Any = sympy.true
+        for i, (lo, hi) in enumerate(pads):
+            if lo > 0:
+                c = sympy.And(c, sympy.Ge(idx[i], lo))
+            if hi > 0:
+                c = sympy.And(c, sympy.Lt(idx[i], lo + x.shape[i]))
+        return c
+
+    def imap(idx: Sequence) -> list:
+        return [v - lo for v, (lo, hi) in zip(idx, pads)]
+    if any(lo < 0 or hi < 0 for lo, hi in pads):
+        raise NotImplementedError("negative padding")
+    return TV(shape, x.dtype, x.device, masked(x, cond, imap, value))
+
+
+# reductions -------------------------------------------------------------------------------------------------
+def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch.dtype | None) -> TV:
+    from .expr import rvars, xvars
+    d = canonical_dims(dims, x.ndim) if x.ndim else ()
+    out_dtype = torch.bool if kind in ("any", "all") else (dtype or x.dtype)
+    body_dtype = torch.bool if kind in ("any", "all") else out_dtype
+    if not d:  # nothing reduced: a copy (any/all test truth)
+        return TV(x.shape, out_dtype, x.device, lambda idx: cast(x.loader(idx), out_dtype))
+    kept = [i for i in range(x.ndim) if i not in d]
+    ranges = tuple(x.shape[i] for i in kept)
+    rranges = tuple(x.shape[i] for i in d)
+    xs, rs = xvars(len(kept)), rvars(len(d))
+    idx: list = [0] * x.ndim
+    for v, i in zip(xs, kept):
+        idx[i] = v
+    for v, i in zip(rs, d):
+        idx[i] = v
+    body = cast(x.loader(idx), body_dtype)
+    name = L.new_name()
+    lay = Layout.contiguous(ranges, out_dtype, x.device)
+    L.nodes.append(Reduction(name, lay, ranges, rranges, kind, body))
+    out = buffer_view(name, lay)
+    if keepdim:
+        for i in d:
+            out = _unsqueeze(L, out, i)
+    return out
+
+
+def _reduction(kind: str) -> Any:
+    def lowering(L: Lowerer, x: TV, dims: Any, keepdim: bool = False, dtype: torch.dtype | None = None) -> TV:
+        return _reduce(L, x, dims, keepdim, kind, dtype)
+    return lowering
+
+
+for _k in ("sum", "prod", "amax", "amin", "any", "all"):
+    register_lowering(_k)(_reduction(_k))
+
+
+@register_lowering("var_mean")
+def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool = False) -> tuple:
+    d = canonical_dims(dims, x.ndim) if x.ndim else ()
+    if not d:
+        zero = constant(x.shape, 0.0 if correction == 0 else float("nan"), x.dtype, x.device)
+        return zero, x
+    n = prod([x.shape[i] for i in d])
+    s = _reduce(L, x, d, True, "sum", None)
+    mean_k = L.realized(pointwise("div", [s, n], x.dtype))
+    centered = pointwise("sub", [x, _broadcast(L, mean_k, x.shape, list(range(x.ndim)))], x.dtype)
+    sq = pointwise("mul", [centered, centered], x.dtype)
+    m2 = _reduce(L, sq, d, keepdim, "sum", None)
+    denom = max(n - correction, 0)
+    var = pointwise("div", [m2, float(denom)], x.dtype)
+    mean = mean_k if keepdim else _squeeze(L, mean_k, list(d))
+    return var, mean
+

@@ -1,0 +1,239 @@
+"""Scheduler: group the loop IR's computed buffers into fused kernels, order them, plan memory.
+
+Input: a ``LoopGraph``. Output: a ``Schedule``, the steps to run in order (``Kernel`` groups and ``Extern``
+nodes), for each step the buffers that die after it, and which buffers a kernel must store.
+
+A kernel iterates over ``xnumel`` outer points and, when it reduces, ``rnumel`` reduced points per outer
+point. A node joins a kernel when its iteration space fits (pointwise over ``x`` or ``x*r``, reductions over
+the same ``x``/``r``), every value it reads from the kernel is read at the point that computes it (so no other
+thread's result is needed), and every value it reads from elsewhere is ready before the kernel starts. Groups
+are tried newest first, preferring those holding the node's producers (vertical fusion), then those reading
+the same inputs (horizontal fusion). Refusals are explained in ``EMBER_LOGS=schedule``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+
+from ember import logs
+
+from .expr import Load, loads, rvars, substitute, xvars
+from .indexing import RINDEX, XINDEX, place, split_point
+from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, prod
+
+MAX_KERNEL_NODES = 64
+
+
+@dataclass
+class Kernel:
+    name: str
+    xnumel: Any
+    rnumel: Any
+    nodes: list[Node] = field(default_factory=list)
+    stores: list[str] = field(default_factory=list)     # buffers written to memory
+    reads: list[str] = field(default_factory=list)      # buffers read from memory
+
+    @property
+    def device(self) -> Any:
+        return self.nodes[0].device
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.rnumel != 1
+
+    def fused(self) -> str:
+        return ", ".join(_describe(n) for n in self.nodes)
+
+
+def _describe(n: Node) -> str:
+    if isinstance(n, Reduction):
+        return f"{n.name}={n.reduce_type}"
+    ops = sorted({e.name for e in _ops(n.body)})  # type: ignore[attr-defined]
+    return f"{n.name}={'+'.join(ops) or 'copy'}"
+
+
+def _ops(body: Any) -> list:
+    from .expr import Op, walk
+    return [e for e in walk(body) if isinstance(e, Op)]
+
+
+@dataclass
+class Schedule:
+    graph: LoopGraph
+    steps: list[Any]                       # Kernel | Extern | ExternOutput
+    frees: list[list[str]]                 # buffers whose last use is step i
+
+    def python(self) -> str:
+        out = []
+        for i, s in enumerate(self.steps):
+            if isinstance(s, Kernel):
+                out.append(f"{s.name}: x={s.xnumel} r={s.rnumel} fuses [{s.fused()}] stores {s.stores}")
+            else:
+                out.append(s.python())
+            if self.frees[i]:
+                out.append(f"  del {', '.join(self.frees[i])}")
+        return "\n".join(out)
+
+
+# -- placement: a node's loop variables on a kernel's xindex/rindex -----------------------------------------------
+def placement(node: Node, xnumel: Any, rnumel: Any) -> list | None:
+    """The (flat, vars, sizes) groups that place ``node`` in a kernel of this shape, or None."""
+    if isinstance(node, Reduction):
+        if prod(node.ranges) != xnumel or prod(node.reduction_ranges) != rnumel:
+            return None
+        return [(XINDEX, xvars(len(node.ranges)), list(node.ranges)),
+                (RINDEX, rvars(len(node.reduction_ranges)), list(node.reduction_ranges))]
+    if not isinstance(node, Pointwise):
+        return None
+    n, sizes, vs = prod(node.ranges), list(node.ranges), xvars(len(node.ranges))
+    if n == xnumel:
+        return [(XINDEX, vs, sizes)]
+    if rnumel != 1 and n == xnumel * rnumel:
+        k = split_point(sizes, xnumel)
+        if k is not None:
+            return [(XINDEX, vs[:k], sizes[:k]), (RINDEX, vs[k:], sizes[k:])]
+        return [(XINDEX * rnumel + RINDEX, vs, sizes)]
+    return None
+
+
+def store_index(node: Node, groups: list) -> sympy.Expr:
+    return place(node.store_index(), groups)  # type: ignore[attr-defined]
+
+
+def is_xr(node: Node, groups: list) -> bool:
+    return isinstance(node, Pointwise) and any(RINDEX in g[0].free_symbols for g in groups)
+
+
+# -- grouping -----------------------------------------------------------------------------------------------
+class _Group:
+    def __init__(self, pos: int, node: Node, xnumel: Any, rnumel: Any) -> None:
+        self.pos, self.xnumel, self.rnumel = pos, xnumel, rnumel
+        self.nodes: list[Node] = []
+        self.placed: dict[str, list] = {}
+        self.add(node)
+
+    def add(self, node: Node) -> None:
+        self.nodes.append(node)
+        self.placed[node.name] = placement(node, self.xnumel, self.rnumel)  # type: ignore[assignment]
+
+
+def _shape_of(node: Node) -> tuple[Any, Any]:
+    if isinstance(node, Reduction):
+        return prod(node.ranges), prod(node.reduction_ranges)
+    return prod(node.ranges), 1  # type: ignore[attr-defined]
+
+
+def _why_not(g: _Group, node: Node, where: dict[str, Any]) -> str | None:
+    """None when ``node`` may join ``g``; else the reason (for EMBER_LOGS=schedule)."""
+    if node.device != g.nodes[0].device:
+        return "different device"
+    if len(g.nodes) >= MAX_KERNEL_NODES:
+        return "kernel is full"
+    xn, rn = g.xnumel, g.rnumel
+    if isinstance(node, Reduction) and g.rnumel == 1:
+        xn, rn = _shape_of(node)
+        if any(placement(m, xn, rn) is None for m in g.nodes):
+            return f"reduction over {rn} does not fit pointwise kernel of {g.xnumel}"
+    groups = placement(node, xn, rn)
+    if groups is None:
+        return f"iteration space {_shape_of(node)} does not fit kernel ({g.xnumel}, {g.rnumel})"
+    names = {m.name for m in g.nodes}
+    by_name = {m.name: m for m in g.nodes}
+    for ld in loads(node.body):  # type: ignore[attr-defined]
+        if ld.buf in names:
+            prod_node = by_name[ld.buf]
+            pg = placement(prod_node, xn, rn)
+            if pg is None:
+                return "producer does not fit"
+            if isinstance(prod_node, Reduction) and isinstance(node, Reduction) and \
+                    RINDEX in place(ld.index, groups).free_symbols:
+                return f"reads reduction {ld.buf} inside its own reduction loop"
+            if place(ld.index, groups) != store_index(prod_node, pg):
+                return f"reads {ld.buf} at another point than the one computing it"
+        elif where.get(ld.buf, -1) >= g.pos:
+            return f"reads {ld.buf}, produced after the kernel starts"
+    return None
+
+
+def schedule(graph: LoopGraph) -> Schedule:
+    where: dict[str, int] = {}          # buffer -> position of the step producing it
+    groups: list[_Group] = []
+    steps: list[Any] = []               # _Group | Extern | ExternOutput, in order
+    log = logs.enabled("schedule")
+    for node in graph.nodes:
+        if isinstance(node, InputBuffer):
+            where[node.name] = -1
+            continue
+        if isinstance(node, (Extern, ExternOutput)):
+            where[node.name] = len(steps)
+            steps.append(node)
+            continue
+        deps = node.reads()
+        best, reasons = None, []
+        for g in reversed(groups):
+            why = _why_not(g, node, where)
+            if why is None:
+                score = (len(deps & {m.name for m in g.nodes}), _shared_reads(g, deps))
+                if best is None or score > best[0]:
+                    best = (score, g)
+            elif log and deps & {m.name for m in g.nodes}:
+                reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
+        if best is not None and (best[0][0] or best[0][1]):
+            g = best[1]
+            if isinstance(node, Reduction) and g.rnumel == 1:
+                g.xnumel, g.rnumel = _shape_of(node)
+                g.placed = {m.name: placement(m, g.xnumel, g.rnumel) for m in g.nodes}
+            g.add(node)
+            where[node.name] = g.pos
+        else:
+            for r in reasons:
+                logs.log("schedule", r)
+            xn, rn = _shape_of(node)
+            g = _Group(len(steps), node, xn, rn)
+            groups.append(g)
+            where[node.name] = g.pos
+            steps.append(g)
+    return _finish(graph, steps)
+
+
+def _shared_reads(g: _Group, deps: set[str]) -> int:
+    reads = set().union(*(m.reads() for m in g.nodes))
+    return len(reads & deps)
+
+
+def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
+    outputs = graph.output_names()
+    users = graph.users()
+    kernels: list[Any] = []
+    owner: dict[str, int] = {}
+    k = 0
+    for i, s in enumerate(steps):
+        if isinstance(s, _Group):
+            kern = Kernel(f"kernel{k}", s.xnumel, s.rnumel, s.nodes)
+            k += 1
+            names = {m.name for m in s.nodes}
+            kern.stores = [m.name for m in s.nodes if m.name in outputs or users[m.name] - names]
+            kern.reads = sorted(set().union(*(m.reads() for m in s.nodes)) - names)
+            for m in s.nodes:
+                owner[m.name] = i
+            kernels.append(kern)
+        else:
+            owner[s.name] = i
+            kernels.append(s)
+    # memory: a buffer dies after its last reading step (graph outputs and inputs live on)
+    last: dict[str, int] = {}
+    for i, s in enumerate(kernels):
+        for r in (s.reads if isinstance(s, Kernel) else s.reads()):
+            last[r] = i
+    frees: list[list[str]] = [[] for _ in kernels]
+    stored = {n for s in kernels if isinstance(s, Kernel) for n in s.stores} | \
+        {s.name for s in kernels if not isinstance(s, Kernel)}
+    for name, i in last.items():
+        if name in stored and name not in outputs:
+            frees[i].append(name)
+    return Schedule(graph, kernels, frees)
+
+
+__all__ = ["Kernel", "Schedule", "schedule", "placement", "store_index", "is_xr", "substitute", "Load"]

@@ -1,0 +1,88 @@
+"""Values during lowering: a tensor as a function from an index to a scalar expression.
+
+A ``TV`` has a shape, dtype, device and ``loader(idx) -> Expr``. Pointwise ops compose loaders (so chains fuse
+by construction); views rewrite the index; ``view`` is set when the value is exactly a strided view of a
+realized buffer (then reshapes of contiguous views, externs and outputs need no copy).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from .expr import Const, Expr, IndexValue, Load, Op, _py_cast, cast, substitute
+from .ir import Layout, contiguous_stride
+
+Loader = Callable[[Sequence[sympy.Expr]], Expr]
+
+
+@dataclass
+class TV:
+    shape: tuple
+    dtype: torch.dtype
+    device: torch.device
+    loader: Loader
+    view: tuple[str, Layout] | None = None   # (buffer, layout) when this value is a view of a buffer
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def buffer_view(name: str, layout: Layout) -> TV:
+    def load(idx: Sequence[sympy.Expr]) -> Expr:
+        return Load(name, layout.index(idx), layout.dtype)
+    return TV(layout.shape, layout.dtype, layout.device, load, (name, layout))
+
+
+def restride(x: TV, shape: tuple, index_map: Callable[[Sequence[sympy.Expr]], list],
+             layout_fn: Callable[[Layout], Layout | None] | None = None) -> TV:
+    """A view of ``x``: out[idx] = x[index_map(idx)]; ``layout_fn`` gives the view's layout on x's buffer."""
+    def load(idx: Sequence[sympy.Expr]) -> Expr:
+        return x.loader(index_map(idx))
+    view = None
+    if x.view is not None and layout_fn is not None:
+        lay = layout_fn(x.view[1])
+        if lay is not None:
+            view = (x.view[0], lay)
+    return TV(tuple(shape), x.dtype, x.device, load, view)
+
+
+def constant(shape: tuple, value: Any, dtype: torch.dtype, device: torch.device) -> TV:
+    c = Const(_py_cast(value, dtype), dtype)
+    return TV(tuple(shape), dtype, device, lambda idx: c)
+
+
+def index_value(shape: tuple, fn: Callable[[Sequence[sympy.Expr]], sympy.Expr], dtype: torch.dtype,
+                device: torch.device) -> TV:
+    return TV(tuple(shape), dtype, device, lambda idx: IndexValue(fn(idx), dtype))
+
+
+def pointwise(name: str, args: Sequence[Any], dtype: torch.dtype, out_dtype: torch.dtype | None = None) -> TV:
+    t0 = next(a for a in args if isinstance(a, TV))
+    out = out_dtype or dtype
+
+    def load(idx: Sequence[sympy.Expr]) -> Expr:
+        ops = [a.loader(idx) if isinstance(a, TV) else Const(_py_cast(a, dtype), dtype) for a in args]
+        return Op(name, tuple(ops), out)
+    return TV(t0.shape, out, t0.device, load)
+
+
+def masked(x: TV, cond: Callable[[Sequence[sympy.Expr]], Any], idx_map: Callable, other: Any) -> Loader:
+    """Loader reading x at idx_map(idx) where cond(idx) holds, ``other`` elsewhere (loads are masked)."""
+    def load(idx: Sequence[sympy.Expr]) -> Expr:
+        c = cond(idx)
+        if c is sympy.true:
+            return x.loader(idx_map(idx))
+        inner = substitute(x.loader(idx_map(idx)), lambda e: e,
+                           load=lambda ld: Load(ld.buf, ld.index, ld.dtype,
+                                                c if ld.mask is None else sympy.And(ld.mask, c)))
+        o = other.loader(idx) if isinstance(other, TV) else cast(Const(other, x.dtype), x.dtype)
+        return Op("where", (IndexValue(c, torch.bool), inner, o), x.dtype)
+    return load
+
+
+def contiguous_layout(x: TV) -> Layout:
+    return Layout(x.shape, contiguous_stride(x.shape), x.dtype, x.device)
