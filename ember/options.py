@@ -15,7 +15,7 @@ class CompileOptions:
     coordinate_descent_tuning: bool = False
     epilogue_fusion: bool = True
     debug_graphs: bool = False           # keep every captured GraphModule on the cache entry
-    aot_decompose: bool = False          # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
+    aot_decompose: bool = False # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
 
     _doc = {
         "cache_size_limit": "compiled entries kept per function before it runs eagerly",

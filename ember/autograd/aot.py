@@ -147,22 +147,25 @@ def _copy_graph(g: fx.Graph) -> fx.Graph:
     return new
 
 
-def _aliases(traced: TracedGraph, mutated: set[int]) -> list[AliasInfo]:
-    """User outputs of the (unfunctionalized) trace that are views of a mutated input."""
+def _aliases(traced: TracedGraph) -> list[AliasInfo]:
+    """User outputs of the (unfunctionalized) trace that are views of an input (eager returns a view that shares
+    the input's memory; the compiled graphs, decomposed or generated, may return a copy, so the runtime
+    rebuilds such outputs as views of the real input)."""
     phs = [n for n in traced.gm.graph.nodes if n.op == "placeholder"][:traced.num_inputs]
     out = next(n for n in traced.gm.graph.nodes if n.op == "output")
-    storages = {}
-    for i in mutated:
-        v = _val(phs[i])
+    storages: dict[int, int] = {}
+    for i, ph in enumerate(phs):
+        v = _val(ph)
         if isinstance(v, torch.Tensor) and hasattr(v, "_meta"):
-            storages[v._meta.untyped_storage()._cdata] = i
+            storages.setdefault(v._meta.untyped_storage()._cdata, i)
     found = []
     for k, o in enumerate(list(out.args[0])[:traced.num_forward_outputs]):
         v = _val(o)
         if isinstance(v, torch.Tensor) and hasattr(v, "_meta"):
             i = storages.get(v._meta.untyped_storage()._cdata)
-            if i is not None:
-                found.append(AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset()))
+            if i is not None and _val(phs[i]).dtype == v.dtype:
+                found.append(AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset(),
+                                       bool(v.requires_grad)))
     return found
 
 
@@ -186,7 +189,7 @@ def _build_inference(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     traced, grad_after = _trace(gm, inputs, training=False)
     func = functionalize(traced)
     fwd = _maybe_decompose(func.gm, decompose)
-    aliases = _aliases(traced, {i for i, _ in func.write_backs})
+    aliases = _aliases(traced)
     _log_graphs("inference", fwd, None, "no backward: forward-only inference graph")
     if compile_graph is not None:
         fwd = compile_graph(fwd, "inference")
@@ -227,13 +230,16 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     contiguous = [bool(_val(t).is_contiguous()) for t in tangent_phs]
     if not traced.num_tangents:
         diff, non_diff = [], list(range(n_user + len(write_backs)))
+    # Decompose the functional joint graph, so the partitioner cuts (and recomputes) prims: what the backward
+    # recomputes is then the cheap prims themselves, not whole ATen ops such as layer norm.
+    joint = _maybe_decompose(joint, decompose)
     part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
                           recompute=recompute)
-    fwd, bwd = _maybe_decompose(part.fwd, decompose), _maybe_decompose(part.bwd, decompose)
+    fwd, bwd = part.fwd, part.bwd
     _log_graphs("training", fwd, bwd, part.summary)
     if compile_graph is not None:
         fwd, bwd = compile_graph(fwd, "forward"), compile_graph(bwd, "backward")
-    aliases = _aliases(traced, {i for i, _ in write_backs})
+    aliases = _aliases(traced)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,
                             grad_after)
     return graphs, traced.out_spec

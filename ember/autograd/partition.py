@@ -96,9 +96,30 @@ def op_name(node: fx.Node) -> str:
     return getattr(packet, "__name__", getattr(t, "__name__", str(t)))
 
 
+# ember prims (``ember.decomp``) are classified by their kind: pointwise math, casts, views, movement and
+# constants are cheap; reductions, extern kernels (matmul, convolution, attention, ATen fallbacks), indexing
+# (gather/scatter) and RNG are not recomputed.
+PRIM_RECOMPUTABLE_KINDS: frozenset[str] = frozenset({"pointwise", "cast", "view", "movement", "constant"})
+
+
+def _prim_kind(node: fx.Node) -> str | None:
+    from ember.decomp.core import Prim
+
+    return node.target.kind if isinstance(node.target, Prim) else None
+
+
+def _is_prim_getitem(node: fx.Node) -> bool:
+    from ember.decomp.interp import _getitem
+
+    return node.target is _getitem
+
+
 def is_rng(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
+    kind = _prim_kind(node)
+    if kind is not None:
+        return kind == "rng"
     tags = getattr(node.target, "tags", ())
     return op_name(node) in RNG or torch.Tag.nondeterministic_seeded in tags
 
@@ -107,6 +128,11 @@ def can_recompute(node: fx.Node) -> bool:
     """Whether the backward may recompute ``node`` instead of loading it from the saved set."""
     if node.op != "call_function" or is_rng(node):
         return False
+    kind = _prim_kind(node)
+    if kind is not None:
+        return kind in PRIM_RECOMPUTABLE_KINDS
+    if _is_prim_getitem(node):
+        return True
     name = op_name(node)
     return name in RECOMPUTABLE and name not in EXPENSIVE
 
@@ -119,9 +145,24 @@ def node_bytes(node: fx.Node, _cache: dict[fx.Node, Any] | None = None) -> int |
             return int(val.numel()) * val.element_size()
         except (TypeError, RuntimeError):   # symbolic sizes: unknown, assume large
             return 1 << 40
+    if _is_tensor_meta(val):              # a prim's value (ember.decomp.TensorMeta)
+        try:
+            return int(val.numel()) * _itemsize(val.dtype)
+        except TypeError:                 # symbolic sizes
+            return 1 << 40
     if isinstance(val, (tuple, list)):
         return None
     return 8 if val is not None else 1 << 40
+
+
+def _is_tensor_meta(val: Any) -> bool:
+    from ember.decomp.meta import TensorMeta
+
+    return isinstance(val, TensorMeta)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype, device="meta").element_size()
 
 
 def _infer_val(node: fx.Node, cache: dict[fx.Node, Any]) -> Any:
@@ -367,7 +408,7 @@ def _build_bwd(joint: fx.GraphModule, j: _Joint, saved: list[fx.Node], num_prima
 
 def _describe(n: fx.Node) -> str:
     val = n.meta.get("val")
-    if isinstance(val, torch.Tensor):
+    if isinstance(val, torch.Tensor) or _is_tensor_meta(val):
         dt = str(val.dtype).replace("torch.", "")
         return f"{dt}{list(val.shape)}"
     return type(val).__name__

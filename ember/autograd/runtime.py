@@ -13,7 +13,8 @@ Invariants:
 - A saved value that is an input about to be written back is saved as a copy of its old value.
 - Mutated inputs (BatchNorm running stats, in-place updates of arguments or buffers) get their new value
   copied in after the function ran, in the caller's grad mode, so an input that eager would have given a
-  gradient history gets one here too; outputs that alias a mutated input are rebuilt as views of that input.
+  gradient history gets one here too; outputs that alias an input (in the trace) are rebuilt as views of
+  that input, so they share its memory as in eager.
 - Double backward (``create_graph=True`` then differentiating a gradient) is not supported: the gradients
   carry a node that raises ``DoubleBackwardError`` when it is differentiated. First-order gradients with
   ``create_graph=True`` still work; only differentiating them again fails.
@@ -48,6 +49,7 @@ class AliasInfo:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset: int
+    requires_grad: bool = True      # False: the traced output had no autograd history (``x.detach()``)
 
 
 @dataclass
@@ -150,7 +152,7 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
         else:
             dst.copy_(src)
     for a in aliases:
-        base = args[a.input]
+        base = args[a.input] if a.requires_grad else args[a.input].detach()
         if tuple(base.shape) == a.size and tuple(base.stride()) == a.stride and base.storage_offset() == a.offset:
             outs[a.output] = base
         else:

@@ -54,14 +54,21 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         logs.log("schedule", f"{name}:\n{sched.python()}")
     kernels: dict[str, tuple[Callable, Any]] = {}
     sources: list[str] = []
+    by_backend: dict[str, list[Any]] = {}
     for step in sched.steps:
         if isinstance(step, Kernel):
-            mod = _backend_module(kernel_backend(step.device, options))
-            persistent = mod.persistent(step, options) if hasattr(mod, "persistent") else True
-            body = kernel_body(step, persistent=persistent)
-            fn, src = mod.compile_kernel(body, options), mod.source(body)
-            kernels[step.name] = (fn, body)
-            sources.append(src)
+            by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
+    for backend, steps in by_backend.items():
+        mod = _backend_module(backend)
+        bodies = [kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
+                  for s in steps]
+        if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
+            fns = mod.compile_kernels(bodies, options, name)
+        else:
+            fns = [mod.compile_kernel(b, options) for b in bodies]
+        for body, fn in zip(bodies, fns):
+            kernels[body.name] = (fn, body)
+            sources.append(mod.source(body))
     compiled = make_wrapper(sched, kernels, sources)
     if logs.enabled("output_code"):
         logs.log("output_code", f"# ember wrapper for {name}\n{compiled.source}\n" + "\n".join(sources))

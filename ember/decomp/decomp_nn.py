@@ -321,26 +321,14 @@ def _mse_loss_backward(grad: Any, x: Any, target: Any, reduction: int) -> Any:
 
 
 # dropout, embedding, indexing -----------------------------------------------------------------------------
-_RNG_OFFSET = [0]
-
-
-def next_rng() -> tuple[Any, int]:
-    """A fresh (seed, offset) for one RNG prim: the seed draws from torch's global generator."""
-    _RNG_OFFSET[0] += 1
-    return P.rng_seed("cpu"), _RNG_OFFSET[0]
-
-
 @register_decomposition(aten.native_dropout.default)
 def _native_dropout(x: Any, p: float, train: Any) -> tuple:
     if not train or p == 0:
         return P.clone(x), P.full(tuple(x.shape), True, torch.bool, x.device)
-    seed, offset = next_rng()
-    u = P.uniform(tuple(x.shape), 0.0, 1.0, torch.float32, x.device, seed, offset)
-    keep = P.ge(u, float(p))
+    keep = P.native_dropout_mask(tuple(x.shape), float(p), x.dtype, x.device)
     scale = 1.0 / (1.0 - p) if p < 1 else 0.0
-    out = P.where(keep, P.mul(opmath(x), scale), P.full(tuple(x.shape), 0.0, opmath_dtype(x.dtype),
-                                                         x.device))
-    return to(out, x.dtype), keep
+    # eager: input.mul(mask).mul_(scale), each in the input's dtype
+    return P.mul(P.mul(x, to(keep, x.dtype)), scale), keep
 
 
 @register_decomposition(aten.native_dropout_backward.default)
@@ -355,9 +343,9 @@ def _dropout(x: Any, p: float, train: bool) -> Any:
 
 @register_decomposition(aten.bernoulli.p)
 def _bernoulli_p(x: Any, p: float = 0.5, *, generator: Any = None) -> Any:
-    seed, offset = next_rng()
-    u = P.uniform(tuple(x.shape), 0.0, 1.0, torch.float32, x.device, seed, offset)
-    return to(P.lt(u, float(p)), x.dtype)
+    if generator is not None:
+        return P.aten_extern(aten.bernoulli.p, (x, p), {"generator": generator})
+    return P.bernoulli(tuple(x.shape), float(p), x.dtype, x.device)
 
 
 @register_decomposition(aten.embedding.default)

@@ -2,7 +2,9 @@
 
 View prims (``broadcast_in_dim``, ``permute``, ``squeeze``, ``unsqueeze``, ``slice``, ``as_strided``) have meta
 rules that compute strides from the input's strides; movement prims (``reshape``, ``cat``, ``pad``, ``flip``,
-``clone``) produce contiguous results. RNG prims are pure functions of an explicit ``(seed, offset)``.
+``clone``) produce contiguous results. RNG prims ``uniform``/``normal`` are pure functions of an explicit
+``(seed, offset)``; ``bernoulli``/``native_dropout_mask`` (what the default decompositions use) draw from
+torch's generator in program order, as eager does, so seeded programs reproduce eager's masks.
 ``mm``/``bmm``/``addmm``/``convolution``/``sdpa`` are extern kernels; ``aten_extern`` runs any ATen op that has
 no decomposition (its meta rule runs the op's meta-device kernel and needs concrete sizes).
 """
@@ -99,7 +101,9 @@ register_prim("permute", lambda x, perm: x.permute(tuple(perm)), _permute_meta, 
 register_prim("squeeze", _squeeze_impl, _squeeze_meta, "view")
 register_prim("unsqueeze", lambda x, dim: x.unsqueeze(dim), _unsqueeze_meta, "view")
 register_prim("slice", _slice_impl, _slice_meta, "view")
-register_prim("view_of", lambda x: x.view(x.shape), _same_view_meta, "view")
+# the same values in the same memory, without autograd history (prims live below autograd: a ``view_of`` output
+# of a graph run inside an autograd.Function must not become an autograd view of another output)
+register_prim("view_of", lambda x: x.detach(), _same_view_meta, "view")
 register_prim("as_strided", lambda x, size, stride, offset=0: torch.as_strided(x, size, stride, offset),
               _as_strided_meta, "view")
 
@@ -221,9 +225,31 @@ def _seed_impl(device: Any = "cpu") -> torch.Tensor:
     return torch.randint(0, 2 ** 62, (), dtype=torch.int64).to(device)
 
 
+def _bernoulli_impl(shape: Sequence, p: float, dtype: torch.dtype, device: Any) -> torch.Tensor:
+    return torch.empty(tuple(shape), dtype=dtype, device=device).bernoulli_(p)
+
+
+def _dropout_mask_impl(shape: Sequence, p: float, dtype: torch.dtype, device: Any) -> torch.Tensor:
+    # the mask eager's native_dropout draws (fused philox kernel on CUDA, bernoulli_ on CPU) does not depend
+    # on the input's values, only on its shape, dtype and the generator's state
+    return torch.ops.aten.native_dropout.default(torch.empty(tuple(shape), dtype=dtype, device=device), p, True)[1]
+
+
+def _bernoulli_meta(shape: Sequence, p: float, dtype: torch.dtype, device: Any) -> TensorMeta:
+    return TensorMeta(tuple(shape), dtype, device)
+
+
+def _dropout_mask_meta(shape: Sequence, p: float, dtype: torch.dtype, device: Any) -> TensorMeta:
+    return TensorMeta(tuple(shape), torch.bool, device)
+
+
 register_prim("uniform", _uniform_impl, _rng_meta, "rng")
 register_prim("normal", _normal_impl, _rng_meta, "rng")
 register_prim("rng_seed", _seed_impl, lambda device="cpu": TensorMeta((), torch.int64, device), "rng")
+# Draws from torch's generator of ``device``, in program order, the way eager's kernels do, so a seeded program
+# gives eager's numbers (the partitioner never recomputes RNG prims, so each runs once per step).
+register_prim("bernoulli", _bernoulli_impl, _bernoulli_meta, "rng", tags=("stateful",))
+register_prim("native_dropout_mask", _dropout_mask_impl, _dropout_mask_meta, "rng", tags=("stateful",))
 
 
 # externs --------------------------------------------------------------------------------------------------

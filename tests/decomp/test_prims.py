@@ -41,7 +41,8 @@ def _prim_cases():
               ("index", (x, [None, torch.tensor([[0, 3]])])),
               ("index_put", (x, [torch.tensor([0, 0])], rand((2, 4)), True)),
               ("uniform", ((3, 2), 0.0, 1.0, F32, "cpu", 7, 1)), ("normal", ((3,), 0.0, 1.0, F32, "cpu", 7, 2)),
-              ("rng_seed", ("cpu",)), ("mm", (x, rand((4, 5)))), ("bmm", (rand((2, 3, 4)), rand((2, 4, 5)))),
+              ("rng_seed", ("cpu",)), ("bernoulli", ((3, 4), 0.3, F32, "cpu")),
+              ("native_dropout_mask", ((3, 4), 0.3, F32, "cpu")), ("mm", (x, rand((4, 5)))), ("bmm", (rand((2, 3, 4)), rand((2, 4, 5)))),
               ("addmm", (rand((5,)), x, rand((4, 5)))),
               ("convolution", (rand((1, 2, 5, 5)), rand((3, 2, 3, 3)), None, (1, 1), (1, 1), (1, 1), False,
                                (0, 0), 1)),
@@ -151,12 +152,24 @@ def test_nn_and_shape_decompositions(op, make):
     assert_same(D.run_decomposition(op, *args), op(*args))
 
 
-def test_dropout_is_a_pure_function_of_seed():
-    x = rand((64, 64))
+@pytest.mark.parametrize("dtype", [F32, torch.float64, torch.bfloat16])
+def test_rng_decompositions_draw_eagers_numbers(dtype):
+    """Same seed, same masks as eager (native_dropout, its backward and bernoulli), so seeded programs compiled
+    with decompositions compute what eager computes; and a different seed draws a different mask."""
+    x, g = rand((64, 64), dtype), rand((64, 64), dtype)
     torch.manual_seed(0)
-    out, mask = D.run_decomposition(aten.native_dropout.default, x, 0.3, True)
+    out, mask = aten.native_dropout.default(x, 0.3, True)
+    torch.manual_seed(0)
+    d_out, d_mask = D.run_decomposition(aten.native_dropout.default, x, 0.3, True)
+    assert torch.equal(d_mask, mask) and torch.equal(d_out, out)
     assert abs(mask.float().mean().item() - 0.7) < 0.05
-    assert_same(out, torch.where(mask, x / 0.7, torch.zeros_like(x)))
+    assert torch.equal(D.run_decomposition(aten.native_dropout_backward.default, g, mask, 1 / 0.7),
+                       aten.native_dropout_backward.default(g, mask, 1 / 0.7))
+    torch.manual_seed(1)
+    b = aten.bernoulli.p(x, 0.4)
+    torch.manual_seed(1)
+    d_b = D.run_decomposition(aten.bernoulli.p, x, 0.4)
+    assert torch.equal(d_b, b) and not torch.equal(d_b, d_mask.to(dtype))
     u1 = P.uniform((4,), 0.0, 1.0, F32, "cpu", 5, 3)
     assert torch.equal(u1, P.uniform((4,), 0.0, 1.0, F32, "cpu", 5, 3))
 
