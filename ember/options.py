@@ -9,17 +9,18 @@ from typing import Any
 @dataclass(frozen=True)
 class CompileOptions:
     cache_size_limit: int = 8            # entries per compiled frame before falling back to eager
-    cpu_backend: str = "cpp"             # "cpp" or "triton" (the kernel compiler issues)
+    cpu_backend: str = "cpp"             # "cpp", "triton" (interpreted, for tests) or "python" (reference)
     cuda_graphs: bool = False            # mode reduce-overhead
     max_autotune: bool = False           # mode max-autotune
     coordinate_descent_tuning: bool = False
     epilogue_fusion: bool = True
     debug_graphs: bool = False           # keep every captured GraphModule on the cache entry
-    aot_decompose: bool = False # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
+    aot_decompose: bool = False           # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
 
     _doc = {
         "cache_size_limit": "compiled entries kept per function before it runs eagerly",
-        "cpu_backend": "code generator for CPU tensors: 'cpp' (C++/OpenMP) or 'triton' (interpreted, for tests)",
+        "cpu_backend": "code generator for CPU tensors: 'cpp' (C++/OpenMP), 'triton' (interpreted, for "
+                       "tests) or 'python' (the reference kernel backend, slow)",
         "cuda_graphs": "record and replay CUDA graphs (reduce-overhead)",
         "max_autotune": "benchmark kernel configurations and matmul templates",
         "coordinate_descent_tuning": "refine autotuned block sizes by coordinate descent",
@@ -63,6 +64,6 @@ def make_options(mode: str | None, options: dict | None) -> CompileOptions:
         if default is not None and not isinstance(v, type(default)):
             raise ValueError(f"option {k!r} expects {type(default).__name__}, got {type(v).__name__}")
         kv[k] = v
-    if kv.get("cpu_backend", "cpp") not in ("cpp", "triton"):
-        raise ValueError("option 'cpu_backend' must be 'cpp' or 'triton'")
+    if kv.get("cpu_backend", "cpp") not in ("cpp", "triton", "python"):
+        raise ValueError("option 'cpu_backend' must be 'cpp', 'triton' or 'python'")
     return dataclasses.replace(CompileOptions(), **kv)

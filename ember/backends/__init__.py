@@ -36,13 +36,6 @@ def eager(gm, example_inputs):
     return gm.forward
 
 
-@register_backend("ember", factory=True)
-def _ember(options):
-    # The compiler pipeline (AOT autograd, decompositions, fused kernels) is built by later issues; until it
-    # lands the default backend runs the captured graph with eager ATen kernels, exactly like "eager".
-    return eager
-
-
 @register_backend("inductor")
 def inductor(gm, example_inputs):
     """PyTorch's own Inductor on ember's captured graph (for comparison)."""
@@ -55,3 +48,4 @@ def ember_backend(gm, example_inputs):
     from ..options import CompileOptions
     return _REGISTRY["ember"](CompileOptions())(gm, example_inputs)
 from . import aot as _aot  # noqa: E402,F401  (registers "aot_eager")
+from . import compiler as _compiler  # noqa: E402,F401  (registers "ember")

@@ -33,7 +33,7 @@ def place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol], 
     decomposes into (outermost first)."""
     if expr is None or isinstance(expr, (bool, int)) or expr in (sympy.true, sympy.false):
         return expr
-    if isinstance(expr, sympy.Basic) and expr.is_Boolean and not isinstance(expr, sympy.Symbol):
+    if isinstance(expr, (sympy.logic.boolalg.BooleanFunction, sympy.core.relational.Relational)):
         return expr.func(*(place(a, groups) for a in expr.args))
     expr = sympy.expand(expr)
     syms = [s for _, vs, _ in groups for s in vs]
