@@ -35,7 +35,7 @@ def place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol], 
         return expr
     if isinstance(expr, (sympy.logic.boolalg.BooleanFunction, sympy.core.relational.Relational)):
         return expr.func(*(place(a, groups) for a in expr.args))
-    expr = sympy.expand(expr)
+    expr = fold_divmod(sympy.expand(expr))
     syms = [s for _, vs, _ in groups for s in vs]
     coeffs = _linear(expr, syms)
     if coeffs is None:
@@ -44,6 +44,38 @@ def place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol], 
     for flat, vs, sizes in groups:
         out += _merge_runs(flat, [coeffs.get(v, 0) for v in vs], list(sizes))
     return out
+
+
+def _divmod_parts(term: sympy.Expr) -> tuple[str, Any, Any, Any] | None:
+    """``c*Mod(a, m)`` -> ("mod", a, m, c); ``c*floor(a/m)`` -> ("floor", a, m, c); else None."""
+    c, f = term.as_coeff_Mul()
+    if isinstance(f, sympy.Mod) and f.args[1].is_Integer:
+        return "mod", f.args[0], f.args[1], c
+    if isinstance(f, sympy.floor):
+        num, den = f.args[0].as_numer_denom()
+        if den.is_Integer and den != 1:
+            return "floor", num, den, c
+    return None
+
+
+def fold_divmod(expr: sympy.Expr) -> sympy.Expr:
+    """Fold ``c*Mod(a, m) + c*m*floor(a/m)`` into ``c*a`` (the identity a = m*(a//m) + a%m), repeatedly:
+    reshapes that split and merge the same dims leave such pairs behind."""
+    while True:
+        terms = list(sympy.Add.make_args(expr))
+        parts = [_divmod_parts(t) for t in terms]
+        mods = {(p[1], p[2]): i for i, p in enumerate(parts) if p and p[0] == "mod"}
+        hit = None
+        for i, p in enumerate(parts):
+            if p and p[0] == "floor" and (p[1], p[2]) in mods:
+                j = mods[(p[1], p[2])]
+                if p[3] == parts[j][3] * p[2]:  # type: ignore[index]
+                    hit = (i, j, parts[j][3] * p[1])  # type: ignore[index]
+                    break
+        if hit is None:
+            return expr
+        i, j, new = hit
+        expr = sympy.expand(sympy.Add(*[t for k, t in enumerate(terms) if k not in (i, j)]) + new)
 
 
 def _linear(expr: sympy.Expr, syms: Sequence[sympy.Symbol]) -> dict | None:

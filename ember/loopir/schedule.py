@@ -8,7 +8,7 @@ point. A node joins a kernel when its iteration space fits (pointwise over ``x``
 the same ``x``/``r``), every value it reads from the kernel is read at the point that computes it (so no other
 thread's result is needed), and every value it reads from elsewhere is ready before the kernel starts. Groups
 are tried newest first, preferring those holding the node's producers (vertical fusion), then those reading
-the same inputs (horizontal fusion). Refusals are explained in ``EMBER_LOGS=schedule``.
+the same inputs, then (for small pointwise kernels of one size) any ready one (horizontal fusion). Refusals are explained in ``EMBER_LOGS=schedule``.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .indexing import RINDEX, XINDEX, place, split_point
 from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, prod
 
 MAX_KERNEL_NODES = 64
+HORIZONTAL_MAX_NUMEL = 1 << 16   # independent pointwise kernels up to this size fuse horizontally
 
 
 @dataclass
@@ -180,7 +181,7 @@ def schedule(graph: LoopGraph) -> Schedule:
                     best = (score, g)
             elif log and deps & {m.name for m in g.nodes}:
                 reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
-        if best is not None and (best[0][0] or best[0][1]):
+        if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node)):
             g = best[1]
             if isinstance(node, Reduction) and g.rnumel == 1:
                 g.xnumel, g.rnumel = _shape_of(node)
@@ -196,6 +197,12 @@ def schedule(graph: LoopGraph) -> Schedule:
             where[node.name] = g.pos
             steps.append(g)
     return _finish(graph, steps)
+
+
+def _horizontal(g: _Group, node: Node) -> bool:
+    """Small independent pointwise kernels of one size share a launch."""
+    return (isinstance(node, Pointwise) and g.rnumel == 1 and _shape_of(node) == (g.xnumel, 1)
+            and isinstance(g.xnumel, int) and g.xnumel <= HORIZONTAL_MAX_NUMEL)
 
 
 def _shared_reads(g: _Group, deps: set[str]) -> int:
