@@ -1,0 +1,221 @@
+"""The C++/OpenMP kernel backend for CPU tensors.
+
+Input: the ``KernelBody`` of each scheduled kernel of one graph (built with ``persistent=False``: values of an
+``r`` section never cross into another). Output: one translation unit per graph holding one
+``extern "C" void kernelN(T* buf..., int nthreads)`` per kernel (pointers in the order of ``body.buffers``;
+indices are element offsets from each tensor's data pointer), compiled by ``cpp_build`` and called through
+ctypes.
+
+Loops: ``for xindex`` over the outer points; each ``r`` section is a ``for rindex`` loop with its accumulators
+declared before it. Pointwise kernels vectorize the ``x`` loop (``omp simd``), reductions vectorize their
+``r`` loops with ``omp simd reduction`` clauses (a horizontal combine; amax/amin carry a NaN flag so NaN
+propagates as in torch). The outer loop runs on OpenMP threads only when the kernel has enough work (tiny
+kernels stay on the calling thread); a kernel with few outer points but long reductions parallelizes its
+reduction loops instead. The thread count is ``torch.get_num_threads()`` at call time.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from typing import Any, Callable
+
+import torch
+
+from ember.loopir.kernel import Accumulate, Assign, KernelBody, Section, Store
+
+from . import cpp_ops as C
+from .cpp_build import CppCache, default_cache
+from .cpp_prelude import PRELUDE, vector_math_decls
+
+PARALLEL_MIN_WORK = 1 << 16        # elements (x * r) below which a kernel runs on the calling thread
+PARALLEL_MIN_X = 16                # fewer outer points than this: parallelize the reduction loops instead
+
+
+def persistent(kernel: Any, options: Any = None) -> bool:
+    return False
+
+
+def _cname(name: str) -> str:
+    return "p_" + re.sub(r"\W", "_", name)
+
+
+class _KernelWriter:
+    def __init__(self, body: KernelBody) -> None:
+        self.body = body
+        k = body.kernel
+        try:
+            self.X, self.R = int(k.xnumel), int(k.rnumel)
+        except TypeError:
+            raise NotImplementedError(f"ember.codegen.cpp: symbolic kernel sizes ({k.xnumel}, {k.rnumel})") from None
+        self.reduction = any(s.level == "r" for s in body.sections)
+        work = self.X * max(self.R, 1)
+        self.par_x = work >= PARALLEL_MIN_WORK and self.X >= PARALLEL_MIN_X
+        self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK
+        self.parallel = self.par_x or self.par_r
+        self.acc_dtypes: dict[str, torch.dtype] = {}
+
+    # -- statements ------------------------------------------------------------------------------------------
+    def dtype(self, var: str) -> torch.dtype:
+        return self.body.dtypes[var]
+
+    def assign(self, st: Assign) -> str:
+        ct = C.compute_type(st.dtype)
+        if st.kind == "load":
+            buf, idx, mask = st.args
+            ld = C.load_expr(self.body.buffers[buf][0], _cname(buf), C.index(idx))
+            src = self.body.buffers[buf][0]
+            ld = C.cast(ld, src, st.dtype) if src != st.dtype else ld
+            e = ld if mask is None else f"({C.index(mask)} ? ({ct}){ld} : ({ct})0)"
+        elif st.kind == "const":
+            e = C.const(st.args[0], st.dtype)
+        elif st.kind == "index":
+            e = f"(({ct}){C.index(st.args[0])})"
+        elif st.kind == "cast":
+            e = C.cast(st.args[0], self.dtype(st.args[0]), st.dtype)
+        elif st.kind == "reduced":
+            acc, rt = st.args
+            e = f"({acc}_nan ? std::numeric_limits<{ct}>::quiet_NaN() : {acc})" \
+                if self._nan_flag(rt, st.dtype) else acc
+            e = C.round_low(st.dtype, e)
+        else:
+            name, *args = st.args
+            e = C.round_low(st.dtype, C.op(name, list(args), [self.dtype(a) for a in args], st.dtype))
+        return f"const {ct} {st.var} = {e};"
+
+    @staticmethod
+    def _nan_flag(rt: str, dtype: torch.dtype) -> bool:
+        return rt in ("amax", "amin") and dtype.is_floating_point
+
+    def accumulate(self, st: Accumulate) -> str:
+        a, v, rt = st.acc, st.var, st.reduce_type
+        if rt == "sum":
+            return f"{a} += {v};"
+        if rt == "prod":
+            return f"{a} *= {v};"
+        if rt in ("amax", "amin"):
+            cmp = ">" if rt == "amax" else "<"
+            out = f"{a} = ({v} {cmp} {a}) ? {v} : {a};"
+            if self._nan_flag(rt, st.dtype):
+                out += f" {a}_nan |= ({v} != {v});"
+            return out
+        if rt == "any":
+            return f"{a} |= ({v} != 0);"
+        if rt == "all":
+            return f"{a} &= ({v} != 0);"
+        raise NotImplementedError(f"ember.codegen.cpp: reduction {rt!r}")
+
+    def store(self, st: Store) -> str:
+        bdt = self.body.buffers[st.buf][0]
+        v = C.cast(st.var, self.dtype(st.var), bdt) if self.dtype(st.var) != bdt else st.var
+        return f"{_cname(st.buf)}[{C.index(st.index)}] = {C.store_value(bdt, v)};"
+
+    def stmt(self, st: Any) -> str:
+        if isinstance(st, Assign):
+            return self.assign(st)
+        if isinstance(st, Accumulate):
+            return self.accumulate(st)
+        return self.store(st)
+
+    # -- accumulators ----------------------------------------------------------------------------------------
+    def init(self, rt: str, dtype: torch.dtype) -> str:
+        ct = C.compute_type(dtype)
+        if rt == "sum" or rt == "any":
+            return f"({ct})0"
+        if rt == "prod" or rt == "all":
+            return f"({ct})1"
+        if dtype.is_floating_point:
+            return f"{'-' if rt == 'amax' else ''}std::numeric_limits<{ct}>::infinity()"
+        return f"std::numeric_limits<{ct}>::{'lowest' if rt == 'amax' else 'max'}()"
+
+    def clauses(self, sec: Section) -> str:
+        ops = {"sum": "+", "prod": "*", "amax": "max", "amin": "min", "any": "|", "all": "&"}
+        out = []
+        for acc, rt, dt in sec.accumulators:
+            out.append(f"reduction({ops[rt]}:{acc})")
+            if self._nan_flag(rt, dt):
+                out.append(f"reduction(|:{acc}_nan)")
+        return " ".join(out)
+
+    # -- loops -----------------------------------------------------------------------------------------------
+    def r_loop(self, sec: Section, ind: str) -> list[str]:
+        lines = []
+        for acc, rt, dt in sec.accumulators:
+            lines.append(f"{ind}{C.compute_type(dt)} {acc} = {self.init(rt, dt)};")
+            if self._nan_flag(rt, dt):
+                lines.append(f"{ind}int {acc}_nan = 0;")
+        par = "parallel for simd num_threads(nthreads) schedule(static)" if self.par_r else "simd"
+        lines.append(f"{ind}#pragma omp {par} {self.clauses(sec)}".rstrip())
+        lines.append(f"{ind}for (int64_t rindex = 0; rindex < {self.R}; ++rindex) {{")
+        lines += [f"{ind}  {self.stmt(st)}" for st in sec.stmts]
+        lines.append(f"{ind}}}")
+        return lines
+
+    def function(self) -> str:
+        b = self.body
+        params = []
+        for name, (dt, role) in b.buffers.items():
+            const = "const " if role == "in" else ""
+            params.append(f"{const}{C.storage_type(dt)}* __restrict__ {_cname(name)}")
+        params.append("int nthreads")
+        lines = [f"// {b.name}: {b.kernel.fused()}",
+                 f"// x={self.X} r={self.R}{' parallel' if self.parallel else ''}",
+                 f'extern "C" void {b.name}({", ".join(params)}) {{']
+        if self.par_x:
+            lines.append("  #pragma omp parallel for num_threads(nthreads) schedule(static)"
+                         if self.reduction else "  #pragma omp parallel for simd num_threads(nthreads) schedule(static)")
+        elif not self.reduction:
+            lines.append("  #pragma omp simd")
+        lines.append(f"  for (int64_t xindex = 0; xindex < {self.X}; ++xindex) {{")
+        for sec in b.sections:
+            if sec.level == "r":
+                lines += self.r_loop(sec, "    ")
+            else:
+                lines += [f"    {self.stmt(st)}" for st in sec.stmts]
+        lines += ["  }", "}"]
+        return "\n".join(lines) + "\n"
+
+
+def source(body: KernelBody) -> str:
+    text = getattr(body, "_cpp_source", None)
+    if text is None:
+        text = _KernelWriter(body).function()
+        body._cpp_source = text  # type: ignore[attr-defined]
+        body._cpp_parallel = _KernelWriter(body).parallel  # type: ignore[attr-defined]
+    return text
+
+
+def translation_unit(bodies: list[KernelBody], graph_name: str) -> str:
+    decls, _ = vector_math_decls()
+    # the graph's name stays out of the source: it is part of the cache key, and names differ between runs
+    parts = ["// ember C++ kernels (ember.codegen.cpp)", PRELUDE, decls]
+    parts += [source(b) for b in bodies]
+    return "\n".join(parts)
+
+
+def _caller(fn: Any, n: int, parallel: bool) -> Callable[..., None]:
+    names = [f"a{i}" for i in range(n)]
+    ptrs = ", ".join(f"{a}.data_ptr()" for a in names)
+    nt = "get_num_threads()" if parallel else "1"
+    src = f"def call({', '.join(names)}):\n    fn({ptrs}{', ' if n else ''}{nt})\n"
+    ns: dict[str, Any] = {"fn": fn, "get_num_threads": torch.get_num_threads}
+    exec(compile(src, "<ember cpp call>", "exec"), ns)
+    return ns["call"]
+
+
+def compile_kernels(bodies: list[KernelBody], options: Any, graph_name: str,
+                    cache: CppCache | None = None) -> list[Callable[..., None]]:
+    """Compile all of a graph's kernels as one translation unit; one callable per body, in order."""
+    if not bodies:
+        return []
+    tu = translation_unit(bodies, graph_name)
+    lib = (cache or default_cache()).start(tu, graph_name).result()
+    out = []
+    for b in bodies:
+        fn = lib[b.name]
+        fn.argtypes = [ctypes.c_void_p] * len(b.buffers) + [ctypes.c_int]
+        fn.restype = None
+        out.append(_caller(fn, len(b.buffers), b._cpp_parallel))  # type: ignore[attr-defined]
+    return out
+
+
+__all__ = ["persistent", "compile_kernels", "source", "translation_unit"]
