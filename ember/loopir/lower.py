@@ -158,6 +158,8 @@ class Lowerer:
             return args[0][args[1]]
         name = getattr(target, "name", None) if type(target).__name__ == "Prim" else None
         fn = LOWERINGS.get(name) if name else None
+        if fn is not None and _complex(args, kwargs, meta):
+            fn = None      # kernels compute real numbers; complex values stay with ATen
         if fn is None:
             label = f"prims.{name}" if name else str(target)
             MISSING_LOWERINGS[label] += 1
@@ -165,6 +167,10 @@ class Lowerer:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
             impl = target.impl if name else target
             return self.extern(impl, args, kwargs, meta)
+        if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
+            lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout
+            return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,
+                                                                             "device": lay.device}, meta)
         out = fn(self, *args, **kwargs)
         if isinstance(out, TV) and out.view is None:
             n_ops = size(out.loader(xvars(out.ndim)))
@@ -174,6 +180,11 @@ class Lowerer:
 
 
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern"}
+
+
+def _complex(args: tuple, kwargs: dict, meta: Any) -> bool:
+    leaves = tree_flatten((args, kwargs, meta))[0]
+    return any(getattr(getattr(x, "dtype", None), "is_complex", False) for x in leaves)
 
 
 def _first_tensor(meta: Any) -> Any:

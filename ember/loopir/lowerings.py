@@ -247,13 +247,14 @@ def _cat(L: Lowerer, tensors: Sequence[TV], dim: int) -> TV:
         pieces.append((offset, t))
         offset += t.shape[dim]
     dt = tensors[0].dtype
-    for off, t in reversed(pieces):
+    for k, (off, t) in enumerate(reversed(pieces)):
         def shifted(idx: Sequence, off: int = off) -> list:
             out_idx = list(idx)
             out_idx[dim] = idx[dim] - off
             return out_idx
-        if out is None:
-            out = TV(tuple(shape), dt, t.device, lambda idx, t=t, s=shifted: t.loader(s(idx)))
+        if k == 0:   # the last piece: every load is masked, so no read ever leaves a piece's bounds
+            cond = (lambda idx, off=off: sympy.Ge(idx[dim], off)) if off else (lambda idx: sympy.true)
+            out = TV(tuple(shape), dt, t.device, masked(t, cond, shifted, 0))
             continue
         end = off + t.shape[dim]
         load = masked(t, lambda idx, end=end: sympy.Lt(idx[dim], end), shifted, out)
