@@ -1,0 +1,319 @@
+"""KernelBody -> Triton kernel source and its launch configuration.
+
+Pointwise kernels are 1-D: each program handles ``XBLOCK`` consecutive ``xindex`` values. Reductions are
+2-D tiles ``[XBLOCK, RBLOCK]`` (``xindex`` a column, ``rindex`` a row). A *persistent* reduction loads a whole
+row at once (``RBLOCK >= rnumel``), so r-level values may be reused across the body's r sections; a *looped*
+one turns each r section into ``for roffset in range(0, rnumel, RBLOCK)`` carrying ``[XBLOCK, RBLOCK]``
+accumulators that are reduced along axis 1 after the loop. Sizes are baked into the source as literals; the
+kernel's only parameters are the buffers' pointers, so a launch binds nothing but tensors.
+
+Masks: ``xmask``/``rmask`` exist only where the block does not divide the size; a load's own mask (padding,
+concatenation) is and-ed in. Reductions mask with ``rmask`` only (a row past ``xnumel`` is computed and
+thrown away), substituting the reduction's identity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+from ember.loopir.indexing import RINDEX, XINDEX
+from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
+
+from .triton_ops import IndexPrinter, cast_expr, compute_dtype, ctl, literal, needs_int64, op_expr, tl_dtype
+
+PERSISTENT_MAX = 4096      # largest power-of-two row a persistent reduction keeps in registers
+OUTER_PERSISTENT_MAX = 128  # rows with non-contiguous reduced points: keep XBLOCK wide instead
+TILE = 4096                # XBLOCK * RBLOCK of a persistent reduction
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    grid: tuple[int, int, int]
+    xblock: int
+    rblock: int
+    num_warps: int
+    persistent: bool
+    int64: bool
+
+
+def is_persistent(rnumel: int, inner: bool) -> bool:
+    if rnumel == 1:
+        return True
+    return next_pow2(rnumel) <= (PERSISTENT_MAX if inner else OUTER_PERSISTENT_MAX)
+
+
+def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, inner: bool,
+                  int64: bool) -> LaunchConfig:
+    if not reduction:
+        xb = min(1024, next_pow2(xnumel))
+        warps = 4 if xb >= 512 else 2 if xb >= 256 else 1
+        rb = 1
+    elif persistent:
+        rb = next_pow2(rnumel)
+        xb = min(next_pow2(xnumel), max(1, TILE // rb), 128)
+        warps = max(1, min(8, xb * rb // 256))
+    elif inner:
+        xb, rb, warps = 1, 2048, 8
+    else:
+        xb, rb, warps = min(64, next_pow2(xnumel)), 64, 8
+    return LaunchConfig(((xnumel + xb - 1) // xb, 1, 1), xb, rb, warps, persistent, int64)
+
+
+def inner_reduction(indices: list) -> bool:
+    """Whether consecutive reduced points are adjacent in memory for some load (rows are contiguous)."""
+    rs = [sympy.expand(i) for i in indices if isinstance(i, sympy.Basic) and RINDEX in i.free_symbols]
+    return not rs or any(i.coeff(RINDEX) == 1 for i in rs)
+
+
+IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
+
+
+def _identity(rt: str, dt: torch.dtype) -> str:
+    if rt in IDENTITY:
+        return literal(IDENTITY[rt], dt if rt not in ("any", "all") else torch.int32)
+    if dt.is_floating_point:
+        return literal(float("-inf") if rt == "amax" else float("inf"), dt)
+    if dt is torch.bool:
+        return "0" if rt == "amax" else "1"
+    info = torch.iinfo(dt)
+    return str(info.min if rt == "amax" else info.max)
+
+
+def _acc_dtype(rt: str, dt: torch.dtype) -> torch.dtype:
+    return torch.int32 if rt in ("any", "all") or dt is torch.bool else compute_dtype(dt)
+
+
+def _reduce(rt: str, x: str, dt: torch.dtype) -> str:
+    f = dt.is_floating_point
+    return {"sum": f"tl.sum({x}, 1)", "prod": f"tl.reduce({x}, 1, _h.prod_combine)",
+            "amax": f"tl.reduce({x}, 1, _h.maximum)" if f else f"tl.max({x}, 1)",
+            "amin": f"tl.reduce({x}, 1, _h.minimum)" if f else f"tl.min({x}, 1)",
+            "any": f"tl.max({x}, 1)", "all": f"tl.min({x}, 1)"}[rt] + "[:, None]"
+
+
+def _combine(rt: str, a: str, b: str, dt: torch.dtype) -> str:
+    f = dt.is_floating_point
+    return {"sum": f"{a} + {b}", "prod": f"{a} * {b}",
+            "amax": f"_h.maximum({a}, {b})" if f else f"tl.maximum({a}, {b})",
+            "amin": f"_h.minimum({a}, {b})" if f else f"tl.minimum({a}, {b})",
+            "any": f"tl.maximum({a}, {b})", "all": f"tl.minimum({a}, {b})"}[rt]
+
+
+def _finish(rt: str, x: str, dt: torch.dtype) -> str:
+    if rt in ("any", "all") or dt is torch.bool:
+        return f"({x} != 0)"
+    return f"{x}.to({ctl(dt)})"
+
+
+class _Gen:
+    def __init__(self, body: KernelBody, cfg: LaunchConfig, name: str) -> None:
+        self.body, self.cfg, self.name = body, cfg, name
+        k = body.kernel
+        self.xnumel, self.rnumel = int(k.xnumel), int(k.rnumel)
+        self.red = k.is_reduction
+        self.p = IndexPrinter({XINDEX: self.xnumel, RINDEX: self.rnumel})
+        self.xmask = self.xnumel % cfg.xblock != 0
+        self.rmask = self.red and self.rnumel % cfg.rblock != 0
+        self.lines: list[str] = []
+        self.ind = 1
+        self.levels: dict[str, str] = {}
+        self.dtypes: dict[str, torch.dtype] = dict(body.dtypes)
+        self.accs: dict[str, tuple[str, torch.dtype]] = {}
+        self.scalar_shape = "[1, 1]" if self.red else "[1]"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.ind + line)
+
+    def ptr(self, buf: str) -> str:
+        return f"p_{buf}"
+
+    # -- masks and pointer shapes --------------------------------------------------------------------------
+    def level_syms(self, level: str) -> list:
+        return [XINDEX, RINDEX] if level == "r" and self.red else [XINDEX]
+
+    def mask(self, level: str, extra: str | None = None) -> str | None:
+        parts = [extra] if extra else []
+        if self.xmask:
+            parts.append("xmask")
+        if level == "r" and self.rmask:
+            parts.append("rmask")
+        return " & ".join(parts) if parts else None
+
+    def offset(self, index: sympy.Expr, syms: list) -> str:
+        have = index.free_symbols if isinstance(index, sympy.Basic) else set()
+        out = self.p(index)
+        for s in syms:
+            if s not in have:
+                out = f"{out} + 0 * {s}"
+        return out
+
+    # -- statements ----------------------------------------------------------------------------------------
+    def assign(self, st: Assign) -> None:
+        self.levels[st.var] = st.level
+        rhs = getattr(self, f"_{st.kind}")(st)
+        self.emit(f"{st.var} = {rhs}")
+
+    def _load(self, st: Assign) -> str:
+        buf, index, bmask = st.args
+        dt = self.body.buffers[buf][0]
+        if bmask is sympy.false or bmask is False:
+            return f"tl.full({self.scalar_shape}, 0, {ctl(dt)})"
+        if bmask is sympy.true or bmask is True:
+            bmask = None
+        free = index.free_symbols if isinstance(index, sympy.Basic) else set()
+        if not free and bmask is None:
+            val = f"tl.load({self.ptr(buf)} + {self.p(index)})"
+        else:
+            mstr = self.p(bmask) if bmask is not None else None
+            mask = self.mask(st.level, mstr)
+            syms = set(free) | (bmask.free_symbols if bmask is not None else set())
+            if self.xmask:
+                syms.add(XINDEX)
+            if st.level == "r" and self.rmask:
+                syms.add(RINDEX)
+            need = [s for s in (XINDEX, RINDEX) if s in syms]
+            off = self.offset(index, need)
+            val = f"tl.load({self.ptr(buf)} + ({off})" + (f", {mask}, other=0)" if mask else ")")
+        return val + (".to(tl.float32)" if dt != compute_dtype(dt) else "")
+
+    def _const(self, st: Assign) -> str:
+        return f"tl.full({self.scalar_shape}, {literal(st.args[0], st.dtype)}, {ctl(st.dtype)})"
+
+    def _index(self, st: Assign) -> str:
+        e = st.args[0]
+        if not (isinstance(e, sympy.Basic) and e.free_symbols):
+            return f"tl.full({self.scalar_shape}, {self.p(e)}, {ctl(st.dtype)})"
+        return cast_expr(f"({self.p(e)})", torch.int64 if self.cfg.int64 else torch.int32, st.dtype)
+
+    def _cast(self, st: Assign) -> str:
+        src = st.args[0]
+        return cast_expr(src, self.dtypes[src], st.dtype)
+
+    def _op(self, st: Assign) -> str:
+        name, *args = st.args
+        return op_expr(name, list(args), [self.dtypes[a] for a in args], st.dtype)
+
+    def _reduced(self, st: Assign) -> str:
+        acc, rt = st.args
+        _, dt = self.accs[acc]
+        if self.cfg.persistent:
+            return _finish(rt, acc, dt)
+        return _finish(rt, _reduce(rt, acc, dt), dt)
+
+    def accumulate(self, st: Accumulate) -> None:
+        rt, dt = st.reduce_type, st.dtype
+        adt = _acc_dtype(rt, dt)
+        v = st.var
+        vdt = self.dtypes[v]
+        if rt in ("any", "all") or vdt is torch.bool:
+            v = f"({v} != 0).to(tl.int32)" if vdt is not torch.bool else f"{v}.to(tl.int32)"
+        elif compute_dtype(vdt) != adt:
+            v = f"{v}.to({tl_dtype(adt)})"
+        ident = _identity(rt, dt)
+        shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
+        w = f"tl.where(rmask, {v}, {ident})" if self.rmask else v
+        self.accs[st.acc] = (rt, dt)
+        if self.cfg.persistent:
+            self.emit(f"{st.acc} = {_reduce(rt, f'tl.broadcast_to({w}, {shape})', adt)}")
+        else:
+            self.emit(f"{st.acc} = ({_combine(rt, st.acc, w, adt)}).to({tl_dtype(adt)})")
+
+    def store(self, st: Store) -> None:
+        dt = self.body.buffers[st.buf][0]
+        off = self.offset(st.index, self.level_syms(st.level))
+        mask = self.mask(st.level)
+        val = f"{st.var}.to({tl_dtype(dt)})"
+        self.emit(f"tl.store({self.ptr(st.buf)} + ({off}), {val}" + (f", {mask})" if mask else ")"))
+
+    # -- the kernel ----------------------------------------------------------------------------------------
+    def prologue(self) -> None:
+        c = self.cfg
+        pid = "tl.program_id(0).to(tl.int64)" if c.int64 else "tl.program_id(0)"
+        if self.red:
+            self.emit(f"xindex = {pid} * {c.xblock} + tl.arange(0, {c.xblock})[:, None]")
+        else:
+            self.emit(f"xindex = {pid} * {c.xblock} + tl.arange(0, {c.xblock})")
+        if self.xmask:
+            self.emit(f"xmask = xindex < {self.xnumel}")
+        if self.red:
+            cast = ".to(tl.int64)" if c.int64 else ""
+            self.emit(f"rbase = tl.arange(0, {c.rblock})[None, :]{cast}")
+            if c.persistent:
+                self.emit("rindex = rbase")
+                if self.rmask:
+                    self.emit(f"rmask = rindex < {self.rnumel}")
+
+    def section(self, sec) -> None:
+        looped = sec.level == "r" and not self.cfg.persistent
+        if looped:
+            shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
+            for acc, rt, dt in sec.accumulators:
+                adt = _acc_dtype(rt, dt)
+                self.emit(f"{acc} = tl.full({shape}, {_identity(rt, dt)}, {tl_dtype(adt)})")
+            self.emit(f"for roffset in range(0, {self.rnumel}, {self.cfg.rblock}):")
+            self.ind += 1
+            self.emit("rindex = roffset + rbase")
+            if self.rmask:
+                self.emit(f"rmask = rindex < {self.rnumel}")
+        for st in sec.stmts:
+            if isinstance(st, Assign):
+                self.assign(st)
+            elif isinstance(st, Accumulate):
+                self.accumulate(st)
+            elif isinstance(st, Store):
+                self.store(st)
+        if looped:
+            self.ind -= 1
+
+    def generate(self) -> str:
+        params = ", ".join(self.ptr(b) for b in self.body.buffers)
+        k = self.body.kernel
+        head = [f"# ember triton kernel {k.name}: xnumel={self.xnumel} rnumel={self.rnumel}"
+                f" {'persistent' if self.cfg.persistent else 'looped'}"
+                f" XBLOCK={self.cfg.xblock} RBLOCK={self.cfg.rblock} num_warps={self.cfg.num_warps}"
+                f"{' int64' if self.cfg.int64 else ''}",
+                f"# fuses: {k.fused()}", "@triton.jit", f"def {self.name}({params}):"]
+        self.prologue()
+        for sec in self.body.sections:
+            self.section(sec)
+        if len(self.lines) == 0:
+            self.emit("pass")
+        return "\n".join(head + self.lines) + "\n"
+
+
+HEADER = ("import triton\nimport triton.language as tl\n"
+          "from ember.codegen import triton_helpers as _h\nfrom ember.codegen.triton_helpers import libdevice\n\n\n")
+
+
+def body_indices(body: KernelBody) -> list:
+    out = []
+    for sec in body.sections:
+        for st in sec.stmts:
+            if isinstance(st, Assign) and st.kind == "load":
+                out += [st.args[1], st.args[2]]
+            elif isinstance(st, Assign) and st.kind == "index":
+                out.append(st.args[0])
+            elif isinstance(st, Store):
+                out.append(st.index)
+    return [e for e in out if isinstance(e, sympy.Basic)]
+
+
+def load_indices(body: KernelBody) -> list:
+    return [st.args[1] for sec in body.sections for st in sec.stmts
+            if isinstance(st, Assign) and st.kind == "load"]
+
+
+def generate(body: KernelBody, persistent: bool, name: str = "") -> tuple[str, str, LaunchConfig]:
+    """(module source, kernel function name, launch configuration) for ``body``."""
+    k = body.kernel
+    xnumel, rnumel = int(k.xnumel), int(k.rnumel)
+    int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
+    cfg = launch_config(xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64)
+    fname = name or f"ember_{k.name}"
+    return HEADER + _Gen(body, cfg, fname).generate(), fname, cfg

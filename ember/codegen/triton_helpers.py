@@ -1,0 +1,134 @@
+"""Device functions the generated Triton kernels call (``_h.name``) and the ``libdevice`` they use.
+
+Whether Triton compiles or interprets is decided per process: ``triton.jit`` (also on Triton's own library
+functions such as ``tl.sum``) reads TRITON_INTERPRET when a function is defined, so it must be set before
+``triton`` is first imported. The interpreter runs kernels as Python on numpy arrays and cannot call libdevice,
+so under it ``libdevice`` here is a shim evaluating the same functions with torch; compiled, it is Triton's own
+``triton.language.extra.libdevice``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+import triton
+import triton.language as tl
+
+
+def interpreting() -> bool:
+    try:
+        return bool(triton.knobs.runtime.interpret)
+    except AttributeError:  # older triton
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+class _InterpLibdevice:
+    """libdevice for the Triton interpreter: torch functions on the numpy data of interpreter tensors."""
+
+    FNS: dict[str, Callable[..., torch.Tensor]] = {
+        "nearbyint": torch.round, "rint": torch.round, "signbit": lambda x: torch.signbit(x).to(torch.int32),
+        "isnan": lambda x: torch.isnan(x).to(torch.int32), "isinf": lambda x: torch.isinf(x).to(torch.int32),
+        "pow": torch.pow, "fmod": torch.fmod,
+    }
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        fn = self.FNS.get(name) or getattr(torch, name, None)
+        if fn is None:
+            raise AttributeError(f"libdevice.{name} is not available under TRITON_INTERPRET")
+
+        def call(*args: Any) -> Any:
+            from triton.runtime.interpreter import TensorHandle
+            ref = next(a for a in args if isinstance(a, tl.tensor))
+            ts = [torch.from_numpy(a.handle.data) if isinstance(a, tl.tensor) else a for a in args]
+            out = fn(*ts)
+            if not isinstance(out, torch.Tensor):
+                out = torch.as_tensor(out)
+            scalar = {torch.int32: tl.int32}.get(out.dtype, ref.dtype.scalar)
+            data = out.numpy()
+            ty = tl.block_type(scalar, list(data.shape)) if data.ndim else scalar
+            return tl.tensor(TensorHandle(data, scalar), ty)
+        return call
+
+
+if interpreting():
+    libdevice: Any = _InterpLibdevice()
+else:
+    from triton.language.extra import libdevice  # noqa: F401
+
+
+@triton.jit
+def floordiv_int(a, b):
+    q = a // b
+    r = a - q * b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def remainder_int(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def remainder_float(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def floordiv_float(a, b):
+    # torch's div_floor_floating: exact where a / b rounds across an integer
+    r = a % b
+    d = (a - r) / b
+    d = tl.where((r != 0) & ((b < 0) != (r < 0)), d - 1.0, d)
+    fd = tl.floor(d)
+    fd = tl.where(d - fd > 0.5, fd + 1.0, fd)
+    return tl.where(b == 0, a / b, tl.where(d == 0, d * 0.0 + tl.where((a < 0) != (b < 0), -0.0, 0.0), fd))
+
+
+@triton.jit
+def maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def sum_combine(a, b):
+    return a + b
+
+
+@triton.jit
+def prod_combine(a, b):
+    return a * b
+
+
+@triton.jit
+def sign_float(a):
+    return tl.where(a > 0, 1.0, tl.where(a < 0, -1.0, a * 0.0)).to(a.dtype)
+
+
+@triton.jit
+def digamma(x):
+    # reflection for x < 0.5, recurrence up to x >= 6, then the asymptotic series (as Cephes' psi)
+    xf = x.to(tl.float32) if x.dtype != tl.float64 else x
+    pi = 3.141592653589793
+    neg = xf < 0.5
+    y = tl.where(neg, 1.0 - xf, xf)
+    refl = tl.where(neg, pi / libdevice.tan(pi * xf), 0.0)
+    acc = tl.zeros_like(y)
+    for _ in tl.static_range(6):
+        small = y < 6.0
+        acc = tl.where(small, acc - 1.0 / y, acc)
+        y = tl.where(small, y + 1.0, y)
+    z = 1.0 / (y * y)
+    poly = z * (0.08333333333333333 + z * (-0.008333333333333333 + z * (0.003968253968253968 + z * (
+        -0.004166666666666667 + z * (0.007575757575757576 + z * (-0.021092796092796094 + z * 0.08333333333333333))))))
+    r = tl.log(y) - 0.5 / y - poly + acc - refl
+    is_pole = (xf <= 0.0) & (xf == tl.floor(xf))
+    r = tl.where(is_pole, tl.where(xf == 0.0, -float("inf"), float("nan")), r)
+    return r
