@@ -19,8 +19,10 @@ import ctypes
 import re
 from typing import Any, Callable
 
+import sympy
 import torch
 
+from ember.loopir.indexing import RINDEX, XINDEX
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Section, Store
 
 from . import cpp_ops as C
@@ -29,6 +31,7 @@ from .cpp_prelude import PRELUDE, vector_math_decls
 
 PARALLEL_MIN_WORK = 1 << 16        # elements (x * r) below which a kernel runs on the calling thread
 PARALLEL_MIN_X = 16                # fewer outer points than this: parallelize the reduction loops instead
+TILE = 64                          # outer points per block when a reduction vectorizes over x
 
 
 def persistent(kernel: Any, options: Any = None) -> bool:
@@ -52,7 +55,18 @@ class _KernelWriter:
         self.par_x = work >= PARALLEL_MIN_WORK and self.X >= PARALLEL_MIN_X
         self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK
         self.parallel = self.par_x or self.par_r
-        self.acc_dtypes: dict[str, torch.dtype] = {}
+        # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
+        # a block of TILE outer points: x-level values become arrays, the r loop runs each row of the block
+        self.tiled = self.reduction and self.X >= 16 and _x_contiguous(body)
+        self.xvars: set[str] = set()
+        if self.tiled:
+            for sec in body.sections:
+                self.xvars |= {acc for acc, _, _ in sec.accumulators}
+                self.xvars |= {acc + "_nan" for acc, rt, dt in sec.accumulators if self._nan_flag(rt, dt)}
+                self.xvars |= {st.var for st in sec.stmts if isinstance(st, Assign) and st.level == "x"}
+
+    def ref(self, var: str) -> str:
+        return f"{var}[xi]" if var in self.xvars else var
 
     # -- statements ------------------------------------------------------------------------------------------
     def dtype(self, var: str) -> torch.dtype:
@@ -71,15 +85,18 @@ class _KernelWriter:
         elif st.kind == "index":
             e = f"(({ct}){C.index(st.args[0])})"
         elif st.kind == "cast":
-            e = C.cast(st.args[0], self.dtype(st.args[0]), st.dtype)
+            e = C.cast(self.ref(st.args[0]), self.dtype(st.args[0]), st.dtype)
         elif st.kind == "reduced":
             acc, rt = st.args
-            e = f"({acc}_nan ? std::numeric_limits<{ct}>::quiet_NaN() : {acc})" \
-                if self._nan_flag(rt, st.dtype) else acc
+            e = f"({self.ref(acc + '_nan')} ? std::numeric_limits<{ct}>::quiet_NaN() : {self.ref(acc)})" \
+                if self._nan_flag(rt, st.dtype) else self.ref(acc)
             e = C.round_low(st.dtype, e)
         else:
             name, *args = st.args
-            e = C.round_low(st.dtype, C.op(name, list(args), [self.dtype(a) for a in args], st.dtype))
+            e = C.round_low(st.dtype, C.op(name, [self.ref(a) for a in args], [self.dtype(a) for a in args],
+                                           st.dtype))
+        if st.var in self.xvars:
+            return f"{st.var}[xi] = {e};"
         return f"const {ct} {st.var} = {e};"
 
     @staticmethod
@@ -87,7 +104,7 @@ class _KernelWriter:
         return rt in ("amax", "amin") and dtype.is_floating_point
 
     def accumulate(self, st: Accumulate) -> str:
-        a, v, rt = st.acc, st.var, st.reduce_type
+        a, v, rt = self.ref(st.acc), self.ref(st.var), st.reduce_type
         if rt == "sum":
             return f"{a} += {v};"
         if rt == "prod":
@@ -96,7 +113,7 @@ class _KernelWriter:
             cmp = ">" if rt == "amax" else "<"
             out = f"{a} = ({v} {cmp} {a}) ? {v} : {a};"
             if self._nan_flag(rt, st.dtype):
-                out += f" {a}_nan |= ({v} != {v});"
+                out += f" {self.ref(st.acc + '_nan')} |= ({v} != {v});"
             return out
         if rt == "any":
             return f"{a} |= ({v} != 0);"
@@ -106,7 +123,8 @@ class _KernelWriter:
 
     def store(self, st: Store) -> str:
         bdt = self.body.buffers[st.buf][0]
-        v = C.cast(st.var, self.dtype(st.var), bdt) if self.dtype(st.var) != bdt else st.var
+        v = self.ref(st.var)
+        v = C.cast(v, self.dtype(st.var), bdt) if self.dtype(st.var) != bdt else v
         return f"{_cname(st.buf)}[{C.index(st.index)}] = {C.store_value(bdt, v)};"
 
     def stmt(self, st: Any) -> str:
@@ -165,6 +183,10 @@ class _KernelWriter:
                          if self.reduction else "  #pragma omp parallel for simd num_threads(nthreads) schedule(static)")
         elif not self.reduction:
             lines.append("  #pragma omp simd")
+        if self.tiled:
+            lines += self.tiled_loops()
+            lines.append("}")
+            return "\n".join(lines) + "\n"
         lines.append(f"  for (int64_t xindex = 0; xindex < {self.X}; ++xindex) {{")
         for sec in b.sections:
             if sec.level == "r":
@@ -173,6 +195,68 @@ class _KernelWriter:
                 lines += [f"    {self.stmt(st)}" for st in sec.stmts]
         lines += ["  }", "}"]
         return "\n".join(lines) + "\n"
+
+    def tiled_loops(self) -> list[str]:
+        """Blocks of TILE outer points; every statement runs in an ``omp simd`` loop over the block."""
+        lines = []
+        lines.append(f"  for (int64_t xb = 0; xb < {self.X}; xb += {TILE}) {{")
+        lines.append(f"    const int64_t xn = std::min<int64_t>({TILE}, {self.X} - xb);")
+        for v in sorted(self.xvars):
+            ct = "int" if v.endswith("_nan") and v not in self.body.dtypes else C.compute_type(self._xdtype(v))
+            lines.append(f"    {ct} {v}[{TILE}];")
+
+        def block(stmts: list[str], ind: str) -> list[str]:
+            return [f"{ind}#pragma omp simd", f"{ind}for (int64_t xi = 0; xi < xn; ++xi) {{",
+                    f"{ind}  const int64_t xindex = xb + xi;"] + [f"{ind}  {t}" for t in stmts] + [f"{ind}}}"]
+        for sec in self.body.sections:
+            if sec.level == "x":
+                if sec.stmts:
+                    lines += block([self.stmt(st) for st in sec.stmts], "    ")
+                continue
+            inits = []
+            for acc, rt, dt in sec.accumulators:
+                inits.append(f"{acc}[xi] = {self.init(rt, dt)};")
+                if self._nan_flag(rt, dt):
+                    inits.append(f"{acc}_nan[xi] = 0;")
+            if inits:
+                lines += block(inits, "    ")
+            lines.append(f"    for (int64_t rindex = 0; rindex < {self.R}; ++rindex) {{")
+            lines += block([self.stmt(st) for st in sec.stmts], "      ")
+            lines.append("    }")
+        lines.append("  }")
+        return lines
+
+    def _xdtype(self, v: str) -> torch.dtype:
+        if v in self.body.dtypes:
+            return self.body.dtypes[v]
+        return next(dt for sec in self.body.sections for acc, _, dt in sec.accumulators if acc == v)
+
+
+def _coef(e: Any, sym: Any) -> Any:
+    for term in sympy.Add.make_args(e):
+        if term == sym:
+            return 1
+        if isinstance(term, sympy.Mul) and sym in term.args and all(a.is_Number for a in term.args if a != sym):
+            return term / sym
+    return 0
+
+
+def _x_contiguous(body: KernelBody) -> bool:
+    """True when the reduction loops' memory accesses are contiguous in xindex rather than in rindex."""
+    rc = xc = 0
+    for sec in body.sections:
+        if sec.level != "r":
+            continue
+        for st in sec.stmts:
+            idx = st.args[1] if isinstance(st, Assign) and st.kind == "load" else (
+                st.index if isinstance(st, Store) else None)
+            if not isinstance(idx, sympy.Basic) or RINDEX not in idx.free_symbols:
+                continue
+            if _coef(idx, RINDEX) == 1:
+                rc += 1
+            elif _coef(idx, XINDEX) == 1:
+                xc += 1
+    return xc > rc
 
 
 def source(body: KernelBody) -> str:
