@@ -219,7 +219,9 @@ class _Gen:
         shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
         w = f"tl.where(rmask, {v}, {ident})" if self.rmask else v
         self.accs[st.acc] = (rt, dt)
-        if self.cfg.persistent:
+        if not self.red:     # a reduction over a single point (rnumel == 1)
+            self.emit(f"{st.acc} = {v}")
+        elif self.cfg.persistent:
             self.emit(f"{st.acc} = {_reduce(rt, f'tl.broadcast_to({w}, {shape})', adt)}")
         else:
             self.emit(f"{st.acc} = ({_combine(rt, st.acc, w, adt)}).to({tl_dtype(adt)})")

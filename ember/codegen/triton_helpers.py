@@ -114,12 +114,13 @@ def sign_float(a):
 
 @triton.jit
 def digamma(x):
-    # reflection for x < 0.5, recurrence up to x >= 6, then the asymptotic series (as Cephes' psi)
-    xf = x.to(tl.float32) if x.dtype != tl.float64 else x
+    # as torch's calc_digamma: reflection for x < 0 (through the fractional part, where tan is accurate),
+    # recurrence up to x >= 6, then the asymptotic series
+    xf = x
     pi = 3.141592653589793
-    neg = xf < 0.5
+    neg = xf < 0.0
     y = tl.where(neg, 1.0 - xf, xf)
-    refl = tl.where(neg, pi / libdevice.tan(pi * xf), 0.0)
+    refl = tl.where(neg, pi / libdevice.tan(pi * (xf - libdevice.trunc(xf))), 0.0)
     acc = tl.zeros_like(y)
     for _ in tl.static_range(6):
         small = y < 6.0

@@ -261,7 +261,19 @@ def op_expr(name: str, args: list[str], dts: list[torch.dtype], out: torch.dtype
         args = [a if d == cout else f"{a}.to({tl_dtype(cout)})" for a, d in zip(args, cdts)]
         cdts = [cout] * len(args)
     expr = OPS[name](cdts, out, *args)
-    return f"({expr}).to({tl_dtype(cout)})"
+    if cout is torch.bool and name in _PREDICATES:
+        return expr
+    if name in _SAME_TYPE and all(d == cout for d in (cdts[1:] if name == "where" else cdts)):
+        return expr
+    return f"{expr}.to({tl_dtype(cout)})"   # every template is atomic (parenthesized or a call)
+
+
+_PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
+               "isnan", "isinf", "isfinite", "signbit"}
+# ops whose Triton result has the arguments' (common) type
+_SAME_TYPE = {"add", "sub", "mul", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor", "neg",
+              "abs", "where", "fmod", "floordiv", "remainder", "exp", "exp2", "log", "log2", "sin", "cos", "sqrt",
+              "rsqrt", "floor", "ceil", "shift_left", "shift_right", "bitwise_not"}
 
 
 def cast_expr(a: str, src: torch.dtype, dst: torch.dtype) -> str:

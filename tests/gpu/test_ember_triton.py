@@ -1,0 +1,68 @@
+"""The Triton backend on CUDA: the table of tests/codegen/test_triton.py in float32 and bfloat16 (compiled ==
+eager, values and gradients), plus what only a GPU shows: the direct launcher, alignment specialization,
+parallel precompilation and the on-disk cache.
+
+Run on the device machine: ``python -m pytest -q tests/gpu/test_ember_triton.py``.
+"""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.codegen.test_triton import CASES, OPTS, _bodies, check_case, compile_case  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")]
+
+BF16_CASES = [n for n, c in CASES.items() if not c[4]]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_float32(name: str) -> None:
+    check_case(name, device="cuda")
+
+
+@pytest.mark.parametrize("name", BF16_CASES)
+def test_bfloat16(name: str) -> None:
+    # eager rounds to bfloat16 after every op, ember once per kernel output: compare at bfloat16 resolution
+    check_case(name, device="cuda", dtype=torch.bfloat16, tol=4e-2, grad_tol=1e-1)
+
+
+def _kernel(fn, inputs):
+    from ember.codegen import triton as tb
+    (body,) = _bodies(fn, inputs)
+    return body, tb.compile_kernels([body], OPTS, "t")[0]
+
+
+def test_direct_launch_and_alignment_specialization() -> None:
+    body, k = _kernel(lambda x: x * 2 + 1, [torch.randn(4096, device="cuda")])
+    base = torch.randn(4097 + 64, device="cuda")
+    for x in (base[:4096], base[1:4097], base[:4096]):        # aligned, misaligned (4-byte offset), aligned
+        out = torch.empty(4096, device="cuda")
+        k(x, out)
+        torch.testing.assert_close(out, x * 2 + 1)
+    assert len(k.fast) == 2 and all(f != k._slow for f in k.fast.values()), k.fast
+    out = torch.empty(4096, device="cuda")
+    k(base[1:4097], out)                                      # the fast path on a misaligned pointer
+    torch.testing.assert_close(out, base[1:4097] * 2 + 1)
+
+
+def test_precompiled_before_first_call() -> None:
+    from ember.codegen import triton as tb
+    bodies = _bodies(lambda x: (torch.softmax(x, -1), x.sum(0) * 3), [torch.randn(64, 300, device="cuda")])
+    ks = tb.compile_kernels(bodies, OPTS, "t")
+    for k in ks:
+        dev = torch.cuda.current_device()
+        assert len(k.fn.device_caches[dev][0]) >= 1, "kernel not compiled by compile_kernels"
+
+
+def test_many_kernels_one_graph() -> None:
+    def f(*xs):
+        return [torch.softmax(x, -1) * i for i, x in enumerate(xs)]
+    xs = [torch.randn(32, 50 + 7 * i, device="cuda") for i in range(6)]
+    compiled, built = compile_case(f, xs)
+    for o, r in zip(compiled(*xs), f(*xs)):
+        torch.testing.assert_close(o, r)
