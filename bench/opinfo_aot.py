@@ -71,24 +71,26 @@ def _same(a, b, values: bool = True) -> bool:
                 return False
             continue
         try:
-            torch.testing.assert_close(x, y, atol=1e-4, rtol=1e-4, equal_nan=True)
+            tol = 1e-4 if x.dtype in (torch.float32, torch.float64) else 2e-2
+            torch.testing.assert_close(x, y, atol=tol, rtol=tol, equal_nan=True)
         except AssertionError:
             return False
     return True
 
 
-def _engine(name):
+def _engine(name, args):
     if name == "ember":
         import ember
+        opts = {"cpu_backend": args.cpu_backend} if args.backend == "ember" else None
 
         def make(op):
-            return ember.compile(lambda *a, **k: op(*a, **k), backend="aot_eager")
+            return ember.compile(lambda *a, **k: op(*a, **k), backend=args.backend, options=opts)
         return make
 
     def make(op):
         import torch._dynamo
         torch._dynamo.reset()
-        return torch.compile(lambda *a, **k: op(*a, **k), backend="aot_eager")
+        return torch.compile(lambda *a, **k: op(*a, **k), backend=args.torch_backend)
     return make
 
 
@@ -98,22 +100,28 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=0)
     p.add_argument("--ops", default="")
     p.add_argument("--out", default="")
+    p.add_argument("--backend", default="aot_eager", help="ember's backend (aot_eager or ember)")
+    p.add_argument("--torch-backend", default="aot_eager", help="torch.compile's backend (aot_eager or inductor)")
+    p.add_argument("--cpu-backend", default="cpp", help="ember's CPU kernel backend with --backend ember")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
     a = p.parse_args()
+    dtype = getattr(torch, a.dtype)
     from torch.testing._internal.common_methods_invocations import op_db
-    ops = [o for o in op_db if torch.float32 in o.supported_dtypes("cpu")]
+    ops = [o for o in op_db if dtype in o.supported_dtypes(a.device)]
     if a.ops:
         want = set(a.ops.split(","))
         ops = [o for o in ops if o.name in want]
     if a.limit:
         ops = ops[:a.limit]
-    engines = {"ember": _engine("ember"), "torch.compile": _engine("torch")}
+    engines = {"ember": _engine("ember", a), "torch.compile": _engine("torch", a)}
     passed = {k: [] for k in engines}
     failed = {k: {} for k in engines}
     t0 = time.time()
     warnings.simplefilter("ignore")
     for i, op in enumerate(ops):
         try:
-            samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=op.supports_autograd))[:a.samples]
+            samples = list(op.sample_inputs(a.device, dtype, requires_grad=op.supports_autograd))[:a.samples]
         except Exception:       # noqa: BLE001 - an OpInfo that cannot make samples is not counted
             continue
         refs = []
@@ -138,7 +146,8 @@ def main() -> None:
                 failed[name][op.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(ops)} ops, {time.time() - t0:.0f} s", file=sys.stderr)
-    print(f"OpInfo float32 CPU, up to {a.samples} samples per op, {len(ops)} ops, {time.time() - t0:.0f} s")
+    print(f"OpInfo {a.dtype} {a.device}, up to {a.samples} samples per op, {len(ops)} ops, ember backend "
+          f"{a.backend} vs torch.compile backend {a.torch_backend}, {time.time() - t0:.0f} s")
     for name in engines:
         print(f"  {name:<14} passed {len(passed[name])}")
     only_torch = sorted(set(passed["torch.compile"]) - set(passed["ember"]))

@@ -238,6 +238,7 @@ def _flip(L: Lowerer, x: TV, dims: Sequence[int]) -> TV:
 def _cat(L: Lowerer, tensors: Sequence[TV], dim: int) -> TV:
     tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
     dim = dim % tensors[0].ndim
+    tensors = [t for t in tensors if t.shape[dim] != 0] or list(tensors[:1])
     shape = list(tensors[0].shape)
     shape[dim] = sum(t.shape[dim] for t in tensors)
     out: Any = None
@@ -257,7 +258,8 @@ def _cat(L: Lowerer, tensors: Sequence[TV], dim: int) -> TV:
             out = TV(tuple(shape), dt, t.device, masked(t, cond, shifted, 0))
             continue
         end = off + t.shape[dim]
-        load = masked(t, lambda idx, end=end: sympy.Lt(idx[dim], end), shifted, out)
+        load = masked(t, lambda idx, off=off, end=end: sympy.And(sympy.Ge(idx[dim], off), sympy.Lt(idx[dim], end))
+                      if off else sympy.Lt(idx[dim], end), shifted, out)
         out = TV(tuple(shape), dt, t.device, load)
     return out
 
