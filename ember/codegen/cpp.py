@@ -262,9 +262,10 @@ def _x_contiguous(body: KernelBody) -> bool:
 def source(body: KernelBody) -> str:
     text = getattr(body, "_cpp_source", None)
     if text is None:
-        text = _KernelWriter(body).function()
+        w = _KernelWriter(body)
+        text = w.function()
         body._cpp_source = text  # type: ignore[attr-defined]
-        body._cpp_parallel = _KernelWriter(body).parallel  # type: ignore[attr-defined]
+        body._cpp_parallel = w.parallel  # type: ignore[attr-defined]
     return text
 
 
