@@ -276,10 +276,10 @@ class _Gen:
     def generate(self) -> str:
         params = ", ".join(self.ptr(b) for b in self.body.buffers)
         k = self.body.kernel
-        head = [f"# ember triton kernel {k.name}: xnumel={self.xnumel} rnumel={self.rnumel}"
-                f" {'persistent' if self.cfg.persistent else 'looped'}"
-                f" XBLOCK={self.cfg.xblock} RBLOCK={self.cfg.rblock} num_warps={self.cfg.num_warps}"
-                f"{' int64' if self.cfg.int64 else ''}",
+        kind = "persistent" if self.cfg.persistent else "looped"
+        head = [(f"# ember triton kernel {k.name}: xnumel={self.xnumel} rnumel={self.rnumel} {kind}"
+                 f" XBLOCK={self.cfg.xblock} RBLOCK={self.cfg.rblock} num_warps={self.cfg.num_warps}"
+                 f"{' int64' if self.cfg.int64 else ''}"),
                 f"# fuses: {k.fused()}", "@triton.jit", f"def {self.name}({params}):"]
         self.prologue()
         for sec in self.body.sections:

@@ -9,7 +9,8 @@ so under it ``libdevice`` here is a shim evaluating the same functions with torc
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
@@ -26,7 +27,7 @@ def interpreting() -> bool:
 class _InterpLibdevice:
     """libdevice for the Triton interpreter: torch functions on the numpy data of interpreter tensors."""
 
-    FNS: dict[str, Callable[..., torch.Tensor]] = {
+    FNS: ClassVar[dict[str, Callable[..., torch.Tensor]]] = {
         "nearbyint": torch.round, "rint": torch.round, "signbit": lambda x: torch.signbit(x).to(torch.int32),
         "isnan": lambda x: torch.isnan(x).to(torch.int32), "isinf": lambda x: torch.isinf(x).to(torch.int32),
         "pow": torch.pow, "fmod": torch.fmod,
@@ -54,7 +55,7 @@ class _InterpLibdevice:
 if interpreting():
     libdevice: Any = _InterpLibdevice()
 else:
-    from triton.language.extra import libdevice  # noqa: F401
+    from triton.language.extra import libdevice
 
 
 @triton.jit
@@ -89,12 +90,12 @@ def floordiv_float(a, b):
 
 @triton.jit
 def maximum(a, b):
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.where((a > b) | (a != a), a, b)  # noqa: PLR0124 - NaN test
 
 
 @triton.jit
 def minimum(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where((a < b) | (a != a), a, b)  # noqa: PLR0124 - NaN test
 
 
 @triton.jit

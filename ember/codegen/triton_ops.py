@@ -8,7 +8,8 @@ compute dtype; ``op_expr`` adds the final ``.to(...)`` where Triton's own promot
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sympy
 import torch
@@ -253,10 +254,7 @@ def op_expr(name: str, args: list[str], dts: list[torch.dtype], out: torch.dtype
         raise NotImplementedError(f"ember.codegen.triton: no Triton rule for pointwise op {name!r}")
     cdts = [compute_dtype(d) for d in dts]
     cout = compute_dtype(out)
-    if name in _FLOAT_ONLY and cout.is_floating_point:
-        args = [a if d == cout else f"{a}.to({tl_dtype(cout)})" for a, d in zip(args, cdts)]
-        cdts = [cout] * len(args)
-    elif name in ("add", "sub", "mul", "div", "floordiv", "remainder", "fmod", "maximum", "minimum",
+    if name in _FLOAT_ONLY and cout.is_floating_point or name in ("add", "sub", "mul", "div", "floordiv", "remainder", "fmod", "maximum", "minimum",
                   "bitwise_and", "bitwise_or", "bitwise_xor") and len(set(cdts)) > 1 and cout != torch.bool:
         args = [a if d == cout else f"{a}.to({tl_dtype(cout)})" for a, d in zip(args, cdts)]
         cdts = [cout] * len(args)

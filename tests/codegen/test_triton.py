@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sympy
 import torch
 import torch.nn.functional as F
 
-import ember.codegen as codegen
+from ember import codegen
 from ember.autograd.aot import aot_compile
 from ember.codegen.wrapper import CompiledGraph
 from ember.options import CompileOptions

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.codegen.test_triton import CASES, OPTS, _bodies, check_case, compile_case  # noqa: E402
+from tests.codegen.test_triton import CASES, OPTS, _bodies, check_case, compile_case
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")]
@@ -38,7 +38,7 @@ def _kernel(fn, inputs):
 
 
 def test_direct_launch_and_alignment_specialization() -> None:
-    body, k = _kernel(lambda x: x * 2 + 1, [torch.randn(4096, device="cuda")])
+    _, k = _kernel(lambda x: x * 2 + 1, [torch.randn(4096, device="cuda")])
     base = torch.randn(4097 + 64, device="cuda")
     for x in (base[:4096], base[1:4097], base[:4096]):        # aligned, misaligned (4-byte offset), aligned
         out = torch.empty(4096, device="cuda")
@@ -63,6 +63,6 @@ def test_many_kernels_one_graph() -> None:
     def f(*xs):
         return [torch.softmax(x, -1) * i for i, x in enumerate(xs)]
     xs = [torch.randn(32, 50 + 7 * i, device="cuda") for i in range(6)]
-    compiled, built = compile_case(f, xs)
+    compiled, _ = compile_case(f, xs)
     for o, r in zip(compiled(*xs), f(*xs)):
         torch.testing.assert_close(o, r)
