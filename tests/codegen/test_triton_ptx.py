@@ -31,7 +31,8 @@ def test_table_compiles_for_sm90(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(EMBER_CACHE_DIR=str(tmp_path / "ember"), TRITON_CACHE_DIR=str(tmp_path / "triton"),
                PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900,
+                       check=False)
     assert r.returncode == 0 and "failures 0" in r.stdout, r.stdout[-6000:] + r.stderr[-6000:]
 
 
