@@ -207,11 +207,35 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
         after.append(torch.is_grad_enabled())
         return out
 
+    autocast_before = _autocast_state()
     try:
         traced = trace_aten(fn, inputs, training=training)
     finally:
         torch._C._set_grad_enabled(grad_before)
+        _restore_autocast(autocast_before)
     return traced, after[0]
+
+
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _autocast_state() -> tuple:
+    nesting = torch.autocast_increment_nesting() - 1
+    torch.autocast_decrement_nesting()
+    return nesting, [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES]
+
+
+def _restore_autocast(state: tuple) -> None:
+    """Undo what tracing did to autocast (a graph that enters an autocast region and ends inside it, or one
+    whose trace failed inside it): the trace is not the run, so the caller's state must not change."""
+    nesting, flags = state
+    while torch.autocast_increment_nesting() - 1 > nesting:
+        torch.autocast_decrement_nesting()
+        torch.autocast_decrement_nesting()
+    torch.autocast_decrement_nesting()
+    for d, enabled, dtype in flags:
+        torch.set_autocast_enabled(d, enabled)
+        torch.set_autocast_dtype(d, dtype)
 
 
 def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,

@@ -14,7 +14,8 @@ Invariants:
 - Real tensors met during tracing that are not inputs (module attributes, ``torch.tensor`` constants) become
   ``get_attr`` constants of ``gm`` holding the real value.
 - The backward is whatever ATen ops PyTorch's autograd engine runs for ``torch.autograd.grad``; grad mode and
-  autocast are the caller's ambient state, as in eager.
+  autocast are the caller's ambient state, as in eager. Autocast's cast cache is off while tracing, so no fake
+  tensor is left in it for the caller's eager code.
 """
 from __future__ import annotations
 
@@ -107,12 +108,19 @@ def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, trainin
             rec.bind(f, node)
         else:
             node.meta["val"] = f
-    with mode, rec:
-        outs = fn(*fakes)
-        flat_outs, spec = tree_flatten(outs)
-        grads, grad_idx, n_tan = [], [], 0
-        if training:
-            grads, grad_idx, n_tan = _trace_backward(rec, fakes, flat_outs)
+    cache = torch.is_autocast_cache_enabled()
+    # autocast caches the low-precision casts of leaf tensors (parameters) until the autocast region exits:
+    # with the cache on, the casts made while tracing would hand fake tensors to the caller's eager code
+    torch.set_autocast_cache_enabled(False)
+    try:
+        with mode, rec:
+            outs = fn(*fakes)
+            flat_outs, spec = tree_flatten(outs)
+            grads, grad_idx, n_tan = [], [], 0
+            if training:
+                grads, grad_idx, n_tan = _trace_backward(rec, fakes, flat_outs)
+    finally:
+        torch.set_autocast_cache_enabled(cache)
     out_nodes = [rec.node_of(o) if isinstance(o, torch.Tensor) else o for o in flat_outs + grads]
     graph.output(tuple(out_nodes))
     root = torch.nn.Module()

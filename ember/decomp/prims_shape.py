@@ -192,7 +192,7 @@ register_prim("index_select", lambda x, dim, index: torch.index_select(x, dim, i
 register_prim("index", lambda x, indices: torch.ops.aten.index.Tensor(x, list(indices)), _index_meta,
               "index")
 register_prim("index_put", lambda x, indices, values, accumulate=False:
-              torch.index_put(x, tuple(indices), values, accumulate), _index_put_meta, "index")
+              torch.ops.aten.index_put.default(x, list(indices), values, accumulate), _index_put_meta, "index")
 
 
 # RNG: pure functions of (seed, offset) -----------------------------------------------------------------

@@ -22,10 +22,22 @@ from ember.decomp import has_decomposition
 F = nn.functional
 
 
-@pytest.fixture(autouse=True)
-def fresh():
+@pytest.fixture(autouse=True, params=["aten", "prims"])
+def fresh(request, monkeypatch):
+    """Every test runs twice: graphs of ATen ops (backend aot_eager as is) and graphs decomposed to ember
+    prims (``aot_compile(..., decompose=True)`` behind backend aot_eager and behind the direct calls here)."""
+    if request.param == "prims":
+        import ember.backends.aot as backend_mod
+
+        real = aot_mod.aot_compile
+
+        def decomposing(gm, example_inputs, options=None, **kw):
+            kw.setdefault("decompose", True)
+            return real(gm, example_inputs, options, **kw)
+        monkeypatch.setattr(backend_mod, "aot_compile", decomposing)
+        monkeypatch.setitem(globals(), "aot_compile", decomposing)
     ember.reset()
-    yield
+    yield request.param
     ember.reset()
 
 
@@ -375,3 +387,43 @@ def test_decomposed_to_prims_matches(make_model, make_input):
         # what stays ATen is what ember.decomp has no rule for (convolution_backward: an extern op)
         left = [str(t) for t in targets if isinstance(t, torch._ops.OpOverload) and has_decomposition(t)]
         assert not left, left
+
+
+def test_backend_graphs_follow_the_parametrized_path(fresh):
+    """Guards the fixture: under "prims" backend aot_eager's graphs are ember prims, under "aten" ATen ops."""
+    import ember.backends.aot as backend_mod
+
+    gm = fx.symbolic_trace(lambda x, w: F.gelu(x @ w).sum())
+    fn = backend_mod.aot_eager_factory(None)(gm, [torch.randn(2, 12), torch.randn(12, 3, requires_grad=True)])
+    graphs = next(v for k, v in fn.__ember_aot__.items() if isinstance(k, tuple))[0]
+    targets = [str(n.target) for g in (graphs.fwd, graphs.bwd) for n in g.graph.nodes if n.op == "call_function"]
+    has_prims = any(t.startswith("prims.") for t in targets)
+    assert has_prims == (fresh == "prims"), targets
+
+
+def test_compiling_inside_autocast_leaves_no_fake_in_the_autocast_cache():
+    """Autocast caches the bf16 casts of parameters for the region: tracing must not leave fakes there."""
+    torch.manual_seed(0)
+    eager = MLP()
+    model = copy.deepcopy(eager)
+    x = torch.randn(4, 12)
+    with torch.autocast("cpu"):
+        out_c = aot_compile(fx.symbolic_trace(model), [x])(x)     # parameters stay module attributes
+        out_e = eager(x)
+        again = model(x)            # the same parameters, eagerly, in the same autocast region
+        assert type(again) is torch.Tensor and type(out_c) is torch.Tensor
+        _close(again, out_e, "eager after compiling")
+        _close(out_c, out_e, "compiled under autocast")
+
+
+def test_tracing_leaves_autocast_state_as_it_was():
+    """A graph that enters an autocast region and ends inside it (the glue exits it later): tracing it must not
+    leave the caller inside autocast."""
+    def enters(x):
+        torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
+        return x @ x
+
+    assert not torch.is_autocast_enabled("cpu")
+    traced, _ = aot_mod._trace(enters, [torch.randn(3, 3)], training=False)
+    assert not torch.is_autocast_enabled("cpu")
+    assert any("_to_copy" in str(n.target) for n in traced.gm.graph.nodes), "the trace did not see autocast"
