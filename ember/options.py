@@ -16,6 +16,7 @@ class CompileOptions:
     epilogue_fusion: bool = True
     debug_graphs: bool = False           # keep every captured GraphModule on the cache entry
     aot_decompose: bool = False           # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
+    cudagraph_max_records: int = 8       # CUDA graphs recorded per compiled graph before it runs without one
 
     _doc = {
         "cache_size_limit": "compiled entries kept per function before it runs eagerly",
@@ -27,7 +28,14 @@ class CompileOptions:
         "epilogue_fusion": "fuse pointwise epilogues into matmul templates",
         "debug_graphs": "keep captured graphs on cache entries for inspection",
         "aot_decompose": "aot_eager: decompose ATen ops into ember's primitives before running the graphs",
+        "cudagraph_max_records": "CUDA graphs recorded per compiled graph (new shapes, input addresses, or "
+                                 "outputs still waiting for backward) before it runs with plain launches",
     }
+
+
+# torch.compile's names for knobs that are CompileOptions fields ("triton.cudagraphs" is torch's name for mode
+# reduce-overhead's knob); accepted in ``options={...}``, stored under ember's name.
+ALIASES: dict[str, str] = {"triton.cudagraphs": "cuda_graphs"}
 
 
 MODES: dict[str, dict[str, Any]] = {
@@ -43,6 +51,8 @@ def list_options() -> dict[str, str]:
 
 
 def list_mode_options(mode: str | None = None) -> dict[str, Any]:
+    """The options each mode sets (``{mode: {option: value}}``), or those of ``mode``; every one of them can also
+    be set alone through ``options={...}``."""
     if mode is None:
         return {m: dict(v) for m, v in MODES.items()}
     if mode not in MODES:
@@ -58,6 +68,7 @@ def make_options(mode: str | None, options: dict | None) -> CompileOptions:
     kv = dict(MODES[mode or "default"])
     valid = {f.name: f for f in fields(CompileOptions)}
     for k, v in (options or {}).items():
+        k = ALIASES.get(k, k)
         if k not in valid:
             raise ValueError(f"unknown option {k!r}; valid options: {', '.join(valid)} (see ember.list_options())")
         default = valid[k].default

@@ -49,3 +49,4 @@ def ember_backend(gm, example_inputs):
     return _REGISTRY["ember"](CompileOptions())(gm, example_inputs)
 from . import aot as _aot  # noqa: E402,F401  (registers "aot_eager")
 from . import compiler as _compiler  # noqa: E402,F401  (registers "ember")
+from . import cudagraphs as _cudagraphs  # noqa: E402,F401  (registers "cudagraphs")

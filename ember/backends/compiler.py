@@ -12,7 +12,21 @@ from . import register_backend
 
 @register_backend("ember", factory=True)
 def ember_factory(options: Any) -> Callable:
+    compile_one = lambda g, kind: compile_graph(g, kind, options)  # noqa: E731
+    if getattr(options, "cuda_graphs", False):
+        # mode reduce-overhead: one CudaGraphPool per ember.compile call (this factory runs once per call), shared
+        # by every graph compiled for it: inference, forward, backward, graphs between breaks, recompiles
+        from ..runtime.cudagraphs import CudaGraphPool, cudagraphify, graph_on_cuda, note_cpu_graph
+        pool = CudaGraphPool()
+
+        def compile_one(g, kind):
+            fn = compile_graph(g, kind, options)
+            on_cuda = graph_on_cuda(g)
+            if on_cuda is False:
+                note_cpu_graph(kind)
+                return fn
+            return cudagraphify(fn, kind, options, pool)
+
     def ember(gm, example_inputs):
-        return aot_compile(gm, example_inputs, options, decompose=True,
-                           compile_graph=lambda g, kind: compile_graph(g, kind, options))
+        return aot_compile(gm, example_inputs, options, decompose=True, compile_graph=compile_one)
     return ember
