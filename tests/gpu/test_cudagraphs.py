@@ -1,0 +1,190 @@
+"""mode="reduce-overhead" and backend="cudagraphs" on CUDA: recorded graphs replayed, equal to eager (inference
+and training), overwritten outputs detected, CPU tensors fall back.
+
+Run on the device machine: ``python -m pytest -q tests/gpu/test_cudagraphs.py``.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import ember  # noqa: E402
+from ember import logs  # noqa: E402
+from ember.runtime import cudagraphs as cg  # noqa: E402
+from tests.models import gpt_factory, gpt_loss, mlp_factory  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+              pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")]
+
+BACKENDS = [{"mode": "reduce-overhead"}, {"backend": "cudagraphs"}]
+IDS = ["reduce-overhead", "backend-cudagraphs"]
+
+
+@pytest.fixture
+def counts(monkeypatch):
+    """How many graphs were recorded and replayed (through the real CudaOps)."""
+    n = {"record": 0, "replay": 0}
+    rec, rep = cg.CudaOps.record, cg.CudaOps.replay
+
+    def record(self, *a, **k):
+        n["record"] += 1
+        return rec(self, *a, **k)
+
+    def replay(self, g):
+        n["replay"] += 1
+        return rep(self, g)
+    monkeypatch.setattr(cg.CudaOps, "record", record)
+    monkeypatch.setattr(cg.CudaOps, "replay", replay)
+    ember.reset()
+    return n
+
+
+@pytest.fixture
+def hints(monkeypatch):
+    got: list[str] = []
+    real = logs.log
+    monkeypatch.setattr(logs, "log", lambda kind, msg: got.append(msg) if kind == "perf_hints" else real(kind, msg))
+    return got
+
+
+@pytest.mark.parametrize("kw", BACKENDS, ids=IDS)
+def test_inference_equals_eager_over_calls(kw, counts):
+    model, _ = mlp_factory(0)
+    model = model.cuda().eval()
+    compiled = ember.compile(model, **kw)
+    with torch.no_grad():
+        for i in range(6):
+            x = torch.randn(8, 16, device="cuda")
+            out = compiled(x)
+            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
+            out2 = compiled(x * 2).clone()          # clone: the next call overwrites pool outputs
+            torch.testing.assert_close(out2, model(x * 2), rtol=1e-4, atol=1e-5)
+    assert counts["record"] == 1 and counts["replay"] >= 10
+
+
+def _train(model, loss_fn, batches, steps, lr=1e-2):
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for s in range(steps):
+        args, target = batches(s)
+        opt.zero_grad()
+        loss = loss_fn(model, args, target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _mlp_batches(s):
+    g = torch.Generator(device="cuda").manual_seed(s)
+    return (torch.randn(8, 16, device="cuda", generator=g),), torch.randn(8, 4, device="cuda", generator=g)
+
+
+@pytest.mark.parametrize("kw", BACKENDS, ids=IDS)
+def test_mlp_training_equals_eager(kw, counts):
+    model, _ = mlp_factory(0)
+    model = model.cuda()
+    ref = copy.deepcopy(model)
+    compiled = ember.compile(model, **kw)
+    loss_fn = lambda m, a, t: torch.nn.functional.mse_loss(m(*a), t)  # noqa: E731
+    got = _train(compiled, loss_fn, _mlp_batches, 10)
+    want = _train(ref, loss_fn, _mlp_batches, 10)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert counts["record"] == 2 and counts["replay"] >= 16      # forward and backward, replayed
+
+
+@pytest.mark.parametrize("kw", BACKENDS, ids=IDS)
+def test_nanogpt_training_equals_eager(kw, counts):
+    model, make_batch = gpt_factory(0)
+    model = model.cuda()
+    ref = copy.deepcopy(model)
+    compiled = ember.compile(model, **kw)
+
+    def batches(s):
+        b = make_batch(s)
+        return tuple(a.cuda() for a in b.args), b.target.cuda()
+    got = _train(compiled, gpt_loss, batches, 10)
+    want = _train(ref, gpt_loss, batches, 10)
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
+    assert counts["record"] >= 2 and counts["replay"] >= 16
+
+
+def test_holding_an_output_across_calls_is_detected(counts):
+    f = ember.compile(lambda x: (x * 2).sin() + 1, mode="reduce-overhead")
+    for _ in range(2):
+        f(torch.randn(64, device="cuda"))
+    x1, x2 = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    a = f(x1)
+    want_a = ((x1 * 2).sin() + 1).clone()
+    b = f(x2)
+    torch.testing.assert_close(b, (x2 * 2).sin() + 1)
+    if cg.CudaOps().can_invalidate():
+        with pytest.raises(RuntimeError, match="overwritten by a subsequent run"):
+            (a + 1).sum().item()
+    else:          # no invalidation in this torch build: outputs are copies, never overwritten
+        torch.testing.assert_close(a, want_a)
+    c = f(x1).clone()                             # clone: kept across calls
+    f(x2)
+    torch.testing.assert_close(c, want_a)
+    assert counts["replay"] >= 3
+
+
+def test_two_forwards_before_backward(counts):
+    model, _ = mlp_factory(0)
+    model = model.cuda()
+    ref = copy.deepcopy(model)
+    compiled = ember.compile(model, mode="reduce-overhead")
+    for s in range(4):
+        (xa,), _ = _mlp_batches(2 * s)
+        (xb,), _ = _mlp_batches(2 * s + 1)
+        for m in (compiled, ref):
+            m.zero_grad()
+            (m(xa).square().mean() + m(xb).sin().mean()).backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_changing_shapes_re_record(counts):
+    f = ember.compile(lambda x: x.relu() * 3, mode="reduce-overhead", dynamic=False)
+    for n in (8, 8, 8, 16, 16, 16, 8):
+        x = torch.randn(n, device="cuda")
+        torch.testing.assert_close(f(x), x.relu() * 3)
+    assert counts["record"] == 2
+
+
+def test_cpu_tensors_fall_back(counts, hints):
+    f = ember.compile(lambda x, s: x * s + 1, mode="reduce-overhead")
+    for _ in range(3):
+        x, s = torch.randn(32, device="cuda"), torch.tensor(2.5)        # s: a CPU scalar tensor
+        torch.testing.assert_close(f(x, s), x * s + 1)
+    g = ember.compile(lambda x: x.cos() * 2, mode="reduce-overhead")
+    for _ in range(3):
+        x = torch.randn(32)
+        torch.testing.assert_close(g(x), x.cos() * 2)
+    assert counts["record"] == 0
+    assert any("cpu" in h.lower() for h in hints), hints
+
+
+def test_bf16_transformer_inference(counts):
+    model, make_batch = gpt_factory(0)
+    model = model.cuda().to(torch.bfloat16).eval()
+    compiled = ember.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for s in range(4):
+            (idx,) = make_batch(s).args
+            got, _ = compiled(idx.cuda())
+            want, _ = model(idx.cuda())
+            torch.testing.assert_close(got.float(), want.float(), rtol=5e-2, atol=5e-2)
+    assert counts["record"] >= 1
