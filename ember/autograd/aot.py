@@ -10,6 +10,9 @@ Invariants:
   graph partitioned into forward and backward graphs, run through ``runtime.AotFunction`` (one variant per
   pattern of ``requires_grad`` flags); otherwise a forward-only inference graph. The variant for the example
   inputs is built at compile time (so errors surface there), the others on first use.
+- Inputs that share memory: the fake tensors keep them views of one storage; when the graph mutates one of a
+  group of aliasing inputs, that variant is traced and run on a synthetic base per group (see
+  ``ember.autograd.aliasing``), and the aliasing pattern joins the variant key.
 - ``get_attr`` tensors of ``gm`` that require grad (parameters kept as module attributes) are lifted to extra
   inputs, read from ``gm`` on every call, so they get gradients.
 - The joint graph handed to the partitioner has placeholders ``primals..., tangents...`` and outputs
@@ -29,6 +32,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_unflatten
 
 from ember import logs
+from ember.autograd.aliasing import SyntheticBases, alias_groups
 from ember.autograd.functionalize import functionalize
 from ember.autograd.runtime import AliasInfo, CompiledGraphs, run_inference, run_training
 from ember.autograd.trace import TracedGraph, trace_aten
@@ -398,33 +402,53 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         decompose = bool(getattr(options, "aot_decompose", False))
     lifted, paths = _lift_params(gm)
     sets_grad = _sets_grad_mode(gm)
-    variants: dict[Any, tuple[Any, Any]] = {}
+    variants: dict[Any, tuple[Any, Any, Any]] = {}
+    mutates = [False]       # some variant writes inputs back: the inputs' aliasing pattern joins the key
 
     def full_args(args: Sequence[Any]) -> list[Any]:
         return list(args) + [_attr(gm, p) for p in paths] if paths else list(args)
 
-    def variant(key: Any, args: Sequence[Any]) -> tuple[Any, Any]:
-        hit = variants.get(key)
-        if hit is None:
-            try:
-                hit = (_build_training(lifted, args, decompose, recompute, compile_graph)
-                       if isinstance(key, tuple) else _build_inference(lifted, args, decompose, compile_graph))
-            except (EmberError, RuntimeError, NotImplementedError) as e:
-                # what AOT tracing cannot handle (data-dependent shapes, ops without meta kernels...) runs
-                # as captured, with eager autograd: correct, not optimized, and said so
-                logs.log("perf_hints", f"aot_eager: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
-                                       "this graph runs with eager autograd")
-                hit = (_EAGER, None)
-            variants[key] = hit
+    def key_of(flat: Sequence[Any]) -> Any:
+        key = _grad_key(flat, sets_grad)
+        return (key, alias_groups(flat)) if mutates[0] else key
+
+    def build(training: bool, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, Any]:
+        return (_build_training(fn, args, decompose, recompute, compile_graph) if training
+                else _build_inference(fn, args, decompose, compile_graph))
+
+    def variant(flat: Sequence[Any]) -> tuple[Any, Any, Any]:
+        hit = variants.get(key_of(flat))
+        if hit is not None:
+            return hit
+        training = isinstance(_grad_key(flat, sets_grad), tuple)
+        try:
+            built, spec = build(training, lifted, flat)
+            bases = None
+            if built.write_backs:
+                mutates[0] = True
+                mutated = {i for i, _ in built.write_backs}
+                groups = tuple(g for g in alias_groups(flat) if mutated & set(g))
+                if groups:      # a mutation another input must see: rebuild members from one base
+                    bases = SyntheticBases.of(flat, groups)
+                    built, spec = build(training, bases.wrap(lifted), bases.args(flat))
+            hit = (built, spec, bases)
+        except (EmberError, RuntimeError, NotImplementedError) as e:
+            # what AOT tracing cannot handle (data-dependent shapes, ops without meta kernels...) runs
+            # as captured, with eager autograd: correct, not optimized, and said so
+            logs.log("perf_hints", f"aot_eager: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+                                   "this graph runs with eager autograd")
+            hit = (_EAGER, None, None)
+        variants[key_of(flat)] = hit
         return hit
 
     def compiled(*args: Any) -> Any:
         flat = full_args(args)
-        key = _grad_key(flat, sets_grad)
-        built, spec = variant(key, flat)
+        built, spec, bases = variant(flat)
         if built is _EAGER:
             return gm(*args)
-        if isinstance(key, tuple):
+        if bases is not None:
+            flat = bases.args(flat)
+        if isinstance(built, CompiledGraphs):
             outs = run_training(built, flat)
         else:
             outs = run_inference(built.fwd, built.num_user_outputs, built.write_backs, built.aliases, flat)
@@ -432,8 +456,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
             torch._C._set_grad_enabled(built.grad_after)
         return tree_unflatten(outs, spec)
 
-    example = full_args(example_inputs)
-    variant(_grad_key(example, sets_grad), example)
+    variant(full_args(example_inputs))
     compiled.__ember_aot__ = variants  # type: ignore[attr-defined]
     return compiled
 

@@ -13,7 +13,9 @@ Invariants:
 - Each tensor belongs to an alias root (a non-view value) and a chain of view ops from it. Mutating a view
   rebuilds the root with ``as_strided_scatter`` (the root must be contiguous, as inputs and fresh results are);
   later reads of any view of a mutated root replay its view chain on the root's newest value.
-- Inputs that alias each other are treated as independent (not detected yet).
+- Inputs that alias each other are independent placeholders here; ``aot_compile`` rebuilds a group of them
+  that has a mutated member as views of one synthetic base input (``ember.autograd.aliasing``), which this
+  pass then handles like any mutation through a view.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ class FunctionalizationError(EmberError):
 @dataclass
 class _Alias:
     root: fx.Node                                   # old-graph node owning the storage
-    chain: tuple[tuple[Any, tuple, dict], ...]      # view ops from root: (target, args after self, kwargs)
+    chain: tuple[tuple[Any, tuple, dict, fx.Node], ...]   # view ops from root: (target, args after self,
+                                                          # kwargs, the old-graph view node)
 
 
 def _is_view(target: Any) -> bool:
@@ -142,9 +145,9 @@ class _Functionalizer:
         if cached is not None and cached[1] == self.version[al.root]:
             return cached[0]
         out = self.current[al.root]
-        for target, rest, kwargs in al.chain:
+        for target, rest, kwargs, old in al.chain:
             out = self.graph.call_function(target, (out, *rest), kwargs)
-        out.meta["val"] = node.meta.get("val")
+            out.meta["val"] = old.meta.get("val")       # every replayed view keeps its value's metadata
         self.views[node] = (out, self.version[al.root])
         return out
 
@@ -179,7 +182,7 @@ class _Functionalizer:
     def _view(self, node: fx.Node) -> None:
         base = node.args[0]
         al = self.alias[base]
-        step = (node.target, self.map_arg(tuple(node.args[1:])), self.map_arg(dict(node.kwargs)))
+        step = (node.target, self.map_arg(tuple(node.args[1:])), self.map_arg(dict(node.kwargs)), node)
         self.alias[node] = _Alias(al.root, al.chain + (step,))
         self.value(node)
 

@@ -15,7 +15,7 @@ from torch import nn
 import ember
 from ember.autograd import aot as aot_mod
 from ember.autograd.aot import AotError, aot_compile
-from ember.autograd.runtime import DoubleBackwardError
+from ember.autograd.runtime import CompiledGraphs, DoubleBackwardError
 from ember.backends.aot import aot_eager
 from ember.decomp import has_decomposition
 
@@ -188,7 +188,8 @@ def test_no_grad_inference_uses_forward_only_graph():
         out_c, out_e = compiled(x), eager(x)
     _close(out_c, out_e, "no_grad output")
     assert not out_c.requires_grad and out_c.grad_fn is None
-    assert built and all(not isinstance(k, tuple) for k in built[0]), "no_grad built a training variant"
+    assert built and not any(isinstance(v[0], CompiledGraphs) for v in built[0].values()), \
+        "no_grad built a training variant"
     for (name, b), be in zip(model.named_buffers(), eager.buffers()):   # train-mode BN still updates stats
         _close(b, be, f"buffer {name}")
 
@@ -380,7 +381,7 @@ def test_decomposed_to_prims_matches(make_model, make_input):
         return fn
 
     _train_and_compare(make_model, make_input, steps=2, backend=backend)
-    graphs = next(v for k, v in built[0].__ember_aot__.items() if isinstance(k, tuple))[0]
+    graphs = next(v[0] for v in built[0].__ember_aot__.values() if isinstance(v[0], CompiledGraphs))
     for g in (graphs.fwd, graphs.bwd):
         targets = [n.target for n in g.graph.nodes if n.op == "call_function"]
         assert any(str(t).startswith("prims.") for t in targets)
@@ -395,7 +396,7 @@ def test_backend_graphs_follow_the_parametrized_path(fresh):
 
     gm = fx.symbolic_trace(lambda x, w: F.gelu(x @ w).sum())
     fn = backend_mod.aot_eager_factory(None)(gm, [torch.randn(2, 12), torch.randn(12, 3, requires_grad=True)])
-    graphs = next(v for k, v in fn.__ember_aot__.items() if isinstance(k, tuple))[0]
+    graphs = next(v[0] for v in fn.__ember_aot__.values() if isinstance(v[0], CompiledGraphs))
     targets = [str(n.target) for g in (graphs.fwd, graphs.bwd) for n in g.graph.nodes if n.op == "call_function"]
     has_prims = any(t.startswith("prims.") for t in targets)
     assert has_prims == (fresh == "prims"), targets
@@ -427,3 +428,127 @@ def test_tracing_leaves_autocast_state_as_it_was():
     traced, _ = aot_mod._trace(enters, [torch.randn(3, 3)], training=False)
     assert not torch.is_autocast_enabled("cpu")
     assert any("_to_copy" in str(n.target) for n in traced.gm.graph.nodes), "the trace did not see autocast"
+
+
+# -- inputs that alias each other --------------------------------------------------------------------------------
+def _read_both(a, b):
+    return a * 2 + b
+
+
+def _mutate_first(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def _mutate_second(a, b):
+    b.mul_(3)
+    return a + 1
+
+
+def _mutate_both(a, b):
+    a.add_(1)
+    b.add_(2)
+    return a * 2, b.sum()
+
+
+def _setitem_from_alias(a, b):
+    a.select(0, 0).copy_(b[1] * 2)        # a[0] = b[1] * 2 (fx.symbolic_trace cannot trace setitem)
+    return b.sum(0)
+
+
+def _mutate_and_return_alias(a, b):
+    a.mul_(2)
+    return b
+
+
+ALIASING = [
+    ("read_same", _read_both, lambda x: (x, x)),
+    ("mutate_first_same", _mutate_first, lambda x: (x, x)),
+    ("mutate_first_row", _mutate_first, lambda x: (x, x[0])),
+    ("mutate_first_transpose", _mutate_first, lambda x: (x, x.t())),
+    ("mutate_row_read_all", _mutate_first, lambda x: (x[1], x)),
+    ("mutate_first_tail", _mutate_first, lambda x: (x, x[1:])),
+    ("mutate_second_row", _mutate_second, lambda x: (x, x[1])),
+    ("mutate_both_same", _mutate_both, lambda x: (x, x)),
+    ("mutate_both_row", _mutate_both, lambda x: (x, x[0])),
+    ("disjoint_rows", _mutate_first, lambda x: (x[0], x[1])),
+    ("setitem_from_alias", _setitem_from_alias, lambda x: (x, x)),
+    ("return_alias", _mutate_and_return_alias, lambda x: (x, x[2])),
+]
+
+
+def _alias_run(fn, make, compile_fn):
+    """Eager and compiled on the same aliasing pattern of fresh storages: outputs and storages equal, twice."""
+    torch.manual_seed(0)
+    base = torch.randn(3, 3)
+    compiled = compile_fn(fn, make(base.clone()))
+    for step in range(2):
+        xe, xc = base.clone() + step, base.clone() + step
+        out_e, out_c = fn(*make(xe)), compiled(*make(xc))
+        _close(out_c, out_e, f"step {step} outputs")
+        _close(xc, xe, f"step {step} storage after the call")
+    return compiled
+
+
+@pytest.mark.parametrize("name,fn,make", ALIASING, ids=[a[0] for a in ALIASING])
+def test_aliased_inputs_aot_compile(name, fn, make):
+    _alias_run(fn, make, lambda f, ex: aot_compile(fx.symbolic_trace(f), list(ex)))
+
+
+@pytest.mark.parametrize("name,fn,make", ALIASING, ids=[a[0] for a in ALIASING])
+def test_aliased_inputs_ember_compile(name, fn, make):
+    _alias_run(fn, make, lambda f, ex: ember.compile(f, backend="aot_eager"))
+
+
+def test_aliasing_pattern_change_builds_a_variant():
+    """Compiled for two distinct tensors, then called with a tensor and its row: the mutation must show."""
+    compiled = aot_compile(fx.symbolic_trace(_mutate_first), [torch.randn(3, 3), torch.randn(3)])
+    x, xe = torch.randn(3, 3), None
+    xe = x.clone()
+    _close(compiled(x, x[0]), _mutate_first(xe, xe[0]), "aliased call after a distinct compile")
+    _close(x, xe, "storage")
+    a, b = torch.randn(3, 3), torch.randn(3)
+    ae, be = a.clone(), b.clone()
+    _close(compiled(a, b), _mutate_first(ae, be), "distinct call again")
+    assert len(compiled.__ember_aot__) == 2
+
+
+def test_aliased_inputs_with_grad():
+    """A weight and its view, read only: gradients reach the weight through both; a mutated aliasing pair
+    beside an input that requires grad: values and the gradient of that input."""
+    def reads(w, v, x):
+        return (x @ w).sum() + (v * x[0]).sum()
+
+    def mutates(a, b, w):
+        a.add_(1)
+        return (b * w).sum()
+
+    for fn, make in ((reads, lambda w, x: (w, w[0], x)), (mutates, lambda w, x: (x, x[0], w))):
+        torch.manual_seed(0)
+        w, x = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3)
+        we, xe = w.detach().clone().requires_grad_(), x.clone()
+        compiled = aot_compile(fx.symbolic_trace(fn), list(make(w.detach().clone().requires_grad_(), x.clone())))
+        out_c, out_e = compiled(*make(w, x)), fn(*make(we, xe))
+        _close(out_c, out_e, f"{fn.__name__} output")
+        _close(x, xe, f"{fn.__name__} storage")
+        out_c.backward()
+        out_e.backward()
+        _close(w.grad, we.grad, f"{fn.__name__} grad")
+
+
+def test_mutated_alias_that_requires_grad_runs_eagerly():
+    """A pair of aliasing inputs, one mutated, one requiring grad: beyond AOT (refused), runs eagerly."""
+    def f(a, b):
+        a.mul_(2)
+        return (b * 3).sum()
+
+    w = torch.randn(3, 3)
+    compiled = aot_compile(fx.symbolic_trace(f), [w, w[0].clone().requires_grad_()])
+    base = torch.randn(3, 3)
+    leaf = base.clone().requires_grad_()
+    x, xe = leaf.clone(), leaf.clone()
+    out_c, out_e = compiled(x, x[0]), f(xe, xe[0])
+    _close(out_c, out_e, "output")
+    _close(x, xe, "storage")
+    (gc,), (ge,) = torch.autograd.grad(out_c, leaf), torch.autograd.grad(out_e, leaf)
+    _close(gc, ge, "grad")

@@ -47,8 +47,8 @@ def _graphs_are_prims() -> None:
     assert BUILT, "nothing was compiled"
     seen_prims = False
     for fn in BUILT:
-        for key, (built, _) in fn.__ember_aot__.items():
-            graphs = [built.fwd, built.bwd] if isinstance(key, tuple) else [getattr(built, "fwd", None)]
+        for built, _, _ in fn.__ember_aot__.values():
+            graphs = [getattr(built, "fwd", None), getattr(built, "bwd", None)]
             for g in graphs:
                 if not isinstance(g, torch.fx.GraphModule):
                     continue

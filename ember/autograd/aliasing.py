@@ -1,0 +1,92 @@
+"""Graph inputs that share memory (``f(x, x)``, ``f(x, x[0])``, a buffer and its view): synthetic bases.
+
+Input: the flat inputs of one call. Output: ``alias_groups`` (which tensor inputs share a storage) and, for a
+graph that mutates one of them, a ``SyntheticBases`` that traces and runs the graph on one base tensor per
+group (the whole storage, 1-D) from which each member is rebuilt inside the graph as an ``as_strided`` view.
+
+Invariants:
+- Fake conversion is memoized by identity and by storage (``fake.FakeMode``), so the trace already sees
+  aliasing inputs as views of one storage; what a graph of independent placeholders cannot express is a
+  mutation through one input that another input must see. With the members rebuilt as views of one base,
+  functionalization updates the base and replays every other member's view on the new value, and the write-back
+  copies the base into the real storage, so every alias sees the mutation, as in eager.
+- Only groups with a mutated member are rebuilt; reads through aliases need nothing.
+- A group whose members require grad, or differ in dtype, is refused (``AotError``): the graph then runs as
+  captured, with eager autograd (correct, not optimized).
+- The aliasing pattern of the inputs is part of the variant key of a graph that mutates inputs, so a call with
+  another pattern (``f(x, x)`` after ``f(x, y)``) builds its own variant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+
+
+def alias_groups(flat: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+    """Groups (two or more) of tensor input indices whose storages are the same."""
+    by_ptr: dict[int, list[int]] = {}
+    for i, a in enumerate(flat):
+        if isinstance(a, torch.Tensor) and a.layout == torch.strided and a.device.type != "meta":
+            ptr = a.untyped_storage().data_ptr()
+            if ptr:
+                by_ptr.setdefault(ptr, []).append(i)
+    return tuple(tuple(g) for g in by_ptr.values() if len(g) > 1)
+
+
+@dataclass
+class SyntheticBases:
+    """Calls with ``groups`` of aliasing inputs: the graph takes (non-members..., one base per group)."""
+
+    groups: tuple[tuple[int, ...], ...]
+    num_inputs: int
+    layouts: dict[int, tuple[tuple[int, ...], tuple[int, ...], int]]
+
+    @staticmethod
+    def of(flat: Sequence[Any], groups: tuple[tuple[int, ...], ...]) -> "SyntheticBases":
+        from ember.autograd.aot import AotError
+
+        layouts = {}
+        for g in groups:
+            members = [flat[i] for i in g]
+            if any(m.requires_grad for m in members):
+                raise AotError("aot autograd: inputs that share memory, one of them mutated in place, and one of them "
+                               "requiring grad are not supported yet (stage: autograd aliasing); the graph runs "
+                               "with eager autograd. Pass a clone to avoid the aliasing.")
+            if len({m.dtype for m in members}) > 1:
+                raise AotError("aot autograd: inputs that share memory with different dtypes, one of them "
+                               "mutated in place, are not supported (stage: autograd aliasing)")
+            for i in g:
+                t = flat[i]
+                layouts[i] = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        return SyntheticBases(groups, len(flat), layouts)
+
+    def args(self, flat: Sequence[Any]) -> list[Any]:
+        """The graph's inputs for this call: the non-members in order, then each group's base."""
+        out = [a for i, a in enumerate(flat) if i not in self.layouts]
+        for g in self.groups:
+            t = flat[g[0]]
+            n = t.untyped_storage().nbytes() // t.element_size()
+            out.append(t.as_strided((n,), (1,), 0))
+        return out
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` over the original inputs, as a function of ``args(flat)``."""
+        n_rest = self.num_inputs - len(self.layouts)
+
+        def with_bases(*new: Any) -> Any:
+            rest, bases = list(new[:n_rest]), new[n_rest:]
+            flat: list[Any] = [None] * self.num_inputs
+            it = iter(rest)
+            for i in range(self.num_inputs):
+                if i not in self.layouts:
+                    flat[i] = next(it)
+            for g, base in zip(self.groups, bases):
+                for i in g:
+                    size, stride, offset = self.layouts[i]
+                    flat[i] = base.as_strided(size, stride, offset)
+            return fn(*flat)
+        return with_bases
+
