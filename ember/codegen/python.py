@@ -12,6 +12,7 @@ import torch
 
 from ember.loopir.indexing import RINDEX, XINDEX
 from ember.loopir.interp import OPS, eval_index
+from ember.loopir.expr import bound_symbol
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
 
 INIT = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True}
@@ -53,6 +54,8 @@ def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]
             for st in sec.stmts:
                 if isinstance(st, Assign):
                     vals[st.var] = _assign(st, vals, env, flat, shape(st.level), dev)
+                    if not st.dtype.is_floating_point and st.dtype is not torch.bool:
+                        env[bound_symbol(st.var)] = vals[st.var]   # may be used as an index
                 elif isinstance(st, Accumulate):
                     vals[st.acc] = COMBINE[st.reduce_type](vals[st.var].expand(X, R), 1).to(st.dtype)
                 elif isinstance(st, Store):

@@ -67,6 +67,8 @@ def bounds(e: Any, numel: dict) -> tuple[int, int]:
     if e is sympy.true or e is sympy.false:
         return 0, 1
     if isinstance(e, sympy.Symbol):
+        if e not in numel:      # a loaded index value (gather, embedding): unknown, assume it needs 64 bits
+            return -(2 ** 31), 2 ** 31
         return 0, max(int(numel[e]) - 1, 0)
     if e.is_Integer:
         return int(e), int(e)
@@ -126,7 +128,7 @@ class IndexPrinter:
         if isinstance(e, int):
             return str(e)
         if isinstance(e, sympy.Symbol):
-            if e not in (XINDEX, RINDEX):
+            if e not in (XINDEX, RINDEX) and not e.name.startswith("tmp"):
                 raise NotImplementedError(f"ember.codegen.triton: symbolic size {e} in an index")
             return str(e)
         if e.is_Integer:

@@ -75,7 +75,33 @@ class Op:
         return f"ops.{self.name}({', '.join(map(repr, self.args))}{extra})"
 
 
-Expr = Union[Load, Const, IndexValue, Op]
+@dataclass(frozen=True)
+class Bind:
+    """``body`` with the index symbol ``symbol`` standing for the integer value of ``value`` (gather,
+    index_select, advanced indexing: a load whose address depends on a loaded value)."""
+    symbol: sympy.Symbol
+    value: Any
+    body: Any
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.body.dtype
+
+    def __repr__(self) -> str:
+        return f"ops.bind({self.symbol}={self.value!r}, {self.body!r})"
+
+
+Expr = Union[Load, Const, IndexValue, Op, Bind]
+_INDIRECT = iter(range(1 << 62))
+
+
+def indirect_symbol() -> sympy.Symbol:
+    return sympy.Symbol(f"ind{next(_INDIRECT)}", integer=True)
+
+
+def bound_symbol(var: str) -> sympy.Symbol:
+    """The index symbol code generators print as the (integer) kernel variable ``var``."""
+    return sympy.Symbol(var, integer=True)
 
 
 def walk(e: Expr) -> Iterator[Expr]:
@@ -89,6 +115,9 @@ def walk(e: Expr) -> Iterator[Expr]:
         if isinstance(n, Op):
             for a in n.args:
                 yield from go(a)
+        elif isinstance(n, Bind):
+            yield from go(n.value)
+            yield from go(n.body)
         yield n
     yield from go(e)
 
@@ -114,6 +143,8 @@ def substitute(e: Expr, fn: Callable[[sympy.Expr], sympy.Expr], load: Callable[[
             out = IndexValue(fn(n.index), n.dtype)
         elif isinstance(n, Op):
             out = Op(n.name, tuple(go(a) for a in n.args), n.dtype)
+        elif isinstance(n, Bind):
+            out = Bind(n.symbol, go(n.value), go(n.body))
         else:
             out = n
         memo[n] = out

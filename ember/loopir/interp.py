@@ -12,7 +12,7 @@ import sympy
 import torch
 from torch.utils._pytree import tree_map
 
-from .expr import Const, Expr, IndexValue, Load, Op, rvars, xvars
+from .expr import Bind, Const, Expr, IndexValue, Load, Op, rvars, xvars
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Pointwise, Reduction
 
 
@@ -116,6 +116,9 @@ class Interpreter:
             return torch.full(shape, e.value, dtype=e.dtype, device=device)
         if isinstance(e, IndexValue):
             return torch.as_tensor(eval_index(e.index, env), device=device).expand(shape).to(e.dtype)
+        if isinstance(e, Bind):
+            v = self.expr(e.value, env, shape, device).long()
+            return self.expr(e.body, {**env, e.symbol: v}, shape, device)
         if e.name == "to_dtype":
             return self.expr(e.args[0], env, shape, device).to(e.dtype)
         args = [self.expr(a, env, shape, device) for a in e.args]

@@ -21,7 +21,7 @@ from typing import Any
 import sympy
 import torch
 
-from .expr import Const, Expr, IndexValue, Load, Op
+from .expr import Bind, Const, Expr, IndexValue, Load, Op, bound_symbol, substitute
 from .indexing import RINDEX, place
 from .ir import Pointwise, Reduction
 from .schedule import Kernel, placement, store_index
@@ -153,19 +153,29 @@ class _Builder:
                 return self.emit(producer.body, self.groups[producer.name])  # type: ignore[attr-defined]
             idx, mask = place(e.index, groups), place(e.mask, groups) if e.mask is not None else None
             self.buffers.setdefault(e.buf, (e.dtype, "in"))
-            lvl = "r" if _has_r(idx) or _has_r(mask) else "x"
+            lvl = "r" if self._is_r(idx) or self._is_r(mask) else "x"
             return self.assign("load", (e.buf, idx, mask), e.dtype, lvl)
         if isinstance(e, Const):
             return self.assign("const", (e.value,), e.dtype, "x")
         if isinstance(e, IndexValue):
             idx = place(e.index, groups)
-            return self.assign("index", (idx,), e.dtype, "r" if _has_r(idx) else "x")
+            return self.assign("index", (idx,), e.dtype, "r" if self._is_r(idx) else "x")
+        if isinstance(e, Bind):
+            v = self.emit(e.value, groups)
+            sym = bound_symbol(v)
+            return self.emit(substitute(e.body, lambda i: i.xreplace({e.symbol: sym})), groups)
         assert isinstance(e, Op)
         args = tuple(self.emit(a, groups) for a in e.args)
         lvl = "r" if any(self.levels[a] == "r" for a in args) else "x"
         if e.name == "to_dtype":
             return self.assign("cast", args, e.dtype, lvl)
         return self.assign("op", (e.name, *args), e.dtype, lvl)
+
+    def _is_r(self, e: Any) -> bool:
+        """An index is per reduced point when it uses rindex or a variable loaded per reduced point."""
+        if e is None or not isinstance(e, sympy.Basic):
+            return False
+        return any(s == RINDEX or self.levels.get(s.name) == "r" for s in e.free_symbols)
 
     def build(self) -> KernelBody:
         times = self.times()

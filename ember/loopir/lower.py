@@ -21,14 +21,17 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from ember import logs
 from ember.errors import EmberError
 
-from .expr import size, xvars
+from .expr import Op, size, walk, xvars
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .values import TV, buffer_view, contiguous_layout
 
 LOWERINGS: dict[str, Callable[..., Any]] = {}
 MISSING_LOWERINGS: Counter = Counter()
-# a pointwise value used more than once is realized when its body has at least this many ops
-REALIZE_OPS = 1
+# a pointwise value used more than once is realized when its body has at least this many ops, or any
+# expensive one; cheaper values are recomputed by each user (a memory pass costs more than a few flops)
+REALIZE_OPS = 4
+EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
+                          "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
 # any value whose body grew beyond this many ops is realized (bounds the size of inlined bodies)
 MAX_INLINE_OPS = 200
 
@@ -173,13 +176,19 @@ class Lowerer:
                                                                              "device": lay.device}, meta)
         out = fn(self, *args, **kwargs)
         if isinstance(out, TV) and out.view is None:
-            n_ops = size(out.loader(xvars(out.ndim)))
-            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and n_ops >= REALIZE_OPS):
+            body = out.loader(xvars(out.ndim))
+            n_ops = size(body)
+            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and (n_ops >= REALIZE_OPS or _expensive(body))):
                 out = self.realized(out)
         return out
 
 
-_EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern"}
+_EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "scatter", "scatter_add",
+                     "index_put", "uniform", "normal", "rng_seed", "argmax", "argmin"}
+
+
+def _expensive(body: Any) -> bool:
+    return any(isinstance(e, Op) and e.name in EXPENSIVE_OPS for e in walk(body))
 
 
 def _complex(args: tuple, kwargs: dict, meta: Any) -> bool:

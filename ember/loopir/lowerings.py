@@ -9,7 +9,7 @@ import torch
 
 from ember.decomp.meta import canonical_dims
 
-from .expr import Const, Op, _py_cast, cast
+from .expr import Bind, Const, Op, _py_cast, cast, indirect_symbol
 from .ir import Layout, Reduction, contiguous_stride, prod
 from .lower import Lowerer, register_lowering
 from .values import TV, buffer_view, constant, index_value, masked, pointwise, restride
@@ -338,3 +338,84 @@ def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool
     mean = mean_k if keepdim else _squeeze(L, mean_k, list(d))
     return var, mean
 
+
+
+# indexing: loads whose address depends on a loaded value ---------------------------------------------------
+def _wrapped(v: Any, size: Any) -> Any:
+    """A possibly negative index value wrapped into [0, size) as torch's advanced indexing does."""
+    zero = Const(0, v.dtype)
+    return Op("where", (Op("lt", (v, zero), torch.bool), Op("add", (v, Const(int(size), v.dtype)), v.dtype), v),
+              v.dtype)
+
+
+def _indirect(x: TV, xidx: list, dim_values: dict) -> Any:
+    """x at xidx, with dims in ``dim_values`` (dim -> index Expr) read through bound symbols."""
+    binds = []
+    for d, val in dim_values.items():
+        s = indirect_symbol()
+        xidx[d] = s
+        binds.append((s, val))
+    out = x.loader(xidx)
+    for s, val in reversed(binds):
+        out = Bind(s, val, out)
+    return out
+
+
+@register_lowering("gather")
+def _gather(L: Lowerer, x: TV, dim: int, index: TV) -> TV:
+    dim = dim % max(x.ndim, 1)
+    if x.ndim == 0:
+        return x
+
+    def load(idx: Sequence) -> Any:
+        return _indirect(x, list(idx), {dim: index.loader(idx)})
+    return TV(index.shape, x.dtype, x.device, load)
+
+
+@register_lowering("index_select")
+def _index_select(L: Lowerer, x: TV, dim: int, index: TV) -> TV:
+    if x.ndim == 0:
+        return x
+    dim = dim % x.ndim
+    shape = list(x.shape)
+    shape[dim] = prod(index.shape)
+
+    def load(idx: Sequence) -> Any:
+        ival = index.loader([idx[dim]] if index.ndim == 1 else [])
+        return _indirect(x, list(idx), {dim: ival})
+    return TV(tuple(shape), x.dtype, x.device, load)
+
+
+@register_lowering("index")
+def _index(L: Lowerer, x: TV, indices: Sequence[Any]) -> TV:
+    idx_t = list(indices) + [None] * (x.ndim - len(indices))
+    adv = [i for i, t in enumerate(idx_t) if t is not None]
+    if not adv or any(idx_t[i].dtype in (torch.bool, torch.uint8) for i in adv):
+        raise NotImplementedError("boolean mask indexing")
+    bshape = tuple(torch.broadcast_shapes(*[tuple(int(s) for s in idx_t[i].shape) for i in adv]))
+    contiguous = adv == list(range(adv[0], adv[-1] + 1))
+    rest = [i for i in range(x.ndim) if idx_t[i] is None]
+    nb = len(bshape)
+    if contiguous:
+        before, after = list(range(adv[0])), list(range(adv[-1] + 1, x.ndim))
+        shape = tuple(x.shape[i] for i in before) + bshape + tuple(x.shape[i] for i in after)
+    else:
+        before, after = [], rest
+        shape = bshape + tuple(x.shape[i] for i in rest)
+
+    def load(idx: Sequence) -> Any:
+        idx = list(idx)
+        bidx = idx[len(before):len(before) + nb]
+        xidx: list = [0] * x.ndim
+        for k, d in enumerate(before):
+            xidx[d] = idx[k]
+        for k, d in enumerate(after):
+            xidx[d] = idx[len(before) + nb + k]
+        vals = {}
+        for d in adv:
+            t = idx_t[d]
+            off = nb - t.ndim
+            tidx = [0 if t.shape[j] == 1 and bshape[off + j] != 1 else bidx[off + j] for j in range(t.ndim)]
+            vals[d] = _wrapped(t.loader(tidx), x.shape[d])
+        return _indirect(x, xidx, vals)
+    return TV(shape, x.dtype, x.device, load)
