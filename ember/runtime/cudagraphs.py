@@ -27,14 +27,16 @@ Memory and overwrites (the invariant everything rests on):
 - Before a replay, at-risk outputs still alive are handled: outputs of a forward graph whose backward has not
   run yet (saved activations, say, when two forwards run before one backward) are protected, so another
   recording of the same graph is made (or, past ``cudagraph_max_records``, the call runs without a graph);
-  every other live at-risk output is invalidated: accessing it later raises torch's error
+  so are live outputs of a backward graph (gradients: ``.grad`` may hold one that the next backward adds
+  into); every other live at-risk output is invalidated: accessing it later raises torch's error
   ("accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run", saying to clone it or
   call ``mark_step_begin()``). Where this torch build cannot invalidate storages, outputs are copied out of the
   pool instead, so nothing is ever overwritten silently.
 - ``mark_step_begin()`` (the analogue of ``torch.compiler.cudagraph_mark_step_begin()``) says a new step starts:
   forward outputs from before are no longer protected.
-- A backward graph's outputs are gradients: with ``zero_grad(set_to_none=False)`` or gradient accumulation,
-  ``.grad`` may hold pool memory that the next step invalidates; the error says so (as torch's does).
+- Gradients kept alive across steps (``zero_grad(set_to_none=False)``, gradient accumulation) therefore make
+  further recordings and then plain launches, with a hint; ``optimizer.zero_grad()`` (set_to_none) keeps the
+  fast path, as does ``mark_step_begin()``, after which such outputs are invalidated instead.
 
 Falls back to plain launches, with a ``perf_hints`` log line, for CPU tensors (inputs or outputs), inputs the
 graph mutates in place that are copied into placeholders, inputs that overlap themselves (expanded),
@@ -170,12 +172,15 @@ class CudaGraphPool:
         return [r for r in self.recordings if r.order >= rec.order and r.handout is not None]
 
     def blocked(self, rec: Recording) -> bool:
-        """Would replaying ``rec`` overwrite forward outputs that a backward may still read? Those are the
-        storages a backward was seen reading (all of them until one was seen), while alive: autograd frees
-        saved tensors once the backward ran."""
+        """Would replaying ``rec`` overwrite forward outputs that a backward may still read (the storages a
+        backward was seen reading, all of them until one was seen, while alive: autograd frees saved tensors once
+        the backward ran), or live gradients (AccumulateGrad keeps a backward's output as ``.grad`` and adds the
+        next backward's into it: two forwards before one backward, zero_grad(set_to_none=False))?"""
         for r in self.at_risk(rec):
             h = r.handout
-            if r.kind == "forward" and h.step == _current_step and h.live(r.saved):
+            if h.step != _current_step:
+                continue
+            if (r.kind == "forward" and h.live(r.saved)) or (r.kind == "backward" and h.live()):
                 return True
         return False
 

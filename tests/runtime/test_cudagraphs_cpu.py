@@ -197,6 +197,22 @@ def test_saved_tensors_of_a_pending_backward_are_never_overwritten():
     assert ops.records == n
 
 
+def test_live_gradients_are_never_overwritten():
+    ops = FakeOps()
+    pool = cg.CudaGraphPool(ops)
+    bwd = cg.cudagraphify(lambda t: (t * 2,), "backward", None, pool)
+    bwd(torch.randn(3))
+    t1 = torch.randn(3)
+    grad = bwd(t1)[0]                             # kept, as AccumulateGrad keeps a .grad
+    t2 = torch.randn(3)
+    grad2 = bwd(t2)[0]
+    assert ops.invalidated == [] and ops.records == 2
+    assert torch.equal(grad, t1 * 2) and torch.equal(grad2, t2 * 2)
+    del grad, grad2
+    bwd(torch.randn(3))
+    assert ops.records == 2
+
+
 def test_user_output_of_a_forward_does_not_block_once_backward_ran():
     ops = FakeOps()
     pool = cg.CudaGraphPool(ops)
