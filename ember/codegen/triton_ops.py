@@ -205,7 +205,8 @@ def _logical(op: str) -> Template:
 
 OPS: dict[str, Template] = {
     "add": _f("({} + {})"), "sub": _f("({} - {})"), "mul": _f("({} * {})"),
-    "div": _fi("({} / {})", "({} // {})"),
+    "div": lambda dts, out, a, b: (f"tl.math.div_rn({a}, {b})" if _is_f(out) and out != torch.float64 else
+                                   f"({a} / {b})" if _is_f(out) else f"({a} // {b})"),  # IEEE-rounded as eager
     "floordiv": _fi("_h.floordiv_float({}, {})", "_h.floordiv_int({}, {})"),
     "remainder": _fi("_h.remainder_float({}, {})", "_h.remainder_int({}, {})"),
     "fmod": _f("({} % {})"),

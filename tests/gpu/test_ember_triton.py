@@ -60,8 +60,8 @@ def test_precompiled_before_first_call() -> None:
 
 
 def test_many_kernels_one_graph() -> None:
-    def f(*xs):
-        return [torch.softmax(x, -1) * i for i, x in enumerate(xs)]
+    def f(x0, x1, x2, x3, x4, x5):
+        return [torch.softmax(x, -1) * i for i, x in enumerate((x0, x1, x2, x3, x4, x5))]
     xs = [torch.randn(32, 50 + 7 * i, device="cuda") for i in range(6)]
     compiled, _ = compile_case(f, xs)
     for o, r in zip(compiled(*xs), f(*xs)):
