@@ -143,7 +143,10 @@ def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., N
         def launch(*a: torch.Tensor) -> None:
             run(g0, g1, g2, stream(dev), function, meta, None, None, None, *a)
         return launch
-    except Exception:  # noqa: BLE001 - any mismatch with this Triton: keep the regular launch path
+    except Exception as e:  # noqa: BLE001 - any mismatch with this Triton: keep the regular launch path
+        from ember import logs
+        logs.log("perf_hints", f"ember.codegen.triton: direct launch unavailable ({type(e).__name__}: {e}); "
+                               "kernels launch through JITFunction.run")
         return None
 
 

@@ -22,7 +22,7 @@ from .core import PRIMS, Prim, push_handler
 from .meta import TensorMeta
 from .registry import (DECOMPOSITIONS, MISSING, coverage_report, decompose, decomposed_ops, format_coverage,
                        has_decomposition, register_decomposition)
-from . import decomp_pointwise, decomp_reduce, decomp_shape, decomp_nn  # noqa: E402,F401  (fill the table)
+from . import decomp_pointwise, decomp_reduce, decomp_shape, decomp_nn, decomp_pool  # noqa: E402,F401  (fill the table)
 from .interp import run_decomposition, meta_decomposition, trace_decomposition  # noqa: E402
 
 __all__ = ["prims", "PRIMS", "Prim", "TensorMeta", "DECOMPOSITIONS", "MISSING", "coverage_report",

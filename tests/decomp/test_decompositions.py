@@ -124,3 +124,65 @@ def test_pointwise_and_reductions(case):
 
 def test_table_is_large():
     assert len(D.DECOMPOSITIONS) >= 200
+
+
+# pooling and cumsum: several window configurations (padding, stride, dilation, ceil mode, divisors), batched
+# and unbatched inputs, float dtypes; backwards get the forward's real indices / output shapes
+POOL_SHAPES = [(2, 3, 9, 8), (3, 7, 7)]
+POOL_CONFIGS = [(2, 2, 0, 1, False), (3, 2, 1, 1, False), (3, 2, 1, 2, True), ((3, 2), (1, 2), (1, 0), 1, True),
+                (2, [], 0, 1, True)]
+
+
+def _pool_cases():
+    cases = []
+    for shape in POOL_SHAPES:
+        for k, s, p, d, c in POOL_CONFIGS:
+            cases.append(("max_pool2d_with_indices", shape, (k, s, p, d, c)))
+            for cip, div in [(True, None), (False, None), (True, 3)]:
+                cases.append(("avg_pool2d", shape, (k, s, p, c, cip, div)))
+        for size in [(1, 1), (3, 2), (7, 4), (2, 5)]:
+            cases.append(("_adaptive_avg_pool2d", shape, (size,)))
+    return cases
+
+
+POOL = _pool_cases()
+
+
+@pytest.mark.parametrize("name,shape,cfg", POOL, ids=[f"{n}-{s}-{c}" for n, s, c in POOL])
+def test_pooling_and_backward(name, shape, cfg):
+    fwd = getattr(aten, name).default
+    for dt in FLOATS:
+        x = rand(shape, dt)
+        ref = fwd(x, *cfg)
+        assert_same(D.run_decomposition(fwd, x, *cfg), ref)
+        if dt is BF16:
+            continue            # ATen has no bf16 pooling backwards on every build; the float ones suffice
+        out = ref[0] if isinstance(ref, tuple) else ref
+        g = rand(tuple(out.shape), dt, gen=torch.Generator().manual_seed(7))
+        if name == "max_pool2d_with_indices":
+            op, args = aten.max_pool2d_with_indices_backward.default, (g, x, *cfg, ref[1])
+        elif name == "avg_pool2d":
+            op, args = aten.avg_pool2d_backward.default, (g, x, *cfg)
+        else:
+            op, args = aten._adaptive_avg_pool2d_backward.default, (g, x)
+        assert_same(D.run_decomposition(op, *args), op(*args))
+
+
+def test_max_pool_ties_and_nan_pick_atens_index():
+    x = torch.tensor([[[[1.0, 1.0, 0.0], [1.0, float("nan"), 2.0], [2.0, 2.0, 2.0]]]])
+    for args in [(2, 1), (3, 1), (2, 1, 1)]:
+        ref = aten.max_pool2d_with_indices.default(x, *args)
+        out = D.run_decomposition(aten.max_pool2d_with_indices.default, x, *args)
+        assert torch.equal(out[1], ref[1]), (args, out[1], ref[1])
+        assert_same(out[0], ref[0])
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, BF16, I64, I32, B])
+def test_cumsum(dtype):
+    for shape in [(5, 7), (), (17,), (2, 3, 33)]:
+        x = rand(shape, dtype)
+        for dim in range(-len(shape), len(shape)) if shape else [0]:
+            assert_same(D.run_decomposition(aten.cumsum.default, x, dim), aten.cumsum.default(x, dim))
+        if shape:
+            assert_same(D.run_decomposition(aten.cumsum.default, x, 0, dtype=F64),
+                        aten.cumsum.default(x, 0, dtype=F64))
