@@ -15,7 +15,8 @@ Invariants:
   or, with ``recompute=True``, recomputed in ``bwd`` from saved values.
 - The saved set is a minimum cut (bytes from ``node.meta["val"]``) between the primals plus every op that may
   not be recomputed, and the values the tangent-dependent nodes read. Only ops in ``RECOMPUTABLE`` (cheap
-  pointwise, view and factory ops) are ever recomputed; matmul/convolution/attention, reductions, RNG ops and
+  pointwise, view and factory ops) and ember prims of the cheap kinds (``PRIM_RECOMPUTABLE_KINDS``: pointwise,
+  cast, view, movement, constant) are ever recomputed; matmul/convolution/attention, reductions, RNG ops and
   any op not in the table are not, so a dropout mask is computed once, in the forward, and saved.
 - ``recompute=False`` is the baseline: every forward-computable node the backward needs runs in the forward,
   and every one the tangent-dependent nodes read directly is saved. Its byte count is a feasible cut of the
