@@ -196,6 +196,7 @@ def _build_inference(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     aliases = _aliases(traced)
     _log_graphs("inference", fwd, None, "no backward: forward-only inference graph")
     if compile_graph is not None:
+        fwd.meta["ember_write_backs"] = list(func.write_backs)   # the kernel compiler may store in place
         fwd = compile_graph(fwd, "inference")
     return _Inference(fwd, traced.num_forward_outputs, func.write_backs, aliases, grad_after), traced.out_spec
 
@@ -266,6 +267,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     fwd, bwd = part.fwd, part.bwd
     _log_graphs("training", fwd, bwd, part.summary)
     if compile_graph is not None:
+        fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place
         fwd, bwd = compile_graph(fwd, "forward"), compile_graph(bwd, "backward")
     aliases = _aliases(traced)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,

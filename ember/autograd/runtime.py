@@ -146,6 +146,9 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
     """Copy each mutated input's new value in (caller's grad mode), then rebuild outputs that alias inputs."""
     for i, j in write_backs:
         dst, src = args[i], outs[j]
+        if src is dst:       # the compiled graph stored the new value in place
+            torch.autograd.graph.increment_version(dst)
+            continue
         if dst.requires_grad and not src.requires_grad and dst.is_leaf:
             with torch.no_grad():        # eager mutates such a leaf under no_grad too (or fails before)
                 dst.copy_(src)

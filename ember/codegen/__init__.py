@@ -69,7 +69,9 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         for body, fn in zip(bodies, fns):
             kernels[body.name] = (fn, body)
             sources.append(mod.source(body))
-    compiled = make_wrapper(sched, kernels, sources)
+    from ember.loopir.inplace import inplace_stores
+    inplace = inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ()))
+    compiled = make_wrapper(sched, kernels, sources, inplace)
     if logs.enabled("output_code"):
         logs.log("output_code", f"# ember wrapper for {name}\n{compiled.source}\n" + "\n".join(sources))
     return compiled

@@ -40,8 +40,9 @@ def _size(v: Any) -> str:
 
 
 class _Writer:
-    def __init__(self, schedule: Schedule) -> None:
+    def __init__(self, schedule: Schedule, inplace: dict[str, str]) -> None:
         self.s = schedule
+        self.inplace = inplace
         self.lines: list[str] = []
         self.globals: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided,
                                         "as_strided": torch.as_strided, "restride": restride}
@@ -72,6 +73,9 @@ class _Writer:
         return self.bind("c", a)
 
     def alloc(self, name: str) -> None:
+        if name in self.inplace:
+            self.lines.append(f"    {name} = {self.inplace[name]}  # new value stored in place")
+            return
         lay = self.layouts[name]
         dev = self.bind("dev", lay.device)
         self.lines.append(f"    {name} = empty_strided({_size(lay.shape)}, {_size(lay.stride)}, "
@@ -118,8 +122,9 @@ class _Writer:
 
 
 def make_wrapper(schedule: Schedule, kernels: dict[str, tuple[Callable, KernelBody]],
-                 kernel_sources: list[str]) -> CompiledGraph:
-    w = _Writer(schedule)
+                 kernel_sources: list[str], inplace: dict[str, str] | None = None) -> CompiledGraph:
+    """``inplace`` maps buffers to the input they are stored into (see ``ember.loopir.inplace``)."""
+    w = _Writer(schedule, inplace or {})
     src = w.write(kernels)
     code = compile(src, f"<ember wrapper {schedule.graph.name}>", "exec")
     ns = dict(w.globals)
