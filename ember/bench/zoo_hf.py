@@ -91,7 +91,7 @@ HF_ENTRIES = [
     ZooEntry("bert", "transformers", build_bert, {
         "quick": dict(_TINY_LM, num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
                       intermediate_size=128, max_position_embeddings=128),
-        "full": {"batch": 8, "seq": 512, "vocab_size": 30522, "num_hidden_layers": 12, "hidden_size": 768,
+        "full": {"batch": 8, "seq": 512, "vocab_size": 30522, "num_hidden_layers": 6, "hidden_size": 768,
                      "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 512}},
         requires=("transformers",)),
     ZooEntry("llama", "transformers", build_llama, {
