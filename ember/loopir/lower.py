@@ -19,6 +19,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ember import logs
+from ember.decomp.meta import TensorMeta
 from ember.errors import EmberError
 
 from .expr import Op, size, walk, xvars
@@ -95,6 +96,8 @@ class Lowerer:
         def ref(a: Any) -> Any:
             return self.realize(a) if isinstance(a, TV) else a
         args, kwargs = tree_map(ref, args), tree_map(ref, kwargs)
+        if meta is None:      # a node traced without metadata: run the op on meta tensors to get it
+            meta = _meta_call(target, args, kwargs)
         name = self.new_name()
         if isinstance(meta, (tuple, list)):
             self.nodes.append(Extern(name, layout_of(_first_tensor(meta)), target, args, kwargs, multi=True))
@@ -185,6 +188,25 @@ class Lowerer:
 
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "scatter", "scatter_add",
                      "index_put", "uniform", "normal", "rng_seed", "argmax", "argmin"}
+
+
+def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
+    def fake(a: Any) -> Any:
+        if isinstance(a, BufferRef):
+            return torch.empty_strided(a.layout.shape, a.layout.stride, dtype=a.layout.dtype, device="meta")
+        return a
+    try:
+        out = target(*tree_map(fake, args), **tree_map(fake, kwargs))
+    except Exception as e:       # noqa: BLE001 - no meta kernel: the graph runs as FX instead
+        raise LoweringError(f"ember.loopir: no metadata for {target} and no meta kernel ({e})") from e
+    dev = next((a.layout.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, BufferRef)),
+               torch.device("cpu"))
+
+    def fix(o: Any) -> Any:        # keep shapes and strides, report the real device
+        if isinstance(o, torch.Tensor):
+            return TensorMeta(tuple(o.shape), o.dtype, dev, tuple(o.stride()))
+        return o
+    return tree_map(fix, out)
 
 
 def _expensive(body: Any) -> bool:

@@ -9,7 +9,7 @@ import torch
 
 from ember.decomp.meta import canonical_dims
 
-from .expr import Bind, Const, Op, _py_cast, cast, indirect_symbol
+from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
 from .lower import Lowerer, register_lowering
 from .values import TV, buffer_view, constant, index_value, masked, pointwise, restride
@@ -303,12 +303,73 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
     body = cast(x.loader(idx), body_dtype)
     name = L.new_name()
     lay = Layout.contiguous(ranges, out_dtype, x.device)
+    split = _split_factor(x.device, prod(ranges), prod(rranges))
+    if split > 1:
+        body, ranges, rranges = _split_reduction(L, body, ranges, rranges, kind, split, out_dtype, x.device)
     L.nodes.append(Reduction(name, lay, ranges, rranges, kind, body))
     out = buffer_view(name, lay)
     if keepdim:
         for i in d:
             out = _unsqueeze(L, out, i)
     return out
+
+
+# A GPU reduction with few outputs and long rows runs on few programs; it is split in two: partial results
+# over chunks of the row (many programs), then a short reduction of the partials.
+SPLIT_MIN_RNUMEL = 8192
+SPLIT_MAX_XNUMEL = 1024
+SPLIT_TARGET_PROGRAMS = 2048
+SPLIT_MIN_CHUNK = 1024
+IDENTITY = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True}
+
+
+def _split_factor(device: torch.device, xnumel: Any, rnumel: Any) -> int:
+    if device.type != "cuda" or not isinstance(xnumel, int) or not isinstance(rnumel, int):
+        return 1
+    if rnumel < SPLIT_MIN_RNUMEL or xnumel > SPLIT_MAX_XNUMEL:
+        return 1
+    return max(1, min(SPLIT_TARGET_PROGRAMS // xnumel, rnumel // SPLIT_MIN_CHUNK))
+
+
+def _identity(kind: str, dtype: torch.dtype) -> Any:
+    v = IDENTITY[kind]
+    if kind in ("amax", "amin") and not dtype.is_floating_point:
+        if dtype is torch.bool:
+            return kind == "amin"
+        info = torch.iinfo(dtype)
+        return info.min if kind == "amax" else info.max
+    return v
+
+
+def _split_reduction(L: Lowerer, body: Any, ranges: tuple, rranges: tuple, kind: str, split: int,
+                     dtype: torch.dtype, device: torch.device) -> tuple:
+    """Partials ``part[x..., s] = reduce over chunk s of the row``; returns the body, ranges and reduction
+    ranges of the final reduction over ``s``."""
+    from .expr import rvars, xvars
+    from .indexing import _term
+    R = prod(rranges)
+    chunk = -(-R // split)
+    xs = xvars(len(ranges) + 1)
+    s_var, rr = xs[-1], rvars(1)[0]
+    flat = s_var * chunk + rr
+    sub = {}
+    for i, v in enumerate(rvars(len(rranges))):
+        sub[v] = 0 if rranges[i] == 1 else _term(flat, prod(rranges[i + 1:]), rranges[i],
+                                                 all(n == 1 for n in rranges[:i]))
+    part_body = substitute(body, lambda e: e.xreplace(sub))
+    if R % split:
+        cond = sympy.Lt(flat, R)
+        part_body = substitute(part_body, lambda e: e,
+                               load=lambda ld: Load(ld.buf, ld.index, ld.dtype,
+                                                    cond if ld.mask is None else sympy.And(ld.mask, cond)))
+        part_body = Op("where", (IndexValue(cond, torch.bool), part_body,
+                                 Const(_identity(kind, dtype), dtype)), dtype)
+    pname = L.new_name()
+    play = Layout.contiguous(tuple(ranges) + (split,), dtype, device)
+    L.nodes.append(Reduction(pname, play, tuple(ranges) + (split,), (chunk,), kind, part_body))
+    xs2 = xvars(len(ranges))
+    final = Load(pname, play.index(list(xs2) + [rvars(1)[0]]), dtype)
+    return final, ranges, (split,)
 
 
 def _reduction(kind: str) -> Any:

@@ -1,0 +1,43 @@
+"""Split reductions (GPU: few outputs, long rows -> partials over chunks, then a short reduction). The split is
+forced on the CPU backends here by patching the factor, with chunk counts that divide the row and that don't."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ember
+import ember.loopir.lowerings as lowerings
+
+from .backends import CPU_BACKENDS
+
+FNS = {
+    "sum_all": lambda x: x.sum(),
+    "batchnorm_stats": lambda x: (x.sum((0, 2, 3)), x.amax((0, 2, 3)), x.amin((0, 2, 3)), x.var((0, 2, 3))),
+    "bool_any_all": lambda x: ((x > 2).any(), (x > -5).all(), (x > 0).sum()),
+    "prod_small_values": lambda x: (1 + x * 1e-2).prod(),
+    "mean_grad": lambda x: (x * x).mean((0, 2)),
+}
+
+
+@pytest.mark.parametrize("factor", [7, 11])
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+@pytest.mark.parametrize("name", list(FNS))
+def test_split_matches_eager(name, cpu_backend, factor, monkeypatch):
+    monkeypatch.setattr(lowerings, "_split_factor", lambda dev, x, r: factor if r >= 40 else 1)
+    fn = FNS[name]
+    ember.reset()
+    f = ember.compile(fn, options={"cpu_backend": cpu_backend})
+    x = torch.randn(4, 5, 6, 7, generator=torch.Generator().manual_seed(factor), requires_grad=True)
+    out, ref = f(x), fn(x)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    if name == "mean_grad":
+        g1, = torch.autograd.grad(out.sum(), x)
+        g2, = torch.autograd.grad(ref.sum(), x)
+        torch.testing.assert_close(g1, g2)
+
+
+def test_split_is_for_gpu_shapes_only():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert lowerings._split_factor(cpu, 1, 1 << 20) == 1
+    assert lowerings._split_factor(cuda, 64, 200_000) > 1          # BatchNorm statistics of a ResNet
+    assert lowerings._split_factor(cuda, 4096, 4096) == 1          # rows of a LayerNorm: enough programs
