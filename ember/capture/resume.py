@@ -65,6 +65,7 @@ class Session:
         self.plugins_factory = plugins_factory
         self.resumes: dict[tuple[types.CodeType, int, int], Any] = {}
         self.callees: dict[Any, Any] = {}
+        self._local_codes: dict[Any, Any] = {}     # code of a local function -> its one object (None: many)
         self.caches: list[Any] = []             # every cache made for this session, in order
         self._callee_rules = [p for p in plugins_factory() if hasattr(p, "callee")]
         self.concrete = ConcreteDomain(interpret_callees=False, call_hook=self.call_hook)
@@ -142,8 +143,15 @@ class Session:
         if getattr(fn, "__ember_disable__", False) or getattr(fn, "__ember_cache__", None) is not None:
             return None
         from .symbolic import is_local_function
-        if is_local_function(fn):       # a new object per call of its maker: compiled caches would not be reused
-            return None
+        # A function made by a def inside another function may be made anew per call of its maker (its cache
+        # would never be reused), or once (a decorator's wrapper). The first object seen for a code is
+        # compiled; a second object of the same code marks the code as made per call, run natively from then.
+        if is_local_function(fn):
+            first = self._local_codes.setdefault(fn.__code__, fn)
+            if first is not fn:
+                self.callees.pop(first, None)
+                self._local_codes[fn.__code__] = None
+                return None
         code = fn.__code__
         nparams = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
         if not all(n.isidentifier() for n in code.co_varnames[:nparams]):     # comprehension bodies (".0")
