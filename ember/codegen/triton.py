@@ -126,22 +126,26 @@ class TritonKernel:
 
 
 def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., None] | None:
-    """Launch through the compiled kernel's launcher (what ``JITFunction.run`` ends in), or None where this
-    Triton does not look as expected or launch hooks are installed."""
+    """Launch through the compiled kernel's launcher (what ``JITFunction.run`` ends in, without re-binding
+    and re-specializing the arguments on every call), or None where this Triton does not look as expected.
+    Launch hooks (profilers) installed at build time are honoured as ``JITFunction.run`` does."""
     try:
         from triton import knobs
         from triton.runtime.driver import driver
-        if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
-            return None
         if hasattr(compiled, "result"):
             compiled = compiled.result()
         run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
         stream = driver.active.get_current_stream
         dev = args[0].device.index if args and args[0].device.index is not None else 0
         g0, g1, g2 = grid
-
-        def launch(*a: torch.Tensor) -> None:
-            run(g0, g1, g2, stream(dev), function, meta, None, None, None, *a)
+        enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        if enter is None and exit_ is None:
+            def launch(*a: torch.Tensor) -> None:
+                run(g0, g1, g2, stream(dev), function, meta, None, None, None, *a)
+        else:
+            def launch(*a: torch.Tensor) -> None:
+                s = stream(dev)
+                run(g0, g1, g2, s, function, meta, compiled.launch_metadata(grid, s, *a), enter, exit_, *a)
         return launch
     except Exception as e:  # noqa: BLE001 - any mismatch with this Triton: keep the regular launch path
         from ember import logs
