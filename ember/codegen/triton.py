@@ -125,6 +125,14 @@ class TritonKernel:
         self.fn.warmup(*args, grid=self.grid, num_warps=self.cfg.num_warps)
 
 
+def _no_hooks(hook: Any) -> bool:
+    """Triton 3.6 keeps launch hooks in a ``HookChain`` that is present even when empty."""
+    if hook is None:
+        return True
+    calls = getattr(hook, "calls", None)
+    return calls is not None and len(calls) == 0
+
+
 def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., None] | None:
     """Launch through the compiled kernel's launcher (what ``JITFunction.run`` ends in, without re-binding
     and re-specializing the arguments on every call), or None where this Triton does not look as expected.
@@ -139,7 +147,7 @@ def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., N
         dev = args[0].device.index if args and args[0].device.index is not None else 0
         g0, g1, g2 = grid
         enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        if enter is None and exit_ is None:
+        if _no_hooks(enter) and _no_hooks(exit_):
             def launch(*a: torch.Tensor) -> None:
                 run(g0, g1, g2, stream(dev), function, meta, None, None, None, *a)
         else:

@@ -81,9 +81,10 @@ class _Writer:
         self.lines.append(f"    {name} = empty_strided({_size(lay.shape)}, {_size(lay.stride)}, "
                           f"dtype={lay.dtype}, device={dev})")
 
-    def check(self, name: str) -> None:
+    def check(self, name: str, maybe_none: bool = False) -> None:
         lay = self.layouts[name]
-        self.lines.append(f"    if {name}.stride() != {_size(lay.stride)}: "
+        none = f"{name} is not None and " if maybe_none else ""     # an extern's optional output
+        self.lines.append(f"    if {none}{name}.stride() != {_size(lay.stride)}: "
                           f"{name} = restride({name}, {_size(lay.shape)}, {_size(lay.stride)})")
 
     def write(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> str:
@@ -113,7 +114,7 @@ class _Writer:
                     self.check(step.name)
             elif isinstance(step, ExternOutput):
                 self.lines.append(f"    {step.name} = {step.source}[{step.index}]")
-                self.check(step.name)
+                self.check(step.name, maybe_none=True)
             if self.s.frees[i]:
                 self.lines.append(f"    del {', '.join(self.s.frees[i])}")
         outs = [self.ref(o) if isinstance(o, BufferRef) else self.arg(o) for o in g.outputs]
