@@ -144,13 +144,19 @@ def _min_all(x: Any) -> Any:
 @register_decomposition(aten.max.dim)
 def _max_dim(x: Any, dim: int, keepdim: bool = False) -> tuple:
     d = canonical_dim(dim, x.ndim)
-    return P.amax(x, (d,), keepdim), P.argmax(x, d, keepdim)
+    return P.amax(x, (d,), keepdim), P.argmax(_arg_input(x), d, keepdim)
 
 
 @register_decomposition(aten.min.dim)
 def _min_dim(x: Any, dim: int, keepdim: bool = False) -> tuple:
     d = canonical_dim(dim, x.ndim)
-    return P.amin(x, (d,), keepdim), P.argmin(x, d, keepdim)
+    return P.amin(x, (d,), keepdim), P.argmin(_arg_input(x), d, keepdim)
+
+
+def _arg_input(x: Any) -> Any:
+    """argmax/argmin of bool values (max over a mask, as cumprod's backward does) on their 0/1 bytes:
+    ATen's argmax takes no bool input, max.dim does."""
+    return P.convert_element_type(x, torch.uint8) if x.dtype is torch.bool else x
 
 
 def _arg(prim: Any) -> Any:
