@@ -18,13 +18,13 @@ Invariants:
 - The joint graph handed to the partitioner has placeholders ``primals..., tangents...`` and outputs
   ``user outputs..., new values of mutated inputs..., one gradient per primal (None where none)``; mutated
   inputs count as forward outputs.
-- Uses ``ember.autograd.partition.partition_joint`` when importable, else ``fallback_partition`` (saves every
-  forward value the backward reads).
+- Uses ``ember.autograd.partition.partition_joint`` (min-cut); ``fallback_partition`` (saves every
+  forward value the backward reads) is the simple reference it is tested against.
 """
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -34,6 +34,7 @@ from torch.utils._pytree import tree_unflatten
 from ember import logs
 from ember.autograd.aliasing import SyntheticBases, alias_groups
 from ember.autograd.functionalize import functionalize
+from ember.autograd.partition import PartitionResult, partition_joint
 from ember.autograd.runtime import AliasInfo, CompiledGraphs, run_inference, run_training
 from ember.autograd.trace import TracedGraph, trace_aten
 from ember.errors import EmberError
@@ -46,16 +47,6 @@ class AotError(EmberError):
 
 
 # -- partitioning --------------------------------------------------------------------------------------------
-@dataclass
-class PartitionResult:
-    fwd: fx.GraphModule
-    bwd: fx.GraphModule
-    num_saved: int
-    saved_names: list[str]
-    recomputed: list[str] = field(default_factory=list)
-    summary: str = ""
-
-
 def fallback_partition(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
                        recompute: bool = True) -> PartitionResult:
     """Split ``joint`` at the tangents: every node not depending on a tangent runs in the forward, and every
@@ -81,7 +72,7 @@ def fallback_partition(joint: fx.GraphModule, num_primals: int, num_tangents: in
     bwd = _subgraph(joint, saved + tangents, grad_outs)
     names = [n.name for n in saved]
     summary = f"fallback partitioner: saved {len(saved)} values ({', '.join(names) or 'none'}), recomputed 0"
-    return PartitionResult(fwd, bwd, len(saved), names, [], summary)
+    return PartitionResult(fwd, bwd, len(saved), names, [], summary, num_fwd_outputs)
 
 
 def _ancestors(roots: list[fx.Node], stop: frozenset | set = frozenset()) -> set[fx.Node]:
@@ -116,10 +107,6 @@ def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any]) 
 
 
 def _partitioner() -> Callable[..., Any]:
-    try:
-        from ember.autograd.partition import partition_joint
-    except ImportError:
-        return fallback_partition
     return partition_joint
 
 
