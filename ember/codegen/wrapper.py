@@ -2,14 +2,13 @@
 kernels and extern calls in schedule order, frees buffers after their last use and returns the outputs.
 
 Input: a ``Schedule`` and, per kernel, a compiled callable ``kernel(*buffers)`` (buffers in the order of its
-``KernelBody.buffers``). Output: ``CompiledGraph``, a callable with the graph's calling convention, and its
+``KernelBody.buffers``). Output: ``CompiledGraph``, the generated function (the graph's calling convention) with its
 source (printed by ``EMBER_LOGS=output_code``).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -25,14 +24,13 @@ def restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
     return out
 
 
-@dataclass
-class CompiledGraph:
-    fn: Callable[..., Any]
+@runtime_checkable
+class CompiledGraph(Protocol):
+    """The generated function itself (no wrapper object on the per-call path), carrying its sources."""
     source: str
     kernel_sources: list[str]
 
-    def __call__(self, *args: Any) -> Any:
-        return self.fn(*args)
+    def __call__(self, *args: Any) -> Any: ...
 
 
 def _size(v: Any) -> str:
@@ -130,4 +128,6 @@ def make_wrapper(schedule: Schedule, kernels: dict[str, tuple[Callable, KernelBo
     code = compile(src, f"<ember wrapper {schedule.graph.name}>", "exec")
     ns = dict(w.globals)
     exec(code, ns)
-    return CompiledGraph(ns[schedule.graph.name], src, kernel_sources)
+    fn = ns[schedule.graph.name]
+    fn.source, fn.kernel_sources = src, kernel_sources
+    return fn

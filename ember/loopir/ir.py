@@ -96,10 +96,11 @@ class InputBuffer(Node):
         return f"{self.name} = input({self.position})  # {self.layout}"
 
 
-@dataclass
-class Pointwise(Node):
-    ranges: tuple = ()
-    body: Expr = None  # type: ignore[assignment]
+class _Computed:
+    """What loop nodes share: they read the buffers their body loads and store at ``layout.index(x)``."""
+    body: Expr
+    ranges: tuple
+    layout: Layout
 
     def reads(self) -> set[str]:
         from .expr import loads
@@ -107,6 +108,12 @@ class Pointwise(Node):
 
     def store_index(self) -> sympy.Expr:
         return self.layout.index(xvars(len(self.ranges)))
+
+
+@dataclass
+class Pointwise(_Computed, Node):
+    ranges: tuple = ()
+    body: Expr = None  # type: ignore[assignment]
 
     def python(self) -> str:
         xs = ", ".join(map(str, xvars(len(self.ranges)))) or "_"
@@ -114,18 +121,11 @@ class Pointwise(Node):
 
 
 @dataclass
-class Reduction(Node):
+class Reduction(_Computed, Node):
     ranges: tuple = ()
     reduction_ranges: tuple = ()
     reduce_type: str = "sum"
     body: Expr = None  # type: ignore[assignment]
-
-    def reads(self) -> set[str]:
-        from .expr import loads
-        return {ld.buf for ld in loads(self.body)}
-
-    def store_index(self) -> sympy.Expr:
-        return self.layout.index(xvars(len(self.ranges)))
 
     def python(self) -> str:
         xs = ", ".join(map(str, xvars(len(self.ranges)) + rvars(len(self.reduction_ranges))))

@@ -223,9 +223,5 @@ class _Builder:
                     self.xsec.stmts.append(Store(n.name, store_index(n, g), v, self.levels[v]))
 
 
-def _has_r(e: Any) -> bool:
-    return e is not None and isinstance(e, sympy.Basic) and RINDEX in e.free_symbols
-
-
 def kernel_body(kernel: Kernel, persistent: bool = True) -> KernelBody:
     return _Builder(kernel, persistent).build()

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from ember import logs
 from ember.decomp.meta import TensorMeta
@@ -233,5 +233,4 @@ def lower(gm: fx.GraphModule, name: str = "graph") -> LoopGraph:
     return Lowerer(gm, name).run()
 
 
-__all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer",
-           "tree_unflatten"]
+__all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer"]

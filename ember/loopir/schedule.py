@@ -19,7 +19,7 @@ import sympy
 
 from ember import logs
 
-from .expr import Load, loads, rvars, substitute, xvars
+from .expr import loads, rvars, xvars
 from .indexing import RINDEX, XINDEX, place, split_point
 from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, prod
 
@@ -101,10 +101,6 @@ def placement(node: Node, xnumel: Any, rnumel: Any) -> list | None:
 
 def store_index(node: Node, groups: list) -> sympy.Expr:
     return place(node.store_index(), groups)  # type: ignore[attr-defined]
-
-
-def is_xr(node: Node, groups: list) -> bool:
-    return isinstance(node, Pointwise) and any(RINDEX in g[0].free_symbols for g in groups)
 
 
 # -- grouping -----------------------------------------------------------------------------------------------
@@ -243,4 +239,4 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
     return Schedule(graph, kernels, frees)
 
 
-__all__ = ["Kernel", "Schedule", "schedule", "placement", "store_index", "is_xr", "substitute", "Load"]
+__all__ = ["Kernel", "Schedule", "schedule", "placement", "store_index"]
