@@ -18,27 +18,11 @@ from ember.codegen.cpp_build import CppCache, CppCompileError
 from ember.codegen.wrapper import CompiledGraph
 from ember.options import CompileOptions
 
+from tests.codegen.inputs import _ints, _rms, _rn, _with_nans  # noqa: E402
+
 OPTS = CompileOptions(cpu_backend="cpp")
 
 
-def _rn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, dtype=dtype)
-
-
-def _ints(*shape: int, lo: int = -50, hi: int = 50, nonzero: bool = False) -> torch.Tensor:
-    t = torch.randint(lo, hi, shape)
-    return torch.where(t == 0, torch.ones_like(t), t) if nonzero else t
-
-
-def _with_nans(*shape: int) -> torch.Tensor:
-    t = torch.randn(*shape)
-    t[1, 3] = float("nan")
-    t[4, 0] = float("nan")
-    return t
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
 # name: (fn, inputs factory, train, rtol/atol)

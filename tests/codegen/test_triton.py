@@ -38,28 +38,12 @@ pytestmark = [
                        reason="CUDA machine: Triton compiles here; tests/gpu/test_ember_triton.py runs this table"),
 ]
 
+from tests.codegen.inputs import _ints, _rms, _rn, _with_nans  # noqa: E402
+
 OPTS = CompileOptions(cpu_backend="triton")
 
 
 # -- the table (shared with tests/gpu/test_ember_triton.py) --------------------------------------------------------
-def _rn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.randn(*shape, dtype=dtype)
-
-
-def _ints(*shape: int, lo: int = -50, hi: int = 50, nonzero: bool = False) -> torch.Tensor:
-    t = torch.randint(lo, hi, shape)
-    return torch.where(t == 0, torch.ones_like(t), t) if nonzero else t
-
-
-def _with_nans(*shape: int) -> torch.Tensor:
-    t = torch.randn(*shape)
-    t[1, 3] = float("nan")
-    t[4, 0] = float("nan")
-    return t
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
 def _ce(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
