@@ -76,24 +76,18 @@ for _name in ("floor", "ceil", "trunc", "round"):
     register_decomposition(getattr(aten, _name).default)(_rounding_op(_name))
 
 
-def _alpha(b: Any, alpha: Any) -> Any:
-    return b if alpha is None or alpha == 1 else mul(b, alpha)
+def _with_alpha(op: Any) -> Any:
+    """``a op alpha * b`` (aten.add / aten.sub), alpha applied in the computation dtype."""
+    def fn(a: Any, b: Any, alpha: Any = None) -> Any:
+        if alpha is None or alpha == 1:
+            return op(a, b)
+        compute, result = elementwise_dtypes(a, b)
+        return to(op(to(a, compute), mul(to(b, compute), alpha)), result)
+    return fn
 
 
-@register_decomposition(aten.add.Tensor, aten.add.Scalar)
-def _add(a: Any, b: Any, alpha: Any = None) -> Any:
-    if alpha is None or alpha == 1:
-        return add(a, b)
-    compute, result = elementwise_dtypes(a, b)
-    return to(add(to(a, compute), mul(to(b, compute), alpha)), result)
-
-
-@register_decomposition(aten.sub.Tensor, aten.sub.Scalar)
-def _sub(a: Any, b: Any, alpha: Any = None) -> Any:
-    if alpha is None or alpha == 1:
-        return sub(a, b)
-    compute, result = elementwise_dtypes(a, b)
-    return to(sub(to(a, compute), mul(to(b, compute), alpha)), result)
+_add = register_decomposition(aten.add.Tensor, aten.add.Scalar)(_with_alpha(add))
+_sub = register_decomposition(aten.sub.Tensor, aten.sub.Scalar)(_with_alpha(sub))
 
 
 @register_decomposition(aten.rsub.Tensor, aten.rsub.Scalar)
