@@ -26,7 +26,8 @@ from ember.loopir.indexing import RINDEX, XINDEX
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Section, Store
 
 from . import cpp_ops as C
-from .cpp_build import CppCache, default_cache
+from . import cpp_vec
+from .cpp_build import CppCache, cpu_features, default_cache
 from .cpp_prelude import PRELUDE, vector_math_decls
 
 PARALLEL_MIN_WORK = 1 << 16        # elements (x * r) below which a kernel runs on the calling thread
@@ -36,6 +37,11 @@ TILE = 64                          # outer points per block when a reduction vec
 
 def persistent(kernel: Any, options: Any = None) -> bool:
     return False
+
+
+def vector_width() -> int:
+    """float lanes of the explicit vector loops: 16 where the CPU has AVX-512, else 8."""
+    return 16 if "avx512f" in cpu_features() else 8
 
 
 def _cname(name: str) -> str:
@@ -58,6 +64,7 @@ class _KernelWriter:
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
         # a block of TILE outer points: x-level values become arrays, the r loop runs each row of the block
         self.tiled = self.reduction and self.X >= 16 and _x_contiguous(body)
+        self.width = vector_width()
         self.xvars: set[str] = set()
         if self.tiled:
             for sec in body.sections:
@@ -161,9 +168,16 @@ class _KernelWriter:
             lines.append(f"{ind}{C.compute_type(dt)} {acc} = {self.init(rt, dt)};")
             if self._nan_flag(rt, dt):
                 lines.append(f"{ind}int {acc}_nan = 0;")
+        start = 0
+        vec = cpp_vec.VecLoop(self, sec.stmts, RINDEX, self.width, sec.accumulators)
+        if not self.par_r and self.R >= self.width and vec.ok():
+            vlines, start = vec.loop(ind, self.R)
+            lines += vlines
+            if start == self.R:
+                return lines
         par = "parallel for simd num_threads(nthreads) schedule(static)" if self.par_r else "simd"
         lines.append(f"{ind}#pragma omp {par} {self.clauses(sec)}".rstrip())
-        lines.append(f"{ind}for (int64_t rindex = 0; rindex < {self.R}; ++rindex) {{")
+        lines.append(f"{ind}for (int64_t rindex = {start}; rindex < {self.R}; ++rindex) {{")
         lines += [f"{ind}  {self.stmt(st)}" for st in sec.stmts]
         lines.append(f"{ind}}}")
         return lines
@@ -178,6 +192,10 @@ class _KernelWriter:
         lines = [f"// {b.name}: {b.kernel.fused()}",
                  f"// x={self.X} r={self.R}{' parallel' if self.parallel else ''}",
                  f'extern "C" void {b.name}({", ".join(params)}) {{']
+        if not self.reduction and self.X >= self.width:
+            vec = cpp_vec.VecLoop(self, b.sections[0].stmts, XINDEX, self.width)
+            if len(b.sections) == 1 and vec.ok():
+                return "\n".join(lines + self.vector_pointwise(vec) + ["}"]) + "\n"
         if self.par_x:
             lines.append("  #pragma omp parallel for num_threads(nthreads) schedule(static)"
                          if self.reduction else "  #pragma omp parallel for simd num_threads(nthreads) schedule(static)")
@@ -195,6 +213,15 @@ class _KernelWriter:
                 lines += [f"    {self.stmt(st)}" for st in sec.stmts]
         lines += ["  }", "}"]
         return "\n".join(lines) + "\n"
+
+    def vector_pointwise(self, vec: "cpp_vec.VecLoop") -> list[str]:
+        par = "#pragma omp parallel for num_threads(nthreads) schedule(static)" if self.par_x else ""
+        lines, start = vec.loop("  ", self.X, par)
+        if start < self.X:
+            lines += ["  #pragma omp simd", f"  for (int64_t xindex = {start}; xindex < {self.X}; ++xindex) {{"]
+            lines += [f"    {self.stmt(st)}" for st in self.body.sections[0].stmts]
+            lines.append("  }")
+        return lines
 
     def tiled_loops(self) -> list[str]:
         """Blocks of TILE outer points; every statement runs in an ``omp simd`` loop over the block."""
@@ -272,7 +299,8 @@ def source(body: KernelBody) -> str:
 def translation_unit(bodies: list[KernelBody], graph_name: str) -> str:
     decls, _ = vector_math_decls()
     # the graph's name stays out of the source: it is part of the cache key, and names differ between runs
-    parts = ["// ember C++ kernels (ember.codegen.cpp)", PRELUDE, decls]
+    parts = ["// ember C++ kernels (ember.codegen.cpp)", PRELUDE, decls,
+             f"#define EMBER_VW {vector_width()}", cpp_vec.PRELUDE]
     parts += [source(b) for b in bodies]
     return "\n".join(parts)
 

@@ -150,9 +150,14 @@ def index(e: Any) -> str:
 Rule = Callable[[list, list, torch.dtype], str]
 
 
+_INLINE_FLOAT = {"exp": "ember_expf"}        # float functions the prelude defines inline (see there why)
+
+
 def _f(name: str, dtype: torch.dtype) -> str:
     """C math function for a float compute type: ``expf`` for float (vectorizable via libmvec), ``exp``."""
-    return name + "f" if compute_type(dtype) == "float" else name
+    if compute_type(dtype) == "float":
+        return _INLINE_FLOAT.get(name, name + "f")
+    return name
 
 
 def _math(name: str) -> Rule:

@@ -1,0 +1,277 @@
+"""Explicit vector loops for the C++ backend (GCC/Clang vector extensions), with a scalar tail.
+
+The scalar ``omp simd`` loops of ``ember.codegen.cpp`` leave vectorization to the compiler, which gives up or
+falls into slow paths on the loops that matter most: short reduction rows (GCC's ``omp simd reduction`` keeps
+per-lane arrays in memory and combines them with a scalar loop after every row), and selects over masks
+(if-conversion turns ``mask ? -inf : x`` into masked loads). Here a loop whose statements allow it is written
+with vector types instead: ``vfloat`` (``EMBER_VW`` float lanes) for float32 values and ``vmask`` (32-bit lanes
+of 0 / -1) for bools, loads and stores of whole vectors, vector accumulators reduced horizontally once per row,
+and the leftover ``n % EMBER_VW`` points run by the scalar loop as before.
+
+A loop is vectorized when, at the loop's level, every value is float32 or bool, every load and store is
+contiguous in the loop variable or invariant within a vector (``lane_coeff``), loads are unmasked, and
+reductions are sum/prod/amax/amin. Ops use a vector rule from ``VOPS`` when there is one, else the scalar rule
+of ``cpp_ops`` applied lane by lane in an ``omp simd`` loop over the lanes (which GCC turns into one libmvec
+call for erf/tanh/log...). Values computed only from loop invariants stay scalars and broadcast where used.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import sympy
+import torch
+
+from ember.loopir.kernel import Accumulate, Assign, Store
+
+from . import cpp_ops as C
+
+if TYPE_CHECKING:
+    from .cpp import _KernelWriter
+
+VEC_DTYPES = (torch.float32, torch.bool)
+VEC_REDUCTIONS = ("sum", "prod", "amax", "amin")
+
+PRELUDE = r"""
+typedef float vfloat __attribute__((vector_size(EMBER_VW * 4)));
+typedef int32_t vmask __attribute__((vector_size(EMBER_VW * 4)));
+static inline vfloat ember_vbf(float s) { return vfloat{} + s; }
+static inline vmask ember_vbm(bool s) { return vmask{} + (s ? -1 : 0); }
+static inline vfloat ember_vload(const float* p) { vfloat v; std::memcpy(&v, p, sizeof v); return v; }
+static inline void ember_vstore(float* p, vfloat v) { std::memcpy(p, &v, sizeof v); }
+static inline vmask ember_vload_mask(const bool* p) {
+  vmask m; for (int l = 0; l < EMBER_VW; ++l) m[l] = p[l] ? -1 : 0; return m;
+}
+static inline void ember_vstore_mask(bool* p, vmask m) { for (int l = 0; l < EMBER_VW; ++l) p[l] = m[l] != 0; }
+static inline vfloat ember_vmaximum(vfloat a, vfloat b) { return ((a > b) | (a != a)) ? a : b; }
+static inline vfloat ember_vminimum(vfloat a, vfloat b) { return ((a < b) | (a != a)) ? a : b; }
+static inline vfloat ember_vabs(vfloat a) { return (vfloat)((vmask)a & 0x7fffffff); }
+static inline vfloat ember_vexpf(vfloat x) {  /* ember_expf (see there), lane-parallel */
+  vfloat xc = x < -87.33654f ? ember_vbf(-87.33654f) : x;
+  xc = xc > 88.72284f ? ember_vbf(88.72284f) : xc;
+  const vfloat k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  vfloat r = k * -0.693145751953125f + xc;
+  r = k * -1.428606765330187e-06f + r;
+  vfloat p = ember_vbf(1.9875691500E-4f);
+  p = p * r + 1.3981999507E-3f; p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f; p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * (r * r) + r + 1.0f;
+  const vmask ki = __builtin_convertvector(k, vmask), k1 = ki >> 1, k2 = ki - k1;
+  vfloat res = p * (vfloat)((k1 + 127) << 23) * (vfloat)((k2 + 127) << 23);
+  res = x < -87.33654f ? ember_vbf(0.0f) : res;
+  res = x > 88.72284f ? ember_vbf(__builtin_inff()) : res;
+  return x != x ? x : res;
+}
+static inline float ember_hsum(vfloat v) { float s = 0; for (int l = 0; l < EMBER_VW; ++l) s += v[l]; return s; }
+static inline float ember_hprod(vfloat v) { float s = 1; for (int l = 0; l < EMBER_VW; ++l) s *= v[l]; return s; }
+static inline float ember_hmax(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] > s ? v[l] : s; return s; }
+static inline float ember_hmin(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] < s ? v[l] : s; return s; }
+static inline int ember_hnan(vfloat v) { int n = 0; for (int l = 0; l < EMBER_VW; ++l) n |= v[l] != v[l]; return n; }
+"""
+
+
+def _divisible(e: sympy.Expr, width: int) -> bool:
+    """Every value of ``e`` (integer symbols are nonnegative integers) is a multiple of ``width``."""
+    return all(t.as_coeff_Mul()[0].is_Integer and int(t.as_coeff_Mul()[0]) % width == 0
+               for t in sympy.Add.make_args(sympy.expand(e)) if t != 0)
+
+
+def lane_coeff(e: Any, var: sympy.Symbol, width: int, lane_vars: set[str]) -> int | None:
+    """How ``e`` moves across the lanes of a vector starting at a multiple of ``width``: 0 (the same for every
+    lane), 1 (consecutive), or None (anything else, including a dependence on another per-lane value)."""
+    if not isinstance(e, sympy.Basic):
+        return 0
+    if any(s.name in lane_vars for s in e.free_symbols):
+        return None
+    if var not in e.free_symbols:
+        return 0
+    if e == var:
+        return 1
+    if isinstance(e, sympy.Add):
+        cs = [lane_coeff(a, var, width, lane_vars) for a in e.args]
+        return None if None in cs else sum(cs)   # type: ignore[arg-type]
+    if isinstance(e, sympy.Mul):
+        c, rest = e.as_coeff_Mul()
+        if rest == e:
+            return None
+        inner = lane_coeff(rest, var, width, lane_vars)
+        if inner is None or not c.is_Integer:
+            return None
+        return int(c) * inner
+    if isinstance(e, (sympy.floor, sympy.Mod)):
+        if isinstance(e, sympy.floor):
+            a, m = sympy.fraction(sympy.together(e.args[0]))
+        else:
+            a, m = e.args
+        if not m.is_Integer or int(m) % width != 0:
+            return None
+        a = sympy.expand(a)
+        if lane_coeff(a, var, width, lane_vars) != 1 or not _divisible(a - var, width):
+            return None
+        return 0 if isinstance(e, sympy.floor) else 1
+    return None
+
+
+class VecLoop:
+    """One loop (the x loop of a pointwise kernel, or one ``r`` section) written with vector types."""
+
+    def __init__(self, w: "_KernelWriter", stmts: list, var: sympy.Symbol, width: int,
+                 accumulators: list = ()) -> None:
+        self.w, self.stmts, self.var, self.width = w, stmts, var, width
+        self.accumulators = list(accumulators)
+        self.vec: set[str] = set()          # vars that are vectors inside the loop
+        self.lane_vars = {st.var for st in stmts if isinstance(st, Assign)}
+
+    # -- can this loop be vectorized? -----------------------------------------------------------------------
+    def ok(self) -> bool:
+        if any(rt not in VEC_REDUCTIONS or dt != torch.float32 for _, rt, dt in self.accumulators):
+            return False
+        for st in self.stmts:
+            if isinstance(st, Store):
+                if self.w.body.buffers[st.buf][0] not in VEC_DTYPES or self.w.dtype(st.var) != \
+                        self.w.body.buffers[st.buf][0] or self._coeff(st.index) != 1:
+                    return False
+                continue
+            if isinstance(st, Accumulate):
+                continue
+            if st.dtype not in VEC_DTYPES or not self._assign_ok(st):
+                return False
+        return True
+
+    def _coeff(self, idx: Any) -> int | None:
+        return lane_coeff(idx, self.var, self.width, self.lane_vars)
+
+    def _assign_ok(self, st: Assign) -> bool:
+        if st.kind == "load":
+            buf, idx, mask = st.args
+            return mask is None and self.w.body.buffers[buf][0] in VEC_DTYPES and self._coeff(idx) in (0, 1)
+        if st.kind == "const":
+            return True
+        if st.kind in ("op", "cast"):
+            args = st.args[1:] if st.kind == "op" else st.args
+            return all(self.w.dtype(a) in VEC_DTYPES for a in args)
+        return False                      # "index", "reduced"
+
+    # -- emission --------------------------------------------------------------------------------------------
+    def _v(self, a: str) -> str:
+        """``a`` as a vector (broadcast when it is a scalar)."""
+        if a in self.vec:
+            return a
+        return f"ember_vbm({a})" if self.w.dtype(a) is torch.bool else f"ember_vbf({a})"
+
+    def stmt(self, st: Any) -> str:
+        if isinstance(st, Store):
+            ptr, i = _ptr(st.buf), C.index(st.index)
+            fn = "ember_vstore_mask" if self.w.dtype(st.var) is torch.bool else "ember_vstore"
+            return f"{fn}({ptr} + {i}, {self._v(st.var)});"
+        if isinstance(st, Accumulate):
+            a, v = f"v{st.acc}", self._v(st.var)
+            return {"sum": f"{a} += {v};", "prod": f"{a} *= {v};",
+                    "amax": f"{a} = ember_vmaximum({v}, {a});", "amin": f"{a} = ember_vminimum({v}, {a});"
+                    }[st.reduce_type]
+        if st.kind == "load" and self._coeff(st.args[1]) == 1:
+            self.vec.add(st.var)
+            buf, idx, _ = st.args
+            if st.dtype is torch.bool:
+                return f"const vmask {st.var} = ember_vload_mask({_ptr(buf)} + {C.index(idx)});"
+            return f"const vfloat {st.var} = ember_vload({_ptr(buf)} + {C.index(idx)});"
+        args = st.args[1:] if st.kind == "op" else st.args if st.kind == "cast" else ()
+        if not any(a in self.vec for a in args):
+            return self.w.assign(st)                     # invariant within the vector: a scalar
+        self.vec.add(st.var)
+        vt = "vmask" if st.dtype is torch.bool else "vfloat"
+        if st.kind == "cast":
+            return f"const {vt} {st.var} = {self._cast(args[0], st.dtype)};"
+        name = st.args[0]
+        rule = VOPS.get(name)
+        if rule is not None:
+            e = rule([self._v(a) for a in args], [self.w.dtype(a) for a in args], st.dtype)
+            if e is not None:
+                return f"const {vt} {st.var} = {e};"
+        return self._lanes(st, name, args, vt)
+
+    def _cast(self, a: str, dst: torch.dtype) -> str:
+        src = self.w.dtype(a)
+        if src == dst:
+            return a
+        if dst is torch.bool:
+            return f"({a} != 0.0f)"
+        return f"({a} ? ember_vbf(1.0f) : ember_vbf(0.0f))"
+
+    def _lanes(self, st: Assign, name: str, args: tuple, vt: str) -> str:
+        """The scalar rule, lane by lane (GCC vectorizes the lane loop, with libmvec for math calls)."""
+        lane = []
+        for a in args:
+            if a not in self.vec:
+                lane.append(a)
+            elif self.w.dtype(a) is torch.bool:
+                lane.append(f"({a}[l] != 0)")
+            else:
+                lane.append(f"{a}[l]")
+        e = C.op(name, lane, [self.w.dtype(a) for a in args], st.dtype)
+        if st.dtype is torch.bool:
+            e = f"(({e}) ? -1 : 0)"
+        return (f"{vt} {st.var};\n#pragma omp simd\nfor (int l = 0; l < EMBER_VW; ++l) {st.var}[l] = {e};")
+
+    def loop(self, ind: str, n: int, header: str = "") -> tuple[list[str], int]:
+        """The vector loop over ``[0, n - n % width)`` (accumulators declared and reduced around it); returns
+        its lines and where the scalar tail starts."""
+        end = n - n % self.width
+        lines = []
+        for acc, rt, _ in self.accumulators:
+            init = {"sum": "0.0f", "prod": "1.0f", "amax": "-__builtin_inff()", "amin": "__builtin_inff()"}[rt]
+            lines.append(f"{ind}vfloat v{acc} = ember_vbf({init});")
+        if header:
+            lines.append(f"{ind}{header}")
+        v = self.var.name
+        lines.append(f"{ind}for (int64_t {v} = 0; {v} < {end}; {v} += EMBER_VW) {{")
+        for st in self.stmts:
+            lines += [f"{ind}  {ln}" for ln in self.stmt(st).split("\n")]
+        lines.append(f"{ind}}}")
+        for acc, rt, _ in self.accumulators:
+            h = {"sum": "ember_hsum", "prod": "ember_hprod", "amax": "ember_hmax", "amin": "ember_hmin"}[rt]
+            lines.append(f"{ind}{acc} = {h}(v{acc});")
+            if rt in ("amax", "amin"):
+                lines.append(f"{ind}{acc}_nan |= ember_hnan(v{acc});")
+        return lines, end
+
+
+def _ptr(buf: str) -> str:
+    from .cpp import _cname
+    return _cname(buf)
+
+
+def _bin(op: str) -> Callable[[list, list, torch.dtype], str | None]:
+    return lambda a, d, o: f"({a[0]} {op} {a[1]})"
+
+
+def _float_only(rule: Callable[[list, list, torch.dtype], str]) -> Callable[[list, list, torch.dtype], str | None]:
+    return lambda a, d, o: rule(a, d, o) if all(t == torch.float32 for t in d) else None
+
+
+def _float_or_bool(rule: Callable[[list, list, torch.dtype], str]) -> Callable[[list, list, torch.dtype], str | None]:
+    return lambda a, d, o: rule(a, d, o) if len(set(d)) == 1 else None
+
+
+def _bool_only(rule: Callable[[list, list, torch.dtype], str]) -> Callable[[list, list, torch.dtype], str | None]:
+    return lambda a, d, o: rule(a, d, o) if all(t is torch.bool for t in d) else None
+
+
+# vector rules over vector operands; None: no vector form for these dtypes (the lane loop runs instead)
+VOPS: dict[str, Callable[[list, list, torch.dtype], str | None]] = {
+    **{n: _float_only(_bin(o)) for n, o in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/"))},
+    **{n: _float_only(_bin(o)) for n, o in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="))},
+    **{n: _float_or_bool(_bin(o)) for n, o in (("eq", "=="), ("ne", "!="))},
+    **{n: _bool_only(_bin(o)) for n, o in (("logical_and", "&"), ("logical_or", "|"), ("logical_xor", "^"),
+                                            ("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^"))},
+    "logical_not": _bool_only(lambda a, d, o: f"(~{a[0]})"),
+    "bitwise_not": _bool_only(lambda a, d, o: f"(~{a[0]})"),
+    "where": lambda a, d, o: f"({a[0]} ? {a[1]} : {a[2]})" if d[0] is torch.bool and d[1] == d[2] == o else None,
+    "neg": _float_only(lambda a, d, o: f"(-{a[0]})"),
+    "abs": _float_only(lambda a, d, o: f"ember_vabs({a[0]})"),
+    "maximum": _float_only(lambda a, d, o: f"ember_vmaximum({a[0]}, {a[1]})"),
+    "minimum": _float_only(lambda a, d, o: f"ember_vminimum({a[0]}, {a[1]})"),
+    "exp": _float_only(lambda a, d, o: f"ember_vexpf({a[0]})"),
+    "sigmoid": _float_only(lambda a, d, o: f"(1.0f / (1.0f + ember_vexpf(-{a[0]})))"),
+    "reciprocal": _float_only(lambda a, d, o: f"(1.0f / {a[0]})"),
+}
