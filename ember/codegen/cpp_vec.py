@@ -62,6 +62,17 @@ static inline vfloat ember_vexpf(vfloat x) {  /* ember_expf (see there), lane-pa
   res = x > 88.72284f ? ember_vbf(__builtin_inff()) : res;
   return x != x ? x : res;
 }
+static inline vfloat ember_verf(vfloat x) {
+  /* Abramowitz-Stegun 7.1.26 with the exp above: the vectorized erf eager's CPU kernels use (abs. error
+     ~1.5e-7), so erf/GELU match eager closely */
+  const vmask sign = (vmask)x & (int32_t)0x80000000;
+  const vfloat a = ember_vabs(x);
+  const vfloat t = 1.0f / (a * 0.3275911f + 1.0f);
+  vfloat r = t * 1.061405429f + -1.453152027f;
+  r = r * t + 1.421413741f; r = r * t + -0.284496736f; r = r * t + 0.254829592f;
+  const vfloat y = 1.0f - r * t * ember_vexpf(-(x * x));
+  return (vfloat)((vmask)y ^ sign);
+}
 static inline float ember_hsum(vfloat v) { float s = 0; for (int l = 0; l < EMBER_VW; ++l) s += v[l]; return s; }
 static inline float ember_hprod(vfloat v) { float s = 1; for (int l = 0; l < EMBER_VW; ++l) s *= v[l]; return s; }
 static inline float ember_hmax(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] > s ? v[l] : s; return s; }
@@ -272,6 +283,7 @@ VOPS: dict[str, Callable[[list, list, torch.dtype], str | None]] = {
     "maximum": _float_only(lambda a, d, o: f"ember_vmaximum({a[0]}, {a[1]})"),
     "minimum": _float_only(lambda a, d, o: f"ember_vminimum({a[0]}, {a[1]})"),
     "exp": _float_only(lambda a, d, o: f"ember_vexpf({a[0]})"),
+    "erf": _float_only(lambda a, d, o: f"ember_verf({a[0]})"),
     "sigmoid": _float_only(lambda a, d, o: f"(1.0f / (1.0f + ember_vexpf(-{a[0]})))"),
     "reciprocal": _float_only(lambda a, d, o: f"(1.0f / {a[0]})"),
 }
