@@ -57,7 +57,7 @@ class _KernelWriter:
         except TypeError:
             raise NotImplementedError(f"ember.codegen.cpp: symbolic kernel sizes ({k.xnumel}, {k.rnumel})") from None
         self.reduction = any(s.level == "r" for s in body.sections)
-        work = self.X * max(self.R, 1)
+        work = self.X * max(self.R, 1) * _cost(body)
         self.par_x = work >= PARALLEL_MIN_WORK and self.X >= PARALLEL_MIN_X
         self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK
         self.parallel = self.par_x or self.par_r
@@ -257,6 +257,17 @@ class _KernelWriter:
         if v in self.body.dtypes:
             return self.body.dtypes[v]
         return next(dt for sec in self.body.sections for acc, _, dt in sec.accumulators if acc == v)
+
+
+_HEAVY = frozenset("exp exp2 expm1 log log2 log10 log1p erf erfc erfinv tanh sigmoid sin cos tan asin acos atan "
+                   "sinh cosh asinh acosh atanh atan2 pow lgamma digamma sqrt rsqrt".split())
+
+
+def _cost(body: KernelBody) -> int:
+    """Work per point relative to a plain copy (transcendentals count 8): heavy kernels get threads sooner."""
+    n = sum(8 if st.kind == "op" and st.args[0] in _HEAVY else 1
+            for sec in body.sections for st in sec.stmts if isinstance(st, Assign))
+    return max(1, n // 4)
 
 
 def _coef(e: Any, sym: Any) -> Any:

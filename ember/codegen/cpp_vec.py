@@ -81,45 +81,61 @@ static inline int ember_hnan(vfloat v) { int n = 0; for (int l = 0; l < EMBER_VW
 """
 
 
-def _divisible(e: sympy.Expr, width: int) -> bool:
-    """Every value of ``e`` (integer symbols are nonnegative integers) is a multiple of ``width``."""
-    return all(t.as_coeff_Mul()[0].is_Integer and int(t.as_coeff_Mul()[0]) % width == 0
-               for t in sympy.Add.make_args(sympy.expand(e)) if t != 0)
-
-
 def lane_coeff(e: Any, var: sympy.Symbol, width: int, lane_vars: set[str]) -> int | None:
     """How ``e`` moves across the lanes of a vector starting at a multiple of ``width``: 0 (the same for every
     lane), 1 (consecutive), or None (anything else, including a dependence on another per-lane value)."""
+    r = _lanes(e, var, width, lane_vars)
+    return None if r is None else r[0]
+
+
+def _lanes(e: Any, var: sympy.Symbol, width: int, lane_vars: set[str]) -> tuple[int, bool] | None:
+    """(lane coefficient, aligned): aligned says the value at lane 0 is a multiple of ``width`` (integer
+    symbols other than ``var`` are nonnegative integers of unknown residue)."""
+    if isinstance(e, (bool, int)):
+        return 0, int(e) % width == 0
     if not isinstance(e, sympy.Basic):
-        return 0
+        return None
     if any(s.name in lane_vars for s in e.free_symbols):
         return None
-    if var not in e.free_symbols:
-        return 0
     if e == var:
-        return 1
+        return 1, True
+    if e.is_Integer:
+        return 0, int(e) % width == 0
+    if isinstance(e, sympy.Symbol):
+        return 0, False
     if isinstance(e, sympy.Add):
-        cs = [lane_coeff(a, var, width, lane_vars) for a in e.args]
-        return None if None in cs else sum(cs)   # type: ignore[arg-type]
+        parts = [_lanes(a, var, width, lane_vars) for a in e.args]
+        if None in parts:
+            return None
+        return sum(p[0] for p in parts), all(p[1] for p in parts)   # type: ignore[index]
     if isinstance(e, sympy.Mul):
         c, rest = e.as_coeff_Mul()
-        if rest == e:
-            return None
-        inner = lane_coeff(rest, var, width, lane_vars)
-        if inner is None or not c.is_Integer:
-            return None
-        return int(c) * inner
+        if c.is_Integer and rest != e:
+            inner = _lanes(rest, var, width, lane_vars)
+            return None if inner is None else (int(c) * inner[0], int(c) % width == 0 or inner[1])
+        parts = [_lanes(a, var, width, lane_vars) for a in e.args]
+        return (0, any(p[1] for p in parts)) if all(p is not None and p[0] == 0 for p in parts) else None
     if isinstance(e, (sympy.floor, sympy.Mod)):
-        if isinstance(e, sympy.floor):
-            a, m = sympy.fraction(sympy.together(e.args[0]))
-        else:
-            a, m = e.args
-        if not m.is_Integer or int(m) % width != 0:
+        a, m = sympy.fraction(sympy.together(e.args[0])) if isinstance(e, sympy.floor) else e.args
+        inner = _lanes(a, var, width, lane_vars)
+        if inner is None or not m.is_Integer:
             return None
-        a = sympy.expand(a)
-        if lane_coeff(a, var, width, lane_vars) != 1 or not _divisible(a - var, width):
+        if inner[0] == 0:
+            return 0, False
+        if inner != (1, True) or int(m) % width != 0:
             return None
-        return 0 if isinstance(e, sympy.floor) else 1
+        return (0, False) if isinstance(e, sympy.floor) else (1, True)
+    if var not in e.free_symbols:
+        return 0, False
+    if isinstance(e, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction)):
+        parts = [_lanes(a, var, width, lane_vars) for a in e.args]
+        if all(p is not None and p[0] == 0 for p in parts):
+            return 0, False
+        # an aligned run of lanes against an aligned bound: ``v0 + l < K`` holds for all lanes or none
+        if isinstance(e, (sympy.StrictLessThan, sympy.GreaterThan)) and parts == [(1, True), (0, True)]:
+            return 0, False
+        if isinstance(e, (sympy.StrictGreaterThan, sympy.LessThan)) and parts == [(0, True), (1, True)]:
+            return 0, False
     return None
 
 
@@ -137,6 +153,7 @@ class VecLoop:
     def ok(self) -> bool:
         if any(rt not in VEC_REDUCTIONS or dt != torch.float32 for _, rt, dt in self.accumulators):
             return False
+        vec: set[str] = set()                 # what will be a vector (as ``stmt`` decides it)
         for st in self.stmts:
             if isinstance(st, Store):
                 if self.w.body.buffers[st.buf][0] not in VEC_DTYPES or self.w.dtype(st.var) != \
@@ -145,8 +162,12 @@ class VecLoop:
                 continue
             if isinstance(st, Accumulate):
                 continue
-            if st.dtype not in VEC_DTYPES or not self._assign_ok(st):
+            if not self._assign_ok(st):
                 return False
+            if (st.kind == "load" and self._coeff(st.args[1]) == 1) or any(a in vec for a in _operands(st)):
+                if st.dtype not in VEC_DTYPES or any(self.w.dtype(a) not in VEC_DTYPES for a in _operands(st)):
+                    return False
+                vec.add(st.var)
         return True
 
     def _coeff(self, idx: Any) -> int | None:
@@ -155,13 +176,13 @@ class VecLoop:
     def _assign_ok(self, st: Assign) -> bool:
         if st.kind == "load":
             buf, idx, mask = st.args
-            return mask is None and self.w.body.buffers[buf][0] in VEC_DTYPES and self._coeff(idx) in (0, 1)
-        if st.kind == "const":
-            return True
-        if st.kind in ("op", "cast"):
-            args = st.args[1:] if st.kind == "op" else st.args
-            return all(self.w.dtype(a) in VEC_DTYPES for a in args)
-        return False                      # "index", "reduced"
+            c = self._coeff(idx)
+            if mask is not None and self._coeff(mask) != 0:
+                return False          # a mask per lane: the scalar loop's conditional loads
+            return c == 0 or (c == 1 and self.w.body.buffers[buf][0] in VEC_DTYPES)
+        if st.kind == "index":
+            return self._coeff(st.args[0]) == 0
+        return st.kind in ("const", "op", "cast")      # not "reduced" (only after a loop)
 
     # -- emission --------------------------------------------------------------------------------------------
     def _v(self, a: str) -> str:
@@ -182,11 +203,16 @@ class VecLoop:
                     }[st.reduce_type]
         if st.kind == "load" and self._coeff(st.args[1]) == 1:
             self.vec.add(st.var)
-            buf, idx, _ = st.args
+            buf, idx, mask = st.args
             if st.dtype is torch.bool:
-                return f"const vmask {st.var} = ember_vload_mask({_ptr(buf)} + {C.index(idx)});"
-            return f"const vfloat {st.var} = ember_vload({_ptr(buf)} + {C.index(idx)});"
-        args = st.args[1:] if st.kind == "op" else st.args if st.kind == "cast" else ()
+                e = f"ember_vload_mask({_ptr(buf)} + {C.index(idx)})"
+                vt, zero = "vmask", "ember_vbm(false)"
+            else:
+                e, vt, zero = f"ember_vload({_ptr(buf)} + {C.index(idx)})", "vfloat", "ember_vbf(0.0f)"
+            if mask is not None:       # one condition for the whole vector: the load only runs where it holds
+                e = f"({C.index(mask)} ? {e} : {zero})"
+            return f"const {vt} {st.var} = {e};"
+        args = _operands(st)
         if not any(a in self.vec for a in args):
             return self.w.assign(st)                     # invariant within the vector: a scalar
         self.vec.add(st.var)
@@ -245,6 +271,10 @@ class VecLoop:
             if rt in ("amax", "amin"):
                 lines.append(f"{ind}{acc}_nan |= ember_hnan(v{acc});")
         return lines, end
+
+
+def _operands(st: Assign) -> tuple:
+    return st.args[1:] if st.kind == "op" else st.args if st.kind == "cast" else ()
 
 
 def _ptr(buf: str) -> str:

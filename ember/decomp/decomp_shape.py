@@ -220,6 +220,33 @@ def _constant_pad_nd(x: Any, pad: Sequence[int], value: Any = 0) -> Any:
     return P.pad(x, pads, to(value, x.dtype))
 
 
+def _pad_back(grad: Any, input_sizes: Sequence[int], dim: int, before: int) -> Any:
+    """``grad`` placed at ``[before, before + grad.shape[dim])`` along ``dim`` of zeros of ``input_sizes``."""
+    pads = [(0, 0)] * len(input_sizes)
+    pads[dim] = (before, input_sizes[dim] - before - grad.shape[dim])
+    return P.pad(grad, pads, to(0, grad.dtype))
+
+
+@register_decomposition(aten.select_backward.default)
+def _select_backward(grad: Any, input_sizes: Sequence[int], dim: int, index: int) -> Any:
+    """A pad of the gradient with zeros (index arithmetic in the loop IR, so it fuses with its consumers)."""
+    dim = canonical_dim(dim, len(input_sizes))
+    index = index + input_sizes[dim] if index < 0 else index
+    shape = list(input_sizes)
+    shape[dim] = 1
+    return _pad_back(P.reshape(grad, tuple(shape)), input_sizes, dim, index)
+
+
+@register_decomposition(aten.slice_backward.default)
+def _slice_backward(grad: Any, input_sizes: Sequence[int], dim: int, start: int, end: int, step: int) -> Any:
+    dim = canonical_dim(dim, len(input_sizes))
+    size = input_sizes[dim]
+    start = min(max(start + size if start < 0 else start, 0), size)
+    if step != 1 or grad.shape[dim] == 0:
+        return P.aten_extern(aten.slice_backward.default, (grad, input_sizes, dim, start, end, step))
+    return _pad_back(grad, input_sizes, dim, start)
+
+
 # creation ------------------------------------------------------------------------------------------------
 def _dtype_of_value(value: Any, dtype: Any) -> torch.dtype:
     if dtype is not None:

@@ -83,6 +83,9 @@ CASES = {
     "vec_bool": (lambda x, y: ((x > y), (x > 0) & (y < 0.5), ~(x > 0), torch.where(x > y, x, -y),
                                (x > 0).float() * y, (x == y) | (x != x)),
                  lambda: [_rn(7, 48), _rn(7, 48)], False, 0),
+    # pieces of cat / select backward are masks that hold for a whole vector (loads only where they hold)
+    "vec_cat_select_back": (lambda x, y: (torch.cat([x, y * 2], -1).exp(), torch.stack([x, y.sin()], 1) + 1),
+                            lambda: [_rn(6, 32), _rn(6, 32)], True, 1e-5),
     "vec_bias_rows": (lambda x, b, z: ((x + b) * z, torch.relu(x * b - z), (x - z).abs().amax(0)),
                       lambda: [_rn(33, 64), _rn(64), _rn(33, 1)], True, 1e-5),
 }

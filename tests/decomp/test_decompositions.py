@@ -186,3 +186,20 @@ def test_cumsum(dtype):
         if shape:
             assert_same(D.run_decomposition(aten.cumsum.default, x, 0, dtype=F64),
                         aten.cumsum.default(x, 0, dtype=F64))
+
+
+# select/slice backward are pads of the gradient (they fuse in the loop IR); a strided slice stays ATen
+@pytest.mark.parametrize("sizes,dim,index", [((4, 5, 6), 1, 2), ((4, 5, 6), -1, -1), ((3,), 0, 0), ((2, 7), 0, -2)])
+def test_select_backward(sizes, dim, index):
+    g = torch.randn([s for i, s in enumerate(sizes) if i != dim % len(sizes)])
+    ref = aten.select_backward.default(g, sizes, dim, index)
+    assert_same(D.run_decomposition(aten.select_backward.default, g, sizes, dim, index), ref)
+
+
+@pytest.mark.parametrize("sizes,dim,start,end,step", [((4, 9), 1, 2, 7, 1), ((6, 3), 0, -4, 100, 1),
+                                                      ((8, 5), 0, 1, 8, 3), ((5,), 0, 0, 5, 1), ((5, 4), 1, 4, 4, 1)])
+def test_slice_backward(sizes, dim, start, end, step):
+    full = torch.randn(*sizes)
+    g = torch.randn_like(aten.slice.Tensor(full, dim, start, end, step))
+    ref = aten.slice_backward.default(g, sizes, dim, start, end, step)
+    assert_same(D.run_decomposition(aten.slice_backward.default, g, sizes, dim, start, end, step), ref)
