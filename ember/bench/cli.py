@@ -131,14 +131,15 @@ def write_outputs(rows, env: dict, skipped: list[str], out: Path, title: tuple[s
 
 @contextlib.contextmanager
 def fresh_compile_caches(keep: bool):
-    """Point Inductor's and Triton's disk caches at a new empty folder for this run (removed after it), so a
+    """Point Inductor's, Triton's and ember's disk caches at a new empty folder for this run (removed after it), so a
     cold compile is cold and a warm compile hits only what this run wrote."""
     if keep:
         yield "the compilers' usual disk caches (cold compile times may be warm)"
         return
     saved = {k: os.environ.get(k) for k in _CACHE_VARS}
     tmp = tempfile.mkdtemp(prefix="ember-bench-cache-")
-    os.environ.update({"TORCHINDUCTOR_CACHE_DIR": tmp, "TRITON_CACHE_DIR": os.path.join(tmp, "triton")})
+    os.environ.update({"TORCHINDUCTOR_CACHE_DIR": tmp, "TRITON_CACHE_DIR": os.path.join(tmp, "triton"),
+                       "EMBER_CACHE_DIR": os.path.join(tmp, "ember")})
     try:
         yield f"fresh, empty for this run ({tmp}, removed after it)"
     finally:
@@ -150,7 +151,7 @@ def fresh_compile_caches(keep: bool):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+_CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "EMBER_CACHE_DIR")
 
 
 def run(args: argparse.Namespace) -> int:

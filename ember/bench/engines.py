@@ -98,8 +98,8 @@ class Engine:
         if self.frontend == "torch" and self.backend == "inductor":
             import torch._inductor.config as cfg
             return "fx_graph_cache" if cfg.fx_graph_cache else None
-        if self.frontend == "ember":
-            return _ember_disk_cache()
+        if self.frontend == "ember" and self.backend == "ember":
+            return "ember kernel cache ($EMBER_CACHE_DIR: C++ .so, Triton sources)"
         return None
 
     def warm_up(self, device: Any) -> None:
@@ -115,14 +115,6 @@ class Engine:
         self.wrap(tiny)(x).backward()
         with torch.no_grad():
             self.wrap(tiny)(x)
-
-
-def _ember_disk_cache() -> str | None:
-    # ember's on-disk compile cache arrives with the kernel/runtime issues; until ember reports one
-    # (``ember.disk_cache_enabled()``), a warm compile has nothing to hit and is reported as N/A.
-    import ember
-    probe = getattr(ember, "disk_cache_enabled", None)
-    return "ember" if probe is not None and probe() else None
 
 
 def parse_engine(spec: str) -> Engine:
