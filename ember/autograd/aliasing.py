@@ -28,9 +28,11 @@ import torch
 def alias_groups(flat: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
     """Groups (two or more) of tensor input indices whose storages are the same."""
     by_ptr: dict[int, list[int]] = {}
+    strided = torch.strided
     for i, a in enumerate(flat):
-        if isinstance(a, torch.Tensor) and a.layout == torch.strided and a.device.type != "meta":
-            ptr = a.untyped_storage().data_ptr()
+        if isinstance(a, torch.Tensor) and a.layout is strided:
+            # the storage's address without building a storage object (paid per call; meta tensors give 0)
+            ptr = a.data_ptr() - a.storage_offset() * a.element_size()
             if ptr:
                 by_ptr.setdefault(ptr, []).append(i)
     return tuple(tuple(g) for g in by_ptr.values() if len(g) > 1)

@@ -168,14 +168,23 @@ class _KernelWriter:
             lines.append(f"{ind}{C.compute_type(dt)} {acc} = {self.init(rt, dt)};")
             if self._nan_flag(rt, dt):
                 lines.append(f"{ind}int {acc}_nan = 0;")
-        start = 0
+        start, par_r = 0, self.par_r
         vec = cpp_vec.VecLoop(self, sec.stmts, RINDEX, self.width, sec.accumulators)
-        if not self.par_r and self.R >= self.width and vec.ok():
-            vlines, start = vec.loop(ind, self.R)
-            lines += vlines
+        if self.R >= self.width and vec.ok():
+            start = self.R - self.R % self.width
+            if self.par_r:        # chunks of whole vectors across the threads, each folded into the accumulators
+                ch = max(self.width, -(-start // (16 * self.width)) * self.width)
+                lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) schedule(static) "
+                             f"{self.clauses(sec)}".rstrip())
+                lines.append(f"{ind}for (int64_t rchunk = 0; rchunk < {-(-start // ch)}; ++rchunk) {{")
+                lines += vec.loop(ind + "  ", f"rchunk * {ch}", f"std::min<int64_t>({start}, (rchunk + 1) * {ch})")
+                lines.append(f"{ind}}}")
+            else:
+                lines += vec.loop(ind, "0", str(start))
             if start == self.R:
                 return lines
-        par = "parallel for simd num_threads(nthreads) schedule(static)" if self.par_r else "simd"
+            par_r = False         # the tail is shorter than a vector
+        par = "parallel for simd num_threads(nthreads) schedule(static)" if par_r else "simd"
         lines.append(f"{ind}#pragma omp {par} {self.clauses(sec)}".rstrip())
         lines.append(f"{ind}for (int64_t rindex = {start}; rindex < {self.R}; ++rindex) {{")
         lines += [f"{ind}  {self.stmt(st)}" for st in sec.stmts]
@@ -216,7 +225,8 @@ class _KernelWriter:
 
     def vector_pointwise(self, vec: "cpp_vec.VecLoop") -> list[str]:
         par = "#pragma omp parallel for num_threads(nthreads) schedule(static)" if self.par_x else ""
-        lines, start = vec.loop("  ", self.X, par)
+        start = self.X - self.X % self.width
+        lines = vec.loop("  ", "0", str(start), par)
         if start < self.X:
             lines += ["  #pragma omp simd", f"  for (int64_t xindex = {start}; xindex < {self.X}; ++xindex) {{"]
             lines += [f"    {self.stmt(st)}" for st in self.body.sections[0].stmts]

@@ -250,10 +250,9 @@ class VecLoop:
             e = f"(({e}) ? -1 : 0)"
         return (f"{vt} {st.var};\n#pragma omp simd\nfor (int l = 0; l < EMBER_VW; ++l) {st.var}[l] = {e};")
 
-    def loop(self, ind: str, n: int, header: str = "") -> tuple[list[str], int]:
-        """The vector loop over ``[0, n - n % width)`` (accumulators declared and reduced around it); returns
-        its lines and where the scalar tail starts."""
-        end = n - n % self.width
+    def loop(self, ind: str, lo: str, hi: str, header: str = "") -> list[str]:
+        """The vector loop over ``[lo, hi)`` (a multiple of the width apart), with vector accumulators declared
+        before it and folded into the scalar accumulators after it."""
         lines = []
         for acc, rt, _ in self.accumulators:
             init = {"sum": "0.0f", "prod": "1.0f", "amax": "-__builtin_inff()", "amin": "__builtin_inff()"}[rt]
@@ -261,16 +260,20 @@ class VecLoop:
         if header:
             lines.append(f"{ind}{header}")
         v = self.var.name
-        lines.append(f"{ind}for (int64_t {v} = 0; {v} < {end}; {v} += EMBER_VW) {{")
+        lines.append(f"{ind}for (int64_t {v} = {lo}; {v} < {hi}; {v} += EMBER_VW) {{")
         for st in self.stmts:
             lines += [f"{ind}  {ln}" for ln in self.stmt(st).split("\n")]
         lines.append(f"{ind}}}")
         for acc, rt, _ in self.accumulators:
-            h = {"sum": "ember_hsum", "prod": "ember_hprod", "amax": "ember_hmax", "amin": "ember_hmin"}[rt]
-            lines.append(f"{ind}{acc} = {h}(v{acc});")
-            if rt in ("amax", "amin"):
+            if rt == "sum":
+                lines.append(f"{ind}{acc} += ember_hsum(v{acc});")
+            elif rt == "prod":
+                lines.append(f"{ind}{acc} *= ember_hprod(v{acc});")
+            else:
+                h, cmp = ("ember_hmax", ">") if rt == "amax" else ("ember_hmin", "<")
+                lines.append(f"{ind}{{ const float h = {h}(v{acc}); {acc} = h {cmp} {acc} ? h : {acc}; }}")
                 lines.append(f"{ind}{acc}_nan |= ember_hnan(v{acc});")
-        return lines, end
+        return lines
 
 
 def _operands(st: Assign) -> tuple:
