@@ -23,7 +23,7 @@ import sympy
 import torch
 
 from ember.loopir.indexing import RINDEX, XINDEX
-from ember.loopir.kernel import Accumulate, Assign, KernelBody, Section, Store
+from ember.loopir.kernel import Accumulate, Assign, KernelBody, Section, Store, stash_recomputed
 
 from . import cpp_ops as C
 from . import cpp_vec
@@ -341,6 +341,8 @@ def compile_kernels(bodies: list[KernelBody], options: Any, graph_name: str,
     """Compile all of a graph's kernels as one translation unit; one callable per body, in order."""
     if not bodies:
         return []
+    for b in bodies:
+        stash_recomputed(b)         # C++ runs each reduction loop over the same points in order
     tu = translation_unit(bodies, graph_name)
     lib = (cache or default_cache()).start(tu, graph_name).result()
     out = []

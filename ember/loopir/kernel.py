@@ -225,3 +225,102 @@ class _Builder:
 
 def kernel_body(kernel: Kernel, persistent: bool = True) -> KernelBody:
     return _Builder(kernel, persistent).build()
+
+
+# ops whose recomputation costs more than a store and a reload from cache
+_HEAVY = frozenset("exp exp2 expm1 log log2 log10 log1p erf erfc erfinv tanh sigmoid sin cos tan pow digamma "
+                   "lgamma atan2".split())
+
+
+def stash_recomputed(body: KernelBody) -> KernelBody:
+    """In a body whose reduction loops recompute their values (``persistent=False``), a costly value of the last
+    loop that an earlier loop already computed (softmax's ``exp(x - max)``: summed in loop 2, divided in loop 3)
+    is stored by the earlier loop into the output the last loop writes at the same index, and loaded back there
+    instead of recomputed. Each point is written and read back by its own iteration, before its final store, so
+    only code generators that run both loops over the same points in order may use this (C++)."""
+    rsecs = [s for s in body.sections if s.level == "r"]
+    if len(rsecs) < 2:
+        return body
+    last, earlier = rsecs[-1], rsecs[-2]
+    defs = {st.var: st for st in last.stmts if isinstance(st, Assign)}
+    same = _equivalents(earlier, last)
+    loaded = {st.args[0] for s in body.sections for st in s.stmts if isinstance(st, Assign) and st.kind == "load"}
+    targets = [st for st in last.stmts if isinstance(st, Store) and st.buf not in loaded
+               and not set(_uses(Assign("", "load", ("", st.index, None), st.var and torch.bool, "r"))) & set(defs)]
+    for var in reversed(list(defs)):
+        if var not in same or not _costly(var, defs) or not targets:
+            continue
+        if any(u in same and var in _uses(defs[u]) for u in defs):
+            continue                                  # a larger equivalent value is stashed instead
+        st = next((t for t in targets if body.buffers[t.buf][0] == defs[var].dtype), None)
+        if st is None:
+            continue
+        targets.remove(st)
+        earlier.stmts.append(Store(st.buf, st.index, same[var], "r"))
+        defs[var] = Assign(var, "load", (st.buf, st.index, None), defs[var].dtype, "r")
+        last.stmts = [defs[s.var] if isinstance(s, Assign) and s.var == var else s for s in last.stmts]
+    last.stmts = _dead_code_removed(last.stmts)
+    return body
+
+
+def _uses(st: Any) -> tuple:
+    if isinstance(st, Store):
+        return (st.var,)
+    if isinstance(st, Accumulate):
+        return (st.var,)
+    if st.kind == "op":
+        return st.args[1:]
+    if st.kind == "cast":
+        return st.args
+    if st.kind == "load":
+        return tuple(s.name for a in st.args[1:] if isinstance(a, sympy.Basic) for s in a.free_symbols)
+    return ()
+
+
+def _equivalents(a: Section, b: Section) -> dict[str, str]:
+    """Vars of ``b`` -> the var of ``a`` computing the same value (same statement over equivalent operands)."""
+    seen: dict[tuple, str] = {}
+    for st in a.stmts:
+        if isinstance(st, Assign):
+            seen.setdefault((st.kind, st.args, st.dtype), st.var)
+    out: dict[str, str] = {}
+    own = {st.var for st in b.stmts if isinstance(st, Assign)}
+    for st in b.stmts:
+        if not isinstance(st, Assign):
+            continue
+        if st.kind == "load":
+            if any(s.name in own for x in st.args[1:] if isinstance(x, sympy.Basic) for s in x.free_symbols):
+                continue
+            args = st.args
+        elif st.kind in ("op", "cast"):
+            ops = st.args[1:] if st.kind == "op" else st.args
+            if any(o in own and o not in out for o in ops):
+                continue
+            mapped = tuple(out.get(o, o) for o in ops)
+            args = (st.args[0], *mapped) if st.kind == "op" else mapped
+        else:
+            args = st.args
+        match = seen.get((st.kind, args, st.dtype))
+        if match is not None:
+            out[st.var] = match
+    return out
+
+
+def _costly(var: str, defs: dict[str, Assign]) -> bool:
+    st = defs.get(var)
+    if st is None or st.kind not in ("op", "cast"):
+        return False
+    if st.kind == "op" and st.args[0] in _HEAVY:
+        return True
+    return any(_costly(a, defs) for a in (st.args[1:] if st.kind == "op" else st.args))
+
+
+def _dead_code_removed(stmts: list) -> list:
+    live: set[str] = set()
+    out = []
+    for st in reversed(stmts):
+        if isinstance(st, Assign) and st.var not in live:
+            continue
+        live.update(_uses(st))
+        out.append(st)
+    return out[::-1]

@@ -163,6 +163,16 @@ def test_parallel_and_vectorized_kernels_generated() -> None:
     assert "parallel" not in src and "omp simd" in src
 
 
+def test_softmax_stashes_exp_instead_of_recomputing() -> None:
+    # loop 2 stores exp(x - max) into the output, loop 3 loads it back: one exp per element, not two
+    _, built = _compile(lambda x: torch.softmax(x, -1), [_rn(64, 512)])
+    src = built[0].kernel_sources[0]
+    assert src.count("ember_vexpf(") == 1 and src.count("ember_vstore(p_buf") == 2, src
+    _, built = _compile(lambda x: torch.softmax(x, -1), [_rn(64, 7)])      # scalar loops stash the same way
+    src = built[0].kernel_sources[0]
+    assert src.count("ember_expf(") == 1, src
+
+
 def test_source_names_fused_prims() -> None:
     _, built = _compile(lambda x: (x.exp() + 1).sum(-1), [_rn(4, 8)])
     src = built[0].kernel_sources[0]
