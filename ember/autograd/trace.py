@@ -26,9 +26,9 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from ember.autograd.fake import FakeMode, FakeTensor
+from ember.autograd.fake import INPLACE_VIEW_OPS, FakeMode, FakeTensor
 
 
 @dataclass
@@ -80,6 +80,8 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         node_args, node_kwargs = tree_map(self.node_of, (tuple(args), kwargs))
+        if func._schema.name in INPLACE_VIEW_OPS and isinstance(args[0], FakeTensor):
+            _freeze_val(node_args[0], args[0])
         out = func(*args, **kwargs)
         node = self.graph.call_function(func, node_args, node_kwargs)
         self._bind_outputs(out, node)
@@ -93,6 +95,16 @@ class _Recorder(TorchDispatchMode):
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
                     self.bind(o, self.graph.call_function(operator.getitem, (node, i)))
+
+
+def _freeze_val(node: Any, t: FakeTensor) -> None:
+    """Before an in-place view op changes ``t``'s own shape (``squeeze_``, ``transpose_``): the node that produced
+    ``t`` keeps a value with the shape it had (the recorded functional view op gets the new one)."""
+    if not isinstance(node, fx.Node) or node.meta.get("val") is not t:
+        return
+    with _disable_current_modes():
+        m = t._meta.as_strided(t.shape, t.stride(), t.storage_offset())
+    node.meta["val"] = FakeTensor(m, t.device, t.fake_mode)
 
 
 def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, training: bool,

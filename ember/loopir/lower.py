@@ -99,6 +99,11 @@ class Lowerer:
         if meta is None:      # a node traced without metadata: run the op on meta tensors to get it
             meta = _meta_call(target, args, kwargs)
         name = self.new_name()
+        if meta is None:      # an op run for its effect (``_linalg_check_errors`` raises on bad input)
+            dev = next((a.device for a in tree_flatten((args, kwargs))[0] if hasattr(a, "device")),
+                       torch.device("cpu"))
+            self.nodes.append(Extern(name, Layout.contiguous((), torch.bool, dev), target, args, kwargs, multi=True))
+            return None
         if isinstance(meta, (tuple, list)):
             self.nodes.append(Extern(name, layout_of(_first_tensor(meta)), target, args, kwargs, multi=True))
             outs = []

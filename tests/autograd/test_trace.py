@@ -113,3 +113,35 @@ def test_no_grad_training_trace_has_no_backward():
     with torch.no_grad():
         traced = trace_aten(fn, _clone(args), training=True)
     assert traced.num_tangents == 0
+
+
+def test_in_place_view_ops_leave_the_producer_its_own_shape():
+    # stft's pattern: an op's result reshaped in place (squeeze_, transpose_); the producing node keeps the
+    # shape the op returned, so decomposing/lowering that node sees the right metadata
+    def fn(x):
+        y = torch.fft.rfft(x.unsqueeze(0), dim=-1)
+        y.squeeze_(0)
+        y.transpose_(0, 1)
+        return torch.view_as_real(y) * 2
+
+    x = torch.randn(6, 10)
+    traced = trace_aten(fn, [x], training=False)
+    for node in traced.gm.graph.nodes:
+        if node.op == "call_function" and "fft_r2c" in str(node.target):
+            assert tuple(node.meta["val"].shape) == (1, 6, 6)
+    import ember
+    torch.testing.assert_close(ember.compile(fn)(x), fn(x))
+
+
+def test_op_without_outputs_runs_in_compiled_graph():
+    import ember
+
+    def fn(a):
+        ld, piv = torch.linalg.ldl_factor(a)       # traces an aten op returning nothing (_linalg_check_errors)
+        return ld * 2, piv
+
+    a = torch.randn(4, 4)
+    a = a @ a.T + 4 * torch.eye(4)
+    got, want = ember.compile(fn)(a), fn(a)
+    torch.testing.assert_close(got[0], want[0])
+    assert torch.equal(got[1], want[1])
