@@ -80,7 +80,7 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         node_args, node_kwargs = tree_map(self.node_of, (tuple(args), kwargs))
-        if func._schema.name in INPLACE_VIEW_OPS and isinstance(args[0], FakeTensor):
+        if func._schema.name in _RESHAPING_VIEW_OPS and isinstance(args[0], FakeTensor):
             _freeze_val(node_args[0], args[0])
         out = func(*args, **kwargs)
         node = self.graph.call_function(func, node_args, node_kwargs)
@@ -95,6 +95,10 @@ class _Recorder(TorchDispatchMode):
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
                     self.bind(o, self.graph.call_function(operator.getitem, (node, i)))
+
+
+# in-place view ops that reshape their input (resize_ changes the storage too, and is functionalized as such)
+_RESHAPING_VIEW_OPS = INPLACE_VIEW_OPS - {"aten::resize_", "aten::resize_as_"}
 
 
 def _freeze_val(node: Any, t: FakeTensor) -> None:
