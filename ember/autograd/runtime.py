@@ -144,22 +144,34 @@ def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
 def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo], args: Sequence[Any],
            outs: list[Any]) -> None:
     """Copy each mutated input's new value in (caller's grad mode), then rebuild outputs that alias inputs."""
+    stored = []
     for i, j in write_backs:
         dst, src = args[i], outs[j]
         if src is dst:       # the compiled graph stored the new value in place
-            torch.autograd.graph.increment_version(dst)
+            stored.append(dst)
             continue
         if dst.requires_grad and not src.requires_grad and dst.is_leaf:
             with torch.no_grad():        # eager mutates such a leaf under no_grad too (or fails before)
                 dst.copy_(src)
         else:
             dst.copy_(src)
+    if stored:
+        _bump_versions(stored)
     for a in aliases:
         base = args[a.input] if a.requires_grad else args[a.input].detach()
         if tuple(base.shape) == a.size and tuple(base.stride()) == a.stride and base.storage_offset() == a.offset:
             outs[a.output] = base
         else:
             outs[a.output] = base.as_strided(a.size, a.stride, a.offset)
+
+
+def _bump_versions(ts: list) -> None:
+    """What an in-place op does to each tensor's version counter (one call for all where torch allows it)."""
+    try:
+        torch.autograd.graph.increment_version(ts)
+    except TypeError:         # torch < 2.7 takes one tensor at a time
+        for t in ts:
+            torch.autograd.graph.increment_version(t)
 
 
 def run_inference(fwd: Callable[..., Any], num_user_outputs: int, write_backs: Sequence[tuple[int, int]],

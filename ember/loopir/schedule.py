@@ -25,6 +25,8 @@ from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, R
 
 MAX_KERNEL_NODES = 64
 HORIZONTAL_MAX_NUMEL = 1 << 16   # independent pointwise kernels up to this size fuse horizontally
+HORIZONTAL_MAX_POINTS = 1 << 20  # ... while buffers x points stays below this (past it, more memory streams
+                                 # than a core's prefetchers follow only divide the bandwidth)
 
 
 @dataclass
@@ -196,9 +198,12 @@ def schedule(graph: LoopGraph) -> Schedule:
 
 
 def _horizontal(g: _Group, node: Node) -> bool:
-    """Small independent pointwise kernels of one size share a launch."""
-    return (isinstance(node, Pointwise) and g.rnumel == 1 and _shape_of(node) == (g.xnumel, 1)
-            and isinstance(g.xnumel, int) and g.xnumel <= HORIZONTAL_MAX_NUMEL)
+    """Small independent pointwise kernels of one size share a launch, up to a total of buffer points."""
+    if not (isinstance(node, Pointwise) and g.rnumel == 1 and _shape_of(node) == (g.xnumel, 1)
+            and isinstance(g.xnumel, int) and g.xnumel <= HORIZONTAL_MAX_NUMEL):
+        return False
+    streams = set().union(*(m.reads() for m in g.nodes), node.reads(), (m.name for m in g.nodes), (node.name,))
+    return len(streams) * g.xnumel <= HORIZONTAL_MAX_POINTS
 
 
 def _shared_reads(g: _Group, deps: set[str]) -> int:
