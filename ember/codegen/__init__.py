@@ -58,10 +58,16 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
     for step in sched.steps:
         if isinstance(step, Kernel):
             by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
+    from ember.loopir.inplace import inplace_stores, reused_buffers
+    inplace = inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ()))
+    if set(by_backend) == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
+        inplace.update(reused_buffers(graph, sched, inplace))
     for backend, steps in by_backend.items():
         mod = _backend_module(backend)
         bodies = [kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
                   for s in steps]
+        for b in bodies:        # buffers one kernel reads and writes through two names
+            b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}
         if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
             fns = mod.compile_kernels(bodies, options, name)
         else:
@@ -69,8 +75,6 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         for body, fn in zip(bodies, fns):
             kernels[body.name] = (fn, body)
             sources.append(mod.source(body))
-    from ember.loopir.inplace import inplace_stores
-    inplace = inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ()))
     compiled = make_wrapper(sched, kernels, sources, inplace)
     if logs.enabled("output_code"):
         logs.log("output_code", f"# ember wrapper for {name}\n{compiled.source}\n" + "\n".join(sources))

@@ -194,9 +194,11 @@ class _KernelWriter:
     def function(self) -> str:
         b = self.body
         params = []
+        aliased = b.aliased         # read and written through two names: no __restrict__
         for name, (dt, role) in b.buffers.items():
             const = "const " if role == "in" else ""
-            params.append(f"{const}{C.storage_type(dt)}* __restrict__ {_cname(name)}")
+            restrict = "" if name in aliased else " __restrict__"
+            params.append(f"{const}{C.storage_type(dt)}*{restrict} {_cname(name)}")
         params.append("int nthreads")
         lines = [f"// {b.name}: {b.kernel.fused()}",
                  f"// x={self.X} r={self.R}{' parallel' if self.parallel else ''}",

@@ -45,7 +45,11 @@ static inline void ember_vstore_mask(bool* p, vmask m) { for (int l = 0; l < EMB
 static inline vfloat ember_vmaximum(vfloat a, vfloat b) { return ((a > b) | (a != a)) ? a : b; }
 static inline vfloat ember_vminimum(vfloat a, vfloat b) { return ((a < b) | (a != a)) ? a : b; }
 static inline vfloat ember_vabs(vfloat a) { return (vfloat)((vmask)a & 0x7fffffff); }
-static inline vfloat ember_vexpf(vfloat x) {  /* ember_expf (see there), lane-parallel */
+/* exp and erf with fused multiply-adds (the translation unit turns contraction off; here it only speeds up
+   approximations that are as accurate either way): GCC keeps them out of line, ~20% faster than inline */
+#pragma GCC push_options
+#pragma GCC optimize ("fp-contract=fast")
+static vfloat ember_vexpf(vfloat x) {
   vfloat xc = x < -87.33654f ? ember_vbf(-87.33654f) : x;
   xc = xc > 88.72284f ? ember_vbf(88.72284f) : xc;
   const vfloat k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -62,7 +66,7 @@ static inline vfloat ember_vexpf(vfloat x) {  /* ember_expf (see there), lane-pa
   res = x > 88.72284f ? ember_vbf(__builtin_inff()) : res;
   return x != x ? x : res;
 }
-static inline vfloat ember_verf(vfloat x) {
+static vfloat ember_verf(vfloat x) {
   /* Abramowitz-Stegun 7.1.26 with the exp above: the vectorized erf eager's CPU kernels use (abs. error
      ~1.5e-7), so erf/GELU match eager closely */
   const vmask sign = (vmask)x & (int32_t)0x80000000;
@@ -73,6 +77,7 @@ static inline vfloat ember_verf(vfloat x) {
   const vfloat y = 1.0f - r * t * ember_vexpf(-(x * x));
   return (vfloat)((vmask)y ^ sign);
 }
+#pragma GCC pop_options
 static inline float ember_hsum(vfloat v) { float s = 0; for (int l = 0; l < EMBER_VW; ++l) s += v[l]; return s; }
 static inline float ember_hprod(vfloat v) { float s = 1; for (int l = 0; l < EMBER_VW; ++l) s *= v[l]; return s; }
 static inline float ember_hmax(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] > s ? v[l] : s; return s; }

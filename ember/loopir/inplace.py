@@ -1,4 +1,4 @@
-"""In-place stores for mutated graph inputs (optimizer updates, BatchNorm running stats).
+"""In-place stores: mutated graph inputs (optimizer updates, BatchNorm running stats), and dead buffers.
 
 A functional graph returns the new value of an input it mutates, and the runtime copies it back. When the
 kernel computing that value may write it straight into the input, the copy (a second memory pass and a launch
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .ir import BufferRef, InputBuffer, LoopGraph, Pointwise, Reduction
+from .ir import BufferRef, Extern, InputBuffer, LoopGraph, Pointwise, Reduction
 from .schedule import Kernel, Schedule, placement, store_index
 
 
@@ -46,16 +46,71 @@ def _safe(graph: LoopGraph, sched: Schedule, step_of: dict, inp: InputBuffer, re
         reads = later.reads if isinstance(later, Kernel) else later.reads()
         if inp.name in reads:
             return False
-    groups = placement(node, kernel.xnumel, kernel.rnumel)
-    target = store_index(node, groups)
+    reads_inp = any(ld.buf == inp.name for m in kernel.nodes for ld in _loads(m))
+    return not reads_inp or _only_read_at_store(kernel, node, inp.name)
+
+
+def _loads(node: Any) -> list:
+    from .expr import loads
+    return loads(node.body)
+
+
+def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str]) -> dict[str, str]:
+    """{buffer: dead buffer whose memory it is stored into}: an output of a pointwise kernel takes the memory of a
+    buffer of the same layout that dies at that kernel (allocated by the wrapper or a fresh extern: never a graph input), when
+    the kernel reads that buffer only at the points it stores (a fresh allocation of a large tensor costs page
+    faults on the CPU; GELU after a matmul then writes over the matmul's result, as eager's in-place ops do)."""
+    owned = {n.name for n in graph.nodes if isinstance(n, (Pointwise, Reduction)) or
+             (isinstance(n, Extern) and n.fresh and not n.multi)} - set(taken)
+    out: dict[str, str] = {}
+    used: set[str] = set(taken.values())
+    for k, step in enumerate(sched.steps):
+        # pointwise kernels only: a reduction kernel's loops may store a point in one loop and read it in the next
+        if not isinstance(step, Kernel) or step.rnumel != 1:
+            continue
+        dead = [d for d in sched.frees[k] if d in owned and d not in used and d in step.reads]
+        for name in step.stores:
+            node = graph.node(name)
+            if name in taken or name in out or not isinstance(node, (Pointwise, Reduction)):
+                continue
+            for d in dead:
+                if graph.node(d).layout == node.layout and _only_read_at_store(step, node, d):
+                    out[name] = d
+                    used.add(d)
+                    dead.remove(d)
+                    break
+    return out
+
+
+def _only_read_at_store(kernel: Kernel, node: Any, buf: str) -> bool:
+    """Every read of ``buf`` in the kernel is at the point ``node`` stores, and ``node``'s value needs it (so
+    the one load of that point comes before the store in the kernel's body)."""
     from .expr import loads
     from .indexing import place
+    if not _needs(kernel, node, buf):
+        return False
+    target = store_index(node, placement(node, kernel.xnumel, kernel.rnumel))
     for m in kernel.nodes:
         g = placement(m, kernel.xnumel, kernel.rnumel)
         for ld in loads(m.body):  # type: ignore[attr-defined]
-            if ld.buf == inp.name and place(ld.index, g) != target:
+            if ld.buf == buf and (place(ld.index, g) != target or ld.mask is not None):
                 return False
     return True
 
 
-__all__: list[Any] = ["inplace_stores"]
+def _needs(kernel: Kernel, node: Any, buf: str) -> bool:
+    from .expr import loads
+    inside = {m.name: m for m in kernel.nodes}
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        for ld in loads(n.body):
+            if ld.buf == buf:
+                return True
+            if ld.buf in inside and ld.buf not in seen:
+                seen.add(ld.buf)
+                todo.append(inside[ld.buf])
+    return False
+
+
+__all__: list[Any] = ["inplace_stores", "reused_buffers"]

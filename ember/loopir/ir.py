@@ -141,6 +141,7 @@ class Extern(Node):
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     multi: bool = False
+    fresh: bool = False       # returns a new tensor nothing else holds (mm, convolution): its memory may be reused
 
     def reads(self) -> set[str]:
         from torch.utils._pytree import tree_leaves

@@ -65,6 +65,7 @@ class KernelBody:
     sections: list[Section]
     buffers: dict[str, tuple[torch.dtype, str]]   # buffer -> (dtype, "in" | "out")
     dtypes: dict[str, torch.dtype]                # var -> dtype
+    aliased: set[str] = field(default_factory=set)  # buffers sharing memory with another (stored in place)
 
     @property
     def name(self) -> str:
@@ -245,7 +246,7 @@ def stash_recomputed(body: KernelBody) -> KernelBody:
     defs = {st.var: st for st in last.stmts if isinstance(st, Assign)}
     same = _equivalents(earlier, last)
     loaded = {st.args[0] for s in body.sections for st in s.stmts if isinstance(st, Assign) and st.kind == "load"}
-    targets = [st for st in last.stmts if isinstance(st, Store) and st.buf not in loaded
+    targets = [st for st in last.stmts if isinstance(st, Store) and st.buf not in loaded and st.buf not in body.aliased
                and not set(_uses(Assign("", "load", ("", st.index, None), st.var and torch.bool, "r"))) & set(defs)]
     for var in reversed(list(defs)):
         if var not in same or not _costly(var, defs) or not targets:

@@ -92,7 +92,7 @@ class Lowerer:
         ref = self.realize(tv)
         return buffer_view(ref.name, ref.layout)
 
-    def extern(self, target: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
+    def extern(self, target: Any, args: tuple, kwargs: dict, meta: Any, fresh: bool = False) -> Any:
         def ref(a: Any) -> Any:
             return self.realize(a) if isinstance(a, TV) else a
         args, kwargs = tree_map(ref, args), tree_map(ref, kwargs)
@@ -116,7 +116,7 @@ class Lowerer:
                 outs.append(buffer_view(f"{name}_{i}", lay))
             return type(meta)(outs) if isinstance(meta, tuple) else outs
         lay = layout_of(meta)
-        self.nodes.append(Extern(name, lay, target, args, kwargs))
+        self.nodes.append(Extern(name, lay, target, args, kwargs, fresh=fresh))
         return buffer_view(name, lay)
 
     # -- the graph -----------------------------------------------------------------------------------------
@@ -177,7 +177,7 @@ class Lowerer:
             if name not in _EXPECTED_EXTERNS:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
             impl = target.impl if name else target
-            return self.extern(impl, args, kwargs, meta)
+            return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS)
         if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
             lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout
             return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,
@@ -191,6 +191,7 @@ class Lowerer:
         return out
 
 
+_FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "scatter", "scatter_add",
                      "index_put", "uniform", "normal", "rng_seed", "argmax", "argmin"}
 

@@ -29,6 +29,24 @@ def returns_old_and_new(x):
     return old
 
 
+def overwritten_before_other_reads(x, y):
+    # the new x does not need the old one, which another result reads at the same point
+    other = x.exp() * 2
+    x.copy_(y * 3)
+    return other
+
+
+def gelu_after_matmul(a, w):
+    h = a @ w                    # a fresh extern result that dies at the GELU kernel
+    return torch.nn.functional.gelu(h) * 2, (h * 0.5).exp()[:, :3]
+
+
+def dead_buffer_read_after_store(x):
+    h = x @ x.t()
+    # a pointwise kernel whose first output does not need h, and whose second does: h's memory is no donor
+    return torch.sigmoid(x[:, :1]).expand_as(h) + 0, h * 2
+
+
 CASES = {
     "sgd_momentum": (sgd_momentum, lambda g: ([torch.randn(5, 7, generator=g) for _ in range(3)],
                                               [torch.randn(5, 7, generator=g) for _ in range(3)],
@@ -36,6 +54,11 @@ CASES = {
     "reads_old_value_later": (reads_old_value_later, lambda g: (torch.randn(6, 4, generator=g),
                                                                 torch.randn(6, 4, generator=g))),
     "returns_old_and_new": (returns_old_and_new, lambda g: (torch.randn(8, generator=g),)),
+    "overwritten_before_other_reads": (overwritten_before_other_reads,
+                                       lambda g: (torch.randn(6, 32, generator=g), torch.randn(6, 32, generator=g))),
+    "gelu_after_matmul": (gelu_after_matmul, lambda g: (torch.randn(8, 16, generator=g),
+                                                        torch.randn(16, 32, generator=g))),
+    "dead_buffer_read_after_store": (dead_buffer_read_after_store, lambda g: (torch.randn(16, 16, generator=g),)),
 }
 
 
@@ -78,3 +101,17 @@ def test_optimizer_update_is_stored_in_place(monkeypatch):
     f = ember.compile(sgd_momentum, options={"cpu_backend": "python"})
     f(*CASES["sgd_momentum"][1](torch.Generator().manual_seed(0)))
     assert seen and all(seen), seen
+
+
+def test_dead_matmul_result_is_reused_by_its_epilogue():
+    """On the CPU, GELU after a matmul writes over the matmul's result (no new allocation)."""
+    from ember.codegen import compile_graph
+    from ember.autograd.aot import aot_compile
+    built = []
+
+    def hook(g, kind):
+        built.append(compile_graph(g, kind, None))
+        return built[-1]
+    gm = torch.fx.symbolic_trace(lambda a, w: torch.nn.functional.gelu(a @ w))
+    aot_compile(gm, [torch.randn(8, 16), torch.randn(16, 32)], decompose=True, compile_graph=hook)
+    assert "new value stored in place" in built[0].source, built[0].source
