@@ -32,6 +32,7 @@ class GuardSet:
 
     # -- common kinds ----------------------------------------------------------------------------------
     def type_match(self, src: Source, t: type) -> None:
+        self.cg.hoist(src)        # what a type is checked of is read further (attributes, items): once per call
         self.add(f"type({src.expr(self.cg)}) is {self.cg.bind(t, t.__name__)}",
                  f"type of {self.cg.plain(src)} is {t.__qualname__}")
 
@@ -57,6 +58,7 @@ class GuardSet:
         self.add(f"len({e}) == {n}", f"len({e}) == {n}")
 
     def dict_keys(self, src: Source, keys: list) -> None:
+        self.cg.hoist(src)        # its items are guarded next
         e = src.expr(self.cg)
         self.add(f"tuple({e}) == {literal(tuple(keys), self.cg)}", f"keys of {e} are {keys!r}")
 
