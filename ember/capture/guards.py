@@ -53,6 +53,14 @@ class GuardSet:
             self.add(f"type({e}) is {self.cg.bind(t, t.__name__)} and {e} == {literal(v, self.cg)}",
                      f"{e} == {v!r}", self.cg.plain(src) if t in (int, float) else None)
 
+    def tuple_of_constants(self, src: Source, v: tuple) -> None:
+        """``src`` is a tuple equal to ``v`` item by item, types included (one check instead of one per item)."""
+        self.cg.hoist(src)
+        first, e = src.expr(self.cg), src.expr(self.cg)       # the first rendering assigns, the next reuse
+        types = tuple(type(x) for x in v)
+        self.add(f"type({first}) is {self.cg.bind(tuple, 'tuple')} and {e} == {literal(v, self.cg)} and "
+                 f"tuple(map(type, {e})) == {self.cg.bind(types, 'types')}", f"{self.cg.plain(src)} == {v!r}")
+
     def length(self, src: Source, n: int) -> None:
         e = src.expr(self.cg)
         self.add(f"len({e}) == {n}", f"len({e}) == {n}")

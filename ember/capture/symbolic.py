@@ -147,6 +147,10 @@ class SymbolicDomain:
         t = type(obj)
         if not (t is tuple or t is list or (isinstance(obj, tuple) and hasattr(t, "_fields"))):
             return None
+        if g and t is tuple and isinstance(source, AttrSource) and obj and all(map(_plain_constant, obj)):
+            # an attribute holding a tuple of plain constants (a conv's stride, a config's sizes): one guard
+            g.tuple_of_constants(source, obj)
+            return TupleVar([Const(x, ItemSource(source, i)) for i, x in enumerate(obj)], None, source)
         if g:
             g.type_match(source, t)
             g.length(source, len(obj))
@@ -647,3 +651,9 @@ _DELETED = _Deleted()
 def _dict_getitems():
     import collections
     return (collections.OrderedDict.__getitem__, collections.defaultdict.__getitem__)
+
+
+def _plain_constant(x: Any) -> bool:
+    """A constant whose equality (with its type) says it all: no float zero (signed) or nan."""
+    t = type(x)
+    return t in (int, bool, str, type(None)) or (t is float and x == x and x != 0)

@@ -31,7 +31,8 @@ from .cpp_build import CppCache, cpu_features, default_cache
 from .cpp_prelude import PRELUDE, vector_math_decls
 
 PARALLEL_MIN_WORK = 1 << 16        # elements (x * r) below which a kernel runs on the calling thread
-PARALLEL_MIN_X = 16                # fewer outer points than this: parallelize the reduction loops instead
+PARALLEL_MIN_X = 16                # fewer outer points than this (and than 4 per thread): parallelize the
+                                   # reduction loops instead (one fork per loop per row: costly for few rows)
 TILE = 64                          # outer points per block when a reduction vectorizes over x
 
 
@@ -58,7 +59,7 @@ class _KernelWriter:
             raise NotImplementedError(f"ember.codegen.cpp: symbolic kernel sizes ({k.xnumel}, {k.rnumel})") from None
         self.reduction = any(s.level == "r" for s in body.sections)
         work = self.X * max(self.R, 1) * _cost(body)
-        self.par_x = work >= PARALLEL_MIN_WORK and self.X >= PARALLEL_MIN_X
+        self.par_x = work >= PARALLEL_MIN_WORK and self.X >= min(PARALLEL_MIN_X, 4 * torch.get_num_threads())
         self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK
         self.parallel = self.par_x or self.par_r
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over

@@ -186,6 +186,27 @@ def _run_list_len(f, seed, v):
     return f([rand(3, seed=seed + i) for i in range(n)])
 
 
+class _Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.factors = (2, 3)        # a tuple attribute of plain constants: guarded in one check
+
+    def forward(self, x):
+        return x * self.factors[0] + self.factors[1]
+
+
+_SCALED = _Scaled()
+
+
+def _uses_tuple_attr(x):
+    return _SCALED(x)
+
+
+def _run_tuple_attr(f, seed, v):
+    _SCALED.factors = (2, 3) if v == "a" else (2.0, 3)       # equal values, another item type
+    return f(rand(3, seed=seed).double())
+
+
 RECOMPILE_CASES = [
     RecompileCase("shape", _plain, _run_shape),
     RecompileCase("shape_static", _plain, _run_shape, dynamic=False),
@@ -197,6 +218,7 @@ RECOMPILE_CASES = [
     RecompileCase("python_int_arg", _int_arg, _run_int_arg),
     RecompileCase("global_value", _reads_global, _run_global),
     RecompileCase("list_length", _list_arg, _run_list_len),
+    RecompileCase("tuple_attribute_item_type", _uses_tuple_attr, _run_tuple_attr),
 ]
 
 
