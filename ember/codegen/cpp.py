@@ -23,7 +23,7 @@ import sympy
 import torch
 
 from ember.loopir.indexing import RINDEX, XINDEX
-from ember.loopir.kernel import Accumulate, Assign, KernelBody, Section, Store, stash_recomputed
+from ember.loopir.kernel import HEAVY_OPS, Accumulate, Assign, KernelBody, Section, Store, stash_recomputed
 
 from . import cpp_ops as C
 from . import cpp_vec
@@ -272,13 +272,9 @@ class _KernelWriter:
         return next(dt for sec in self.body.sections for acc, _, dt in sec.accumulators if acc == v)
 
 
-_HEAVY = frozenset("exp exp2 expm1 log log2 log10 log1p erf erfc erfinv tanh sigmoid sin cos tan asin acos atan "
-                   "sinh cosh asinh acosh atanh atan2 pow lgamma digamma sqrt rsqrt".split())
-
-
 def _cost(body: KernelBody) -> int:
     """Work per point relative to a plain copy (transcendentals count 8): heavy kernels get threads sooner."""
-    n = sum(8 if st.kind == "op" and st.args[0] in _HEAVY else 1
+    n = sum(8 if st.kind == "op" and st.args[0] in HEAVY_OPS else 1
             for sec in body.sections for st in sec.stmts if isinstance(st, Assign))
     return max(1, n // 4)
 

@@ -228,9 +228,10 @@ def kernel_body(kernel: Kernel, persistent: bool = True) -> KernelBody:
     return _Builder(kernel, persistent).build()
 
 
-# ops whose recomputation costs more than a store and a reload from cache
-_HEAVY = frozenset("exp exp2 expm1 log log2 log10 log1p erf erfc erfinv tanh sigmoid sin cos tan pow digamma "
-                   "lgamma atan2".split())
+# transcendental ops: recomputing one costs more than a store and a reload from cache (and weighs in how much
+# work a kernel is worth threads for)
+HEAVY_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p erf erfc erfinv tanh sigmoid sin cos tan asin acos "
+                      "atan sinh cosh asinh acosh atanh atan2 pow lgamma digamma sqrt rsqrt".split())
 
 
 def stash_recomputed(body: KernelBody) -> KernelBody:
@@ -246,8 +247,8 @@ def stash_recomputed(body: KernelBody) -> KernelBody:
     defs = {st.var: st for st in last.stmts if isinstance(st, Assign)}
     same = _equivalents(earlier, last)
     loaded = {st.args[0] for s in body.sections for st in s.stmts if isinstance(st, Assign) and st.kind == "load"}
-    targets = [st for st in last.stmts if isinstance(st, Store) and st.buf not in loaded and st.buf not in body.aliased
-               and not set(_uses(Assign("", "load", ("", st.index, None), st.var and torch.bool, "r"))) & set(defs)]
+    targets = [st for st in last.stmts if isinstance(st, Store) and st.buf not in loaded
+               and st.buf not in body.aliased and not _names(st.index) & set(defs)]
     for var in reversed(list(defs)):
         if var not in same or not _costly(var, defs) or not targets:
             continue
@@ -274,8 +275,12 @@ def _uses(st: Any) -> tuple:
     if st.kind == "cast":
         return st.args
     if st.kind == "load":
-        return tuple(s.name for a in st.args[1:] if isinstance(a, sympy.Basic) for s in a.free_symbols)
+        return tuple(_names(st.args[1]) | _names(st.args[2]))
     return ()
+
+
+def _names(e: Any) -> set[str]:
+    return {s.name for s in e.free_symbols} if isinstance(e, sympy.Basic) else set()
 
 
 def _equivalents(a: Section, b: Section) -> dict[str, str]:
@@ -290,7 +295,7 @@ def _equivalents(a: Section, b: Section) -> dict[str, str]:
         if not isinstance(st, Assign):
             continue
         if st.kind == "load":
-            if any(s.name in own for x in st.args[1:] if isinstance(x, sympy.Basic) for s in x.free_symbols):
+            if set(_uses(st)) & own:
                 continue
             args = st.args
         elif st.kind in ("op", "cast"):
@@ -311,7 +316,7 @@ def _costly(var: str, defs: dict[str, Assign]) -> bool:
     st = defs.get(var)
     if st is None or st.kind not in ("op", "cast"):
         return False
-    if st.kind == "op" and st.args[0] in _HEAVY:
+    if st.kind == "op" and st.args[0] in HEAVY_OPS:
         return True
     return any(_costly(a, defs) for a in (st.args[1:] if st.kind == "op" else st.args))
 
