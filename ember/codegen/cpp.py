@@ -273,9 +273,14 @@ class _KernelWriter:
 
 
 def _cost(body: KernelBody) -> int:
-    """Work per point relative to a plain copy (transcendentals count 8): heavy kernels get threads sooner."""
-    n = sum(8 if st.kind == "op" and st.args[0] in HEAVY_OPS else 1
-            for sec in body.sections for st in sec.stmts if isinstance(st, Assign))
+    """Work per point relative to a plain copy (transcendentals count 8, loads through div/mod index arithmetic
+    4: permuting copies are scalar gathers): heavy kernels get threads sooner."""
+    n = 0
+    for sec in body.sections:
+        for st in sec.stmts:
+            if isinstance(st, Assign):
+                n += 8 if st.kind == "op" and st.args[0] in HEAVY_OPS else 4 if st.kind == "load" and \
+                    isinstance(st.args[1], sympy.Basic) and st.args[1].has(sympy.floor, sympy.Mod) else 1
     return max(1, n // 4)
 
 
