@@ -294,16 +294,22 @@ def _bin(op: str) -> Callable[[list, list, torch.dtype], str | None]:
     return lambda a, d, o: f"({a[0]} {op} {a[1]})"
 
 
+def _when(ok: Callable[[list], bool], rule: Callable[[list, list, torch.dtype], str]
+          ) -> Callable[[list, list, torch.dtype], str | None]:
+    """``rule`` where the operand dtypes pass ``ok``; else None (the lane loop)."""
+    return lambda a, d, o: rule(a, d, o) if ok(d) else None
+
+
 def _float_only(rule: Callable[[list, list, torch.dtype], str]) -> Callable[[list, list, torch.dtype], str | None]:
-    return lambda a, d, o: rule(a, d, o) if all(t == torch.float32 for t in d) else None
+    return _when(lambda d: all(t == torch.float32 for t in d), rule)
 
 
 def _float_or_bool(rule: Callable[[list, list, torch.dtype], str]) -> Callable[[list, list, torch.dtype], str | None]:
-    return lambda a, d, o: rule(a, d, o) if len(set(d)) == 1 else None
+    return _when(lambda d: len(set(d)) == 1, rule)
 
 
 def _bool_only(rule: Callable[[list, list, torch.dtype], str]) -> Callable[[list, list, torch.dtype], str | None]:
-    return lambda a, d, o: rule(a, d, o) if all(t is torch.bool for t in d) else None
+    return _when(lambda d: all(t is torch.bool for t in d), rule)
 
 
 # vector rules over vector operands; None: no vector form for these dtypes (the lane loop runs instead)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .expr import loads
+from .indexing import place
 from .ir import BufferRef, Extern, InputBuffer, LoopGraph, Pointwise, Reduction
 from .schedule import Kernel, Schedule, placement, store_index
 
@@ -46,20 +48,16 @@ def _safe(graph: LoopGraph, sched: Schedule, step_of: dict, inp: InputBuffer, re
         reads = later.reads if isinstance(later, Kernel) else later.reads()
         if inp.name in reads:
             return False
-    reads_inp = any(ld.buf == inp.name for m in kernel.nodes for ld in _loads(m))
+    reads_inp = any(ld.buf == inp.name for m in kernel.nodes for ld in loads(m.body))
     return not reads_inp or _only_read_at_store(kernel, node, inp.name)
 
 
-def _loads(node: Any) -> list:
-    from .expr import loads
-    return loads(node.body)
-
-
 def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str]) -> dict[str, str]:
-    """{buffer: dead buffer whose memory it is stored into}: an output of a pointwise kernel takes the memory of a
-    buffer of the same layout that dies at that kernel (allocated by the wrapper or a fresh extern: never a graph input), when
-    the kernel reads that buffer only at the points it stores (a fresh allocation of a large tensor costs page
-    faults on the CPU; GELU after a matmul then writes over the matmul's result, as eager's in-place ops do)."""
+    """{buffer: dead buffer whose memory it is stored into}: an output of a pointwise kernel takes the memory of
+    a buffer of the same layout that dies at that kernel (allocated by the wrapper or a fresh extern: never a
+    graph input), when the kernel reads that buffer only at the points it stores (a fresh allocation of a large
+    tensor costs page faults on the CPU; GELU after a matmul then writes over the matmul's result, as eager's
+    in-place ops do)."""
     owned = {n.name for n in graph.nodes if isinstance(n, (Pointwise, Reduction)) or
              (isinstance(n, Extern) and n.fresh and not n.multi)} - set(taken)
     out: dict[str, str] = {}
@@ -85,8 +83,6 @@ def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str]) -> 
 def _only_read_at_store(kernel: Kernel, node: Any, buf: str) -> bool:
     """Every read of ``buf`` in the kernel is at the point ``node`` stores, and ``node``'s value needs it (so
     the one load of that point comes before the store in the kernel's body)."""
-    from .expr import loads
-    from .indexing import place
     if not _needs(kernel, node, buf):
         return False
     target = store_index(node, placement(node, kernel.xnumel, kernel.rnumel))
@@ -99,7 +95,6 @@ def _only_read_at_store(kernel: Kernel, node: Any, buf: str) -> bool:
 
 
 def _needs(kernel: Kernel, node: Any, buf: str) -> bool:
-    from .expr import loads
     inside = {m.name: m for m in kernel.nodes}
     todo, seen = [node], set()
     while todo:
