@@ -448,7 +448,14 @@ def _reduce(d, f, args, kwargs):
 
 @rule(vars)
 def _vars(d, f, args, kwargs):
-    raise d.unsupported(f, "vars() inside compiled code")
+    if len(args) != 1 or kwargs:        # vars() is locals(): the frame's names, which glue does not rebuild
+        raise d.unsupported(f, "vars() without an argument inside compiled code", "use locals() or name them")
+    try:
+        return d.getattr(f, args[0], "__dict__")
+    except UserException as ue:
+        if isinstance(ue.exc, AttributeError):
+            raise UserException(TypeError("vars() argument must have __dict__ attribute")) from None
+        raise
 
 
 @rule(globals)

@@ -175,15 +175,74 @@ def check_suspended(d) -> None:
 
 
 def _closing_runs_code(fr: Frame) -> bool:
+    """Whether ``close()`` (GeneratorExit at the suspended yield) would run code of the generator: a
+    ``finally`` or ``with`` exit does; ``except`` clauses that cannot match GeneratorExit and the cleanup that
+    re-raises do not (``collections.abc.Sequence.__iter__``'s ``except IndexError``)."""
     offset = fr.cur.offset
     while True:
         entry = fr.decoded.handler_for(offset)
         if entry is None:
             return False
-        target = fr.instrs[fr.decoded.by_offset[entry.target]]
+        i = fr.decoded.by_offset[entry.target]
+        target = fr.instrs[i]
         if target.opname == "CALL_INTRINSIC_1" and target.argrepr == "INTRINSIC_STOPITERATION_ERROR":
             return False        # 3.12+: the generator-wide handler only converts StopIteration
-        if target.opname != "CLEANUP_THROW":
+        if target.opname == "CLEANUP_THROW":
+            offset = target.offset  # a `yield from`: its sub-generator is checked on its own
+            continue
+        reraise = _reraise_of(fr, i)
+        if reraise is None:
             return True
-        offset = target.offset  # a `yield from`: its sub-generator is checked on its own
+        offset = reraise
 
+
+_PURE_LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_ATTR", "LOAD_CONST", "BUILD_TUPLE", "NOP"}
+
+
+def _reraise_of(fr: Frame, i: int) -> int | None:
+    """The offset of the RERAISE a GeneratorExit reaches from the handler at instruction ``i`` without running
+    user code, or None. Handles ``except`` chains whose classes are globals or builtins (``except
+    IndexError:``, ``except (KeyError, ValueError):``) and the ``COPY 3; POP_EXCEPT; RERAISE`` cleanup."""
+    ins = fr.instrs
+    if ins[i].opname == "COPY" and ins[i + 1].opname == "POP_EXCEPT" and ins[i + 2].opname == "RERAISE":
+        return ins[i + 2].offset
+    if ins[i].opname != "PUSH_EXC_INFO":
+        return None
+    i += 1
+    while True:
+        if ins[i].opname == "RERAISE":
+            return ins[i].offset
+        classes: list = []
+        while ins[i].opname in _PURE_LOADS:
+            op = ins[i]
+            if op.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                cls = _global_value(fr, op.argval)
+                if cls is None:
+                    return None
+                classes.append(cls)
+            elif op.opname != "NOP" and op.opname != "BUILD_TUPLE":
+                return None         # exception classes read from attributes or constants: not followed
+            i += 1
+        if ins[i].opname != "CHECK_EXC_MATCH" or not classes:
+            return None
+        try:
+            if any(issubclass(GeneratorExit, c) for c in classes):
+                return None
+        except TypeError:
+            return None
+        jump = ins[i + 1]
+        if jump.opname not in ("POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE") or jump.jump_target is None:
+            return None
+        i = jump.jump_target
+
+
+def _global_value(fr: Frame, name: str):
+    import builtins
+    g = fr.f_globals
+    if name in g:
+        v = g[name]
+    else:
+        b = g.get("__builtins__", builtins)
+        b = b if isinstance(b, dict) else b.__dict__
+        v = b.get(name)
+    return v if isinstance(v, type) else None

@@ -99,7 +99,14 @@ class GlueBuilder:
         name, fresh = self._temp(v, "obj")
         if fresh:
             cls = self.cg.bind(type(v.obj), type(v.obj).__name__)
-            self.creations.append(f"{name} = object.__new__({cls})")
+            part = v.dict_part
+            if part is None:
+                self.creations.append(f"{name} = object.__new__({cls})")
+            else:       # a dict subclass: its items go in through the base type, not the class's overrides
+                base = self.cg.bind(part.cls, part.cls.__name__)
+                self.creations.append(f"{name} = {base}.__new__({cls})")
+                for k, x in part.items.items():
+                    self.fills.append(f"{base}.__setitem__({name}, {self.expr(part.keys[k])}, {self.expr(x)})")
             for k, x in v.overlay.items():
                 if x is not NULL:
                     self.fills.append(f"object.__setattr__({name}, {k!r}, {self.expr(x)})")
@@ -161,6 +168,8 @@ class GlueBuilder:
                 writes.append(f"{gn}.pop({name!r}, None)")
             else:
                 writes.append(f"{gn}[{name!r}] = {self._value(reads, v)}")
+        for fn, args in self.d.deferred_calls:      # logging, in program order, after the changes above
+            writes.append(f"{self.expr(fn)}({', '.join(self._value(reads, a) for a in args)})")
         return reads + writes
 
     def _read(self, reads: list[str], expr: str) -> str:

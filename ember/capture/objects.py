@@ -8,7 +8,9 @@ the function is pure; anything else asks the builtin and plugin tables or is rep
 from __future__ import annotations
 
 import builtins
+import collections
 import enum
+import logging
 import math
 import operator
 import types
@@ -180,7 +182,9 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
     if name == "__dict__":          # the real dict would not show the trace's pending attribute writes
         if lookup_type_attr(t, "__dict__") is NULL:
             raise _attr_error(t.__name__, name)
-        if v.is_new or v.overlay or v.source is None:
+        if v.is_new:
+            return _attrs_dict(v)
+        if v.overlay or v.source is None:
             raise d.unsupported(f, "reading __dict__ of an object changed or made in compiled code")
         return d.wrap(v.obj.__dict__, AttrSource(v.source, "__dict__"))
     cattr = lookup_type_attr(t, name)
@@ -243,6 +247,8 @@ def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner
         return d.wrap(real, AttrSource(v.source, name))
     if t.__name__ == "_tuplegetter" and isinstance(v, TupleVar):
         return v.items[owner._fields.index(name)]
+    if t.__name__ == "_lru_cache_wrapper" and t.__module__ == "functools":    # functools.cache on a method
+        return BoundMethod(Const(cattr), v)
     if hasattr(t, "__get__") and t.__module__ == "functools" and t.__name__ == "cached_property":
         raise d.unsupported(f, f"functools.cached_property {name!r}")
     if t in (types.WrapperDescriptorType, types.MethodDescriptorType):     # methods written in C
@@ -370,8 +376,24 @@ def generic_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -
     if value is NULL and not _has_own_attr(d, f, v, name, is_slot):
         msg = name if is_slot else f"'{t.__name__}' object has no attribute '{name}'"
         raise UserException(AttributeError(msg))
-    v.overlay[name] = value
+    if v.is_new and value is NULL:       # a new object's overlay is its whole __dict__: no deletion marks
+        del v.overlay[name]
+        if v.attrs is not None:
+            del v.attrs.keys[name]
+    else:
+        v.overlay[name] = value
+        if v.attrs is not None:
+            v.attrs.keys.setdefault(name, Const(name))
     d.mark_mutated(v)
+
+
+def _attrs_dict(v: ObjectVar) -> DictVar:
+    """The ``__dict__`` of a new object: a dict whose items are the object's overlay itself, so writes
+    through either show in both."""
+    if v.attrs is None:
+        v.attrs = DictVar({}, {k: Const(k) for k in v.overlay})
+        v.attrs.items = v.overlay
+    return v.attrs
 
 
 def _no_dict_message(t: type, name: str, py: tuple[int, int]) -> str:
@@ -425,6 +447,8 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         r = rule(d, f, args, kwargs)
         if r is not NotImplemented:
             return r
+    if _is_logger_method(fn, args):
+        return _defer_logging(d, f, v, args, kwargs)
     if getattr(fn, "__ember_disable__", False):
         raise d.unsupported(f, f"call to {_fn_name(fn)}, which is marked ember.disable",
                             "it runs eagerly; compile the code around it separately")
@@ -448,6 +472,10 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method
             return d.call_method(f, recv, fn.__name__, args, kwargs)
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
+            and args[0].dict_part is not None and fn.__objclass__ in _DICT_BASES:
+        # OrderedDict.__setitem__(self, k, v), super().keys() in a new dict-subclass object: its items
+        return _dict_part_method(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
+    if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
             and lookup_type_attr(type(args[0].obj), fn.__name__) is fn:
         raise d.unsupported(f, f"calling {_fn_name(fn)} (a method written in C) on a "
                                f"{type(args[0].obj).__name__} object")
@@ -458,6 +486,33 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         return d.inline(f, call, [v] + args, kwargs)
     raise d.unsupported(f, f"call to {_fn_name(fn)} is not supported",
                         "ember captures Python functions, builtins on constants, and torch operations")
+
+
+_LOG_LEVELS = ("debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log")
+
+
+def _is_logger_method(fn, args) -> bool:
+    """``logger.warning(...)``, transformers' ``logger.warning_once(...)``: a method of ``logging.Logger``
+    (also one a library added to it) that emits a record, called on a logger. Emitting methods are the
+    level methods and ``log``, and the ones a library added under a level name (``warning_once``,
+    ``warning_advice``); ``isEnabledFor`` and the like return values and run in the trace."""
+    name = getattr(fn, "__name__", None)
+    if not args or not isinstance(name, str) or name.split("_")[0] not in _LOG_LEVELS:
+        return False
+    ro = args[0].real_object() if isinstance(args[0], ObjectVar) else getattr(args[0], "value", None)
+    return isinstance(ro, logging.Logger) and lookup_type_attr(type(ro), name) is fn
+
+
+def _defer_logging(d: SymbolicDomain, f, v: Value, args, kwargs) -> Value:
+    """A logging call whose arguments are constants runs after the graph, in program order with the other
+    logging calls of the trace: logging returns None and reads no tensor, so only its order against the
+    tensor work changes. Other arguments (a tensor to format) end the graph."""
+    if kwargs or not all(type(a) is Const for a in args[1:]):
+        raise d.unsupported(f, f"logging call {_fn_name(v.value)} with non-constant arguments",
+                            "log constants (the message formatted from Python values), or log after the "
+                            "compiled function returns")
+    d.deferred_calls.append((v, list(args)))
+    return Const(None)
 
 
 def _call_pure(d: SymbolicDomain, f, fn, args, kwargs) -> Value | None:
@@ -486,6 +541,8 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     new = lookup_type_attr(cls, "__new__")
     if type(new) is staticmethod:
         new = new.__func__
+    if new is _DICT_NEW and type(cls).__call__ is type.__call__ and _dict_base(cls) is not None:
+        return _construct_dict_subclass(d, f, cls, args, kwargs)
     if new is object.__new__ and type(cls).__call__ is type.__call__:       # plain classes, ABCs, generics
         ov = bare_instance(d, cls)
         init = lookup_type_attr(cls, "__init__")
@@ -507,6 +564,60 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     if is_pure_callable(cls) and all_const(args, kwargs) and is_immutable_type(cls):
         return call_real(d, f, cls, args, kwargs)
     raise d.unsupported(f, f"creating a {cls.__qualname__} object in compiled code is not supported")
+
+
+_DICT_NEW = dict.__dict__["__new__"]
+_DICT_BASES = (dict, collections.OrderedDict)
+_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+
+def _dict_base(cls: type) -> type | None:
+    """The built-in dict type a Python subclass of dict stores its items in (dict or OrderedDict); None when
+    another type written in C (defaultdict) comes first."""
+    for k in cls.__mro__:
+        if k in _DICT_BASES:
+            return k
+        if not k.__flags__ & _HEAPTYPE:
+            return None
+    return None
+
+
+def _construct_dict_subclass(d: SymbolicDomain, f, cls: type, args, kwargs) -> ObjectVar:
+    """A new instance of a Python subclass of dict/OrderedDict (transformers' ModelOutput, Counter-like
+    classes): attributes in the overlay, items in ``dict_part``, on which the base type's methods act."""
+    base = _dict_base(cls)
+    try:
+        obj = base.__new__(cls)
+    except TypeError as e:
+        raise UserException(e) from None
+    ov = ObjectVar(obj, None, is_new=True)
+    ov.dict_part = DictVar({}, {}, base)
+    d.new_objects.append(ov)
+    init = lookup_type_attr(cls, "__init__")
+    if type(init) is types.FunctionType:
+        r = d.inline(f, init, [ov] + args, kwargs)
+        if not (type(r) is Const and r.value is None):
+            raise UserException(TypeError("__init__() should return None"))
+    elif getattr(init, "__objclass__", None) in _DICT_BASES:
+        _dict_part_method(d, f, ov, "__init__", list(args), kwargs)
+    else:
+        raise d.unsupported(f, f"creating {cls.__name__}: its __init__ is not Python code")
+    return ov
+
+
+def _dict_part_method(d: SymbolicDomain, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
+    part = ov.dict_part
+    if name == "__init__":
+        if len(args) > 1:
+            raise UserException(TypeError(f"dict expected at most 1 argument, got {len(args)}"))
+        name = "update"
+    if name == "__iter__":
+        return d.iter(f, part)
+    if name == "__len__":
+        return Const(len(part.items))
+    if name == "__contains__":
+        return Const(d.hash_key(f, args[0]) in part.items)
+    return R.METHOD.find(DictVar)(d, f, part, name, args, kwargs)
 
 
 def bare_instance(d: SymbolicDomain, cls: type) -> ObjectVar:

@@ -82,6 +82,9 @@ def binary(d, f, op: str, a: Value, b: Value) -> Value:
         return d.from_python(_real(REAL_BINARY[op], a.as_python(), b.as_python()))
     except NotConst:
         pass
+    if base == "%" and a.python_type() in (str, bytes):     # printf-style formatting of values not known
+        raise d.unsupported(f, f"formatting {b.describe()} into a string with %",
+                            "format values after the compiled function returns")
     raise UserException(TypeError(f"unsupported operand type(s) for {op}: '{a.python_type().__name__}' "
                                   f"and '{b.python_type().__name__}'"))
 

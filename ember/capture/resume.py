@@ -159,8 +159,7 @@ class Session:
         if fn.__code__.co_flags & 0x3A0:                   # generators and coroutines run natively
             return None
         mod = fn.__globals__.get("__name__", "") or ""
-        if not library and mod.split(".")[0] in ("torch", "ember", "typing", "functools", "contextlib", "abc",
-                                                 "copy"):
+        if not library and mod.split(".")[0] in _NATIVE_MODULES:
             return None
         c = self.callees.get(fn)
         if c is None:
@@ -191,6 +190,12 @@ class Session:
             src = f"\n    {e.source_line.strip()}" if getattr(e, "source_line", "") else ""
             hint = f"\n  hint: {e.hint}" if e.hint else ""
             logs.log("graph_breaks", f"graph break in {name}: {e.reason}\n  at {where}{src}{hint}")
+
+
+# callees from these modules run natively after a break: no tensor work of the user's to compile in them
+# (logging's and warnings' internals would only break again at their locks and I/O)
+_NATIVE_MODULES = frozenset(("torch", "ember", "typing", "functools", "contextlib", "abc", "copy", "logging",
+                             "warnings", "threading", "traceback", "inspect", "posixpath", "os"))
 
 
 def resume_locals(d, real_locals: dict) -> LazyLocals:

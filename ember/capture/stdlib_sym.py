@@ -1,13 +1,15 @@
 """Symbolic versions of the standard-library helpers that library code (nn.Sequential indexing, user loops)
-uses on values: itertools (each a lazy iterator over values, like the real one) and the dict subclasses of
-collections."""
+uses on values: itertools (each a lazy iterator over values, like the real one), the dict subclasses of
+collections, and ``inspect.signature`` of functions and methods."""
 from __future__ import annotations
 
 import collections
+import inspect
 import itertools
+import types
 
 from .builtins_sym import BUILTIN_RULES, _gen
-from .values import Const, DictVar, TupleVar
+from .values import BoundMethod, Const, DictVar, TupleVar
 
 
 def _islice(d, f, it, *bounds):
@@ -130,3 +132,25 @@ def _dict_subclass(cls):
 
 for _cls in (collections.OrderedDict, collections.defaultdict):
     BUILTIN_RULES[_cls] = _dict_subclass(_cls)
+
+
+def _signature(d, f, args, kwargs):
+    """``inspect.signature`` of a function or of a method bound to any object: it depends on the function
+    alone (a bound method drops the first parameter), so it is computed once, at trace time. A Signature is
+    immutable, so the result is a constant; other callables run through inspect's own Python code."""
+    if len(args) != 1 or kwargs:
+        return NotImplemented
+    fn = args[0]
+    if type(fn) is BoundMethod and type(fn.func) is Const and type(fn.func.value) is types.FunctionType:
+        real = types.MethodType(fn.func.value, object())
+    elif type(fn) is Const and isinstance(fn.value, (types.FunctionType, types.BuiltinFunctionType)):
+        real = fn.value
+    else:
+        return NotImplemented
+    try:
+        return Const(inspect.signature(real))
+    except (TypeError, ValueError):
+        return NotImplemented
+
+
+BUILTIN_RULES[inspect.signature] = _signature

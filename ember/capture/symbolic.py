@@ -40,6 +40,7 @@ class SymbolicDomain:
         self.new_objects: list[ObjectVar] = []
         self.dynamic: set[str] = set()      # sources of numbers not to guard (they changed between calls)
         self.generators: list[IterVar] = []          # user generators started by the trace
+        self.deferred_calls: list[tuple[Value, list[Value]]] = []   # logging calls run after the graph
         for p in self.plugins:
             p.start(self)
 
@@ -70,6 +71,8 @@ class SymbolicDomain:
             return DictVar({k: self.from_python(x) for k, x in v.items()}, {k: self.from_python(k) for k in v})
         if t is set:
             return SetVar({k: self.from_python(k) for k in v})
+        if t is types.MappingProxyType:     # a fresh read-only view (a Signature's parameters)
+            return DictVar({k: self.from_python(x) for k, x in v.items()}, {k: self.from_python(k) for k in v}, t)
         return Const(v)
 
     def wrap(self, obj: Any, source: Source | None) -> Value:

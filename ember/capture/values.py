@@ -9,6 +9,7 @@ reconstruction refer to it. Torch-free; the torch plugin adds tensor and module 
 from __future__ import annotations
 
 import enum
+import inspect
 import types
 from typing import Any
 
@@ -16,7 +17,8 @@ from .interpreter import NULL, UserException
 from .sources import Codegen, Source
 
 IMMUTABLE_TYPES: set[type] = {int, float, bool, complex, str, bytes, type(None), type(Ellipsis),
-                              type(NotImplemented), range, slice, frozenset, types.CodeType}
+                              type(NotImplemented), range, slice, frozenset, types.CodeType,
+                              inspect.Signature, inspect.Parameter}
 IDENTITY_TYPES: tuple[type, ...] = (types.FunctionType, types.BuiltinFunctionType, types.BuiltinMethodType,
                                     types.MethodDescriptorType, types.WrapperDescriptorType, types.ModuleType,
                                     types.MethodWrapperType, types.ClassMethodDescriptorType, type,
@@ -160,13 +162,17 @@ class SetVar(MutableVar):
 
 class ObjectVar(MutableVar):
     """A user object. Existing objects read their attributes through their source; writes go to
-    ``overlay`` (NULL marks a deleted attribute) and are replayed. New objects live only in the overlay."""
-    __slots__ = ("overlay", "is_new")
+    ``overlay`` (NULL marks a deleted attribute) and are replayed. New objects live only in the overlay.
+    A new instance of a ``dict`` subclass keeps its items in ``dict_part`` (the base dict's methods act on
+    it); ``attrs`` is the ``__dict__`` of a new object once read, sharing ``overlay`` as its items."""
+    __slots__ = ("overlay", "is_new", "dict_part", "attrs")
 
     def __init__(self, obj: Any, source: Source | None = None, is_new: bool = False):
         super().__init__(source, obj)
         self.overlay: dict[str, Any] = {}
         self.is_new = is_new
+        self.dict_part: DictVar | None = None
+        self.attrs: DictVar | None = None
 
     def python_type(self):
         return type(self.obj)

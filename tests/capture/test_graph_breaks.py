@@ -127,10 +127,10 @@ def disabled_call_between_graphs(x, rec):
     return z.cos() + y
 
 
-@breaks(T(5), S(), fg="vars_builtin", graphs=2, nbreaks=1)
-def unsupported_builtin_vars(x, rec):
+@breaks(T(5), S(), fg="eval_builtin", graphs=2, nbreaks=1)
+def unsupported_builtin_eval(x, rec):
     y = x.exp()
-    rec.d["keys"] = sorted(vars(rec))  # @vars_builtin
+    rec.d["keys"] = sorted(eval("['n', 'log', 'd']"))  # @eval_builtin
     return y * len(rec.d["keys"])
 
 

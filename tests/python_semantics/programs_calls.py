@@ -305,3 +305,24 @@ def zero_division_variants(a, b):
         except ZeroDivisionError as e:
             out.append(("zde", str(e)))
     return out
+
+
+class _Chunker:
+    def feed(self, x, y=2):
+        return x * y
+
+
+def _plain(a, b, *rest, k=1, **kw):
+    return a
+
+
+@T.case((3,),)
+def inspect_signature_of_method(x):
+    import inspect
+    c = _Chunker()
+    sig = inspect.signature(c.feed)
+    n = len(sig.parameters)
+    names = list(sig.parameters)
+    p = inspect.signature(_plain).parameters
+    return (n, names, c.feed(x) if n == 2 else None, [str(v) for v in p.values()], p["k"].default,
+            str(inspect.signature(_plain)), "rest" in p)

@@ -1,5 +1,7 @@
 """Programs: the generator protocol beyond plain iteration: close() and garbage collection running a
 generator's finally, throw(), send(), `yield from` return values and delegation of close/throw."""
+import collections.abc
+
 from program_table import Table
 
 T = Table("generators")
@@ -151,3 +153,31 @@ def flatten_gen(rows):
 @T.case(([[1, 2], [], [3]],), ([],))
 def yield_from_inside_a_loop(rows):
     return list(flatten_gen(rows)), [x for x in flatten_gen(rows) if x != "end"]
+
+
+
+class Squares(collections.abc.Sequence):
+    """A Sequence by __getitem__/__len__: iter() is collections.abc.Sequence.__iter__, a generator whose
+    body is inside try/except IndexError, left suspended by a `break`."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __getitem__(self, i):
+        if i >= self.n:
+            raise IndexError(i)
+        return i * i
+
+    def __len__(self):
+        return self.n
+
+
+@T.case((5,), (0,))
+def sequence_iterator_left_suspended(n):
+    s = Squares(n)
+    out = []
+    for v in s:
+        out.append(v)
+        if v > 3:
+            break
+    return out, list(s), s.index(4) if n > 2 else -1

@@ -1,5 +1,6 @@
 """Programs: attributes, properties, descriptors, classmethods/staticmethods, super(), dunder methods,
 namedtuples, dataclasses, enums, side effects on arguments, instances created inside and returned."""
+import collections
 import dataclasses
 import enum
 from collections import namedtuple
@@ -590,3 +591,86 @@ class Obj2:
     def __init__(self, v, scale):
         self.v = v
         self.scale = scale
+
+
+# ---------------------------------------------------------------- dict subclasses made inside (ModelOutput)
+
+class AttrDict(dict):
+    """Items readable as attributes; dict's own __init__."""
+
+    def __getattr__(self, k):
+        try:
+            return self[k]
+        except KeyError:
+            raise AttributeError(k) from None
+
+    def __setattr__(self, k, v):
+        self[k] = v
+
+
+class OutputDict(collections.OrderedDict):
+    """transformers' ModelOutput pattern: a dataclass over an OrderedDict; set fields are both items and
+    attributes, indexing by int goes through to_tuple()."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = self.__dict__.get(f.name)
+            if v is not None:
+                self[f.name] = v
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return self.to_tuple()[k]
+
+    def __setattr__(self, name, value):
+        if name in {f.name for f in dataclasses.fields(self)} and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclass
+class ModelOut(OutputDict):
+    loss: object = None
+    logits: object = None
+    hidden: object = None
+
+
+@T.case((3, 4), (0, 2))
+def dict_subclass_made_inside(a, b):
+    d = AttrDict(x=a, y=[b])
+    d.z = a + b
+    d.y.append(d.x)
+    del d["x"]
+    return d, d.z, sorted(d), "z" in d, len(d), d.get("x", -1), dict(d), list(d.items())
+
+
+@T.case((1.5, None), (2.0, 7))
+def ordered_dict_dataclass_output(a, b):
+    o = ModelOut(logits=a, hidden=b)
+    o["extra"] = a * 2
+    o.loss = a - 1
+    return (o, vars(o), o[0], o["logits"], o.to_tuple(), len(o), list(o), o.hidden is None,
+            isinstance(o, dict))
+
+
+class Config:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+        self.__dict__["n"] = len(kw)
+
+
+@T.case(A(1, b=2), A(c=3))
+def dunder_dict_writes_of_new_object(*args, **kw):
+    c = Config(**kw)
+    c.extra = args
+    d = c.__dict__
+    d["late"] = 1
+    return vars(c), c.n, c.late, sorted(d)
