@@ -150,8 +150,20 @@ for _name in ("remainder", "fmod"):
 
 @register_decomposition(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def _pow(a: Any, b: Any) -> Any:
-    if not is_tensorlike(b) and b == 2 and kind_of_dtype(a.dtype) >= 1:
-        return mul(a, a)
+    if is_tensorlike(a) and not is_tensorlike(b) and type(b) in (int, float):
+        # eager's own special cases of a tensor to a scalar power (ATen's pow_tensor_scalar_optimized_kernel):
+        # multiplications, sqrt and reciprocals instead of powf, with the same inf/nan/-0 results
+        k = kind_of_dtype(a.dtype)
+        if b == 2 and k >= 1:
+            return mul(a, a)
+        # float and double take every special case; bfloat16 all but -2; float16 none (std::pow)
+        full = a.dtype in (torch.float32, torch.float64) or a.dtype is torch.bfloat16 and b != -2
+        if b == 3 and (full or k == 1 and type(b) is int):
+            return elementwise(lambda x: P.mul(P.mul(x, x), x), a)
+        special = {0.5: lambda x: P.sqrt(x), -0.5: lambda x: P.rsqrt(x), -1: lambda x: P.reciprocal(x),
+                   -2: lambda x: P.reciprocal(P.mul(x, x))}.get(b)
+        if special is not None and full:
+            return elementwise(special, a)
     return elementwise(P.pow, a, b)
 
 

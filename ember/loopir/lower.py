@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ember import logs
 from ember.decomp.meta import TensorMeta
@@ -85,6 +85,16 @@ class Lowerer:
             return BufferRef(*tv.view)
         layout = layout or contiguous_layout(tv)
         name = self.new_name()
+        perm = _storage_order(layout)
+        if perm is not None:     # a permuted dense layout: computed in memory order, used as a view
+            shape = tuple(tv.shape[p] for p in perm)
+            idx = xvars(tv.ndim)
+            logical: list = [0] * tv.ndim
+            for k, p in enumerate(perm):
+                logical[p] = idx[k]
+            own = Layout.contiguous(shape, layout.dtype, layout.device)
+            self.nodes.append(Pointwise(name, own, shape, tv.loader(logical)))
+            return BufferRef(name, layout)
         self.nodes.append(Pointwise(name, layout, tuple(tv.shape), tv.loader(xvars(tv.ndim))))
         return BufferRef(name, layout)
 
@@ -92,10 +102,17 @@ class Lowerer:
         ref = self.realize(tv)
         return buffer_view(ref.name, ref.layout)
 
-    def extern(self, target: Any, args: tuple, kwargs: dict, meta: Any, fresh: bool = False) -> Any:
-        def ref(a: Any) -> Any:
-            return self.realize(a) if isinstance(a, TV) else a
-        args, kwargs = tree_map(ref, args), tree_map(ref, kwargs)
+    def extern(self, target: Any, args: tuple, kwargs: dict, meta: Any, fresh: bool = False,
+               arg_metas: Any = None) -> Any:
+        """An ATen call on realized buffers. A computed argument is stored in the layout it had in the trace
+        (``arg_metas``, where dense): ops like CPU attention give their output the layout of their input, so
+        the traced output layout then holds at run time."""
+        leaves, spec = tree_flatten((args, kwargs))
+        traced = tree_flatten(arg_metas)[0] if arg_metas is not None else []
+        if len(traced) != len(leaves):
+            traced = [None] * len(leaves)
+        refs = [self.realize(a, _traced_layout(a, m)) if isinstance(a, TV) else a for a, m in zip(leaves, traced)]
+        args, kwargs = tree_unflatten(refs, spec)
         if meta is None:      # a node traced without metadata: run the op on meta tensors to get it
             meta = _meta_call(target, args, kwargs)
         name = self.new_name()
@@ -177,7 +194,8 @@ class Lowerer:
             if name not in _EXPECTED_EXTERNS:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
             impl = target.impl if name else target
-            return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS)
+            arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+            return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS, arg_metas=arg_metas)
         if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
             lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout
             return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,
@@ -194,6 +212,27 @@ class Lowerer:
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "scatter", "scatter_add",
                      "index_put", "uniform", "normal", "rng_seed", "argmax", "argmin"}
+
+
+def _storage_order(layout: Layout) -> list[int] | None:
+    """The dims of a dense, non-contiguous layout from outermost to innermost in memory (``layout`` is
+    ``permute`` of a contiguous tensor over that order), or None when the layout is contiguous or not dense."""
+    if layout.is_contiguous() or not _is_dense(layout) or not all(isinstance(s, int) for s in layout.stride):
+        return None
+    return sorted(range(len(layout.shape)), key=lambda i: (-layout.stride[i], i))
+
+
+def _traced_layout(tv: TV, meta: Any) -> Layout | None:
+    """The dense layout a computed extern argument had in the trace, or None (contiguous)."""
+    if tv.view is not None or not isinstance(meta, torch.Tensor) and not hasattr(meta, "stride"):
+        return None
+    try:
+        lay = layout_of(meta)
+    except Exception:       # noqa: BLE001 - metadata without strides: the default layout
+        return None
+    if tuple(lay.shape) != tuple(tv.shape) or lay.dtype != tv.dtype or not _is_dense(lay):
+        return None
+    return lay
 
 
 def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:

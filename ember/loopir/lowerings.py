@@ -178,9 +178,11 @@ def _reshape(L: Lowerer, x: TV, shape: Sequence) -> TV:
     if -1 in shape:
         known = prod([s for s in shape if s != -1])
         shape = tuple(prod(x.shape) // known if s == -1 else s for s in shape)
-    if x.view is not None and x.view[1].is_contiguous():
+    if x.view is not None:
         l = x.view[1]
-        return buffer_view(x.view[0], Layout(shape, contiguous_stride(shape), l.dtype, l.device, l.offset))
+        st = contiguous_stride(shape) if l.is_contiguous() else _view_stride(tuple(l.shape), tuple(l.stride), shape)
+        if st is not None:      # a view of the same memory, as torch's view() would give
+            return buffer_view(x.view[0], Layout(shape, tuple(st), l.dtype, l.device, l.offset))
     groups = _reshape_groups(tuple(x.shape), shape)
 
     def imap(idx: Sequence) -> list:
@@ -193,6 +195,32 @@ def _reshape(L: Lowerer, x: TV, shape: Sequence) -> TV:
                 out[d] = v if k == 0 else sympy.Mod(v, x.shape[d])
         return out
     return restride(x, shape, imap)
+
+
+def _view_stride(old: tuple, stride: tuple, new: tuple) -> list | None:
+    """Strides of ``new`` viewing the memory of a tensor of shape ``old`` and strides ``stride`` (ATen's
+    computeStride): None when the reshape needs a copy. Static sizes only."""
+    if not all(isinstance(v, int) for v in old + stride + new) or prod(old) != prod(new) or prod(old) == 0:
+        return None
+    if not old:
+        return [1] * len(new)
+    out = [0] * len(new)
+    view_d = len(new) - 1
+    base = stride[-1]
+    t_numel = v_numel = 1
+    for d in range(len(old) - 1, -1, -1):
+        t_numel *= old[d]
+        if d == 0 or (old[d - 1] != 1 and stride[d - 1] != t_numel * base):
+            while view_d >= 0 and (v_numel < t_numel or new[view_d] == 1):
+                out[view_d] = v_numel * base
+                v_numel *= new[view_d]
+                view_d -= 1
+            if v_numel != t_numel:
+                return None
+            if d > 0:
+                base = stride[d - 1]
+                t_numel = v_numel = 1
+    return out if view_d == -1 else None
 
 
 def _reshape_groups(old: tuple, new: tuple) -> list[tuple[list[int], list[int]]]:

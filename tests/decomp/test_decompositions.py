@@ -203,3 +203,28 @@ def test_slice_backward(sizes, dim, start, end, step):
     g = torch.randn_like(aten.slice.Tensor(full, dim, start, end, step))
     ref = aten.slice_backward.default(g, sizes, dim, start, end, step)
     assert_same(D.run_decomposition(aten.slice_backward.default, g, sizes, dim, start, end, step), ref)
+
+
+_POW_SPECIALS = torch.tensor([float("-inf"), -0.0, 0.0, float("inf"), float("nan"), 2.0, -3.0, 0.3, 1.7, 1e-20,
+                              3e15, -1e-30])
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5, -1, -1.0, -2, 3, 3.0, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_pow_scalar_special_cases_match_eager_bitwise(exponent, dtype):
+    """pow(x, c) for the exponents eager computes without powf (sqrt, rsqrt, reciprocals, products): the same
+    bits, including -0, inf and nan, in compiled kernels."""
+    import ember
+    x = _POW_SPECIALS.to(dtype)
+    ember.reset()
+    got = ember.compile(lambda t: torch.pow(t, exponent))(x)
+    ref = torch.pow(x, exponent)
+    nan = torch.isnan(ref)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan], ref[~nan]) and torch.equal(got[~nan].signbit(), ref[~nan].signbit()), (got, ref)
+
+
+def test_pow_integer_cube():
+    import ember
+    x = torch.tensor([2, -3, 7, 0, 1 << 21])
+    assert torch.equal(ember.compile(lambda t: t ** 3)(x), x ** 3)
