@@ -20,12 +20,14 @@ import torch
 
 from ember.loopir.indexing import RINDEX, XINDEX
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
+from ember.loopir.online import OnlineAccumulate, online_softmax
 
 from .triton_ops import IndexPrinter, cast_expr, compute_dtype, ctl, literal, needs_int64, op_expr, tl_dtype
 
 PERSISTENT_MAX = 4096      # largest power-of-two row a persistent reduction keeps in registers
 OUTER_PERSISTENT_MAX = 128  # rows with non-contiguous reduced points: keep XBLOCK wide instead
 TILE = 4096                # XBLOCK * RBLOCK of a persistent reduction
+ONLINE_SOFTMAX = True      # looped max-then-sum-of-exp kernels read their rows once (ember.loopir.online)
 
 
 def next_pow2(n: int) -> int:
@@ -206,6 +208,23 @@ class _Gen:
             return _finish(rt, acc, dt)
         return _finish(rt, _reduce(rt, acc, dt), dt)
 
+    def _reduced_online(self, st: Assign) -> str:
+        acc_m, acc_s = st.args
+        return f"_h.online_sumexp_finish({acc_m}, {acc_s})"
+
+    def online(self, st: OnlineAccumulate) -> None:
+        """Running max and rescaled sum of exp in one looped pass (ember.loopir.online)."""
+        self.accs[st.acc_max] = ("amax", st.dtype)
+        self.accs[st.acc_sum] = ("sum", st.dtype)
+        vals = []
+        for v in (st.var_max, st.var_sum):
+            if compute_dtype(self.dtypes[v]) != torch.float32:
+                v = f"{v}.to(tl.float32)"
+            vals.append(f"tl.where(rmask, {v}, float('-inf'))" if self.rmask else v)
+        shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
+        vals = [f"tl.broadcast_to({v}, {shape})" for v in vals]
+        self.emit(f"{st.acc_max}, {st.acc_sum} = _h.online_sumexp({st.acc_max}, {st.acc_sum}, {vals[0]}, {vals[1]})")
+
     def accumulate(self, st: Accumulate) -> None:
         rt, dt = st.reduce_type, st.dtype
         adt = _acc_dtype(rt, dt)
@@ -268,6 +287,8 @@ class _Gen:
                 self.assign(st)
             elif isinstance(st, Accumulate):
                 self.accumulate(st)
+            elif isinstance(st, OnlineAccumulate):
+                self.online(st)
             elif isinstance(st, Store):
                 self.store(st)
         if looped:
@@ -317,5 +338,7 @@ def generate(body: KernelBody, persistent: bool, name: str = "") -> tuple[str, s
     xnumel, rnumel = int(k.xnumel), int(k.rnumel)
     int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
     cfg = launch_config(xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64)
+    if k.is_reduction and not persistent and ONLINE_SOFTMAX:
+        body = online_softmax(body)
     fname = name or f"ember_{k.name}"
     return HEADER + _Gen(body, cfg, fname).generate(), fname, cfg

@@ -94,6 +94,25 @@ def maximum(a, b):
 
 
 @triton.jit
+def online_sumexp(m, s, xm, xs):
+    """One step of an online softmax: running max ``m`` and sum ``s`` of exp(. - m), per lane, folding the
+    max input ``xm`` and the exp input ``xs`` (both -inf where masked)."""
+    m_new = maximum(m, xm)
+    base = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new, s * tl.exp(m - base) + tl.exp(xs - base)
+
+
+@triton.jit
+def online_sumexp_finish(m, s):
+    """The row's sum of exp(g - M) from the lanes' (m, s), M the row's max; NaN for a row of -inf only, as
+    exp(-inf - -inf) gives in the two-pass form."""
+    big = tl.reduce(m, 1, maximum)[:, None]
+    base = tl.where(big == float("-inf"), 0.0, big)
+    total = tl.sum(s * tl.exp(m - base), 1)[:, None]
+    return tl.where(big == float("-inf"), float("nan"), total)
+
+
+@triton.jit
 def minimum(a, b):
     return tl.where((a < b) | (a != a), a, b)  # noqa: PLR0124 - NaN test
 

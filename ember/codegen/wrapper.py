@@ -55,8 +55,9 @@ class _Writer:
         own = self.layouts[r.name]
         if r.layout == own:
             return r.name
-        lay = r.layout
-        return f"as_strided({r.name}, {_size(lay.shape)}, {_size(lay.stride)}, {int(lay.offset)})"
+        lay = r.layout      # offsets are relative to the buffer's tensor; as_strided takes absolute ones
+        return (f"as_strided({r.name}, {_size(lay.shape)}, {_size(lay.stride)}, "
+                f"{r.name}.storage_offset(){f' + {int(lay.offset)}' if lay.offset else ''})")
 
     def arg(self, a: Any) -> str:
         if isinstance(a, BufferRef):

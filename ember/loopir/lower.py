@@ -52,9 +52,10 @@ def register_lowering(*names: str) -> Callable[[Callable], Callable]:
 
 
 def layout_of(meta: Any) -> Layout:
+    """The layout of a buffer bound to a tensor (a graph input, an extern's result): offset 0, since kernels
+    get the tensor's data pointer, which already includes its storage offset."""
     return Layout(tuple(meta.shape), tuple(meta.stride() if callable(meta.stride) else meta.stride),
-                  meta.dtype, torch.device(meta.device), int(meta.storage_offset())
-                  if hasattr(meta, "storage_offset") and callable(meta.storage_offset) else 0)
+                  meta.dtype, torch.device(meta.device), 0)
 
 
 def _is_dense(layout: Layout) -> bool:
@@ -73,6 +74,7 @@ class Lowerer:
         self.gm, self.name = gm, name
         self.nodes: list[Node] = []
         self.constants: dict[str, torch.Tensor] = {}
+        self.padded_results: set[str] = set()     # extern results written into padded rows (matmul_align)
         self._count = 0
 
     def new_name(self, prefix: str = "buf") -> str:
@@ -174,7 +176,11 @@ class Lowerer:
         return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants)
 
     def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
-        if tv.view is not None or meta is None or not hasattr(meta, "shape"):
+        """The layout a graph output is stored in: the traced one where it is dense (a padded matmul result
+        is copied into it, as the caller expects eager's strides); views of other buffers stay views."""
+        if meta is None or not hasattr(meta, "shape"):
+            return None
+        if tv.view is not None and tv.view[0] not in self.padded_results:
             return None
         lay = layout_of(meta)
         return lay if _is_dense(lay) and tuple(lay.shape) == tuple(tv.shape) else None
@@ -195,6 +201,11 @@ class Lowerer:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
             impl = target.impl if name else target
             arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+            if name in ("mm", "addmm", "bmm"):
+                from .matmul_align import align_matmul
+                out = align_matmul(self, name, args, kwargs, meta, arg_metas)
+                if out is not None:
+                    return out
             return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS, arg_metas=arg_metas)
         if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
             lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout

@@ -22,3 +22,15 @@ def _with_nans(*shape: int) -> torch.Tensor:
 
 def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _special_rows(rows: int, cols: int) -> torch.Tensor:
+    """Long rows for looped softmax kernels: one of -inf only, one with a +inf, one with a NaN, one mostly -inf,
+    one of large values (the running maximum keeps growing), the rest random."""
+    t = torch.randn(rows, cols)
+    t[0] = float("-inf")
+    t[1, 5] = float("inf")
+    t[2, 7] = float("nan")
+    t[3, 100:] = float("-inf")
+    t[4] = torch.linspace(-50, 80, cols)
+    return t

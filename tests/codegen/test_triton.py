@@ -38,7 +38,7 @@ pytestmark = [
                        reason="CUDA machine: Triton compiles here; tests/gpu/test_ember_triton.py runs this table"),
 ]
 
-from tests.codegen.inputs import _ints, _rms, _rn, _with_nans  # noqa: E402
+from tests.codegen.inputs import _ints, _rms, _rn, _special_rows, _with_nans  # noqa: E402
 
 OPTS = CompileOptions(cpu_backend="triton")
 
@@ -121,6 +121,14 @@ CASES: dict[str, tuple[Callable, Callable[[], list], bool, float, bool]] = {
     "looped_outer": (lambda x: (x.sum(0), x.amin(0), (x * x).mean(0)), lambda: [_rn(5000, 6)], True, 1e-3, False),
     "looped_full": (lambda x: (x.sum(), x.abs().amax(), (x * x).mean()), lambda: [_rn(30000)], True, 1e-3, False),
     "tiny": (lambda x, y: (x * y + 2, (x - y).abs().sum()), lambda: [_rn(1), torch.randn(())], True, 1e-6, False),
+    # looped (online) softmax over rows with -inf, inf and NaN: the same values as eager's two passes
+    "looped_softmax_special": (lambda x: (torch.softmax(x, -1), torch.log_softmax(x, -1), torch.logsumexp(x, -1)),
+                               lambda: [_special_rows(6, 9000)], False, 1e-4, True),
+    "looped_cross_entropy": (_ce, lambda: [_rn(6, 20000) * 3, torch.randint(0, 20000, (6,))], True, 1e-4, False),
+    # inputs that are views with a storage offset (kernels index from the tensor's own data pointer)
+    "offset_inputs": (lambda x, t, w: (F.cross_entropy(x, t), x.exp() @ w.t(), x.t()[1:] * 2),
+                      lambda: [_rn(12, 40)[4:], torch.randint(0, 40, (12,))[4:], _rn(8, 60)[2:, 10:50]],
+                      True, 1e-4, True),
 }
 
 
@@ -277,3 +285,10 @@ def test_kernel_callable_direct() -> None:
     k(*[x if role == "in" else out for _, role in body.buffers.values()])
     torch.testing.assert_close(out, torch.softmax(x, -1))
     assert tb.source(body) == k.source and "def ember_kernel0(p_arg0, p_" in k.source
+
+
+def test_looped_cross_entropy_reads_each_row_once() -> None:
+    """Max and sum of exp over a long row come from one loop (online softmax), not two."""
+    src = _sources(_ce, [_rn(4, 20000), torch.randint(0, 20000, (4,))])
+    head = next(k for k in src.split("@triton.jit") if "online_sumexp(" in k)
+    assert head.count("for roffset") == 1, src

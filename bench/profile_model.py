@@ -1,0 +1,80 @@
+"""Where a zoo model's time goes: the top kernels by device time (torch.profiler), per engine, side by side.
+
+    python bench/profile_model.py --model gpt2 --task infer --dtype bf16 --engines ember,inductor
+    python bench/profile_model.py --model nanogpt --suite quick --device cpu --task train
+
+For each engine: the median step time, then the kernels taking most of the profiled steps' device time (name,
+calls per step, microseconds per step), and for ember the generated kernels' names as in EMBER_LOGS=output_code.
+A diagnosis tool, not a benchmark: numbers under the profiler are not the ones to report.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from ember.bench.runner import make_step
+from ember.bench.zoo import select_models
+
+
+def _engine(name: str):
+    from ember.bench.engines import parse_engine
+    return parse_engine(name)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True)
+    p.add_argument("--suite", default="full")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--task", default="infer", choices=("infer", "train"))
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--engines", default="ember,inductor")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--top", type=int, default=25)
+    a = p.parse_args()
+    device = torch.device(a.device)
+    (entry,), _ = select_models(a.suite, [a.model])
+    for name in ["eager"] + a.engines.split(","):
+        torch.manual_seed(0)
+        w = entry.build(a.suite, device)
+        model = w.model.to(device)
+        model.train(a.task == "train")
+        inputs = w.make_inputs(0, device)
+        step = make_step(_engine(name), model, w, inputs, a.task, a.dtype, device)
+        for _ in range(3):
+            step()
+        _sync(device)
+        times = []
+        for _ in range(10):
+            t = time.perf_counter()
+            step()
+            _sync(device)
+            times.append(time.perf_counter() - t)
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA]
+                                                         if device.type == "cuda" else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(a.steps):
+                step()
+            _sync(device)
+        print(f"\n== {a.model} {a.task} {a.dtype} {name}: {statistics.median(times) * 1e3:.3f} ms/step")
+        key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        rows = sorted(prof.key_averages(), key=lambda e: -getattr(e, key))
+        total = sum(getattr(e, key) for e in rows)
+        print(f"   total {total / a.steps / 1e3:.3f} ms/step of {'device' if device.type == 'cuda' else 'cpu'} time")
+        for e in rows[:a.top]:
+            t = getattr(e, key) / a.steps
+            if t <= 0:
+                break
+            print(f"   {t:9.1f} us  x{e.count // a.steps:<4d} {e.key[:110]}")
+
+
+if __name__ == "__main__":
+    main()
