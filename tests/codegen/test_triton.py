@@ -125,6 +125,10 @@ CASES: dict[str, tuple[Callable, Callable[[], list], bool, float, bool]] = {
     "looped_softmax_special": (lambda x: (torch.softmax(x, -1), torch.log_softmax(x, -1), torch.logsumexp(x, -1)),
                                lambda: [_special_rows(6, 9000)], False, 1e-4, True),
     "looped_cross_entropy": (_ce, lambda: [_rn(6, 20000) * 3, torch.randint(0, 20000, (6,))], True, 1e-4, False),
+    # an LM head over an odd vocabulary (on CUDA: zero-padded to aligned sizes, ember/loopir/matmul_align.py)
+    "odd_vocab_head": (lambda x, w, t: (x @ w.t(), F.cross_entropy((x @ w.t()).float(), t)),
+                       lambda: [_rn(16, 64), _rn(2051, 64) * 0.1, torch.randint(0, 2051, (16,))], True, 1e-4,
+                       False),
     # inputs that are views with a storage offset (kernels index from the tensor's own data pointer)
     "offset_inputs": (lambda x, t, w: (F.cross_entropy(x, t), x.exp() @ w.t(), x.t()[1:] * 2),
                       lambda: [_rn(12, 40)[4:], torch.randint(0, 40, (12,))[4:], _rn(8, 60)[2:, 10:50]],

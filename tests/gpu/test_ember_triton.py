@@ -66,3 +66,26 @@ def test_many_kernels_one_graph() -> None:
     compiled, _ = compile_case(f, xs)
     for o, r in zip(compiled(*xs), f(*xs)):
         torch.testing.assert_close(o, r)
+
+
+def test_odd_vocab_matmul_is_padded_to_aligned_sizes() -> None:
+    """On CUDA a large bf16 matmul with 2051 output columns runs on zero-padded operands (2056 columns): values,
+    gradients and the output's strides equal eager's."""
+    fn = CASES["odd_vocab_head"][0]
+    bf = torch.bfloat16
+    x, w, t = torch.randn(256, 64, device="cuda", dtype=bf), torch.randn(2051, 64, device="cuda", dtype=bf) * 0.1, \
+        torch.randint(0, 2051, (256,), device="cuda")
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    compiled, built = compile_case(fn, [x, w, t])
+    out = compiled(x, w, t)
+    ref = fn(x, w, t)
+    torch.testing.assert_close(out[0], ref[0], rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out[1], ref[1], rtol=1e-3, atol=1e-3)
+    assert out[0].stride() == ref[0].stride()
+    g = torch.autograd.grad(out[1] + out[0].sum(), [x, w])
+    gr = torch.autograd.grad(ref[1] + ref[0].sum(), [x, w])
+    for a, b in zip(g, gr):
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-2)
+    src = "\n".join(b.source for b in built)
+    assert "2056" in src, src
