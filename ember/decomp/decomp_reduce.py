@@ -216,6 +216,24 @@ def _softmax(x: Any, dim: int, half_to_float: bool) -> Any:
     return to(out, torch.float32 if half_to_float else x.dtype)
 
 
+@register_decomposition(aten._safe_softmax.default)
+def _safe_softmax(x: Any, dim: int, dtype: torch.dtype | None = None) -> Any:
+    """softmax whose rows of only -inf give 0 instead of NaN (scaled_dot_product_attention's math path with a
+    mask): such a row is one whose max is -inf, which softmax computes anyway."""
+    x = to(x, dtype) if dtype else x
+    if not x.ndim:
+        return _softmax(x, dim, False)
+    xf = opmath(x)
+    d = canonical_dim(dim, x.ndim)
+    m = P.amax(xf, (d,), True)
+    shifted = P.sub(xf, _bcast_keep(m, xf))
+    e = P.exp(shifted)
+    out = P.div(e, _bcast_keep(P.sum(e, (d,), True), shifted))
+    dead = _bcast_keep(P.eq(m, float("-inf")), xf)
+    out = P.where(dead, P.full(tuple(xf.shape), 0.0, xf.dtype, xf.device), out)
+    return to(out, x.dtype)
+
+
 @register_decomposition(aten._log_softmax.default)
 def _log_softmax(x: Any, dim: int, half_to_float: bool) -> Any:
     shifted, s, _ = softmax_parts(x, dim)

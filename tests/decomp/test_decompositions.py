@@ -228,3 +228,19 @@ def test_pow_integer_cube():
     import ember
     x = torch.tensor([2, -3, 7, 0, 1 << 21])
     assert torch.equal(ember.compile(lambda t: t ** 3)(x), x ** 3)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float32])
+def test_safe_softmax_rows_of_neg_inf_give_zero(dtype):
+    """aten._safe_softmax (attention's math path with a mask): rows of only -inf are 0, others softmax."""
+    x = rand((4, 3, 7))
+    x[0, 1] = float("-inf")
+    x[1, 2, :3] = float("-inf")
+    x[2, 0, 4] = float("nan")
+    x[3, 1, 2] = float("inf")
+    for inp in (x, x.bfloat16()):
+        out = D.run_decomposition(torch.ops.aten._safe_softmax.default, inp, -1, dtype)
+        ref = torch.ops.aten._safe_softmax(inp, -1, dtype)
+        assert out.dtype == ref.dtype
+        tol = {"rtol": 1e-2, "atol": 1e-3} if out.dtype == torch.bfloat16 else {}
+        torch.testing.assert_close(out, ref, equal_nan=True, **tol)
