@@ -283,9 +283,12 @@ def _nll_loss_backward(grad: Any, x: Any, target: Any, weight: Any, reduction: i
     g = P.reshape(g, (t.shape[0],)) if reduction == 0 else P.broadcast_in_dim(g, tuple(t.shape), ())
     val = P.neg(P.mul(g, w))
     x2 = x if x.ndim == 2 else P.unsqueeze(x, 0)
-    safe = P.where(P.ne(t, ignore_index), t, P.full(tuple(t.shape), 0, t.dtype, t.device))
-    out = P.scatter(P.full(tuple(x2.shape), 0.0, x.dtype, x.device), 1, P.unsqueeze(safe, 1),
-                    P.unsqueeze(val, 1))
+    # one-hot by comparison with the class index, not a scatter into zeros: the gradient stays a pointwise
+    # value that fuses into log_softmax's backward (no [N, C] zeros, scatter and re-read)
+    shape = tuple(x2.shape)
+    cls = P.broadcast_in_dim(P.iota(shape[1], 0, 1, t.dtype, x.device), shape, (1,))
+    hit = P.eq(cls, P.broadcast_in_dim(t, shape, (0,)))
+    out = P.where(hit, P.broadcast_in_dim(val, shape, (0,)), P.full(shape, 0.0, x.dtype, x.device))
     return out if x.ndim == 2 else P.squeeze(out, (0,))
 
 

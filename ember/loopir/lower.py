@@ -94,7 +94,7 @@ class Lowerer:
             logical: list = [0] * tv.ndim
             for k, p in enumerate(perm):
                 logical[p] = idx[k]
-            own = Layout.contiguous(shape, layout.dtype, layout.device)
+            own = Layout(shape, tuple(layout.stride[p] for p in perm), layout.dtype, layout.device, 0)
             self.nodes.append(Pointwise(name, own, shape, tv.loader(logical)))
             return BufferRef(name, layout)
         self.nodes.append(Pointwise(name, layout, tuple(tv.shape), tv.loader(xvars(tv.ndim))))
@@ -226,11 +226,24 @@ _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern",
 
 
 def _storage_order(layout: Layout) -> list[int] | None:
-    """The dims of a dense, non-contiguous layout from outermost to innermost in memory (``layout`` is
-    ``permute`` of a contiguous tensor over that order), or None when the layout is contiguous or not dense."""
-    if layout.is_contiguous() or not _is_dense(layout) or not all(isinstance(s, int) for s in layout.stride):
+    """The dims of a permuted layout from outermost to innermost in memory (a transposed, possibly
+    row-padded buffer: a kernel writing it walks memory in this order), or None when the dims are already in
+    memory order or their strides do not order them (overlaps, broadcasts, symbolic strides)."""
+    if layout.is_contiguous() or layout.offset != 0 or not all(isinstance(s, int) for s in layout.stride):
         return None
-    return sorted(range(len(layout.shape)), key=lambda i: (-layout.stride[i], i))
+    big = [i for i, n in enumerate(layout.shape) if n != 1]
+    strides = [layout.stride[i] for i in big]
+    if any(st <= 0 for st in strides) or len(set(strides)) != len(strides):
+        return None
+    perm = sorted(range(len(layout.shape)), key=lambda i: (-layout.stride[i], i))
+    if [p for p in perm if p in big] == big:
+        return None
+    extent = 1
+    for i in sorted(big, key=lambda i: layout.stride[i]):     # each dim must step over the ones inside it
+        if layout.stride[i] < extent:
+            return None
+        extent = layout.stride[i] * layout.shape[i]
+    return perm
 
 
 def _traced_layout(tv: TV, meta: Any) -> Layout | None:
