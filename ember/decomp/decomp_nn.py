@@ -362,17 +362,10 @@ def _embedding(weight: Any, indices: Any, padding_idx: int = -1, scale_grad_by_f
 @register_decomposition(aten.embedding_dense_backward.default)
 def _embedding_dense_backward(grad: Any, indices: Any, num_weights: int, padding_idx: int,
                               scale_grad_by_freq: bool) -> Any:
-    if scale_grad_by_freq:
-        return P.aten_extern(aten.embedding_dense_backward.default,
-                             (grad, indices, num_weights, padding_idx, scale_grad_by_freq))
-    d = grad.shape[-1]
-    flat_i = P.reshape(indices, (prod(indices.shape),))
-    g = opmath(P.reshape(grad, (prod(indices.shape), d)))
-    keep = P.ne(flat_i, padding_idx)
-    g = P.where(P.broadcast_in_dim(keep, tuple(g.shape), (0,)), g, P.full(tuple(g.shape), 0.0, g.dtype,
-                                                                           g.device))
-    out = P.index_put(P.full((num_weights, d), 0.0, g.dtype, g.device), [flat_i], g, True)
-    return to(out, grad.dtype)
+    # eager's own kernel: it sums the rows of repeated indices by segments; index_put with accumulate (the
+    # decomposition's alternative) sorts every call and took 2.8 ms of a 20 ms BERT step on an H100
+    return P.aten_extern(aten.embedding_dense_backward.default,
+                         (grad, indices, num_weights, padding_idx, scale_grad_by_freq))
 
 
 @register_decomposition(aten.gather.default)
