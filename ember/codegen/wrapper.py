@@ -45,6 +45,9 @@ class _Writer:
         self.globals: dict[str, Any] = {"torch": torch, "empty_strided": torch.empty_strided,
                                         "as_strided": torch.as_strided, "restride": restride}
         self.layouts: dict[str, Layout] = {n.name: n.layout for n in schedule.graph.nodes}
+        # buffers that may be views with a storage offset: inputs, extern results, and what is stored over them
+        self.bound = {n.name for n in schedule.graph.nodes if isinstance(n, (InputBuffer, Extern, ExternOutput))}
+        self.bound |= set(inplace)
 
     def bind(self, prefix: str, value: Any) -> str:
         name = f"{prefix}{len(self.globals)}"
@@ -56,6 +59,8 @@ class _Writer:
         if r.layout == own:
             return r.name
         lay = r.layout      # offsets are relative to the buffer's tensor; as_strided takes absolute ones
+        if r.name not in self.bound:        # allocated by this wrapper: storage offset 0
+            return f"as_strided({r.name}, {_size(lay.shape)}, {_size(lay.stride)}, {int(lay.offset)})"
         return (f"as_strided({r.name}, {_size(lay.shape)}, {_size(lay.stride)}, "
                 f"{r.name}.storage_offset(){f' + {int(lay.offset)}' if lay.offset else ''})")
 

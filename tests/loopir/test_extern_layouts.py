@@ -95,3 +95,20 @@ def test_reshape_of_strided_slice_is_a_view():
     for new in [(2, 8, 4, 4), (16, 16), (2, 8, 16, 1), (2, 2, 4, 16)]:
         assert _view_stride(tuple(t.shape), tuple(t.stride()), new) == list(t.view(new).stride())
     assert _view_stride(tuple(t.shape), tuple(t.stride()), (2, 128)) is None      # view() raises too
+
+
+def sliced_inputs(x, t, w):
+    return F.cross_entropy(x, t), (x.exp() + 1) @ w.t(), x.t()[1:] * 2
+
+
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_inputs_with_a_storage_offset(cpu_backend):
+    """Slices passed as inputs: kernels index from each tensor's own data pointer (the offset counts once)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(12, 40, generator=g)[4:]
+    t = torch.randint(0, 40, (12,), generator=g)[4:]
+    w = torch.randn(8, 60, generator=g)[2:, 10:50]
+    ember.reset()
+    out = ember.compile(sliced_inputs, options={"cpu_backend": cpu_backend})(x, t, w)
+    for a, b in zip(out, sliced_inputs(x, t, w)):
+        torch.testing.assert_close(a, b)
