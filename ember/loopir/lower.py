@@ -203,7 +203,7 @@ class Lowerer:
             arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
             if name in ("mm", "addmm", "bmm"):
                 from .matmul_align import align_matmul
-                out = align_matmul(self, name, args, kwargs, meta, arg_metas)
+                out = align_matmul(self, name, impl, args, kwargs, arg_metas)
                 if out is not None:
                     return out
             return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS, arg_metas=arg_metas)

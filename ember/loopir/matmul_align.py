@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .ir import BufferRef, Layout
+from .lower import LOWERINGS, _traced_layout
 from .values import TV, buffer_view, contiguous_layout
 
 ALIGN_BYTES = 16
@@ -68,7 +69,6 @@ def _padded_layout(lay: Layout, align: int) -> Layout:
 def _current_layout(x: TV, meta: Any) -> Layout:
     if x.view is not None:
         return x.view[1]
-    from .lower import _traced_layout
     return _traced_layout(x, meta) or contiguous_layout(x)
 
 
@@ -78,13 +78,12 @@ def _pad_to(L: Any, x: TV, sizes: tuple) -> TV:
     pads = [(0, 0)] * lead + [(0, n - x.shape[lead + i]) for i, n in enumerate(sizes)]
     if all(hi == 0 for _, hi in pads):
         return x
-    from .lower import LOWERINGS
     return LOWERINGS["pad"](L, x, pads, 0)
 
 
-def align_matmul(L: Any, name: str, args: tuple, kwargs: dict, meta: Any, arg_metas: Any) -> Any:
-    """The lowering of a large CUDA mm/addmm/bmm with aligned sizes and rows, or None to lower it as a plain
-    extern call."""
+def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_metas: Any) -> Any:
+    """The lowering of a large CUDA mm/addmm/bmm (``impl`` runs it) with aligned sizes and rows, or None to lower
+    it as a plain extern call."""
     mats = (1, 2) if name == "addmm" else (0, 1)
     a, b = args[mats[0]], args[mats[1]]
     if not (isinstance(a, TV) and isinstance(b, TV)) or a.device.type not in DEVICES:
@@ -92,7 +91,9 @@ def align_matmul(L: Any, name: str, args: tuple, kwargs: dict, meta: Any, arg_me
     if a.dtype not in (torch.float16, torch.bfloat16, torch.float32) or b.dtype != a.dtype:
         return None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if not all(isinstance(v, int) for v in (*a.shape, n)) or m * k * n * (a.shape[0] if a.ndim == 3 else 1) < MIN_MACS:
+    if not all(isinstance(v, int) for v in (*a.shape, n)):
+        return None
+    if m * k * n * (a.shape[0] if a.ndim == 3 else 1) < MIN_MACS:
         return None
     align = ALIGN_BYTES // a.dtype.itemsize
     kp, np_ = _round(k, align), _round(n, align)
@@ -112,17 +113,11 @@ def align_matmul(L: Any, name: str, args: tuple, kwargs: dict, meta: Any, arg_me
             changed = True
     if not changed:
         return None
-    out = L.extern(_impl(name), tuple(new_args), kwargs, None, fresh=True)
+    out = L.extern(impl, tuple(new_args), kwargs, None, fresh=True)
     if np_ == n:
         return out
-    from .lower import LOWERINGS
     L.padded_results.add(out.view[0])
     return LOWERINGS["slice"](L, out, out.ndim - 1, 0, n)
-
-
-def _impl(name: str) -> Any:
-    from ember.decomp.core import PRIMS
-    return PRIMS[name].impl
 
 
 __all__ = ["align_matmul", "DEVICES", "MIN_MACS"]
