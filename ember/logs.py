@@ -1,6 +1,6 @@
 """Debug output switched by ``EMBER_LOGS`` (a comma list) or ``ember.set_logs(name=True, ...)``.
 
-Names: graph_breaks, guards, recompiles, graph, aot_graphs, output_code, schedule, perf_hints, cache, and
+Names: graph_breaks, guards, recompiles, graph, aot_graphs, output_code, schedule, perf_hints, cache, autotune, and
 ``+ember`` for everything. Output goes to stderr through the ``ember`` logger. Torch-free."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import sys
 
 KINDS = ("graph_breaks", "guards", "recompiles", "graph", "aot_graphs", "output_code", "schedule",
-         "perf_hints", "cache")
+         "perf_hints", "cache", "autotune")
 _enabled: set[str] = set()
 _logger = logging.getLogger("ember")
 _once: set[str] = set()

@@ -103,6 +103,7 @@ class TritonKernel:
         self.launch = fn[self.grid]
         self.fast: dict[tuple, Callable[..., Any]] = {}
         self.interpreted = interpret
+        self.meta = {"num_warps": cfg.num_warps} | ({"num_stages": cfg.num_stages} if cfg.num_stages else {})
 
     def __call__(self, *args: torch.Tensor) -> None:
         if self.empty:
@@ -115,14 +116,14 @@ class TritonKernel:
         if fast is not None:
             fast(*args)
             return
-        compiled = self.launch(*args, num_warps=self.cfg.num_warps)
+        compiled = self.launch(*args, **self.meta)
         self.fast[key] = _direct_launcher(compiled, self.grid, args) or self._slow
 
     def _slow(self, *args: torch.Tensor) -> None:
-        self.launch(*args, num_warps=self.cfg.num_warps)
+        self.launch(*args, **self.meta)
 
     def warmup(self, args: list[torch.dtype]) -> None:
-        self.fn.warmup(*args, grid=self.grid, num_warps=self.cfg.num_warps)
+        self.fn.warmup(*args, grid=self.grid, **self.meta)
 
 
 def _no_hooks(hook: Any) -> bool:
@@ -162,14 +163,15 @@ def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., N
         return None
 
 
-def _build(body: KernelBody) -> TritonKernel:
+def _build(body: KernelBody, cfg: LaunchConfig | None = None, is_persistent: bool | None = None) -> TritonKernel:
     from .triton_helpers import interpreting
     interp = interpreting()
     if body.kernel.device.type != "cuda" and not interp:
         raise RuntimeError(f"ember.codegen.triton: kernel {body.name} is on {body.kernel.device}; Triton runs CPU "
                            "tensors only under TRITON_INTERPRET=1, set before triton is first imported "
                            "(or use cpu_backend='cpp')")
-    src, fname, cfg = generate(body, persistent(body.kernel))
+    pers = persistent(body.kernel) if is_persistent is None else is_persistent
+    src, fname, cfg = generate(body, pers, cfg=cfg)
     mod = load_module(src)
     return TritonKernel(getattr(mod, fname), cfg, src, body.name, interp)
 
@@ -179,13 +181,85 @@ def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]
 
 
 def compile_kernels(bodies: list[KernelBody], options: Any = None, name: str = "") -> list[Callable[..., None]]:
+    if getattr(options, "max_autotune", False):
+        return _autotuned_kernels(bodies)
     kernels = [_build(b) for b in bodies]
     if kernels and not kernels[0].interpreted and torch.cuda.is_available():
         _precompile(kernels, bodies)
     return kernels
 
 
-def _precompile(kernels: list[TritonKernel], bodies: list[KernelBody]) -> None:
+class _Reordered:
+    """A candidate built from another body of the same kernel, whose buffers come in another order."""
+
+    def __init__(self, kernel: TritonKernel, perm: list[int]) -> None:
+        self.kernel, self.perm = kernel, perm
+
+    def __call__(self, *args: torch.Tensor) -> None:
+        self.kernel(*[args[i] for i in self.perm])
+
+    def warmup(self, dtypes: list[torch.dtype]) -> None:
+        self.kernel.warmup([dtypes[i] for i in self.perm])
+
+
+def _candidates(body: KernelBody) -> list[tuple[str, Any]]:
+    """(label, kernel) for each configuration max-autotune tries; the heuristic one first. Reductions whose
+    rows fit in registers also try the looped form (a body built with ``persistent=False``)."""
+    from ember.loopir.kernel import kernel_body
+
+    from .triton_gen import configs
+    k = body.kernel
+    pers = persistent(k)
+    out: list[tuple[str, Any]] = []
+    for cfg in configs(body, pers):
+        out.append((_label(cfg), _build(body, cfg, pers)))
+    if k.is_reduction and pers and int(k.rnumel) >= 512:
+        looped = kernel_body(k, persistent=False)
+        looped.aliased = set(body.aliased)
+        names = list(body.buffers)
+        if set(looped.buffers) == set(names):
+            perm = [names.index(b) for b in looped.buffers]
+            for cfg in configs(looped, False):
+                out.append((_label(cfg), _Reordered(_build(looped, cfg, False), perm)))
+    return out
+
+
+def _label(cfg: LaunchConfig) -> str:
+    kind = "persistent" if cfg.persistent else "looped"
+    st = f" s{cfg.num_stages}" if cfg.num_stages else ""
+    return f"{kind} X{cfg.xblock} R{cfg.rblock} w{cfg.num_warps}{st}" if cfg.rblock > 1 or not cfg.persistent \
+        else f"X{cfg.xblock} w{cfg.num_warps}"
+
+
+def _autotuned_kernels(bodies: list[KernelBody]) -> list[Callable[..., None]]:
+    from .autotune import Autotuned, digest
+    out: list[Callable[..., None]] = []
+    every: list[tuple[Any, KernelBody]] = []
+    for b in bodies:
+        cands = _candidates(b)
+        kernels = [c for _, c in cands]
+        every += [(c, b) for c in kernels]
+        if len(kernels) == 1:
+            out.append(kernels[0])
+            continue
+        srcs = [(c.kernel if isinstance(c, _Reordered) else c).source for c in kernels]
+        names = list(b.buffers)
+        loaded = _loaded(b)
+        scratch = [i for i, n in enumerate(names) if n in b.aliased or (b.buffers[n][1] == "out" and n in loaded)]
+        out.append(Autotuned(kernels, digest(srcs, b.kernel.device), b.name, scratch, [lab for lab, _ in cands]))
+    first = every[0][0] if every else None
+    interp = first is not None and (first.kernel if isinstance(first, _Reordered) else first).interpreted
+    if every and not interp and torch.cuda.is_available():
+        _precompile([k for k, _ in every], [b for _, b in every])
+    return out
+
+
+def _loaded(body: KernelBody) -> set[str]:
+    from ember.loopir.kernel import Assign
+    return {st.args[0] for sec in body.sections for st in sec.stmts if isinstance(st, Assign) and st.kind == "load"}
+
+
+def _precompile(kernels: list[Any], bodies: list[KernelBody]) -> None:
     """Compile every kernel (for 16-byte aligned pointers, what fresh allocations get) in parallel threads;
     Triton's passes and ptxas run outside the GIL."""
     try:

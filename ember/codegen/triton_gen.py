@@ -42,6 +42,7 @@ class LaunchConfig:
     num_warps: int
     persistent: bool
     int64: bool
+    num_stages: int = 0        # 0: Triton's default
 
 
 def is_persistent(rnumel: int, inner: bool) -> bool:
@@ -65,6 +66,38 @@ def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, i
     else:
         xb, rb, warps = min(64, next_pow2(xnumel)), 64, 8
     return LaunchConfig(((xnumel + xb - 1) // xb, 1, 1), xb, rb, warps, persistent, int64)
+
+
+def candidate_configs(xnumel: int, rnumel: int, reduction: bool, persistent: bool, inner: bool,
+                      int64: bool) -> list[LaunchConfig]:
+    """What max-autotune benchmarks: the heuristic configuration first, then other block sizes and warps
+    (for looped reductions also software pipelining depths)."""
+    base = launch_config(xnumel, rnumel, reduction, persistent, inner, int64)
+    xmax = next_pow2(xnumel)
+    shapes: list[tuple[int, int, int, int]] = []       # (xblock, rblock, num_warps, num_stages)
+    if not reduction:
+        for xb, w in ((256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8), (4096, 8)):
+            shapes.append((min(xb, xmax), 1, w, 0))
+    elif persistent:
+        rb = next_pow2(rnumel)
+        for tile in (1024, 2048, 4096, 8192):
+            xb = min(xmax, max(1, tile // rb), 128)
+            for w in (2, 4, 8, 16):
+                if 32 * w <= max(32, xb * rb // 2) or w == 2:
+                    shapes.append((xb, rb, w, 0))
+    elif inner:
+        for xb, rb, w in ((1, 1024, 4), (1, 2048, 8), (1, 4096, 8), (1, 4096, 16), (2, 2048, 8), (4, 1024, 8)):
+            for st in (1, 2):
+                shapes.append((min(xb, xmax), min(rb, next_pow2(rnumel)), w, st))
+    else:
+        for xb, rb, w in ((64, 64, 8), (32, 128, 8), (128, 32, 8), (16, 256, 8), (64, 32, 4)):
+            shapes.append((min(xb, xmax), min(rb, next_pow2(rnumel)), w, 0))
+    out = [base]
+    for xb, rb, w, st in shapes:
+        c = LaunchConfig(((xnumel + xb - 1) // xb, 1, 1), xb, rb, w, persistent, int64, st)
+        if c not in out:
+            out.append(c)
+    return out
 
 
 def inner_reduction(indices: list) -> bool:
@@ -300,6 +333,7 @@ class _Gen:
         kind = "persistent" if self.cfg.persistent else "looped"
         head = [(f"# ember triton kernel {k.name}: xnumel={self.xnumel} rnumel={self.rnumel} {kind}"
                  f" XBLOCK={self.cfg.xblock} RBLOCK={self.cfg.rblock} num_warps={self.cfg.num_warps}"
+                 f"{f' num_stages={self.cfg.num_stages}' if self.cfg.num_stages else ''}"
                  f"{' int64' if self.cfg.int64 else ''}"),
                 f"# fuses: {k.fused()}", "@triton.jit", f"def {self.name}({params}):"]
         self.prologue()
@@ -332,12 +366,23 @@ def load_indices(body: KernelBody) -> list:
             if isinstance(st, Assign) and st.kind == "load"]
 
 
-def generate(body: KernelBody, persistent: bool, name: str = "") -> tuple[str, str, LaunchConfig]:
-    """(module source, kernel function name, launch configuration) for ``body``."""
+def configs(body: KernelBody, persistent: bool) -> list[LaunchConfig]:
+    """The heuristic launch configuration of ``body`` first, then the other candidates max-autotune tries."""
     k = body.kernel
     xnumel, rnumel = int(k.xnumel), int(k.rnumel)
     int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
-    cfg = launch_config(xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64)
+    return candidate_configs(xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64)
+
+
+def generate(body: KernelBody, persistent: bool, name: str = "",
+             cfg: LaunchConfig | None = None) -> tuple[str, str, LaunchConfig]:
+    """(module source, kernel function name, launch configuration) for ``body``, with the heuristic
+    configuration unless ``cfg`` (one of ``configs(body, persistent)``) is given."""
+    k = body.kernel
+    if cfg is None:
+        xnumel, rnumel = int(k.xnumel), int(k.rnumel)
+        int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
+        cfg = launch_config(xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64)
     if k.is_reduction and not persistent and ONLINE_SOFTMAX:
         body = online_softmax(body)
     fname = name or f"ember_{k.name}"

@@ -1,0 +1,164 @@
+"""Autotuning (mode ``max-autotune``): run each candidate implementation of a kernel on the first call's own
+arguments, keep the fastest, and remember the choice on disk.
+
+``Autotuned(choices, key, name, scratch)`` is a kernel callable like the ones it chooses between (``fn(*args)``).
+On its first call it looks up ``key`` (a digest of every candidate's source and the device) in
+``$EMBER_CACHE_DIR/autotune`` (default ``~/.cache/ember/autotune``); without a recorded choice it times each
+candidate (median of a few launches after one warm-up, CUDA events on a GPU) and records the winner with all
+times. ``scratch`` names the argument positions a candidate both reads and writes (values stored in place):
+those are timed on copies, so the real tensors see exactly one run, the chosen one. A candidate that fails to
+compile or run is skipped with a perf hint (the first candidate, ember's heuristic choice, is the fallback).
+While a CUDA graph is being recorded nothing is timed: the first candidate runs and nothing is recorded.
+``EMBER_LOGS=autotune`` prints every measurement.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ember import logs
+
+REPS = 5                 # timed launches per candidate (median), after one warm-up
+MIN_TIME_S = 2e-4        # ... repeated in a loop until a measurement lasts at least this long
+
+_CHOICES: dict[str, int] = {}     # key -> chosen index, this process
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("EMBER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ember")
+    return Path(root) / "autotune"
+
+
+def digest(sources: Sequence[str], device: torch.device) -> str:
+    h = hashlib.sha256()
+    for s in sources:
+        h.update(s.encode())
+        h.update(b"\0")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    h.update(f"{name}|{torch.__version__}".encode())
+    try:
+        import triton
+        h.update(triton.__version__.encode())
+    except ImportError:
+        pass
+    return h.hexdigest()[:32]
+
+
+def _load(key: str) -> int | None:
+    if key in _CHOICES:
+        return _CHOICES[key]
+    path = cache_dir() / f"{key}.json"
+    try:
+        choice = int(json.loads(path.read_text())["choice"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    _CHOICES[key] = choice
+    return choice
+
+
+def _save(key: str, record: dict) -> None:
+    _CHOICES[key] = record["choice"]
+    d = cache_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, d / f"{key}.json")
+    except OSError as e:
+        logs.log("perf_hints", f"autotune: cannot record a choice under {d}: {e}")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], Any], device: torch.device) -> float:
+    """Median seconds of one ``fn()`` call (one warm-up first)."""
+    fn()
+    _sync(device)
+    inner = 1
+    while True:                      # enough calls per sample to see past timer resolution and launch jitter
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        _sync(device)
+        if time.perf_counter() - t0 >= MIN_TIME_S or inner >= 64:
+            break
+        inner *= 4
+    samples = []
+    for _ in range(REPS):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3 / inner)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples.append((time.perf_counter() - t0) / inner)
+    return sorted(samples)[len(samples) // 2]
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+class Autotuned:
+    """The fastest of ``choices`` (callables taking the same arguments), chosen on the first call."""
+
+    def __init__(self, choices: list[Callable[..., Any]], key: str, name: str, scratch: Sequence[int] = (),
+                 labels: Sequence[str] = ()) -> None:
+        self.choices, self.key, self.name = choices, key, name
+        self.scratch = tuple(scratch)
+        self.labels = list(labels) or [f"choice{i}" for i in range(len(choices))]
+        self.chosen: Callable[..., Any] | None = None
+        cached = _load(key)
+        if cached is not None and 0 <= cached < len(choices):
+            self.chosen = choices[cached]
+
+    def __call__(self, *args: Any) -> Any:
+        fn = self.chosen
+        if fn is None:
+            if _capturing():
+                return self.choices[0](*args)
+            fn = self.chosen = self.choices[self.tune(args)]
+        return fn(*args)
+
+    def tune(self, args: tuple) -> int:
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        trial = list(args)
+        for i in self.scratch:                    # read and written: time on copies
+            trial[i] = args[i].clone()
+        times: list[float | None] = []
+        for label, fn in zip(self.labels, self.choices):
+            try:
+                times.append(time_call(lambda fn=fn: fn(*trial), device))
+            except Exception as e:  # noqa: BLE001 - a candidate that does not compile or run is not chosen
+                logs.log("perf_hints", f"autotune {self.name}: {label} failed ({type(e).__name__}: "
+                                       f"{str(e).splitlines()[0] if str(e) else ''}); not chosen")
+                times.append(None)
+        ok = [(t, i) for i, t in enumerate(times) if t is not None]
+        best = min(ok)[1] if ok else 0
+        if logs.enabled("autotune"):
+            rows = ", ".join(f"{lab}={t * 1e6:.1f}us" if t is not None else f"{lab}=failed"
+                             for lab, t in zip(self.labels, times))
+            logs.log("autotune", f"{self.name}: {rows} -> {self.labels[best]}")
+        if ok:
+            _save(self.key, {"choice": best, "name": self.name, "labels": self.labels,
+                             "times_us": [None if t is None else round(t * 1e6, 3) for t in times]})
+        return best
+
+
+__all__ = ["Autotuned", "cache_dir", "digest", "time_call"]
