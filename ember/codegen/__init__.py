@@ -36,6 +36,12 @@ def _backend_module(name: str) -> Any:
     return mod
 
 
+def _has_templates(sched: Any, options: Any) -> bool:
+    from ember.loopir.ir import Extern
+    return any(isinstance(s, Extern) and s.op in ("mm", "addmm", "bmm") and kernel_backend(s.device, options) ==
+               "triton" for s in sched.steps)
+
+
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
     from ember.loopir.kernel import kernel_body
     from ember.loopir.lower import LoweringError, lower
@@ -75,6 +81,9 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         for body, fn in zip(bodies, fns):
             kernels[body.name] = (fn, body)
             sources.append(mod.source(body))
+    if getattr(options, "max_autotune", False) and _has_templates(sched, options):
+        from .triton_mm import use_templates
+        sched = use_templates(sched, kernels, lambda d: kernel_backend(d, options) == "triton", sources)
     compiled = make_wrapper(sched, kernels, sources, inplace)
     if logs.enabled("output_code"):
         logs.log("output_code", f"# ember wrapper for {name}\n{compiled.source}\n" + "\n".join(sources))

@@ -119,6 +119,8 @@ class _Writer:
             elif isinstance(step, ExternOutput):
                 self.lines.append(f"    {step.name} = {step.source}[{step.index}]")
                 self.check(step.name, maybe_none=True)
+            elif step is not None:          # a step that writes its own lines (a matmul template)
+                step.write(self, kernels)
             if self.s.frees[i]:
                 self.lines.append(f"    del {', '.join(self.s.frees[i])}")
         outs = [self.ref(o) if isinstance(o, BufferRef) else self.arg(o) for o in g.outputs]

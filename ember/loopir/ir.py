@@ -142,6 +142,7 @@ class Extern(Node):
     kwargs: dict = field(default_factory=dict)
     multi: bool = False
     fresh: bool = False       # returns a new tensor nothing else holds (mm, convolution): its memory may be reused
+    op: str = ""              # the prim it runs ("mm", "addmm", "bmm", ...), when it is one
 
     def reads(self) -> set[str]:
         from torch.utils._pytree import tree_leaves

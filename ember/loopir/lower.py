@@ -105,7 +105,7 @@ class Lowerer:
         return buffer_view(ref.name, ref.layout)
 
     def extern(self, target: Any, args: tuple, kwargs: dict, meta: Any, fresh: bool = False,
-               arg_metas: Any = None) -> Any:
+               arg_metas: Any = None, op: str = "") -> Any:
         """An ATen call on realized buffers. A computed argument is stored in the layout it had in the trace
         (``arg_metas``, where dense): ops like CPU attention give their output the layout of their input, so
         the traced output layout then holds at run time."""
@@ -135,7 +135,7 @@ class Lowerer:
                 outs.append(buffer_view(f"{name}_{i}", lay))
             return type(meta)(outs) if isinstance(meta, tuple) else outs
         lay = layout_of(meta)
-        self.nodes.append(Extern(name, lay, target, args, kwargs, fresh=fresh))
+        self.nodes.append(Extern(name, lay, target, args, kwargs, fresh=fresh, op=op))
         return buffer_view(name, lay)
 
     # -- the graph -----------------------------------------------------------------------------------------
@@ -206,7 +206,8 @@ class Lowerer:
                 out = align_matmul(self, name, impl, args, kwargs, arg_metas)
                 if out is not None:
                     return out
-            return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS, arg_metas=arg_metas)
+            return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS, arg_metas=arg_metas,
+                               op=name or "")
         if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
             lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout
             return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,

@@ -113,7 +113,7 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
             changed = True
     if not changed:
         return None
-    out = L.extern(impl, tuple(new_args), kwargs, None, fresh=True)
+    out = L.extern(impl, tuple(new_args), kwargs, None, fresh=True, op=name)
     if np_ == n:
         return out
     L.padded_results.add(out.view[0])
