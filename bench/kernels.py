@@ -6,7 +6,7 @@ each engine (interleaved rounds, CUDA events on GPU), ember / torch.compile, and
 (ideal bytes read + written per call / time) as a fraction of the measured device copy bandwidth. Every case is
 checked against eager first.
 
-    python bench/kernels.py [--device cuda|cpu] [--dtype float32|bfloat16] [--small] [--out file.json]
+    python bench/kernels.py [--device cuda|cpu] [--dtype float32|bfloat16] [--small] [--mode M] [--out file.json]
 """
 from __future__ import annotations
 
@@ -132,6 +132,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default="")
     ap.add_argument("--only", default="")
+    ap.add_argument("--mode", default=None, help="compile mode for both compilers (e.g. max-autotune-no-cudagraphs)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -142,6 +143,7 @@ def main() -> None:
     tol = 1e-3 if dtype == torch.float32 else 3e-2
     results = []
     print(f"device {a.device} ({torch.cuda.get_device_name() if a.device == 'cuda' else 'cpu'}), {a.dtype}, "
+          f"mode {a.mode or 'default'}, "
           f"torch {torch.__version__}, copy bandwidth {bw / 1e9:.0f} GB/s")
     print(f"{'case':<20}{'eager ms':>10}{'torch ms':>10}{'ember ms':>10}{'ember/torch':>13}{'ember %bw':>11}"
           f"{'compile s torch/ember':>24}")
@@ -150,7 +152,7 @@ def main() -> None:
             continue
         torch._dynamo.reset()
         ember.reset()
-        engines = {"eager": fn, "torch": torch.compile(fn), "ember": ember.compile(fn)}
+        engines = {"eager": fn, "torch": torch.compile(fn, mode=a.mode), "ember": ember.compile(fn, mode=a.mode)}
         row: dict[str, Any] = {"case": name, "bytes": nbytes}
         expected = fn(*_clone(args))
         for k, f in engines.items():

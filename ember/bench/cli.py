@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(quick: 170, full: none; 0 = none)")
     p.add_argument("--warmup", type=int, help="warm-up calls after the compiling one")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch", type=int, help="batch size for every model (default: each model's own)")
     p.add_argument("--keep-cache", action="store_true", help="use the compilers' usual disk caches (faster "
                    "reruns, but cold compile times are then not cold); default: fresh empty caches for this run")
     p.add_argument("--list", action="store_true", help="list the zoo and the engines, then exit")
@@ -165,6 +166,11 @@ def run(args: argparse.Namespace) -> int:
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
     entries, skipped = select_models(args.suite, args.model_names)
+    if args.batch:
+        if args.batch < 1:
+            raise SystemExit("--batch must be at least 1")
+        for e in entries:
+            e.configs[args.suite]["batch"] = args.batch
     for line in skipped:
         print(line, file=sys.stderr)
     d = SUITE_DEFAULTS[args.suite]
@@ -175,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     progress, sink = Progress(), JsonlSink(args.out / "results.jsonl")
     with fresh_compile_caches(args.keep_cache) as caches:
-        env = environment(args.device, sys.argv, {"suite": args.suite, "compile_caches": caches})
+        env = environment(args.device, sys.argv, {"suite": args.suite, "compile_caches": caches,
+                                                  "batch": args.batch or "model default"})
         write_json([], env, skipped, args.out / "results.json")  # the environment, for --merge of a killed run
         try:
             cases = plan(entries, args.tasks, args.dtypes)

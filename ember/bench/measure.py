@@ -140,6 +140,18 @@ def peak_memory_mb(fn: Callable[[], Any], device: torch.device) -> float | None:
     return max(0, peak - base) / 1024
 
 
+def held_memory_mb(device: torch.device) -> float | None:
+    """Device memory (MB) the caching allocator holds for live tensors and CUDA graph pools, after returning
+    its unused cached blocks; the difference across an engine's compile and warm-up is what the engine keeps
+    (its model copy, static buffers, graph pools). None off CUDA."""
+    if device.type != "cuda":
+        return None
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device) / 2**20
+
+
 # ------------------------------------------------------------------------------------------- correctness
 def flatten(x: Any) -> list[torch.Tensor]:
     """Every tensor in an output: tuples, lists, dicts (ModelOutput included), dataclasses; others dropped."""

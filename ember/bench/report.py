@@ -93,11 +93,12 @@ def _cells(r: Result) -> list[str]:
     return [r.model, r.task, r.dtype, r.engine, STATUS_SHOWN.get(r.status, r.status),
             _num(r.time_ms, ".3f"), _pct(r.spread),
             _num(r.speedup, ".2f") + ("x" if r.speedup is not None else ""),
-            _num(r.compile_s, ".2f"), warm, _num(r.peak_mem_mb, ".1f"), graphs, _num(r.max_err, ".1e")]
+            _num(r.compile_s, ".2f"), warm, _num(r.peak_mem_mb, ".1f"), _num(r.held_mem_mb, ".0f"), graphs,
+            _num(r.max_err, ".1e")]
 
 
 HEADERS = ["model", "task", "dtype", "engine", "status", "ms/call", "iqr", "speedup", "compile s", "warm s",
-           "peak MB", "graphs/breaks", "max err"]
+           "peak MB", "held MB", "graphs/breaks", "max err"]
 _RIGHT = set(range(5, len(HEADERS)))
 
 
@@ -161,5 +162,7 @@ def print_report(rows: list[Result], skipped: list[str], out_dir: Path, wall_s: 
     print("status: ok = matches eager within tol (fp64 decides when in doubt); WRONG = ran, did not match\n"
           "iqr: interquartile range of the timed calls / median (large: a noisy machine, compare with care)\n"
           "compile s: first call (capture + compile + one run); warm s: the same after a reset, with "
-          "the disk cache (N/A: the engine has none)", file=file)
+          "the disk cache (N/A: the engine has none)\n"
+          "peak MB: device memory one call allocates above what was in use before it; held MB (CUDA): memory "
+          "the engine keeps between calls (its model copy, static buffers, CUDA graph pools)", file=file)
     print(f"wrote {out_dir}/results.csv, results.json, speedup.png  ({wall_s:.0f} s)", file=file)

@@ -70,6 +70,7 @@ class Result:
     warm_compile_s: float | None = None
     warm_cache: str = ""
     peak_mem_mb: float | None = None
+    held_mem_mb: float | None = None  # device memory held between calls (the model's copy, CUDA graph pools)
     graphs: int | None = None
     graph_breaks: int | None = None
     params_m: float | None = None
@@ -190,9 +191,13 @@ class Case:
     def _run(self, w: Workload, inputs: Inputs) -> None:
         eager = self.runs[0]
         for r in self.runs:  # one engine after the other, so each one's counter differences are its own
+            base = measure.held_memory_mb(self.s.device)
             self._cold(r, w, inputs)
             if r.row.status != "failed":
                 self._warm_up(r)
+                held = measure.held_memory_mb(self.s.device)
+                if base is not None and held is not None:
+                    r.row.held_mem_mb = round(held - base, 1)
             if r is eager and r.row.status == "failed":
                 for other in self.runs[1:]:
                     other.row.fail(f"eager failed: {r.row.error}")
