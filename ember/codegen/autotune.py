@@ -3,9 +3,9 @@ arguments, keep the fastest, and remember the choice on disk.
 
 ``Autotuned(choices, key, name, scratch)`` is a kernel callable like the ones it chooses between (``fn(*args)``).
 On its first call it looks up ``key`` (a digest of every candidate's source and the device) in
-``$EMBER_CACHE_DIR/autotune`` (default ``~/.cache/ember/autotune``); without a recorded choice it times each
-candidate (median of a few launches after one warm-up, CUDA events on a GPU) and records the winner with all
-times. ``scratch`` names the argument positions a candidate both reads and writes (values stored in place):
+``$EMBER_CACHE_DIR/autotune`` (default ``~/.cache/ember/autotune``); without a recorded choice it times the
+candidates (one warm-up call each, then the median of samples taken in interleaved rounds, CUDA events on a
+GPU) and records the winner with all times. ``scratch`` names the argument positions a candidate both reads and writes (values stored in place):
 those are timed on copies, so the real tensors see exactly one run, the chosen one. A candidate that fails to
 compile or run is skipped with a perf hint (the first candidate, ember's heuristic choice, is the fallback).
 While a CUDA graph is being recorded nothing is timed: the first candidate runs and nothing is recorded.
@@ -25,8 +25,8 @@ import torch
 
 from ember import logs
 
-REPS = 5                 # timed launches per candidate (median), after one warm-up
-MIN_TIME_S = 2e-4        # ... repeated in a loop until a measurement lasts at least this long
+REPS = 7                 # timed samples per candidate (median), in interleaved rounds, after one warm-up
+MIN_TIME_S = 5e-4        # each sample repeats the call until it lasts at least this long
 
 _CHOICES: dict[str, int] = {}     # key -> chosen index, this process
 
@@ -80,35 +80,66 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(fn: Callable[[], Any], device: torch.device) -> float:
-    """Median seconds of one ``fn()`` call (one warm-up first)."""
+def _calibrate(fn: Callable[[], Any], device: torch.device) -> int:
+    """Calls per sample so that a sample lasts at least MIN_TIME_S (after one warm-up call)."""
     fn()
     _sync(device)
     inner = 1
-    while True:                      # enough calls per sample to see past timer resolution and launch jitter
+    while True:
         t0 = time.perf_counter()
         for _ in range(inner):
             fn()
         _sync(device)
-        if time.perf_counter() - t0 >= MIN_TIME_S or inner >= 64:
-            break
+        if time.perf_counter() - t0 >= MIN_TIME_S or inner >= 256:
+            return inner
         inner *= 4
-    samples = []
+
+
+def _sample(fn: Callable[[], Any], inner: int, device: torch.device) -> float:
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / inner
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
+def time_calls(fns: Sequence[Callable[[], Any]], device: torch.device
+               ) -> tuple[list[float | None], list[BaseException | None]]:
+    """(median seconds of one call, error) of each of ``fns``, sampled in interleaved rounds so that clock
+    ramps and other load on the machine weigh on every candidate alike. A candidate that raises gets no time
+    and its exception."""
+    inner: list[int] = [0] * len(fns)
+    errors: list[BaseException | None] = [None] * len(fns)
+    for i, fn in enumerate(fns):
+        try:
+            inner[i] = _calibrate(fn, device)
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            errors[i] = e
+    samples: list[list[float]] = [[] for _ in fns]
     for _ in range(REPS):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / inner)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            samples.append((time.perf_counter() - t0) / inner)
-    return sorted(samples)[len(samples) // 2]
+        for i, fn in enumerate(fns):
+            if errors[i] is None:
+                try:
+                    samples[i].append(_sample(fn, inner[i], device))
+                except Exception as e:  # noqa: BLE001 - reported by the caller
+                    errors[i], samples[i] = e, []
+    return [sorted(s)[len(s) // 2] if s else None for s in samples], errors
+
+
+def time_call(fn: Callable[[], Any], device: torch.device) -> float:
+    """Median seconds of one ``fn()`` call (one warm-up first)."""
+    (t,), (err,) = time_calls([fn], device)
+    if err is not None:
+        raise err
+    assert t is not None
+    return t
 
 
 def _capturing() -> bool:
@@ -141,14 +172,11 @@ class Autotuned:
         trial = list(args)
         for i in self.scratch:                    # read and written: time on copies
             trial[i] = args[i].clone()
-        times: list[float | None] = []
-        for label, fn in zip(self.labels, self.choices):
-            try:
-                times.append(time_call(lambda fn=fn: fn(*trial), device))
-            except Exception as e:  # noqa: BLE001 - a candidate that does not compile or run is not chosen
-                logs.log("perf_hints", f"autotune {self.name}: {label} failed ({type(e).__name__}: "
-                                       f"{str(e).splitlines()[0] if str(e) else ''}); not chosen")
-                times.append(None)
+        times, errors = time_calls([lambda fn=fn: fn(*trial) for fn in self.choices], device)
+        for label, err in zip(self.labels, errors):
+            if err is not None:
+                logs.log("perf_hints", f"autotune {self.name}: {label} failed ({type(err).__name__}: "
+                                       f"{str(err).splitlines()[0] if str(err) else ''}); not chosen")
         ok = [(t, i) for i, t in enumerate(times) if t is not None]
         best = min(ok)[1] if ok else 0
         if logs.enabled("autotune"):
@@ -161,4 +189,4 @@ class Autotuned:
         return best
 
 
-__all__ = ["Autotuned", "cache_dir", "digest", "time_call"]
+__all__ = ["Autotuned", "cache_dir", "digest", "time_call", "time_calls"]

@@ -68,18 +68,18 @@ def test_reductions_try_the_looped_form(fresh_cache):
 
 def test_choice_recorded_and_reused(fresh_cache, monkeypatch):
     timed: list[str] = []
-    real = autotune.time_call
+    real = autotune.time_calls
 
-    def counting(fn, device):
+    def counting(fns, device):
         timed.append("x")
-        return real(fn, device)
-    monkeypatch.setattr(autotune, "time_call", counting)
+        return real(fns, device)
+    monkeypatch.setattr(autotune, "time_calls", counting)
     check_case("softmax", opts=TUNED)
     records = [json.loads(p.read_text()) for p in (fresh_cache / "autotune").glob("*.json")]
     assert records and all(0 <= r["choice"] < len(r["labels"]) for r in records)
     assert all(len(r["times_us"]) == len(r["labels"]) for r in records)
     n = len(timed)
-    assert n >= 2
+    assert n >= 1
     monkeypatch.setattr(autotune, "_CHOICES", {})       # a new process: only the disk remembers
     check_case("softmax", opts=TUNED)
     assert len(timed) == n, "a recorded choice was timed again"
