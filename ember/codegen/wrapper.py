@@ -91,6 +91,23 @@ class _Writer:
         self.lines.append(f"    if {none}{name}.stride() != {_size(lay.stride)}: "
                           f"{name} = restride({name}, {_size(lay.shape)}, {_size(lay.stride)})")
 
+    def _host_scalars(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> dict[tuple, str]:
+        """0-dim CPU inputs read by kernels on another device (``x * torch.tensor(2.5)`` with ``x`` on CUDA):
+        the kernels get a device copy (externs keep the CPU tensor, as ATen expects)."""
+        out: dict[tuple, str] = {}
+        inputs = {n.name: n for n in self.s.graph.nodes if isinstance(n, InputBuffer)}
+        for step in self.s.steps:
+            if not isinstance(step, Kernel) or step.device.type == "cpu":
+                continue
+            for b in kernels[step.name][1].buffers:
+                n = inputs.get(b)
+                if n is not None and n.device.type == "cpu" and len(n.layout.shape) == 0 and \
+                        (b, step.device) not in out:
+                    name = out[(b, step.device)] = f"{b}_on_{step.device.type}{step.device.index or 0}"
+                    dev = self.bind("dev", step.device)
+                    self.lines.append(f"    {name} = {b}.to({dev}, non_blocking=True)")
+        return out
+
     def write(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> str:
         g = self.s.graph
         self.lines.append(f"def {g.name}({', '.join(g.inputs)}):")
@@ -101,6 +118,7 @@ class _Writer:
                         self.check(n.name)
                 else:
                     self.lines.append(f"    {n.name} = {self.bind('const', g.constants[n.name])}")
+        host = self._host_scalars(kernels)
         for i, step in enumerate(self.s.steps):
             if isinstance(step, Kernel):
                 fn, body = kernels[step.name]
@@ -108,7 +126,8 @@ class _Writer:
                     if role == "out":
                         self.alloc(b)
                 kname = self.bind(step.name + "_", fn)
-                self.lines.append(f"    {kname}({', '.join(body.buffers)})  # {step.fused()}")
+                names = [host.get((b, step.device), b) for b in body.buffers]
+                self.lines.append(f"    {kname}({', '.join(names)})  # {step.fused()}")
             elif isinstance(step, Extern):
                 fn = self.bind("extern", step.target)
                 args = ", ".join([self.arg(a) for a in step.args] +

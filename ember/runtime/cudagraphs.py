@@ -38,8 +38,12 @@ Memory and overwrites (the invariant everything rests on):
   further recordings and then plain launches, with a hint; ``optimizer.zero_grad()`` (set_to_none) keeps the
   fast path, as does ``mark_step_begin()``, after which such outputs are invalidated instead.
 
-Falls back to plain launches, with a ``perf_hints`` log line, for CPU tensors (inputs or outputs), inputs the
-graph mutates in place that are copied into placeholders, inputs that overlap themselves (expanded),
+0-dim CPU tensors (attention's philox seed and offset, scalars a user passes) are read on the host while
+recording, so their values are part of the signature (a new value records again) and such outputs are
+handed out as copies of the value the recording computed (they depend on host values only).
+
+Falls back to plain launches, with a ``perf_hints`` log line, for other CPU tensors (inputs or outputs), inputs
+the graph mutates in place that are copied into placeholders, inputs that overlap themselves (expanded),
 failures while capturing, and past ``cudagraph_max_records`` recordings of one graph.
 """
 from __future__ import annotations
@@ -269,6 +273,9 @@ class CudaGraphed:
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 if not ops.usable(a):
+                    if _host_scalar(a):        # read on the host while recording: its value keys the recording
+                        key.append(("host", a.dtype, a.item()))
+                        continue
                     self._disable(f"input {i} is a {a.device.type} tensor; CUDA graphs replay device work only")
                     return None
                 key.append((a.dtype, a.device, tuple(a.shape), tuple(a.stride())))
@@ -302,7 +309,7 @@ class CudaGraphed:
                               "tensor)")
                 return outs
         for j, o in enumerate(_flat(outs)):
-            if isinstance(o, torch.Tensor) and not self.pool.ops.usable(o):
+            if isinstance(o, torch.Tensor) and not self.pool.ops.usable(o) and not _host_scalar(o):
                 self._disable(f"output {j} is a {o.device.type} tensor")
                 return outs
         self.warm[sig] = [_weak(a) for a in args]
@@ -321,8 +328,8 @@ class CudaGraphed:
         inputs: list[Any] = list(args)
         device = None
         for i, a in enumerate(args):
-            if not isinstance(a, torch.Tensor):
-                continue
+            if not isinstance(a, torch.Tensor) or not self.pool.ops.usable(a):
+                continue        # a host scalar: its value is part of the signature
             device = device or a.device
             if self._is_static(a, refs[i]):
                 static_ptrs[i] = a.data_ptr()
@@ -364,6 +371,9 @@ class CudaGraphed:
             if not isinstance(o, torch.Tensor):
                 plan.append(("const", o))
                 continue
+            if not self.pool.ops.usable(o):     # a host scalar computed while recording from host values only
+                plan.append(("host", o.clone()))
+                continue
             sp = o.untyped_storage().data_ptr()
             if sp in by_storage:
                 i = by_storage[sp]
@@ -390,6 +400,9 @@ class CudaGraphed:
             if entry[0] == "const":
                 result.append(entry[1])
                 continue
+            if entry[0] == "host":
+                result.append(entry[1].clone())
+                continue
             dtype, shape, stride, offset = entry[2]
             if entry[0] == "input":
                 a = args[entry[1]]
@@ -401,6 +414,12 @@ class CudaGraphed:
         if not pool.copy_out:
             rec.handout = _Handout([s._weak_ref() for s in fresh], _current_step)
         return tuple(result)
+
+
+def _host_scalar(t: torch.Tensor) -> bool:
+    """A 0-dim CPU tensor: ATen reads it on the host (a wrapped scalar, attention's philox seed and offset), so
+    a recording bakes in its value; recordings are keyed by it."""
+    return t.device.type == "cpu" and t.dim() == 0
 
 
 def _flat(outs: Any) -> list[Any]:

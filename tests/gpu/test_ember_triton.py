@@ -89,3 +89,13 @@ def test_odd_vocab_matmul_is_padded_to_aligned_sizes() -> None:
         torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-2)
     src = "\n".join(b.source for b in built)
     assert "2056" in src, src
+
+
+def test_cpu_scalar_tensor_feeding_a_kernel() -> None:
+    """``x * torch.tensor(2.5)`` with ``x`` on CUDA: the kernel reads a device copy of the CPU scalar."""
+    import ember
+    f = ember.compile(lambda x, s, t: (x * s + t, (x - t).sum() * s))
+    for v in (2.5, -1.0):
+        x, s, t = torch.randn(33, device="cuda"), torch.tensor(v), torch.tensor(3, dtype=torch.int64)
+        for got, want in zip(f(x, s, t), (x * s + t, (x - t).sum() * s)):
+            torch.testing.assert_close(got, want)

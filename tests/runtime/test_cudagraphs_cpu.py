@@ -43,7 +43,9 @@ class FakeOps(cg.CudaOps):
         outs = tuple(t.clone() if isinstance(t, torch.Tensor) and not any(t is a for a in inputs) else t
                      for t in fn(*inputs))
         # a graph reads raw addresses: keep views over storages that do not own (or keep alive) the inputs
-        raw = [torch.empty((0,), dtype=a.dtype).set_(self.alias_storage(a.untyped_storage()), a.storage_offset(),
+        # (host tensors are read while recording: their values are baked in)
+        raw = [a.clone() if getattr(a, "_host", False) else
+               torch.empty((0,), dtype=a.dtype).set_(self.alias_storage(a.untyped_storage()), a.storage_offset(),
                                                      a.shape, a.stride()) if isinstance(a, torch.Tensor) else a
                for a in inputs]
         return (fn, raw, outs), outs
@@ -393,3 +395,34 @@ def test_torch_knob_name_and_errors():
         make_options(None, {"triton.cudagraph": True})
     with pytest.raises(ValueError):
         ember.compile(lambda x: x, mode="reduce-overhead", options={"cuda_graphs": True})
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    t._host = True
+    return t
+
+
+def test_host_scalars_key_recordings_and_come_back_as_copies():
+    """0-dim host tensors (a wrapped scalar, attention's philox seed) are read while recording: a new value
+    records again, the same value replays; host scalar outputs are handed out as copies of the recorded value."""
+    def fn(w, x, s):
+        return ((x @ w) * s.item(), _host(torch.tensor(7)))
+    g, ops, pool, _ = _graph(fn=fn)
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    outs = []
+    for v in (2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 2.0):
+        x = torch.randn(2, 4)
+        out, seed = g(w, x, _host(torch.tensor(v)))
+        assert torch.allclose(out, (x @ w) * v) and seed.item() == 7
+        outs.append(seed)
+    assert ops.records == 2 and ops.replays == 5     # one recording per value; the last call replays the first
+    assert len({id(s) for s in outs}) == len(outs)   # every call gets its own host tensor
+    assert not g.disabled
+
+
+def test_host_tensors_that_are_not_scalars_still_fall_back(hints):
+    g, ops, _, _ = _graph(fn=lambda w, x: ((x @ w).relu(), _host(torch.ones(2))))
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    for _ in range(3):
+        g(w, torch.randn(2, 4))
+    assert ops.records == 0 and g.disabled and "output 1 is a cpu tensor" in g.disabled
