@@ -407,7 +407,7 @@ def test_host_scalars_key_recordings_and_come_back_as_copies():
     records again, the same value replays; host scalar outputs are handed out as copies of the recorded value."""
     def fn(w, x, s):
         return ((x @ w) * s.item(), _host(torch.tensor(7)))
-    g, ops, pool, _ = _graph(fn=fn)
+    g, ops, _, _ = _graph(fn=fn)
     w = torch.nn.Parameter(torch.randn(4, 3))
     outs = []
     for v in (2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 2.0):
