@@ -70,11 +70,14 @@ def _is_dense(layout: Layout) -> bool:
 
 
 class Lowerer:
-    def __init__(self, gm: fx.GraphModule, name: str = "graph") -> None:
+    def __init__(self, gm: fx.GraphModule, name: str = "graph", channels_last: bool = False) -> None:
         self.gm, self.name = gm, name
         self.nodes: list[Node] = []
         self.constants: dict[str, torch.Tensor] = {}
-        self.padded_results: set[str] = set()     # extern results written into padded rows (matmul_align)
+        # buffers in a layout other than the traced one (matmul_align's padded rows, channels-last activations):
+        # a graph output that is a view of one is copied into the traced layout
+        self.padded_results: set[str] = set()
+        self.channels_last = channels_last        # ember.loopir.conv_layout
         self._count = 0
 
     def new_name(self, prefix: str = "buf") -> str:
@@ -85,8 +88,13 @@ class Lowerer:
     def realize(self, tv: TV, layout: Layout | None = None) -> BufferRef:
         if tv.view is not None and (layout is None or layout == tv.view[1]):
             return BufferRef(*tv.view)
-        layout = layout or contiguous_layout(tv)
         name = self.new_name()
+        if layout is None and self.channels_last:
+            from .conv_layout import default_layout
+            layout = default_layout(tv)
+            if layout is not None:
+                self.padded_results.add(name)
+        layout = layout or contiguous_layout(tv)
         perm = _storage_order(layout)
         if perm is not None:     # a permuted dense layout: computed in memory order, used as a view
             shape = tuple(tv.shape[p] for p in perm)
@@ -201,6 +209,16 @@ class Lowerer:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
             impl = target.impl if name else target
             arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+            if name == "convolution" and self.channels_last:
+                from .conv_layout import channels_last, conv_args
+                cl = conv_args(self, args)
+                if cl is not None:     # cuDNN (and oneDNN) return NHWC results for NHWC inputs
+                    shape = tuple(meta.shape)
+                    lay = channels_last(shape, meta.dtype, torch.device(meta.device))
+                    out_meta = TensorMeta(shape, meta.dtype, lay.device, lay.stride)
+                    out = self.extern(impl, cl, kwargs, out_meta, fresh=True, op=name)
+                    self.padded_results.add(out.view[0])
+                    return out
             if name in ("mm", "addmm", "bmm"):
                 from .matmul_align import align_matmul
                 out = align_matmul(self, name, impl, args, kwargs, arg_metas)
@@ -298,9 +316,14 @@ def _attr(obj: Any, target: str) -> Any:
     return obj
 
 
-def lower(gm: fx.GraphModule, name: str = "graph") -> LoopGraph:
+def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = None) -> LoopGraph:
+    """``channels_last``: store 4-D activations NHWC (``ember.loopir.conv_layout``); None decides from the
+    graph (inference graphs heavy in 16-bit CUDA convolutions)."""
     from . import lowerings  # noqa: F401  (registers the table)
-    return Lowerer(gm, name).run()
+    if channels_last is None:
+        from .conv_layout import wants_channels_last
+        channels_last = name.startswith("inference") and wants_channels_last(gm)
+    return Lowerer(gm, name, channels_last).run()
 
 
 __all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer"]

@@ -1,0 +1,89 @@
+"""Channels-last activations in convolution-heavy inference graphs (ember.loopir.conv_layout).
+
+On the GPU this applies to 16-bit CUDA graphs; here the same lowering runs on the CPU (DEVICES patched) with
+the C++ kernels: values equal eager, convolutions get NHWC inputs and weights, the activations between them are
+stored NHWC, graph outputs keep eager's strides, and training graphs are left as traced.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import ember
+from ember.loopir import conv_layout
+from ember.loopir.ir import Extern
+
+
+class Block(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.c2, self.b2 = nn.Conv2d(c, c, 1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(x + self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), Block(8), Block(8), nn.Conv2d(8, 8, 3))
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2)
+    return net.eval().to(torch.bfloat16)
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    monkeypatch.setattr(conv_layout, "DEVICES", {"cuda", "cpu"})
+
+
+def _graphs(monkeypatch) -> list:
+    from ember.loopir import lower as lower_mod
+    seen: list = []
+    real = lower_mod.Lowerer.run
+
+    def run(self):
+        g = real(self)
+        seen.append((self.channels_last, g))
+        return g
+    monkeypatch.setattr(lower_mod.Lowerer, "run", run)
+    return seen
+
+
+def test_inference_values_layouts_and_output_strides(on_cpu, monkeypatch):
+    seen = _graphs(monkeypatch)
+    net = _net()
+    x = torch.randn(2, 3, 16, 16, dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = ember.compile(net)(x)
+        want = net(x)
+    assert got.stride() == want.stride() and got.is_contiguous()
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    (cl, graph), = seen
+    assert cl
+    convs = [n for n in graph.nodes if isinstance(n, Extern) and n.op == "convolution"]
+    assert len(convs) == 6
+    for c in convs:
+        for ref in c.args[:2]:
+            ch = ref.layout.shape[1]
+            assert ch == 1 or ref.layout.stride[1] == 1, (c.name, ref)       # NHWC: channels innermost
+        assert c.layout.stride[1] == 1 or c.layout.shape[1] == 1
+
+
+def test_training_graphs_keep_traced_layouts(on_cpu, monkeypatch):
+    seen = _graphs(monkeypatch)
+    net = _net().float().train()
+    x = torch.randn(2, 3, 16, 16)
+    ember.compile(net)(x).sum().backward()
+    assert seen and not any(cl for cl, _ in seen)
+
+
+def test_few_convolutions_keep_traced_layouts(on_cpu, monkeypatch):
+    seen = _graphs(monkeypatch)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval().to(torch.bfloat16)
+    with torch.no_grad():
+        ember.compile(net)(torch.randn(1, 3, 8, 8, dtype=torch.bfloat16))
+    assert seen and not seen[0][0]
