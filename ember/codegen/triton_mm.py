@@ -36,6 +36,7 @@ from .triton_ops import compute_dtype, ctl, tl_dtype
 TEMPLATE_OPS = ("mm", "addmm", "bmm")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 GROUP_M = 8
+PAD_DEVICES = {"cuda"}      # where misaligned matmuls also try zero-padded operands (tests add "cpu")
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) per operand size class
 CONFIGS_16BIT = ((128, 128, 64, 8, 3), (128, 128, 32, 8, 2), (128, 128, 32, 4, 4), (64, 128, 64, 4, 4),
                  (64, 128, 128, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 3), (256, 128, 64, 8, 3),
@@ -284,6 +285,36 @@ class _Fallback:
         return out
 
 
+class _PaddedFallback(_Fallback):
+    """The ATen matmul on operands zero-padded to aligned inner and output sizes (cuBLAS's fast kernels), its
+    result's first N columns copied out, then the epilogue kernel: ``ember.loopir.matmul_align`` at run time."""
+
+    def __init__(self, e: Extern, kernel: Any, body: KernelBody | None, nops: int, k: int, n: int) -> None:
+        super().__init__(e, kernel, body, nops)
+        align = 16 // e.layout.dtype.itemsize
+        self.k, self.n = k, n
+        self.kp, self.np = -(-k // align) * align, -(-n // align) * align
+
+    def __call__(self, *args: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+        a, b = args[0], args[1]
+        a = F.pad(a, (0, self.kp - self.k)) if self.kp != self.k else a.contiguous()
+        b = F.pad(b, (0, self.np - self.n, 0, self.kp - self.k))
+        ops: tuple = (a, b)
+        if self.nops == 3:
+            bias = args[2]
+            if bias.shape[-1] == self.n and self.np != self.n:
+                bias = F.pad(bias, (0, self.np - self.n))
+            ops = (a, b, bias)
+        if self.bias_first:
+            ops = (ops[2], ops[0], ops[1])
+        out = self.target(*ops, *self.extra, **self.kwargs)[..., :self.n].contiguous()
+        if self.kernel is not None:
+            it = iter(args[self.nops:])
+            self.kernel(*[out if x == self.mm else next(it) for x in self.order])
+        return out
+
+
 class _Template:
     """One template configuration: allocates the matmul's result (when something reads it) and launches."""
 
@@ -328,8 +359,13 @@ def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], t
         nops = 3 if bias is not None else 2
         shape = [int(s) for s in e.layout.shape]
         m, n, k = shape[-2], shape[-1], int(a.layout.shape[-1])
-        choices: list[Any] = [_Fallback(e, kernels[kern.name][0] if kern else None, body, nops)]
+        epi_fn = kernels[kern.name][0] if kern else None
+        choices: list[Any] = [_Fallback(e, epi_fn, body, nops)]
         labels, srcs = ["aten" + (" + epilogue kernel" if kern else "")], []
+        align = 16 // e.layout.dtype.itemsize
+        if e.device.type in PAD_DEVICES and (k % align or n % align):    # cuBLAS's slow kernels: try padding
+            choices.append(_PaddedFallback(e, epi_fn, body, nops, k, n))
+            labels.append("aten padded" + (" + epilogue kernel" if kern else ""))
         for cfg in tile_configs(m, n, k, e.layout.dtype):
             fname = f"ember_mm_{e.name}"
             src, epi = template_source(e, cfg, body, store_mm, fname)

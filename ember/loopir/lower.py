@@ -70,7 +70,8 @@ def _is_dense(layout: Layout) -> bool:
 
 
 class Lowerer:
-    def __init__(self, gm: fx.GraphModule, name: str = "graph", channels_last: bool = False) -> None:
+    def __init__(self, gm: fx.GraphModule, name: str = "graph", channels_last: bool = False,
+                 align_matmuls: bool = True) -> None:
         self.gm, self.name = gm, name
         self.nodes: list[Node] = []
         self.constants: dict[str, torch.Tensor] = {}
@@ -78,6 +79,7 @@ class Lowerer:
         # a graph output that is a view of one is copied into the traced layout
         self.padded_results: set[str] = set()
         self.channels_last = channels_last        # ember.loopir.conv_layout
+        self.align_matmuls = align_matmuls        # ember.loopir.matmul_align (max-autotune pads at run time)
         self._count = 0
 
     def new_name(self, prefix: str = "buf") -> str:
@@ -219,7 +221,7 @@ class Lowerer:
                     out = self.extern(impl, cl, kwargs, out_meta, fresh=True, op=name)
                     self.padded_results.add(out.view[0])
                     return out
-            if name in ("mm", "addmm", "bmm"):
+            if name in ("mm", "addmm", "bmm") and self.align_matmuls:
                 from .matmul_align import align_matmul
                 out = align_matmul(self, name, impl, args, kwargs, arg_metas)
                 if out is not None:
@@ -316,14 +318,16 @@ def _attr(obj: Any, target: str) -> Any:
     return obj
 
 
-def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = None) -> LoopGraph:
+def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = None,
+          align_matmuls: bool = True) -> LoopGraph:
     """``channels_last``: store 4-D activations NHWC (``ember.loopir.conv_layout``); None decides from the
-    graph (inference graphs heavy in 16-bit CUDA convolutions)."""
+    graph (inference graphs heavy in 16-bit CUDA convolutions). ``align_matmuls``: pad misaligned CUDA matmuls
+    (``ember.loopir.matmul_align``); max-autotune times padding at run time instead."""
     from . import lowerings  # noqa: F401  (registers the table)
     if channels_last is None:
         from .conv_layout import wants_channels_last
         channels_last = name.startswith("inference") and wants_channels_last(gm)
-    return Lowerer(gm, name, channels_last).run()
+    return Lowerer(gm, name, channels_last, align_matmuls).run()
 
 
 __all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer"]

@@ -67,7 +67,10 @@ def _force(monkeypatch, which: str) -> list[list[str]]:
         if not self.labels[0].startswith("aten"):
             return 0                                   # a kernel's own configurations: the heuristic one
         seen.append(self.labels)
-        return {"aten": 0, "first": 1, "last": len(self.choices) - 1}[which]
+        if which == "padded":
+            return next((i for i, lab in enumerate(self.labels) if lab.startswith("aten padded")), 0)
+        first = next(i for i, lab in enumerate(self.labels) if lab.startswith("triton"))
+        return {"aten": 0, "first": first, "last": len(self.choices) - 1}[which]
     monkeypatch.setattr(autotune.Autotuned, "tune", tune)
     return seen
 
@@ -78,6 +81,17 @@ def test_templates_match_eager(name, which, cases, monkeypatch):
     seen = _force(monkeypatch, which)
     check_case(name, opts=TUNED)
     assert seen and all(len(labels) >= 2 for labels in seen), f"{name}: no matmul template was tried"
+
+
+@pytest.mark.parametrize("name", ["odd_sizes_odd_k", "transposed_operands", "addmm_row_bias", "read_again"])
+def test_padded_aten_choice(name, cases, monkeypatch):
+    """Misaligned inner or output sizes also try cuBLAS on zero-padded operands (max-autotune pads at run time
+    instead of at lowering); forced here on the CPU, where it is otherwise not offered."""
+    from ember.codegen import triton_mm
+    monkeypatch.setattr(triton_mm, "PAD_DEVICES", {"cuda", "cpu"})
+    seen = _force(monkeypatch, "padded")
+    check_case(name, opts=TUNED)
+    assert any(lab.startswith("aten padded") for labels in seen for lab in labels)
 
 
 def test_epilogue_fused_into_the_template(cases):

@@ -44,12 +44,15 @@ def _force(monkeypatch, which: str) -> list:
         if not self.labels[0].startswith("aten"):
             return 0
         seen.append(self.labels)
-        return {"aten": 0, "first": 1, "last": len(self.choices) - 1}[which]
+        if which == "padded":
+            return next((i for i, lab in enumerate(self.labels) if lab.startswith("aten padded")), 0)
+        first = next(i for i, lab in enumerate(self.labels) if lab.startswith("triton"))
+        return {"aten": 0, "first": first, "last": len(self.choices) - 1}[which]
     monkeypatch.setattr(autotune.Autotuned, "tune", tune)
     return seen
 
 
-@pytest.mark.parametrize("which", ["aten", "first", "last"])
+@pytest.mark.parametrize("which", ["aten", "padded", "first", "last"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_float32(name, which, cases, monkeypatch):
     seen = _force(monkeypatch, which)
@@ -57,7 +60,7 @@ def test_float32(name, which, cases, monkeypatch):
     assert seen
 
 
-@pytest.mark.parametrize("which", ["first", "last"])
+@pytest.mark.parametrize("which", ["padded", "first", "last"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_bfloat16(name, which, cases, monkeypatch):
     seen = _force(monkeypatch, which)
