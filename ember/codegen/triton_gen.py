@@ -76,21 +76,18 @@ def candidate_configs(xnumel: int, rnumel: int, reduction: bool, persistent: boo
     xmax = next_pow2(xnumel)
     shapes: list[tuple[int, int, int, int]] = []       # (xblock, rblock, num_warps, num_stages)
     if not reduction:
-        for xb, w in ((256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8), (4096, 8)):
+        for xb, w in ((512, 4), (1024, 4), (2048, 8), (4096, 8)):
             shapes.append((min(xb, xmax), 1, w, 0))
     elif persistent:
         rb = next_pow2(rnumel)
-        for tile in (1024, 2048, 4096, 8192):
+        for tile, w in ((1024, 4), (2048, 8), (4096, 8), (8192, 16)):
             xb = min(xmax, max(1, tile // rb), 128)
-            for w in (2, 4, 8, 16):
-                if 32 * w <= max(32, xb * rb // 2) or w == 2:
-                    shapes.append((xb, rb, w, 0))
+            shapes.append((xb, rb, max(1, min(w, xb * rb // 64)), 0))
     elif inner:
-        for xb, rb, w in ((1, 1024, 4), (1, 2048, 8), (1, 4096, 8), (1, 4096, 16), (2, 2048, 8), (4, 1024, 8)):
-            for st in (1, 2):
-                shapes.append((min(xb, xmax), min(rb, next_pow2(rnumel)), w, st))
+        for xb, rb, w, st in ((1, 1024, 4, 1), (1, 2048, 8, 2), (1, 4096, 8, 2), (4, 1024, 8, 1)):
+            shapes.append((min(xb, xmax), min(rb, next_pow2(rnumel)), w, st))
     else:
-        for xb, rb, w in ((64, 64, 8), (32, 128, 8), (128, 32, 8), (16, 256, 8), (64, 32, 4)):
+        for xb, rb, w in ((64, 64, 8), (32, 128, 8), (128, 32, 8), (16, 256, 8)):
             shapes.append((min(xb, xmax), min(rb, next_pow2(rnumel)), w, 0))
     out = [base]
     for xb, rb, w, st in shapes:

@@ -38,9 +38,8 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 GROUP_M = 8
 PAD_DEVICES = {"cuda"}      # where misaligned matmuls also try zero-padded operands (tests add "cpu")
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) per operand size class
-CONFIGS_16BIT = ((128, 128, 64, 8, 3), (128, 128, 32, 8, 2), (128, 128, 32, 4, 4), (64, 128, 64, 4, 4),
-                 (64, 128, 128, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 3), (256, 128, 64, 8, 3),
-                 (128, 256, 64, 8, 3), (64, 64, 32, 2, 5))
+CONFIGS_16BIT = ((128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 3), (128, 128, 32, 4, 4),
+                 (64, 128, 64, 4, 4), (64, 64, 64, 4, 3), (64, 64, 32, 2, 5))
 CONFIGS_32BIT = ((128, 128, 32, 8, 3), (64, 128, 32, 4, 4), (128, 64, 32, 4, 4), (64, 64, 32, 4, 4),
                  (64, 64, 16, 2, 5))
 
