@@ -1,6 +1,8 @@
 """Shared helpers of the ember.decomp tests: random tensors of several shapes and dtypes."""
 from __future__ import annotations
 
+import zlib
+
 import torch
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1.3e-5), torch.float64: dict(atol=1e-10, rtol=1e-9),
@@ -9,7 +11,8 @@ TOL = {torch.float32: dict(atol=1e-5, rtol=1.3e-5), torch.float64: dict(atol=1e-
 
 def rand(shape, dtype=torch.float32, low=-3.0, high=3.0, noncontig=False, gen=None):
     """A random tensor (never zeros); ints in [low, high); non-contiguous if asked (a transposed view)."""
-    g = gen or torch.Generator().manual_seed(hash((tuple(shape), str(dtype))) % 2 ** 31)
+    # a seed from the shape and dtype that is the same in every process (str hashes are randomized per process)
+    g = gen or torch.Generator().manual_seed(zlib.crc32(repr((tuple(shape), str(dtype))).encode()))
     if noncontig and len(shape) >= 2:
         t = rand(tuple(shape[:-2]) + (shape[-1], shape[-2]), dtype, low, high, gen=g)
         return t.transpose(-1, -2)
