@@ -24,8 +24,8 @@ class CompileOptions:
                        "tests) or 'python' (the reference kernel backend, slow)",
         "cuda_graphs": "record and replay CUDA graphs (reduce-overhead)",
         "max_autotune": "benchmark kernel configurations and matmul templates",
-        "coordinate_descent_tuning": "refine autotuned block sizes by coordinate descent",
-        "epilogue_fusion": "fuse pointwise epilogues into matmul templates",
+        "coordinate_descent_tuning": "accepted for torch.compile compatibility; not implemented yet (no effect)",
+        "epilogue_fusion": "max-autotune: fuse the pointwise kernel after a matmul into its Triton templates",
         "debug_graphs": "keep captured graphs on cache entries for inspection",
         "aot_decompose": "aot_eager: decompose ATen ops into ember's primitives before running the graphs",
         "cudagraph_max_records": "CUDA graphs recorded per compiled graph (new shapes, input addresses, or "

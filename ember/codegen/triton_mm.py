@@ -332,8 +332,9 @@ class _Template:
 
 
 def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], triton_device: Any,
-                  sources: list[str]) -> Schedule:
-    """``sched`` with each eligible matmul (and its epilogue) as an autotuned ``MatmulStep``."""
+                  sources: list[str], epilogues: bool = True) -> Schedule:
+    """``sched`` with each eligible matmul (and, with ``epilogues``, the kernel after it) as an autotuned
+    ``MatmulStep``."""
     from .autotune import Autotuned, digest
     from .triton import TritonKernel, load_module
     from .triton_helpers import interpreting
@@ -346,7 +347,7 @@ def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], t
     for i, e in enumerate(sched.steps):
         if not (isinstance(e, Extern) and e.op in TEMPLATE_OPS and eligible(e) and triton_device(e.device)):
             continue
-        j = epilogue_of(sched, i, bodies)
+        j = epilogue_of(sched, i, bodies) if epilogues else None
         kern = sched.steps[j] if j is not None else None
         body = bodies[kern.name] if kern is not None else None
         store_mm = e.name in outputs or any(

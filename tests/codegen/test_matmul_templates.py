@@ -112,3 +112,25 @@ def test_epilogue_fused_into_the_template(cases):
     e = sched.steps[i]
     src, _ = template_source(e, tile_configs(10, 32, 16, torch.float32)[0], bodies[sched.steps[j].name], False, "k")
     assert "tl.dot" in src and "tl.erf" in src and "tl.store(p_mm" not in src, src
+
+
+def test_epilogue_fusion_option(cases, monkeypatch):
+    """options={"epilogue_fusion": False}: templates compute the matmul alone; the epilogue kernel runs after."""
+    import ember
+    from ember.codegen import triton_mm
+    steps: list = []
+    real = triton_mm.use_templates
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        steps.extend(s for s in out.steps if isinstance(s, triton_mm.MatmulStep))
+        return out
+    monkeypatch.setattr(triton_mm, "use_templates", spy)
+    _force(monkeypatch, "last")
+    fn, make = CASES["linear_gelu_residual"][:2]
+    xs = make()
+    for fusion in (True, False):
+        steps.clear()
+        f = ember.compile(fn, options={"cpu_backend": "triton", "max_autotune": True, "epilogue_fusion": fusion})
+        torch.testing.assert_close(f(*xs), fn(*xs), rtol=1e-4, atol=1e-4)
+        assert steps and all((s.kernel is not None) == fusion for s in steps), (fusion, steps)
