@@ -4,6 +4,11 @@ reference backend) and the generated Python wrapper that runs them.
 ``compile_graph(gm, kind, options)`` is the kernel compiler AOT autograd calls for each final prim graph
 (``aot_compile(..., compile_graph=...)``): lower, schedule, generate, wrap. A graph the loop IR cannot
 represent runs as the FX graph (with a perf hint).
+
+With ``options.max_autotune`` the Triton kernels are ``autotune.Autotuned`` choices between configurations, and
+CUDA matmuls become ``triton_mm.MatmulStep``s (templates with fused epilogues against cuBLAS). Autotuning lives
+here rather than in ``ember.runtime`` (DESIGN.md's table) because the candidates are generated code and imports
+go one way: the runtime package imports codegen, not the reverse.
 """
 from __future__ import annotations
 
