@@ -8,7 +8,7 @@ represent runs as the FX graph (with a perf hint).
 With ``options.max_autotune`` the Triton kernels are ``autotune.Autotuned`` choices between configurations, and
 CUDA matmuls become ``triton_mm.MatmulStep``s (templates with fused epilogues against cuBLAS). Autotuning lives
 here rather than in ``ember.runtime`` (DESIGN.md's table) because the candidates are generated code and imports
-go one way: the runtime package imports codegen, not the reverse.
+go one way: the runtime package may import codegen, not the reverse.
 """
 from __future__ import annotations
 
