@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ember.codegen import autotune
 from ember.options import CompileOptions
 from tests.codegen import test_triton
-from tests.codegen.test_matmul_templates import CASES
+from tests.codegen.test_matmul_templates import CASES, _force
 from tests.codegen.test_triton import check_case
 
 pytestmark = [pytest.mark.gpu,
@@ -35,21 +35,6 @@ def cases(tmp_path, monkeypatch):
     for name, case in CASES.items():
         monkeypatch.setitem(test_triton.CASES, name, case)
     return tmp_path
-
-
-def _force(monkeypatch, which: str) -> list:
-    seen: list = []
-
-    def tune(self, args):
-        if not self.labels[0].startswith("aten"):
-            return 0
-        seen.append(self.labels)
-        if which == "padded":
-            return next((i for i, lab in enumerate(self.labels) if lab.startswith("aten padded")), 0)
-        first = next(i for i, lab in enumerate(self.labels) if lab.startswith("triton"))
-        return {"aten": 0, "first": first, "last": len(self.choices) - 1}[which]
-    monkeypatch.setattr(autotune.Autotuned, "tune", tune)
-    return seen
 
 
 @pytest.mark.parametrize("which", ["aten", "padded", "first", "last"])
