@@ -13,6 +13,8 @@ go one way: the runtime package may import codegen, not the reverse.
 from __future__ import annotations
 
 import itertools
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -21,6 +23,12 @@ import torch.fx as fx
 from ember import logs
 
 _COUNTER = itertools.count()
+
+
+def cache_root() -> Path:
+    """Where generated code and its artifacts are cached: ``$EMBER_CACHE_DIR``, default ``~/.cache/ember``."""
+    root = os.environ.get("EMBER_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "ember"
 
 
 def kernel_backend(device: torch.device, options: Any) -> str:

@@ -32,8 +32,8 @@ _CHOICES: dict[str, int] = {}     # key -> chosen index, this process
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("EMBER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ember")
-    return Path(root) / "autotune"
+    from . import cache_root
+    return cache_root() / "autotune"
 
 
 def digest(sources: Sequence[str], device: torch.device) -> str:
@@ -133,15 +133,6 @@ def time_calls(fns: Sequence[Callable[[], Any]], device: torch.device
     return [sorted(s)[len(s) // 2] if s else None for s in samples], errors
 
 
-def time_call(fn: Callable[[], Any], device: torch.device) -> float:
-    """Median seconds of one ``fn()`` call (one warm-up first)."""
-    (t,), (err,) = time_calls([fn], device)
-    if err is not None:
-        raise err
-    assert t is not None
-    return t
-
-
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
@@ -189,4 +180,4 @@ class Autotuned:
         return best
 
 
-__all__ = ["Autotuned", "cache_dir", "digest", "time_call", "time_calls"]
+__all__ = ["Autotuned", "cache_dir", "digest", "time_calls"]

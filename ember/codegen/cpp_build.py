@@ -66,8 +66,8 @@ def flags() -> tuple[str, ...]:
 
 
 def default_dir() -> Path:
-    root = os.environ.get("EMBER_CACHE_DIR")
-    return Path(root) / "cpp" if root else Path.home() / ".cache" / "ember" / "cpp"
+    from . import cache_root
+    return cache_root() / "cpp"
 
 
 class Build:

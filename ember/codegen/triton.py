@@ -40,8 +40,8 @@ def available() -> bool:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("EMBER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "ember")
-    return Path(root) / "triton"
+    from . import cache_root
+    return cache_root() / "triton"
 
 
 def _kernel_indices(kernel: Kernel) -> list:
@@ -185,7 +185,7 @@ def compile_kernels(bodies: list[KernelBody], options: Any = None, name: str = "
         return _autotuned_kernels(bodies)
     kernels = [_build(b) for b in bodies]
     if kernels and not kernels[0].interpreted and torch.cuda.is_available():
-        _precompile(kernels, bodies)
+        precompile([(k, _dtypes(b)) for k, b in zip(kernels, bodies)])
     return kernels
 
 
@@ -194,6 +194,7 @@ class _Reordered:
 
     def __init__(self, kernel: TritonKernel, perm: list[int]) -> None:
         self.kernel, self.perm = kernel, perm
+        self.source, self.interpreted = kernel.source, kernel.interpreted
 
     def __call__(self, *args: torch.Tensor) -> None:
         self.kernel(*[args[i] for i in self.perm])
@@ -234,34 +235,31 @@ def _label(cfg: LaunchConfig) -> str:
 def _autotuned_kernels(bodies: list[KernelBody]) -> list[Callable[..., None]]:
     from .autotune import Autotuned, digest
     out: list[Callable[..., None]] = []
-    every: list[tuple[Any, KernelBody]] = []
+    every: list[tuple[Any, list[torch.dtype]]] = []
     for b in bodies:
         cands = _candidates(b)
         kernels = [c for _, c in cands]
-        every += [(c, b) for c in kernels]
+        every += [(c, _dtypes(b)) for c in kernels]
         if len(kernels) == 1:
             out.append(kernels[0])
             continue
-        srcs = [(c.kernel if isinstance(c, _Reordered) else c).source for c in kernels]
-        names = list(b.buffers)
-        loaded = _loaded(b)
-        scratch = [i for i, n in enumerate(names) if n in b.aliased or (b.buffers[n][1] == "out" and n in loaded)]
-        out.append(Autotuned(kernels, digest(srcs, b.kernel.device), b.name, scratch, [lab for lab, _ in cands]))
-    first = every[0][0] if every else None
-    interp = first is not None and (first.kernel if isinstance(first, _Reordered) else first).interpreted
-    if every and not interp and torch.cuda.is_available():
-        _precompile([k for k, _ in every], [b for _, b in every])
+        loaded = {st.args[0] for st in b.loads()}
+        scratch = [i for i, (n, (_, role)) in enumerate(b.buffers.items())
+                   if n in b.aliased or (role == "out" and n in loaded)]
+        out.append(Autotuned(kernels, digest([c.source for c in kernels], b.kernel.device), b.name, scratch,
+                             [lab for lab, _ in cands]))
+    if every and not every[0][0].interpreted and torch.cuda.is_available():
+        precompile(every)
     return out
 
 
-def _loaded(body: KernelBody) -> set[str]:
-    from ember.loopir.kernel import Assign
-    return {st.args[0] for sec in body.sections for st in sec.stmts if isinstance(st, Assign) and st.kind == "load"}
+def _dtypes(body: KernelBody) -> list[torch.dtype]:
+    return [dt for dt, _ in body.buffers.values()]
 
 
-def _precompile(kernels: list[Any], bodies: list[KernelBody]) -> None:
-    """Compile every kernel (for 16-byte aligned pointers, what fresh allocations get) in parallel threads;
-    Triton's passes and ptxas run outside the GIL."""
+def precompile(kernels: list[tuple[Any, list[torch.dtype]]]) -> None:
+    """Compile every (kernel, argument dtypes) (for 16-byte aligned pointers, what fresh allocations get) in
+    parallel threads; Triton's passes and ptxas run outside the GIL."""
     try:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -272,5 +270,5 @@ def _precompile(kernels: list[Any], bodies: list[KernelBody]) -> None:
     if workers <= 1:
         return
     with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool):
-        for k, b in zip(kernels, bodies):
-            k.warmup([dt for dt, _ in b.buffers.values()])
+        for k, dtypes in kernels:
+            k.warmup(dtypes)

@@ -359,16 +359,20 @@ def body_indices(body: KernelBody) -> list:
 
 
 def load_indices(body: KernelBody) -> list:
-    return [st.args[1] for sec in body.sections for st in sec.stmts
-            if isinstance(st, Assign) and st.kind == "load"]
+    return [st.args[1] for st in body.loads()]
+
+
+def _sizes(body: KernelBody, persistent: bool) -> tuple:
+    """The arguments of ``launch_config``/``candidate_configs`` for ``body``."""
+    k = body.kernel
+    xnumel, rnumel = int(k.xnumel), int(k.rnumel)
+    int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
+    return xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64
 
 
 def configs(body: KernelBody, persistent: bool) -> list[LaunchConfig]:
     """The heuristic launch configuration of ``body`` first, then the other candidates max-autotune tries."""
-    k = body.kernel
-    xnumel, rnumel = int(k.xnumel), int(k.rnumel)
-    int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
-    return candidate_configs(xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64)
+    return candidate_configs(*_sizes(body, persistent))
 
 
 def generate(body: KernelBody, persistent: bool, name: str = "",
@@ -376,10 +380,7 @@ def generate(body: KernelBody, persistent: bool, name: str = "",
     """(module source, kernel function name, launch configuration) for ``body``, with the heuristic
     configuration unless ``cfg`` (one of ``configs(body, persistent)``) is given."""
     k = body.kernel
-    if cfg is None:
-        xnumel, rnumel = int(k.xnumel), int(k.rnumel)
-        int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
-        cfg = launch_config(xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64)
+    cfg = cfg or launch_config(*_sizes(body, persistent))
     if k.is_reduction and not persistent and ONLINE_SOFTMAX:
         body = online_softmax(body)
     fname = name or f"ember_{k.name}"

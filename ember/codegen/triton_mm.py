@@ -107,11 +107,6 @@ def eligible(e: Extern) -> bool:
     return 0 < int(prod(e.layout.shape)) < 2 ** 31 and all(int(s) > 0 for s in mats[0].layout.shape)
 
 
-def _loads_of(body: KernelBody, buf: str) -> list[Assign]:
-    return [st for sec in body.sections for st in sec.stmts
-            if isinstance(st, Assign) and st.kind == "load" and st.args[0] == buf]
-
-
 def epilogue_of(sched: Schedule, i: int, bodies: dict[str, KernelBody]) -> int | None:
     """The position of the kernel that can run inside the template of the matmul at step ``i``, or None."""
     e = sched.steps[i]
@@ -124,7 +119,7 @@ def epilogue_of(sched: Schedule, i: int, bodies: dict[str, KernelBody]) -> int |
                 return None
             if set(s.reads) & produced_after:
                 return None
-            loads = _loads_of(body, e.name)
+            loads = [st for st in body.loads() if st.args[0] == e.name]
             if not loads or any(sympy.sympify(st.args[1]) != XINDEX or st.args[2] not in (None, True, sympy.true)
                                 for st in loads):
                 return None
@@ -236,8 +231,6 @@ class MatmulStep:
     kernel: Kernel | None
     body: KernelBody | None
     fn: Any = None              # Autotuned(...)(a, b, [bias], *epilogue buffers) -> the matmul's result or None
-    store_mm: bool = True
-    sources: tuple = ()
 
     @property
     def name(self) -> str:
@@ -273,13 +266,19 @@ class _Fallback:
         self.bias_first = e.op == "addmm"        # the step passes (a, b, bias); addmm takes (bias, a, b)
         self.order = list(body.buffers) if body is not None else []
 
+    def operands(self, ops: tuple) -> tuple:
+        return ops
+
+    def result(self, out: torch.Tensor) -> torch.Tensor:
+        return out
+
     def __call__(self, *args: torch.Tensor) -> torch.Tensor:
-        ops, epi = args[:self.nops], list(args[self.nops:])
+        ops = self.operands(args[:self.nops])
         if self.bias_first:
             ops = (ops[2], ops[0], ops[1])
-        out = self.target(*ops, *self.extra, **self.kwargs)
+        out = self.result(self.target(*ops, *self.extra, **self.kwargs))
         if self.kernel is not None:
-            it = iter(epi)
+            it = iter(args[self.nops:])
             self.kernel(*[out if x == self.mm else next(it) for x in self.order])
         return out
 
@@ -294,24 +293,20 @@ class _PaddedFallback(_Fallback):
         self.k, self.n = k, n
         self.kp, self.np = -(-k // align) * align, -(-n // align) * align
 
-    def __call__(self, *args: torch.Tensor) -> torch.Tensor:
+    def operands(self, ops: tuple) -> tuple:
         import torch.nn.functional as F
-        a, b = args[0], args[1]
+        a, b = ops[0], ops[1]
         a = F.pad(a, (0, self.kp - self.k)) if self.kp != self.k else a.contiguous()
         b = F.pad(b, (0, self.np - self.n, 0, self.kp - self.k))
-        ops: tuple = (a, b)
-        if self.nops == 3:
-            bias = args[2]
-            if bias.shape[-1] == self.n and self.np != self.n:
-                bias = F.pad(bias, (0, self.np - self.n))
-            ops = (a, b, bias)
-        if self.bias_first:
-            ops = (ops[2], ops[0], ops[1])
-        out = self.target(*ops, *self.extra, **self.kwargs)[..., :self.n].contiguous()
-        if self.kernel is not None:
-            it = iter(args[self.nops:])
-            self.kernel(*[out if x == self.mm else next(it) for x in self.order])
-        return out
+        if len(ops) == 2:
+            return (a, b)
+        bias = ops[2]
+        if bias.shape[-1] == self.n and self.np != self.n:
+            bias = F.pad(bias, (0, self.np - self.n))
+        return (a, b, bias)
+
+    def result(self, out: torch.Tensor) -> torch.Tensor:
+        return out[..., :self.n].contiguous()
 
 
 class _Template:
@@ -320,13 +315,17 @@ class _Template:
     def __init__(self, kernel: Any, e: Extern, store_mm: bool, nops: int) -> None:
         lay = e.layout
         self.kernel, self.warmup = kernel, kernel.warmup
-        self.shape, self.stride, self.dtype = tuple(lay.shape), tuple(lay.stride), lay.dtype
+        self.shape, self.stride, self.dtype, self.device = tuple(lay.shape), tuple(lay.stride), lay.dtype, lay.device
         self.store_mm, self.nops = store_mm, nops
+        self.unused: torch.Tensor | None = None     # the output pointer when nothing reads the result
 
     def __call__(self, *args: torch.Tensor) -> torch.Tensor | None:
-        dev = args[0].device
-        out = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=dev) if self.store_mm else \
-            torch.empty((1,), dtype=self.dtype, device=dev)
+        if self.store_mm:
+            out = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+        else:
+            if self.unused is None:
+                self.unused = torch.empty((1,), dtype=self.dtype, device=self.device)
+            out = self.unused
         self.kernel(*args[:self.nops], out, *args[self.nops:])
         return out if self.store_mm else None
 
@@ -336,12 +335,11 @@ def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], t
     """``sched`` with each eligible matmul (and, with ``epilogues``, the kernel after it) as an autotuned
     ``MatmulStep``."""
     from .autotune import Autotuned, digest
-    from .triton import TritonKernel, load_module
+    from .triton import TritonKernel, load_module, precompile
     from .triton_helpers import interpreting
     interp = interpreting()
     bodies = {k: body for k, (_, body) in kernels.items()}
     steps = list(sched.steps)
-    frees = [list(f) for f in sched.frees]
     outputs = sched.graph.output_names()
     pre: list[tuple[Any, list]] = []
     for i, e in enumerate(sched.steps):
@@ -381,26 +379,13 @@ def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], t
             pre.append((t, dts))
         fn = Autotuned(choices, digest(srcs + [str(store_mm)], e.device), f"{e.name} ({e.op} {shape}x{k})",
                        labels=labels)
-        steps[i] = MatmulStep(e, kern, body, fn, store_mm, tuple(srcs))
+        steps[i] = MatmulStep(e, kern, body, fn)
         sources.append(srcs[0])
         if j is not None:
             steps[j] = None          # its work runs in the template step; its frees stay at its place
     if pre and not interp and torch.cuda.is_available():
-        _precompile(pre)
-    return Schedule(sched.graph, steps, frees)
-
-
-def _precompile(pre: list[tuple[Any, list]]) -> None:
-    try:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:
-        return
-    import os
-    with ThreadPoolExecutor(min(len(pre), os.cpu_count() or 1, 16)) as pool, AsyncCompileMode(pool):
-        for t, dts in pre:
-            t.warmup(dts)
+        precompile(pre)
+    return Schedule(sched.graph, steps, sched.frees)
 
 
 __all__ = ["MatmulStep", "eligible", "epilogue_of", "template_source", "tile_configs", "use_templates"]

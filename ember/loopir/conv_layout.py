@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from ember.decomp.meta import TensorMeta
+
 from .ir import Layout
 
 MIN_CONVS = 4
@@ -55,22 +57,28 @@ def default_layout(tv: Any) -> Layout | None:
     return channels_last(tuple(tv.shape), tv.dtype, tv.device)
 
 
-def conv_args(L: Any, args: tuple) -> tuple | None:
-    """The convolution's arguments with input and weight as channels-last buffers, or None to leave it."""
+def channels_last_conv(L: Any, impl: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
+    """The lowering of a convolution with channels-last input, weight and result, or None to leave it."""
     from .values import TV, buffer_view
     x, w = args[0], args[1]
     if not (isinstance(x, TV) and isinstance(w, TV)) or x.ndim != 4 or args[6] or x.dtype not in DTYPES or \
             torch.device(x.device).type not in DEVICES:
         return None
-    out = list(args)
+    new = list(args)
     for i in (0, 1):
         t = args[i]
         want = channels_last(tuple(t.shape), t.dtype, t.device)
         if t.view is not None and same_memory(t.view[1], want):
             continue
         ref = L.realize(t, want)
-        out[i] = buffer_view(ref.name, ref.layout)
-    return tuple(out)
+        new[i] = buffer_view(ref.name, ref.layout)
+    shape = tuple(meta.shape)          # cuDNN (and oneDNN) return NHWC results for NHWC inputs
+    lay = channels_last(shape, meta.dtype, torch.device(meta.device))
+    out = L.extern(impl, tuple(new), kwargs, TensorMeta(shape, meta.dtype, lay.device, lay.stride), fresh=True,
+                   op="convolution")
+    L.padded_results.add(out.view[0])
+    return out
 
 
-__all__ = ["DEVICES", "MIN_CONVS", "channels_last", "conv_args", "default_layout", "same_memory", "wants_channels_last"]
+__all__ = ["DEVICES", "MIN_CONVS", "channels_last", "channels_last_conv", "default_layout", "same_memory",
+           "wants_channels_last"]

@@ -71,6 +71,10 @@ class KernelBody:
     def name(self) -> str:
         return self.kernel.name
 
+    def loads(self) -> list[Assign]:
+        """Every ``load`` statement, in order."""
+        return [st for sec in self.sections for st in sec.stmts if isinstance(st, Assign) and st.kind == "load"]
+
     def python(self) -> str:
         out = []
         for s in self.sections:
@@ -246,7 +250,7 @@ def stash_recomputed(body: KernelBody) -> KernelBody:
     last, earlier = rsecs[-1], rsecs[-2]
     defs = {st.var: st for st in last.stmts if isinstance(st, Assign)}
     same = _equivalents(earlier, last)
-    loaded = {st.args[0] for s in body.sections for st in s.stmts if isinstance(st, Assign) and st.kind == "load"}
+    loaded = {st.args[0] for st in body.loads()}
     targets = [st for st in last.stmts if isinstance(st, Store) and st.buf not in loaded
                and st.buf not in body.aliased and not _names(st.index) & set(defs)]
     for var in reversed(list(defs)):

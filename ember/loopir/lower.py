@@ -212,14 +212,9 @@ class Lowerer:
             impl = target.impl if name else target
             arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
             if name == "convolution" and self.channels_last:
-                from .conv_layout import channels_last, conv_args
-                cl = conv_args(self, args)
-                if cl is not None:     # cuDNN (and oneDNN) return NHWC results for NHWC inputs
-                    shape = tuple(meta.shape)
-                    lay = channels_last(shape, meta.dtype, torch.device(meta.device))
-                    out_meta = TensorMeta(shape, meta.dtype, lay.device, lay.stride)
-                    out = self.extern(impl, cl, kwargs, out_meta, fresh=True, op=name)
-                    self.padded_results.add(out.view[0])
+                from .conv_layout import channels_last_conv
+                out = channels_last_conv(self, impl, args, kwargs, meta)
+                if out is not None:
                     return out
             if name in ("mm", "addmm", "bmm") and self.align_matmuls:
                 from .matmul_align import align_matmul
