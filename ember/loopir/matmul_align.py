@@ -8,9 +8,13 @@ the LM head and both its gradients, which then ran "align1" kernels 3-7x slower 
 So for mm/addmm/bmm on CUDA with enough work:
 - a misaligned inner dimension K is padded with zeros in both operands (the products gain zero terms);
 - misaligned output columns N are padded with zeros in the second operand (and the bias); the result is a
-  view of the first N columns of the padded product (copied to eager's layout only when it is a graph output);
+  view of the first N columns of the padded product. A forward or inference graph returns that view as it is
+  (its rows keep the padded stride, as torch.compile's pad_mm returns them: copying GPT-2's logits back to
+  eager's layout would cost half the matmul's time again); a backward graph copies a gradient into eager's
+  layout;
 - an operand whose rows are still misaligned (a view with an odd row stride) is copied into aligned rows.
-A padded operand computed by a kernel costs nothing extra: that kernel writes the padded buffer.
+A padded operand computed by a kernel costs nothing extra: that kernel writes the padded buffer, in the
+operand's own dimension order (a transposed weight is padded without transposing it).
 """
 from __future__ import annotations
 
@@ -66,6 +70,18 @@ def _padded_layout(lay: Layout, align: int) -> Layout:
     return Layout(tuple(lay.shape), tuple(stride) + inner, lay.dtype, lay.device, 0)
 
 
+def _dense_like(lay: Layout, shape: tuple) -> Layout:
+    """A dense layout of ``shape`` with ``lay``'s dimension order (a padded copy of a transposed operand stays
+    transposed, so the copy reads and writes along the same dimension)."""
+    order = sorted(range(len(shape)), key=lambda d: (-lay.stride[d], -d))
+    stride = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        stride[d] = step
+        step *= shape[d]
+    return Layout(tuple(shape), tuple(stride), lay.dtype, lay.device, 0)
+
+
 def _current_layout(x: TV, meta: Any) -> Layout:
     if x.view is not None:
         return x.view[1]
@@ -106,6 +122,10 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
     changed = kp != k or np_ != n
     for i in mats:
         x = new_args[i]
+        if x is not args[i]:        # padded: stored in the operand's own dimension order
+            src = _current_layout(args[i], traced[i] if i < len(traced) else None)
+            ref = L.realize(x, _dense_like(src, tuple(x.shape)))
+            new_args[i] = x = buffer_view(ref.name, ref.layout)
         lay = _current_layout(x, traced[i] if x is args[i] and i < len(traced) else None)
         if not _aligned(lay, align):
             ref: BufferRef = L.realize(x, _padded_layout(lay, align))
@@ -116,7 +136,8 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
     out = L.extern(impl, tuple(new_args), kwargs, None, fresh=True, op=name)
     if np_ == n:
         return out
-    L.padded_results.add(out.view[0])
+    if L.name.startswith("backward"):       # gradients keep eager's layout (AccumulateGrad's layout contract)
+        L.padded_results.add(out.view[0])
     return LOWERINGS["slice"](L, out, out.ndim - 1, 0, n)
 
 
