@@ -39,9 +39,12 @@ def main() -> None:
     p.add_argument("--engines", default="ember,inductor")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--batch", type=int, help="batch size (default: the model's own)")
     a = p.parse_args()
     device = torch.device(a.device)
     (entry,), _ = select_models(a.suite, [a.model])
+    if a.batch:
+        entry.configs[a.suite]["batch"] = a.batch
     for name in ["eager"] + a.engines.split(","):
         torch.manual_seed(0)
         w = entry.build(a.suite, device)
