@@ -62,10 +62,16 @@ def summarize(samples: list[float]) -> Timing:
     return Timing(med, spread, len(samples))
 
 
-def time_interleaved(fns: dict[str, Callable[[], Any]], device: torch.device, reps: int
+def time_interleaved(fns: dict[str, Callable[[], Any]], device: torch.device, reps: int, idle_start: bool = False
                      ) -> tuple[dict[str, Timing], dict[str, str]]:
     """Timing of each thunk over ``reps`` interleaved rounds; and the error of every thunk that raised (it
-    leaves the rotation)."""
+    leaves the rotation).
+
+    On CUDA each call is timed with device events. ``idle_start``: the device is synchronized before each call,
+    so a call's host work (guards, launches) is never hidden behind the previous thunk's queued kernels (what
+    torch's benchmark harness measures: wall time of one call from an idle device); without it, calls of one
+    round queue back to back, which suits timing single kernels but favours a host-bound engine that follows a
+    device-bound one."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
     errors: dict[str, str] = {}
     names = list(fns)
@@ -77,6 +83,8 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], device: torch.device, re
                 continue
             try:
                 if device.type == "cuda":
+                    if idle_start:
+                        torch.cuda.synchronize(device)
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
                     fns[name]()

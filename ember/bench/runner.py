@@ -5,7 +5,8 @@ and the same inputs. In order:
 
 1. cold compile: the first call of each engine, timed (eager runs first: its results are the reference);
 2. warm-up calls; the last one's outputs (and gradients) are checked against eager's (``measure.compare``);
-3. interleaved timing of every engine that ran; speedup = eager's median / the engine's median;
+3. interleaved timing of every engine that ran, each call from an idle device; speedup = eager's median / the
+   engine's median;
 4. peak memory of one call per engine;
 5. warm compile: where the engine has a disk cache, drop its in-memory caches and compile again.
 
@@ -275,7 +276,8 @@ class Case:
         self.progress(f"timing {len(runs)} engines")
         reps = measure.choose_reps(sum(r.per_call_s for r in runs), self.s.timing_budget_s, self.s.min_reps,
                            self.s.max_reps)
-        timings, errors = measure.time_interleaved({r.engine.name: r.step for r in runs}, self.s.device, reps)
+        timings, errors = measure.time_interleaved({r.engine.name: r.step for r in runs}, self.s.device, reps,
+                                                   idle_start=True)
         for r in runs:
             if r.engine.name in errors:
                 r.row.fail(f"while timing: {errors[r.engine.name]}")
