@@ -48,6 +48,7 @@ class _Writer:
         # buffers that may be views with a storage offset: inputs, extern results, and what is stored over them
         self.bound = {n.name for n in schedule.graph.nodes if isinstance(n, (InputBuffer, Extern, ExternOutput))}
         self.bound |= set(inplace)
+        self.reuse, self.kept = plan_reuse(schedule, inplace)
 
     def bind(self, prefix: str, value: Any) -> str:
         name = f"{prefix}{len(self.globals)}"
@@ -81,6 +82,11 @@ class _Writer:
             self.lines.append(f"    {name} = {self.inplace[name]}  # new value stored in place")
             return
         lay = self.layouts[name]
+        donor = self.reuse.get(name)
+        if donor is not None:
+            self.lines.append(f"    {name} = as_strided({donor}, {_size(lay.shape)}, {_size(lay.stride)}, 0); "
+                              f"del {donor}  # reuses {donor}'s memory")
+            return
         dev = self.bind("dev", lay.device)
         self.lines.append(f"    {name} = empty_strided({_size(lay.shape)}, {_size(lay.stride)}, "
                           f"dtype={lay.dtype}, device={dev})")
@@ -140,11 +146,91 @@ class _Writer:
                 self.check(step.name, maybe_none=True)
             elif step is not None:          # a step that writes its own lines (a matmul template)
                 step.write(self, kernels)
-            if self.s.frees[i]:
-                self.lines.append(f"    del {', '.join(self.s.frees[i])}")
+            dead = [b for b in self.s.frees[i] if b not in self.kept]
+            if dead:
+                self.lines.append(f"    del {', '.join(dead)}")
         outs = [self.ref(o) if isinstance(o, BufferRef) else self.arg(o) for o in g.outputs]
         self.lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(self.lines) + "\n"
+
+
+REUSE_WINDOW = 16
+
+
+def _storage_key(lay: Layout) -> tuple | None:
+    """(bytes, dtype, device) of the memory ``empty_strided`` gives a buffer of this layout (None: symbolic)."""
+    try:
+        shape, stride = [int(v) for v in lay.shape], [int(v) for v in lay.stride]
+    except TypeError:
+        return None
+    if any(n == 0 for n in shape):
+        return None
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+    return (span * lay.dtype.itemsize, lay.dtype, lay.device)
+
+
+def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, str], set[str]]:
+    """Memory planning (Inductor's buffer reuse): a buffer the wrapper allocates for a kernel's output takes
+    the memory of an earlier one of the same size, dtype and device that is dead by then, instead of asking the
+    caching allocator (an allocation costs microseconds of host time; a model allocates hundreds per call).
+
+    Returns ({receiver: donor name}, {donor names whose ``del`` waits for the receiver}). A donor is memory
+    the wrapper allocated itself, read only by generated kernels and by externs returning fresh tensors (so no
+    view of it survives), whose every name (buffers stored into it in place) has died; the most recently freed
+    one is taken first. Memory dead for more than ``REUSE_WINDOW`` steps goes back to the allocator instead
+    (held for a later buffer it would raise the peak: the allocator hands it to the steps between)."""
+    graph = schedule.graph
+    layouts = {n.name: n.layout for n in graph.nodes}
+
+    def root(b: str) -> str:
+        while b in inplace:
+            b = inplace[b]
+        return b
+    names: dict[str, set[str]] = {}
+    for n in graph.nodes:
+        names.setdefault(root(n.name), set()).add(n.name)
+    owned: set[str] = set()         # roots allocated by the wrapper for a kernel's output
+    unsafe: set[str] = set()        # roots some other step may keep a view of
+    for step in schedule.steps:
+        if step is None:            # an epilogue kernel a matmul template took over
+            continue
+        if isinstance(step, Kernel):
+            owned |= {b for b in step.stores if b not in inplace}
+        elif not (isinstance(step, Extern) and step.fresh and not step.multi):
+            unsafe |= {root(b) for b in step.reads()} | {root(step.name)}
+        else:
+            unsafe.add(root(step.name))
+    for o in graph.outputs:
+        if isinstance(o, BufferRef):
+            unsafe.add(root(o.name))
+    pool: dict[tuple, list[tuple[str, int]]] = {}      # key -> (donor, step it died at), oldest first
+    alive: dict[str, set[str]] = {}
+    reuse: dict[str, str] = {}
+    kept: set[str] = set()
+    for i, step in enumerate(schedule.steps):
+        if isinstance(step, Kernel):
+            for b in step.stores:
+                if b in inplace or b not in owned:
+                    continue
+                key = _storage_key(layouts[b])
+                free = pool.get(key, []) if key is not None else []
+                while free and i - free[0][1] > REUSE_WINDOW:
+                    free.pop(0)
+                if free:
+                    reuse[b] = free.pop()[0]
+                    kept.add(reuse[b])
+        for b in schedule.frees[i]:
+            r = root(b)
+            if r not in owned or r in unsafe:
+                continue
+            left = alive.setdefault(r, set(names[r]))
+            left.discard(b)
+            if not left:
+                key = _storage_key(layouts[r])
+                if key is not None:
+                    pool.setdefault(key, []).append((b, i))
+    kept &= set(reuse.values())
+    return reuse, kept
 
 
 def make_wrapper(schedule: Schedule, kernels: dict[str, tuple[Callable, KernelBody]],
