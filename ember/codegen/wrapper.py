@@ -155,18 +155,21 @@ class _Writer:
 
 
 REUSE_WINDOW = 16
+REUSE_MAX_BYTES = 8 << 20      # larger buffers go back to the allocator: their kernels dwarf an allocation's cost,
+                               # and memory held for a later buffer raises the peak
 
 
 def _storage_key(lay: Layout) -> tuple | None:
-    """(bytes, dtype, device) of the memory ``empty_strided`` gives a buffer of this layout (None: symbolic)."""
+    """(bytes, dtype, device) of the memory ``empty_strided`` gives a buffer of this layout (None: symbolic, or
+    too large to be worth holding)."""
     try:
         shape, stride = [int(v) for v in lay.shape], [int(v) for v in lay.stride]
     except TypeError:
         return None
     if any(n == 0 for n in shape):
         return None
-    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride))
-    return (span * lay.dtype.itemsize, lay.dtype, lay.device)
+    nbytes = (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * lay.dtype.itemsize
+    return (nbytes, lay.dtype, lay.device) if nbytes <= REUSE_MAX_BYTES else None
 
 
 def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, str], set[str]]:
