@@ -91,12 +91,24 @@ class CudaOps:
         with torch.cuda.device(device):
             return torch.cuda.graph_pool_handle()
 
+    def __init__(self) -> None:
+        self.streams: dict[Any, Any] = {}
+
     def record(self, fn: Callable[..., Any], inputs: Sequence[Any], pool: Any, device: torch.device) -> tuple[Any, Any]:
-        """Capture ``fn(*inputs)``; return (graph, outputs). The caller replays once to get this call's values."""
+        """Capture ``fn(*inputs)``; return (graph, outputs). The caller replays once to get this call's values.
+
+        Captures run on one side stream per device, whose cuBLAS workspace (32 MB on Hopper) is made before the
+        first capture: made during one, it would live in the graph pool for good."""
         with torch.cuda.device(device):
             torch.cuda.synchronize()
+            stream = self.streams.get(device)
+            if stream is None:
+                stream = self.streams[device] = torch.cuda.Stream()
+                with torch.cuda.stream(stream):
+                    torch.cuda.current_blas_handle()
+                torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
                 outs = fn(*inputs)
             return graph, outs
 
