@@ -91,25 +91,23 @@ class CudaOps:
         with torch.cuda.device(device):
             return torch.cuda.graph_pool_handle()
 
-    def __init__(self) -> None:
-        self.streams: dict[Any, Any] = {}
-
     def record(self, fn: Callable[..., Any], inputs: Sequence[Any], pool: Any, device: torch.device) -> tuple[Any, Any]:
         """Capture ``fn(*inputs)``; return (graph, outputs). The caller replays once to get this call's values.
 
-        Captures run on one side stream per device, whose cuBLAS workspace (32 MB on Hopper) is made before the
-        first capture: made during one, it would live in the graph pool for good."""
+        cuBLAS keeps a workspace (32 MB on Hopper) per handle and stream. Cached ones are dropped before and after
+        the capture (as torch's CUDA graph trees do), so the capture makes its own inside the pool and that
+        memory is the pool's again afterwards, like the graph's intermediates, instead of a workspace cached
+        for good (in the pool, or outside it when made before)."""
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
         with torch.cuda.device(device):
             torch.cuda.synchronize()
-            stream = self.streams.get(device)
-            if stream is None:
-                stream = self.streams[device] = torch.cuda.Stream()
-                with torch.cuda.stream(stream):
-                    torch.cuda.current_blas_handle()
-                torch.cuda.synchronize()
+            if clear is not None:
+                clear()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 outs = fn(*inputs)
+            if clear is not None:
+                clear()
             return graph, outs
 
     def replay(self, graph: Any) -> None:
