@@ -12,8 +12,7 @@ import time
 import torch
 
 from ember.bench.engines import parse_engine
-from ember.bench.runner import make_step
-from ember.bench.zoo import select_models
+from ember.bench.runner import make_step, zoo_case
 
 
 def main() -> None:
@@ -29,14 +28,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     a = p.parse_args()
     dev = torch.device(a.device)
-    (entry,), _ = select_models(a.suite, [a.model])
-    if a.batch:
-        entry.configs[a.suite]["batch"] = a.batch
-    torch.manual_seed(0)
-    w = entry.build(a.suite, dev)
-    model = w.model.to(dev)
-    model.train(a.task == "train")
-    inputs = w.make_inputs(0, dev)
+    w, model, inputs = zoo_case(a.model, a.suite, dev, a.task, a.batch)
     step = make_step(parse_engine(a.engine), model, w, inputs, a.task, a.dtype, dev)
     for _ in range(5):
         step()

@@ -100,6 +100,21 @@ def autocast_ctx(dtype: str, device: torch.device):
     return torch.autocast(device.type, dtype=DTYPES[dtype])
 
 
+def zoo_case(name: str, suite: str, device: torch.device, task: str, batch: int | None = None, seed: int = 0
+             ) -> tuple[Workload, torch.nn.Module, Inputs]:
+    """One zoo model built on ``device`` (seeded, in train or eval mode for ``task``, at ``batch`` when given)
+    and its inputs: what the diagnosis scripts under bench/ start from."""
+    from .zoo import select_models
+    (entry,), _ = select_models(suite, [name])
+    if batch:
+        entry.configs[suite]["batch"] = batch
+    torch.manual_seed(seed)
+    w = entry.build(suite, device)
+    model = w.model.to(device)
+    model.train(task == "train")
+    return w, model, w.make_inputs(seed, device)
+
+
 def make_step(engine: Engine, model: torch.nn.Module, w: Workload, inputs: Inputs, task: str, dtype: str,
               device: torch.device) -> Callable[[], Any]:
     """A thunk running one inference call (the module compiled) or one training step (forward + loss compiled,
