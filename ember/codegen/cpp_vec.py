@@ -9,7 +9,8 @@ of 0 / -1) for bools, loads and stores of whole vectors, vector accumulators red
 and the leftover ``n % EMBER_VW`` points run by the scalar loop as before.
 
 A loop is vectorized when, at the loop's level, every value is float32 or bool, every load and store is
-contiguous in the loop variable or invariant within a vector (``lane_coeff``), loads are unmasked, and
+contiguous in the loop variable or invariant within a vector (``lane_coeff``) or, for float32 loads,
+``var % m`` with ``m`` dividing the width (``period``: built lane by lane), loads are unmasked, and
 reductions are sum/prod/amax/amin. Ops use a vector rule from ``VOPS`` when there is one, else the scalar rule
 of ``cpp_ops`` applied lane by lane in an ``omp simd`` loop over the lanes (which GCC turns into one libmvec
 call for erf/tanh/log...). Values computed only from loop invariants stay scalars and broadcast where used.
@@ -37,6 +38,9 @@ typedef int32_t vmask __attribute__((vector_size(EMBER_VW * 4)));
 static inline vfloat ember_vbf(float s) { return vfloat{} + s; }
 static inline vmask ember_vbm(bool s) { return vmask{} + (s ? -1 : 0); }
 static inline vfloat ember_vload(const float* p) { vfloat v; std::memcpy(&v, p, sizeof v); return v; }
+static inline vfloat ember_vperiodic(const float* p, int m) {   // lanes p[0..m-1] repeated (m divides the width)
+  vfloat v; for (int l = 0; l < EMBER_VW; ++l) v[l] = p[l % m]; return v;
+}
 static inline void ember_vstore(float* p, vfloat v) { std::memcpy(p, &v, sizeof v); }
 static inline vmask ember_vload_mask(const bool* p) {
   vmask m; for (int l = 0; l < EMBER_VW; ++l) m[l] = p[l] ? -1 : 0; return m;
@@ -91,6 +95,23 @@ def lane_coeff(e: Any, var: sympy.Symbol, width: int, lane_vars: set[str]) -> in
     lane), 1 (consecutive), or None (anything else, including a dependence on another per-lane value)."""
     r = _lanes(e, var, width, lane_vars)
     return None if r is None else r[0]
+
+
+def period(e: Any, var: sympy.Symbol, width: int, lane_vars: set[str]) -> int | None:
+    """``m`` when ``e`` is ``var % m`` plus terms the same for every lane, with ``m`` a proper divisor of
+    ``width``: across a vector starting at a multiple of ``width`` it takes the values at lane 0 plus
+    ``0..m-1``, repeated (a per-channel parameter read over NHWC rows of fewer channels than lanes)."""
+    if not isinstance(e, sympy.Basic):
+        return None
+    terms = e.args if isinstance(e, sympy.Add) else (e,)
+    mods = [t for t in terms if isinstance(t, sympy.Mod) and t.args[0] == var and t.args[1].is_Integer]
+    if len(mods) != 1:
+        return None
+    m = int(mods[0].args[1])
+    if not (1 < m < width and width % m == 0):
+        return None
+    rest = [t for t in terms if t is not mods[0]]
+    return m if all(lane_coeff(t, var, width, lane_vars) == 0 for t in rest) else None
 
 
 def _lanes(e: Any, var: sympy.Symbol, width: int, lane_vars: set[str]) -> tuple[int, bool] | None:
@@ -169,7 +190,8 @@ class VecLoop:
                 continue
             if not self._assign_ok(st):
                 return False
-            if (st.kind == "load" and self._coeff(st.args[1]) == 1) or any(a in vec for a in _operands(st)):
+            if (st.kind == "load" and (self._coeff(st.args[1]) == 1 or self._period(st)))  \
+                    or any(a in vec for a in _operands(st)):
                 if st.dtype not in VEC_DTYPES or any(self.w.dtype(a) not in VEC_DTYPES for a in _operands(st)):
                     return False
                 vec.add(st.var)
@@ -178,13 +200,20 @@ class VecLoop:
     def _coeff(self, idx: Any) -> int | None:
         return lane_coeff(idx, self.var, self.width, self.lane_vars)
 
+    def _period(self, st: Assign) -> int | None:
+        """The period of an unmasked float32 load repeating within a vector (see ``period``), else None."""
+        buf, idx, mask = st.args
+        if mask is not None or self.w.body.buffers[buf][0] != torch.float32 or self._coeff(idx) is not None:
+            return None
+        return period(idx, self.var, self.width, self.lane_vars)
+
     def _assign_ok(self, st: Assign) -> bool:
         if st.kind == "load":
             buf, idx, mask = st.args
             c = self._coeff(idx)
             if mask is not None and self._coeff(mask) != 0:
                 return False          # a mask per lane: the scalar loop's conditional loads
-            return c == 0 or (c == 1 and self.w.body.buffers[buf][0] in VEC_DTYPES)
+            return c == 0 or (c == 1 and self.w.body.buffers[buf][0] in VEC_DTYPES) or self._period(st) is not None
         if st.kind == "index":
             return self._coeff(st.args[0]) == 0
         return st.kind in ("const", "op", "cast")      # not "reduced" (only after a loop)
@@ -206,6 +235,10 @@ class VecLoop:
             return {"sum": f"{a} += {v};", "prod": f"{a} *= {v};",
                     "amax": f"{a} = ember_vmaximum({v}, {a});", "amin": f"{a} = ember_vminimum({v}, {a});"
                     }[st.reduce_type]
+        if st.kind == "load" and self._period(st):
+            self.vec.add(st.var)
+            return f"const vfloat {st.var} = ember_vperiodic({_ptr(st.args[0])} + {C.index(st.args[1])}, " \
+                   f"{self._period(st)});"
         if st.kind == "load" and self._coeff(st.args[1]) == 1:
             self.vec.add(st.var)
             buf, idx, mask = st.args

@@ -215,3 +215,17 @@ def test_compile_error_names_source_and_graph(tmp_path, monkeypatch) -> None:
     assert "graph_with_error" in msg and str(tmp_path) in msg and ".cpp" in msg
     path = msg.split("generated source: ")[1].split()[0]
     assert "this is not C++" in open(path).read()
+
+
+def test_per_channel_parameters_over_short_rows_are_vectorized() -> None:
+    """``x * w + b`` with rows of 4 (NHWC batch norm over 4 channels, a bias over 4 features): the parameters
+    repeat within a vector, so the loop stays vectorized with a lane-built parameter vector."""
+    from ember.codegen.cpp import vector_width
+    fn = lambda x, w, b: torch.relu(x * w + b)      # noqa: E731
+    for n in (64, 67):                              # with and without a scalar tail
+        ins = [_rn(n, 4), _rn(4), _rn(4)]
+        compiled, built = _compile(fn, ins)
+        _close(_flat(compiled(*ins))[0], fn(*ins), 1e-6, "per-channel rows of 4")
+    src = "\n".join(s for b in built for s in b.kernel_sources)
+    if vector_width() > 4:
+        assert "ember_vperiodic(" in src and "ember_vstore(" in src, src
