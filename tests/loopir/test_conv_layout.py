@@ -1,8 +1,9 @@
 """Channels-last activations in convolution-heavy inference graphs (ember.loopir.conv_layout).
 
-On the GPU this applies to 16-bit CUDA graphs; here the same lowering runs on the CPU (DEVICES patched) with
-the C++ kernels: values equal eager, convolutions get NHWC inputs and weights, the activations between them are
-stored NHWC, graph outputs keep eager's strides, and training graphs are left as traced.
+On the GPU this applies to 16-bit CUDA graphs (NHWC inputs and weights), on the CPU to float32 graphs (NHWC
+inputs; oneDNN reorders weights itself). Here both rules run on the CPU with the C++ kernels (the CUDA rule by
+patching): values equal eager, convolutions get NHWC inputs (and weights under the CUDA rule), the activations
+between them are stored NHWC, graph outputs keep eager's strides, and training graphs are left as traced.
 """
 from __future__ import annotations
 
@@ -25,19 +26,25 @@ class Block(nn.Module):
         return torch.relu(x + self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
 
 
-def _net() -> nn.Module:
+def _net(dtype=torch.bfloat16) -> nn.Module:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), Block(8), Block(8), nn.Conv2d(8, 8, 3))
     for m in net.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 2)
-    return net.eval().to(torch.bfloat16)
+    return net.eval().to(dtype)
 
 
-@pytest.fixture
-def on_cpu(monkeypatch):
-    monkeypatch.setattr(conv_layout, "DEVICES", {"cuda", "cpu"})
+@pytest.fixture(params=["cpu_rule", "cuda_rule"])
+def on_cpu(request, monkeypatch):
+    """The CPU's own rule (float32, NHWC inputs), or the CUDA rule (16-bit, NHWC inputs and weights) applied
+    to the CPU."""
+    if request.param == "cuda_rule":
+        monkeypatch.setattr(conv_layout, "DTYPES", {"cpu": (torch.bfloat16, torch.float16)})
+        monkeypatch.setattr(conv_layout, "NHWC_WEIGHTS", {"cpu"})
+        return torch.bfloat16, True
+    return torch.float32, False
 
 
 def _graphs(monkeypatch) -> list:
@@ -54,20 +61,22 @@ def _graphs(monkeypatch) -> list:
 
 
 def test_inference_values_layouts_and_output_strides(on_cpu, monkeypatch):
+    dtype, nhwc_weights = on_cpu
     seen = _graphs(monkeypatch)
-    net = _net()
-    x = torch.randn(2, 3, 16, 16, dtype=torch.bfloat16)
+    net = _net(dtype)
+    x = torch.randn(2, 3, 16, 16, dtype=dtype)
     with torch.no_grad():
         got = ember.compile(net)(x)
         want = net(x)
     assert got.stride() == want.stride() and got.is_contiguous()
-    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    tol = 2e-2 if dtype is torch.bfloat16 else 1e-4
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
     (cl, graph), = seen
     assert cl
     convs = [n for n in graph.nodes if isinstance(n, Extern) and n.op == "convolution"]
     assert len(convs) == 6
     for c in convs:
-        for ref in c.args[:2]:
+        for ref in c.args[:2] if nhwc_weights else c.args[:1]:
             ch = ref.layout.shape[1]
             assert ch == 1 or ref.layout.stride[1] == 1, (c.name, ref)       # NHWC: channels innermost
         assert c.layout.stride[1] == 1 or c.layout.shape[1] == 1
@@ -82,8 +91,9 @@ def test_training_graphs_keep_traced_layouts(on_cpu, monkeypatch):
 
 
 def test_few_convolutions_keep_traced_layouts(on_cpu, monkeypatch):
+    dtype, _ = on_cpu
     seen = _graphs(monkeypatch)
-    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval().to(torch.bfloat16)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval().to(dtype)
     with torch.no_grad():
-        ember.compile(net)(torch.randn(1, 3, 8, 8, dtype=torch.bfloat16))
+        ember.compile(net)(torch.randn(1, 3, 8, 8, dtype=dtype))
     assert seen and not seen[0][0]
