@@ -235,10 +235,10 @@ class VecLoop:
             return {"sum": f"{a} += {v};", "prod": f"{a} *= {v};",
                     "amax": f"{a} = ember_vmaximum({v}, {a});", "amin": f"{a} = ember_vminimum({v}, {a});"
                     }[st.reduce_type]
-        if st.kind == "load" and self._period(st):
+        m = self._period(st) if st.kind == "load" else None
+        if m:
             self.vec.add(st.var)
-            return f"const vfloat {st.var} = ember_vperiodic({_ptr(st.args[0])} + {C.index(st.args[1])}, " \
-                   f"{self._period(st)});"
+            return f"const vfloat {st.var} = ember_vperiodic({_ptr(st.args[0])} + {C.index(st.args[1])}, {m});"
         if st.kind == "load" and self._coeff(st.args[1]) == 1:
             self.vec.add(st.var)
             buf, idx, mask = st.args

@@ -213,7 +213,7 @@ def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, s
     for i, step in enumerate(schedule.steps):
         if isinstance(step, Kernel):
             for b in step.stores:
-                if b in inplace or b not in owned:
+                if b not in owned:
                     continue
                 key = _storage_key(layouts[b])
                 free = pool.get(key, []) if key is not None else []
@@ -232,7 +232,6 @@ def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, s
                 key = _storage_key(layouts[r])
                 if key is not None:
                     pool.setdefault(key, []).append((b, i))
-    kept &= set(reuse.values())
     return reuse, kept
 
 

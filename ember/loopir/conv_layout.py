@@ -56,7 +56,8 @@ def same_memory(a: Layout, b: Layout) -> bool:
 
 
 def default_layout(tv: Any) -> Layout | None:
-    """The channels-last layout for a computed 4-D float CUDA value, else None (contiguous)."""
+    """The channels-last layout for a computed 4-D float value on a device of ``DTYPES``, else None
+    (contiguous)."""
     kind = torch.device(tv.device).type
     if tv.ndim != 4 or kind not in DTYPES or tv.dtype not in (*DTYPES[kind], torch.float32):
         return None

@@ -256,8 +256,8 @@ class CudaGraphed:
         self.count = 0
         self.disabled: str | None = None             # why this graph runs without CUDA graphs
         self.bad_sigs: set[tuple] = set()
-        # the fast path: the first recording of the signature replayed last, its static input indices and
-        # addresses, and the indices of the other inputs (whose signature entries are compared)
+        # the fast path: the first recording of the signature replayed last, a getter of its static inputs,
+        # their addresses, and the indices of the other inputs (whose signature entries are compared)
         self.last: tuple[Recording, Callable[..., tuple], list[int], list[int]] | None = None
 
     # -- the per-call path
