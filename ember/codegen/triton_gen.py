@@ -97,10 +97,28 @@ def candidate_configs(xnumel: int, rnumel: int, reduction: bool, persistent: boo
     return out
 
 
+MIN_RUN = 16      # reduced points in a row that must be adjacent in memory for a reduction to count as inner
+
+
+def _unit_run(index: sympy.Expr) -> bool:
+    """Whether ``index`` steps by 1 as ``rindex`` steps by 1, over runs of at least ``MIN_RUN`` points: a
+    ``rindex`` term of coefficient 1, or ``Mod(rindex + c, m)`` with ``m >= MIN_RUN`` (the innermost dims of
+    a row that is split across several memory runs, such as the H*W plane of each image an NCHW batch norm
+    reduces over)."""
+    if index.coeff(RINDEX) == 1:
+        return True
+    for term in sympy.Add.make_args(index):
+        c, f = term.as_coeff_Mul()
+        if c == 1 and isinstance(f, sympy.Mod) and f.args[1].is_Integer and int(f.args[1]) >= MIN_RUN \
+                and sympy.expand(f.args[0]).coeff(RINDEX) == 1:
+            return True
+    return False
+
+
 def inner_reduction(indices: list) -> bool:
     """Whether consecutive reduced points are adjacent in memory for some load (rows are contiguous)."""
     rs = [sympy.expand(i) for i in indices if isinstance(i, sympy.Basic) and RINDEX in i.free_symbols]
-    return not rs or any(i.coeff(RINDEX) == 1 for i in rs)
+    return not rs or any(_unit_run(i) for i in rs)
 
 
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}

@@ -220,6 +220,20 @@ def test_source_names_fused_prims_and_picks_reduction_kind() -> None:
     assert "xmask = xindex < 1000" in src and "tl.arange(0, 1024)" in src
 
 
+def test_per_channel_reduction_over_nchw_planes_reads_rows_in_memory_order() -> None:
+    """A batch norm's statistics over an NCHW tensor reduce each channel over N planes of H*W adjacent points:
+    the row is contiguous in runs of H*W, so it gets the inner-reduction tile (one row per program, a wide
+    RBLOCK), not the outer one (a 64x64 tile over 64 rows, few programs, strided loads)."""
+    from ember.codegen.triton_gen import inner_reduction
+    from ember.loopir.indexing import RINDEX, XINDEX
+    src = _sources(lambda x: (x.sum((0, 2, 3)), ((x - 1) ** 2).sum((0, 2, 3))), [_rn(4, 3, 20, 20)])
+    assert "XBLOCK=1 " in src or "XBLOCK=2 " in src, src
+    plane = 112 * sympy.Mod(sympy.floor(RINDEX / 112), 112) + sympy.Mod(RINDEX, 112) + 12544 * XINDEX
+    assert inner_reduction([plane])
+    assert not inner_reduction([64 * RINDEX + XINDEX])                # NHWC: the channel is the contiguous dim
+    assert not inner_reduction([sympy.Mod(RINDEX, 4) + 4 * XINDEX])   # runs of 4: too short to count
+
+
 def test_low_precision_computes_in_float32() -> None:
     src = _sources(lambda x: x.exp() * 2, [_rn(64, dtype=torch.bfloat16)])
     assert ".to(tl.float32)" in src and ".to(tl.bfloat16)" in src
