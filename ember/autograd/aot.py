@@ -255,11 +255,35 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     _log_graphs("training", fwd, bwd, part.summary)
     if compile_graph is not None:
         fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place
-        fwd, bwd = compile_graph(fwd, "forward"), compile_graph(bwd, "backward")
+        fwd.meta["ember_saved_from"] = n_user + len(write_backs)  # ... and return saved values as computed
+        fwd_c = compile_graph(fwd, "forward")
+        _adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), n_user + len(write_backs))
+        fwd, bwd = fwd_c, compile_graph(bwd, "backward")
     aliases = _aliases(traced)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,
                             grad_after)
     return graphs, traced.out_spec
+
+
+def _adopt_saved_strides(bwd: fx.GraphModule, strides: list | None, saved_from: int) -> None:
+    """Give the backward graph's saved-value inputs the strides the compiled forward returns them with (its
+    kernel compiler may keep a saved activation channels-last, or a matmul result in padded rows), so the
+    backward is compiled for them instead of copying each into the traced layout on every call."""
+    if not strides:
+        return
+    from ember.decomp.meta import TensorMeta
+
+    from .fake import FakeTensor
+    phs = [n for n in bwd.graph.nodes if n.op == "placeholder"]
+    for ph, st in zip(phs, strides[saved_from:]):
+        val = ph.meta.get("val")
+        if st is None:
+            continue
+        if isinstance(val, FakeTensor) and tuple(val.stride()) != st:
+            meta = torch.empty_strided(tuple(val.shape), st, dtype=val.dtype, device="meta")
+            ph.meta["val"] = FakeTensor(meta, val.device, val.fake_mode)
+        elif isinstance(val, TensorMeta) and tuple(val.stride) != st:
+            ph.meta["val"] = TensorMeta(val.shape, val.dtype, val.device, st)
 
 
 def _check_write_backs(func: TracedGraph) -> None:

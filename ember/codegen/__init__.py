@@ -56,6 +56,7 @@ def _has_templates(sched: Any, options: Any) -> bool:
 
 
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
+    from ember.loopir.ir import BufferRef
     from ember.loopir.kernel import kernel_body
     from ember.loopir.lower import LoweringError, lower
     from ember.loopir.schedule import Kernel, schedule
@@ -68,6 +69,8 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
     except (LoweringError, NotImplementedError) as e:
         logs.log("perf_hints", f"ember: {name} runs as an FX graph: {e}")
         return gm
+    gm.meta["ember_output_strides"] = [tuple(int(v) for v in o.layout.stride) if isinstance(o, BufferRef) else None
+                                       for o in graph.outputs]
     sched = schedule(graph)
     if logs.enabled("schedule"):
         logs.log("schedule", f"{name}:\n{sched.python()}")

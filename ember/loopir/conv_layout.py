@@ -1,14 +1,16 @@
-"""Channels-last activations for convolution-heavy inference graphs (what Inductor's layout optimization does).
+"""Channels-last activations for convolution-heavy graphs (what Inductor's layout optimization does).
 
 cuDNN runs 16-bit convolutions in NHWC: given NCHW tensors it converts input, weight and output around every
 call (ResNet-50 at batch 8 on an H100: 1.1 ms of conversions and 1.4 ms of slower convolution kernels in a 7.9 ms
-step). So in an inference graph with at least ``MIN_CONVS`` 2-D convolutions on CUDA in bfloat16/float16:
+step). So in a graph with at least ``MIN_CONVS`` 2-D convolutions on CUDA in bfloat16/float16:
 - every 4-D float buffer the graph computes is stored channels-last (kernels write it in memory order), so the
   pointwise work between convolutions (batch norm, ReLU, residual adds) reads and writes NHWC;
 - a convolution's input and weight are passed channels-last (a graph input or parameter is copied once per
   call; a 1x1 weight already is), and its result comes back channels-last;
 - graph outputs keep the traced (eager) strides: a channels-last buffer that is an output is copied back.
-Training graphs keep the traced layouts (the forward's saved activations must match what the backward expects).
+Training graphs do the same: the forward returns its saved activations channels-last and the backward is
+compiled for them (``ember.autograd.aot``), its ``convolution_backward`` calls take and return NHWC tensors, and
+weight gradients are copied into the weights' layout.
 
 On the CPU the same holds for float32 graphs: oneDNN runs NCHW convolutions through reorders to its blocked
 format and back on every call, NHWC ones in place (the quick ResNet's convolutions: 382 -> 317 µs per step);
@@ -33,14 +35,22 @@ NHWC_WEIGHTS = {"cuda"}
 
 
 def wants_channels_last(gm: Any) -> bool:
+    """Whether a graph has at least ``MIN_CONVS`` 2-D convolutions (forward ones, or ``convolution_backward``
+    calls in a backward graph) of a dtype that runs channels-last on its device."""
     n = 0
     for node in gm.graph.nodes:
         t = node.target
-        if node.op == "call_function" and type(t).__name__ == "Prim" and getattr(t, "name", None) == "convolution":
-            val = node.meta.get("val")
-            if getattr(val, "ndim", 0) == 4 and not node.args[6] and \
-                    getattr(val, "dtype", None) in DTYPES.get(torch.device(val.device).type, ()):
-                n += 1
+        if node.op != "call_function":
+            continue
+        if type(t).__name__ == "Prim" and getattr(t, "name", None) == "convolution":
+            val, transposed = node.meta.get("val"), node.args[6]
+        elif t is torch.ops.aten.convolution_backward.default:
+            val, transposed = getattr(node.args[1], "meta", {}).get("val"), node.args[7]
+        else:
+            continue
+        if getattr(val, "ndim", 0) == 4 and not transposed and \
+                getattr(val, "dtype", None) in DTYPES.get(torch.device(val.device).type, ()):
+            n += 1
     return n >= MIN_CONVS
 
 
@@ -66,22 +76,38 @@ def default_layout(tv: Any) -> Layout | None:
     return channels_last(tuple(tv.shape), tv.dtype, tv.device)
 
 
-def channels_last_conv(L: Any, impl: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
-    """The lowering of a convolution with channels-last input, weight and result, or None to leave it."""
+def _nhwc_operands(L: Any, args: tuple, positions: tuple) -> list:
+    """``args`` with the 4-D tensors at ``positions`` passed channels-last (a view that already is one stays;
+    anything else is stored NHWC once)."""
     from .values import TV, buffer_view
-    x, w = args[0], args[1]
-    kind = torch.device(x.device).type if isinstance(x, TV) else None
-    if not (isinstance(x, TV) and isinstance(w, TV)) or x.ndim != 4 or args[6] or \
-            x.dtype not in DTYPES.get(kind, ()):
-        return None
     new = list(args)
-    for i in ((0, 1) if kind in NHWC_WEIGHTS else (0,)):
+    for i in positions:
         t = args[i]
+        if not isinstance(t, TV):
+            continue
         want = channels_last(tuple(t.shape), t.dtype, t.device)
         if t.view is not None and same_memory(t.view[1], want):
             continue
         ref = L.realize(t, want)
         new[i] = buffer_view(ref.name, ref.layout)
+    return new
+
+
+def _conv_kind(x: Any, w: Any, transposed: Any) -> str | None:
+    """The device type of a 2-D convolution that runs channels-last here, or None."""
+    from .values import TV
+    if not (isinstance(x, TV) and isinstance(w, TV)) or x.ndim != 4 or transposed:
+        return None
+    kind = torch.device(x.device).type
+    return kind if x.dtype in DTYPES.get(kind, ()) else None
+
+
+def channels_last_conv(L: Any, impl: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
+    """The lowering of a convolution with channels-last input, weight and result, or None to leave it."""
+    kind = _conv_kind(args[0], args[1], args[6])
+    if kind is None:
+        return None
+    new = _nhwc_operands(L, args, (0, 1) if kind in NHWC_WEIGHTS else (0,))
     shape = tuple(meta.shape)          # cuDNN (and oneDNN) return NHWC results for NHWC inputs
     lay = channels_last(shape, meta.dtype, torch.device(meta.device))
     out = L.extern(impl, tuple(new), kwargs, TensorMeta(shape, meta.dtype, lay.device, lay.stride), fresh=True,
@@ -90,5 +116,28 @@ def channels_last_conv(L: Any, impl: Any, args: tuple, kwargs: dict, meta: Any) 
     return out
 
 
-__all__ = ["DTYPES", "MIN_CONVS", "NHWC_WEIGHTS", "channels_last", "channels_last_conv", "default_layout", "same_memory",
-           "wants_channels_last"]
+def channels_last_conv_backward(L: Any, impl: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
+    """``aten.convolution_backward`` with channels-last grad_output and input (and weight on CUDA): cuDNN and
+    oneDNN then return grad_input and grad_weight channels-last, with no reorders around the call. A weight
+    gradient that is a graph output is copied into the weight's traced layout (AccumulateGrad's contract)."""
+    if len(args) < 11 or kwargs or not isinstance(meta, (tuple, list)) or len(meta) != 3:
+        return None
+    kind = _conv_kind(args[1], args[2], args[7])
+    if kind is None or args[0].ndim != 4:
+        return None
+    new = _nhwc_operands(L, args, (0, 1, 2) if kind in NHWC_WEIGHTS else (0, 1))
+    metas = []
+    for m in meta:
+        if m is not None and len(tuple(m.shape)) == 4:
+            lay = channels_last(tuple(m.shape), m.dtype, torch.device(m.device))
+            m = TensorMeta(tuple(m.shape), m.dtype, lay.device, lay.stride)
+        metas.append(m)
+    outs = L.extern(impl, tuple(new), kwargs, tuple(metas), op="convolution_backward")
+    for o in outs:
+        if o is not None and len(tuple(o.shape)) == 4:
+            L.padded_results.add(o.view[0])
+    return outs
+
+
+__all__ = ["DTYPES", "MIN_CONVS", "NHWC_WEIGHTS", "channels_last", "channels_last_conv", "channels_last_conv_backward",
+           "default_layout", "same_memory", "wants_channels_last"]

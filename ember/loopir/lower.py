@@ -134,7 +134,7 @@ class Lowerer:
             self.nodes.append(Extern(name, Layout.contiguous((), torch.bool, dev), target, args, kwargs, multi=True))
             return None
         if isinstance(meta, (tuple, list)):
-            self.nodes.append(Extern(name, layout_of(_first_tensor(meta)), target, args, kwargs, multi=True))
+            self.nodes.append(Extern(name, layout_of(_first_tensor(meta)), target, args, kwargs, multi=True, op=op))
             outs = []
             for i, m in enumerate(meta):
                 if m is None or not hasattr(m, "shape"):
@@ -179,8 +179,14 @@ class Lowerer:
             elif node.op == "output":
                 outs, spec = tree_flatten(fx.map_arg(node.args[0], lambda n: env[n]))
                 metas = tree_flatten(fx.map_arg(node.args[0], lambda n: n.meta.get("val")))[0]
-                for o, m in zip(outs, metas):
-                    outputs.append(self.realize(o, self._output_layout(o, m)) if isinstance(o, TV) else o)
+                # a forward graph's values saved for its backward (outputs from ``ember_saved_from`` on) stay
+                # in the layout computed here (padded matmul rows, channels-last activations): the backward is
+                # compiled for that layout (``ember.autograd.aot``), so nothing is copied on either side
+                saved_from = self.gm.meta.get("ember_saved_from", len(outs))
+                for i, (o, m) in enumerate(zip(outs, metas)):
+                    if isinstance(o, TV):
+                        o = self.realize(o, self._output_layout(o, m) if i < saved_from else None)
+                    outputs.append(o)
             else:
                 raise LoweringError(f"ember.loopir: unsupported node {node.op} {node.target}")
         return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants)
@@ -211,9 +217,10 @@ class Lowerer:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
             impl = target.impl if name else target
             arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
-            if name == "convolution" and self.channels_last:
-                from .conv_layout import channels_last_conv
-                out = channels_last_conv(self, impl, args, kwargs, meta)
+            if self.channels_last and (name == "convolution" or target is _CONV_BACKWARD):
+                from .conv_layout import channels_last_conv, channels_last_conv_backward
+                rule = channels_last_conv if name == "convolution" else channels_last_conv_backward
+                out = rule(self, impl, args, kwargs, meta)
                 if out is not None:
                     return out
             if name in ("mm", "addmm", "bmm") and self.align_matmuls:
@@ -236,6 +243,7 @@ class Lowerer:
         return out
 
 
+_CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "scatter", "scatter_add",
                      "index_put", "uniform", "normal", "rng_seed", "argmax", "argmin"}
@@ -316,12 +324,12 @@ def _attr(obj: Any, target: str) -> Any:
 def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = None,
           align_matmuls: bool = True) -> LoopGraph:
     """``channels_last``: store 4-D activations NHWC (``ember.loopir.conv_layout``); None decides from the
-    graph (inference graphs heavy in 16-bit CUDA convolutions). ``align_matmuls``: pad misaligned CUDA matmuls
+    graph (graphs heavy in 2-D convolutions of ``conv_layout.DTYPES``). ``align_matmuls``: pad misaligned CUDA matmuls
     (``ember.loopir.matmul_align``); max-autotune times padding at run time instead."""
     from . import lowerings  # noqa: F401  (registers the table)
     if channels_last is None:
         from .conv_layout import wants_channels_last
-        channels_last = name.startswith("inference") and wants_channels_last(gm)
+        channels_last = wants_channels_last(gm)
     return Lowerer(gm, name, channels_last, align_matmuls).run()
 
 

@@ -331,9 +331,10 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
     body = cast(x.loader(idx), body_dtype)
     name = L.new_name()
     lay = Layout.contiguous(ranges, out_dtype, x.device)
-    split = _split_factor(x.device, prod(ranges), prod(rranges))
+    outer = _kept_dim_contiguous(body, xs, rs)
+    split = _split_factor(x.device, prod(ranges), prod(rranges), outer)
     if split > 1:
-        body, ranges, rranges = _split_reduction(L, body, ranges, rranges, kind, split, out_dtype, x.device)
+        body, ranges, rranges = _split_reduction(L, body, ranges, rranges, kind, split, out_dtype, x.device, outer)
     L.nodes.append(Reduction(name, lay, ranges, rranges, kind, body))
     out = buffer_view(name, lay)
     if keepdim:
@@ -348,15 +349,28 @@ SPLIT_MIN_RNUMEL = 8192
 SPLIT_MAX_XNUMEL = 1024
 SPLIT_TARGET_PROGRAMS = 2048
 SPLIT_MIN_CHUNK = 1024
+# An outer reduction (the kept dim contiguous: a per-channel sum over NHWC rows) is tiled 64 outputs wide, so it
+# needs 64 times the partial rows for as many programs.
+SPLIT_TARGET_OUTER = 32768
 IDENTITY = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True}
 
 
-def _split_factor(device: torch.device, xnumel: Any, rnumel: Any) -> int:
+def _kept_dim_contiguous(body: Any, xs: list, rs: list) -> bool:
+    """Whether the reduction reads its innermost kept dim at unit stride and no reduced dim so (outer)."""
+    from .expr import loads
+    idx = [sympy.expand(ld.index) for ld in loads(body) if isinstance(ld.index, sympy.Basic)]
+    if not xs or not rs or not idx:
+        return False
+    return any(i.coeff(xs[-1]) == 1 for i in idx) and not any(i.coeff(r) == 1 for i in idx for r in rs)
+
+
+def _split_factor(device: torch.device, xnumel: Any, rnumel: Any, outer: bool = False) -> int:
     if device.type != "cuda" or not isinstance(xnumel, int) or not isinstance(rnumel, int):
         return 1
     if rnumel < SPLIT_MIN_RNUMEL or xnumel > SPLIT_MAX_XNUMEL:
         return 1
-    return max(1, min(SPLIT_TARGET_PROGRAMS // xnumel, rnumel // SPLIT_MIN_CHUNK))
+    target = SPLIT_TARGET_OUTER if outer else SPLIT_TARGET_PROGRAMS
+    return max(1, min(target // xnumel, rnumel // SPLIT_MIN_CHUNK))
 
 
 def _identity(kind: str, dtype: torch.dtype) -> Any:
@@ -370,15 +384,22 @@ def _identity(kind: str, dtype: torch.dtype) -> Any:
 
 
 def _split_reduction(L: Lowerer, body: Any, ranges: tuple, rranges: tuple, kind: str, split: int,
-                     dtype: torch.dtype, device: torch.device) -> tuple:
+                     dtype: torch.dtype, device: torch.device, outer: bool = False) -> tuple:
     """Partials ``part[x..., s] = reduce over chunk s of the row``; returns the body, ranges and reduction
-    ranges of the final reduction over ``s``."""
+    ranges of the final reduction over ``s``. ``outer``: the partials are ``part[s, x...]`` instead, so that
+    adjacent programs' outputs (and the loads of one tile) stay adjacent in the kept, contiguous dim."""
     from .expr import rvars, xvars
     from .indexing import _term
     R = prod(rranges)
     chunk = -(-R // split)
     xs = xvars(len(ranges) + 1)
-    s_var, rr = xs[-1], rvars(1)[0]
+    if outer:           # the split index first: rename x0.. -> x1.., and x0 is the split
+        shift = {v: xs[i + 1] for i, v in enumerate(xs[:-1])}
+        body = substitute(body, lambda e: e.xreplace(shift))
+        s_var = xs[0]
+    else:
+        s_var = xs[-1]
+    rr = rvars(1)[0]
     flat = s_var * chunk + rr
     sub = {}
     for i, v in enumerate(rvars(len(rranges))):
@@ -393,10 +414,11 @@ def _split_reduction(L: Lowerer, body: Any, ranges: tuple, rranges: tuple, kind:
         part_body = Op("where", (IndexValue(cond, torch.bool), part_body,
                                  Const(_identity(kind, dtype), dtype)), dtype)
     pname = L.new_name()
-    play = Layout.contiguous(tuple(ranges) + (split,), dtype, device)
-    L.nodes.append(Reduction(pname, play, tuple(ranges) + (split,), (chunk,), kind, part_body))
-    xs2 = xvars(len(ranges))
-    final = Load(pname, play.index(list(xs2) + [rvars(1)[0]]), dtype)
+    pranges = (split, *ranges) if outer else (*ranges, split)
+    play = Layout.contiguous(pranges, dtype, device)
+    L.nodes.append(Reduction(pname, play, pranges, (chunk,), kind, part_body))
+    xs2, r0 = xvars(len(ranges)), rvars(1)[0]
+    final = Load(pname, play.index([r0, *xs2] if outer else [*xs2, r0]), dtype)
     return final, ranges, (split,)
 
 

@@ -1,9 +1,10 @@
-"""Channels-last activations in convolution-heavy inference graphs (ember.loopir.conv_layout).
+"""Channels-last activations in convolution-heavy graphs (ember.loopir.conv_layout).
 
 On the GPU this applies to 16-bit CUDA graphs (NHWC inputs and weights), on the CPU to float32 graphs (NHWC
 inputs; oneDNN reorders weights itself). Here both rules run on the CPU with the C++ kernels (the CUDA rule by
 patching): values equal eager, convolutions get NHWC inputs (and weights under the CUDA rule), the activations
-between them are stored NHWC, graph outputs keep eager's strides, and training graphs are left as traced.
+between them are stored NHWC, graph outputs keep eager's strides; training graphs pass their saved activations NHWC from the forward to
+the backward.
 """
 from __future__ import annotations
 
@@ -82,12 +83,53 @@ def test_inference_values_layouts_and_output_strides(on_cpu, monkeypatch):
         assert c.layout.stride[1] == 1 or c.layout.shape[1] == 1
 
 
-def test_training_graphs_keep_traced_layouts(on_cpu, monkeypatch):
+def _restrides(monkeypatch) -> list:
+    """Every input or extern result a compiled graph copies into another layout at run time."""
+    from ember.codegen import wrapper
+    calls: list = []
+    real = wrapper.restride
+
+    def restride(t, shape, stride):
+        calls.append((tuple(t.shape), t.stride(), stride))
+        return real(t, shape, stride)
+    monkeypatch.setattr(wrapper, "restride", restride)
+    return calls
+
+
+def test_training_graphs_run_channels_last(on_cpu, monkeypatch):
+    """Forward and backward graphs both go channels-last: the forward returns its saved activations NHWC and
+    the backward is compiled for them (nothing is copied between the two), ``convolution_backward`` takes NHWC
+    grad_output and input; values, gradients (with eager's strides) and running statistics equal eager's."""
+    _, nhwc_weights = on_cpu
+    dtype = torch.float32       # bf16 gradients differ from eager's by more than they say about the layout
+    monkeypatch.setattr(conv_layout, "DTYPES", {"cpu": (dtype,)})
     seen = _graphs(monkeypatch)
-    net = _net().float().train()
-    x = torch.randn(2, 3, 16, 16)
-    ember.compile(net)(x).sum().backward()
-    assert seen and not any(cl for cl, _ in seen)
+    calls = _restrides(monkeypatch)
+    net = _net(dtype).train()
+    ref = _net(dtype).train()
+    f = ember.compile(net)
+    tol = 1e-4
+    for step in range(2):
+        x = torch.randn(2, 3, 16, 16, dtype=dtype)
+        got, want = f(x), ref(x)
+        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+        g = torch.randn_like(want)
+        got.backward(g)
+        want.backward(g)
+        for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+            assert p.grad.stride() == q.grad.stride(), name
+            torch.testing.assert_close(p.grad.float(), q.grad.float(), rtol=tol, atol=tol * 4, msg=name)
+            p.grad = q.grad = None
+        for b, c in zip(net.buffers(), ref.buffers()):
+            torch.testing.assert_close(b.float(), c.float(), rtol=tol, atol=tol)
+    assert [g.name.split("_")[0] for _, g in seen] == ["forward", "backward"] and all(cl for cl, _ in seen)
+    assert not calls, calls
+    bwd = seen[1][1]
+    conv_bwd = [n for n in bwd.nodes if isinstance(n, Extern) and n.op == "convolution_backward"]
+    assert len(conv_bwd) == 6
+    for c in conv_bwd:
+        for ref_ in c.args[:3] if nhwc_weights else c.args[:2]:
+            assert ref_.layout.shape[1] == 1 or ref_.layout.stride[1] == 1, (c.name, ref_)
 
 
 def test_few_convolutions_keep_traced_layouts(on_cpu, monkeypatch):

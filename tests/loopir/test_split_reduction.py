@@ -23,7 +23,7 @@ FNS = {
 @pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
 @pytest.mark.parametrize("name", list(FNS))
 def test_split_matches_eager(name, cpu_backend, factor, monkeypatch):
-    monkeypatch.setattr(lowerings, "_split_factor", lambda dev, x, r: factor if r >= 40 else 1)
+    monkeypatch.setattr(lowerings, "_split_factor", lambda dev, x, r, outer=False: factor if r >= 40 else 1)
     fn = FNS[name]
     ember.reset()
     f = ember.compile(fn, options={"cpu_backend": cpu_backend})
@@ -36,8 +36,33 @@ def test_split_matches_eager(name, cpu_backend, factor, monkeypatch):
         torch.testing.assert_close(g1, g2)
 
 
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_split_of_channels_last_statistics_is_channel_major(cpu_backend, monkeypatch):
+    """Per-channel statistics over an NHWC tensor read channels at unit stride: an outer reduction, whose
+    partials are laid out split-major (part[s, c]) so a tile's loads and stores stay on adjacent channels."""
+    seen: list = []
+
+    def factor(dev, x, r, outer=False):
+        seen.append(outer)
+        return 5 if r >= 40 else 1
+    monkeypatch.setattr(lowerings, "_split_factor", factor)
+    fn = FNS["batchnorm_stats"]
+    ember.reset()
+    f = ember.compile(fn, options={"cpu_backend": cpu_backend})
+    x = torch.randn(4, 6, 7, 9, generator=torch.Generator().manual_seed(3)).to(memory_format=torch.channels_last)
+    torch.testing.assert_close(f(x), fn(x), rtol=1e-4, atol=1e-4)
+    assert any(seen)
+    seen.clear()
+    ember.reset()
+    f = ember.compile(fn, options={"cpu_backend": cpu_backend})
+    f(x.contiguous())
+    assert seen and not any(seen)         # NCHW: the rows are contiguous, not the channels
+
+
 def test_split_is_for_gpu_shapes_only():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert lowerings._split_factor(cpu, 1, 1 << 20) == 1
     assert lowerings._split_factor(cuda, 64, 200_000) > 1          # BatchNorm statistics of a ResNet
     assert lowerings._split_factor(cuda, 4096, 4096) == 1          # rows of a LayerNorm: enough programs
+    # NHWC statistics are tiled 64 channels wide: more partial rows for as many programs
+    assert lowerings._split_factor(cuda, 64, 802816, outer=True) > lowerings._split_factor(cuda, 64, 802816)
