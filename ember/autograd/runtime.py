@@ -101,6 +101,10 @@ class AotFunction(torch.autograd.Function):
         non_diff = [fwd_outs[i] for i in graphs.non_diff_outputs if isinstance(fwd_outs[i], torch.Tensor)]
         if non_diff:
             ctx.mark_non_differentiable(*non_diff)
+        # zeros only for the differentiable outputs the loss does not use (the backward's tangents), not for
+        # every output: a BatchNorm network has three non-differentiable running-stat outputs per layer
+        ctx.set_materialize_grads(False)
+        ctx.diff_meta = [(fwd_outs[i].shape, fwd_outs[i].dtype, fwd_outs[i].device) for i in graphs.diff_outputs]
         return tuple(fwd_outs)
 
     @staticmethod
@@ -112,6 +116,9 @@ class AotFunction(torch.autograd.Function):
         tangents = []
         for k, i in enumerate(graphs.diff_outputs):
             g = grad_outputs[i]
+            if g is None:
+                shape, dtype, device = ctx.diff_meta[k]
+                g = torch.zeros(shape, dtype=dtype, device=device)
             if graphs.tangent_contiguous and graphs.tangent_contiguous[k] and not g.is_contiguous():
                 g = g.contiguous()
             tangents.append(g)
@@ -147,7 +154,7 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
     stored = []
     for i, j in write_backs:
         dst, src = args[i], outs[j]
-        if src is dst:       # the compiled graph stored the new value in place
+        if src is dst or _same_memory(src, dst):       # the compiled graph stored the new value in place
             stored.append(dst)
             continue
         if dst.requires_grad and not src.requires_grad and dst.is_leaf:
@@ -163,6 +170,12 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
             outs[a.output] = base
         else:
             outs[a.output] = base.as_strided(a.size, a.stride, a.offset)
+
+
+def _same_memory(a: Any, b: Any) -> bool:
+    """``a`` is ``b`` seen through another tensor object (an autograd Function returns its inputs so)."""
+    return (isinstance(a, torch.Tensor) and a.data_ptr() == b.data_ptr() and a.numel() > 0
+            and a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and a.device == b.device)
 
 
 def _bump_versions(ts: list) -> None:

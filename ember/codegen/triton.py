@@ -25,12 +25,10 @@ from typing import Any
 
 import torch
 
-from ember.loopir.expr import loads
-from ember.loopir.indexing import RINDEX, place
 from ember.loopir.kernel import KernelBody
-from ember.loopir.schedule import Kernel, placement
+from ember.loopir.schedule import Kernel
 
-from .triton_gen import LaunchConfig, generate, inner_reduction, is_persistent
+from .triton_gen import LaunchConfig, generate, inner_reduction, is_persistent, reduced_load_indices
 
 _MODULES: dict[str, Any] = {}
 
@@ -44,26 +42,10 @@ def cache_dir() -> Path:
     return cache_root() / "triton"
 
 
-def _kernel_indices(kernel: Kernel) -> list:
-    """The reduced-point load indices of a scheduled kernel (before its body exists)."""
-    own = {n.name for n in kernel.nodes}
-    out = []
-    for n in kernel.nodes:
-        groups = placement(n, kernel.xnumel, kernel.rnumel)
-        if groups is None:
-            continue
-        for ld in loads(n.body):  # type: ignore[attr-defined]
-            if ld.buf not in own:
-                idx = place(ld.index, groups)
-                if RINDEX in getattr(idx, "free_symbols", ()):
-                    out.append(idx)
-    return out
-
-
 def persistent(kernel: Kernel, options: Any = None) -> bool:
     if not kernel.is_reduction:
         return True
-    return is_persistent(int(kernel.rnumel), inner_reduction(_kernel_indices(kernel)))
+    return is_persistent(int(kernel.rnumel), inner_reduction(reduced_load_indices(kernel)))
 
 
 def source(body: KernelBody) -> str:

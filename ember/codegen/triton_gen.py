@@ -14,6 +14,7 @@ thrown away), substituting the reduction's identity.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sympy
 import torch
@@ -113,6 +114,30 @@ def _unit_run(index: sympy.Expr) -> bool:
                 and sympy.expand(f.args[0]).coeff(RINDEX) == 1:
             return True
     return False
+
+
+def reduced_load_indices(kernel: Any) -> list:
+    """The placed indices of the loads a scheduled kernel's reductions read along ``rindex`` (where it has a
+    reduction; else of every node): what decides between the inner and the outer tile. A pointwise node fused
+    horizontally into the kernel (its flat range reshaped to the reduction's) must not pick the tile for the
+    reduction."""
+    from ember.loopir.expr import loads
+    from ember.loopir.indexing import place
+    from ember.loopir.ir import Reduction
+    from ember.loopir.schedule import placement
+    own = {n.name for n in kernel.nodes}
+    nodes = [n for n in kernel.nodes if isinstance(n, Reduction)] or list(kernel.nodes)
+    out = []
+    for n in nodes:
+        groups = placement(n, kernel.xnumel, kernel.rnumel)
+        if groups is None:
+            continue
+        for ld in loads(n.body):  # type: ignore[attr-defined]
+            if ld.buf not in own:
+                idx = place(ld.index, groups)
+                if RINDEX in getattr(idx, "free_symbols", ()):
+                    out.append(idx)
+    return out
 
 
 def inner_reduction(indices: list) -> bool:
@@ -376,16 +401,12 @@ def body_indices(body: KernelBody) -> list:
     return [e for e in out if isinstance(e, sympy.Basic)]
 
 
-def load_indices(body: KernelBody) -> list:
-    return [st.args[1] for st in body.loads()]
-
-
 def _sizes(body: KernelBody, persistent: bool) -> tuple:
     """The arguments of ``launch_config``/``candidate_configs`` for ``body``."""
     k = body.kernel
     xnumel, rnumel = int(k.xnumel), int(k.rnumel)
     int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
-    return xnumel, rnumel, k.is_reduction, persistent, inner_reduction(load_indices(body)), int64
+    return xnumel, rnumel, k.is_reduction, persistent, inner_reduction(reduced_load_indices(k)), int64
 
 
 def configs(body: KernelBody, persistent: bool) -> list[LaunchConfig]:

@@ -66,10 +66,10 @@ def same_memory(a: Layout, b: Layout) -> bool:
 
 
 def default_layout(tv: Any) -> Layout | None:
-    """The channels-last layout for a computed 4-D float value on a device of ``DTYPES``, else None
-    (contiguous)."""
+    """The channels-last layout for a computed 4-D value on a device of ``DTYPES`` (of any dtype: the masks a
+    max-pool keeps for its backward are read in the same order as the activations), else None (contiguous)."""
     kind = torch.device(tv.device).type
-    if tv.ndim != 4 or kind not in DTYPES or tv.dtype not in (*DTYPES[kind], torch.float32):
+    if tv.ndim != 4 or kind not in DTYPES:
         return None
     if not all(isinstance(s, int) for s in tv.shape):
         return None

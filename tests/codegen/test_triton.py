@@ -234,6 +234,14 @@ def test_per_channel_reduction_over_nchw_planes_reads_rows_in_memory_order() -> 
     assert not inner_reduction([sympy.Mod(RINDEX, 4) + 4 * XINDEX])   # runs of 4: too short to count
 
 
+def test_pointwise_fused_into_an_outer_reduction_does_not_pick_its_tile() -> None:
+    """``x * 2`` over the same points as ``x.sum(0)`` joins its kernel, its flat index reshaped to the
+    reduction's [x, r]: it reads along rindex contiguously, the reduction does not (its kept dim is the
+    contiguous one). The reduction's loads decide: the outer 64-wide tile, not one row per program."""
+    src = _sources(lambda x: (x * 2, x.sum(0)), [_rn(300, 40)])
+    assert "fuses: buf0=sum, buf1=mul" in src and "looped XBLOCK=64 RBLOCK=64" in src, src
+
+
 def test_low_precision_computes_in_float32() -> None:
     src = _sources(lambda x: x.exp() * 2, [_rn(64, dtype=torch.bfloat16)])
     assert ".to(tl.float32)" in src and ".to(tl.bfloat16)" in src
