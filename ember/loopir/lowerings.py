@@ -349,9 +349,14 @@ SPLIT_MIN_RNUMEL = 8192
 SPLIT_MAX_XNUMEL = 1024
 SPLIT_TARGET_PROGRAMS = 2048
 SPLIT_MIN_CHUNK = 1024
-# An outer reduction (the kept dim contiguous: a per-channel sum over NHWC rows) is tiled 64 outputs wide, so it
-# needs 64 times the partial rows for as many programs.
+# An outer reduction (the kept dim contiguous: a per-channel sum over NHWC rows, a bias gradient over tokens) is
+# tiled 64 outputs wide, so it needs 64 times the partial rows for as many programs; it is split from shorter
+# rows and wider outputs on, into shorter chunks.
 SPLIT_TARGET_OUTER = 32768
+OUTER_TILE = 64
+OUTER_MIN_PROGRAMS = 256
+OUTER_MIN_RNUMEL = 2048
+OUTER_MIN_CHUNK = 256
 IDENTITY = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True}
 
 
@@ -367,10 +372,13 @@ def _kept_dim_contiguous(body: Any, xs: list, rs: list) -> bool:
 def _split_factor(device: torch.device, xnumel: Any, rnumel: Any, outer: bool = False) -> int:
     if device.type != "cuda" or not isinstance(xnumel, int) or not isinstance(rnumel, int):
         return 1
+    if outer:
+        if rnumel < OUTER_MIN_RNUMEL or -(-xnumel // OUTER_TILE) >= OUTER_MIN_PROGRAMS:
+            return 1
+        return max(1, min(SPLIT_TARGET_OUTER // xnumel, rnumel // OUTER_MIN_CHUNK))
     if rnumel < SPLIT_MIN_RNUMEL or xnumel > SPLIT_MAX_XNUMEL:
         return 1
-    target = SPLIT_TARGET_OUTER if outer else SPLIT_TARGET_PROGRAMS
-    return max(1, min(target // xnumel, rnumel // SPLIT_MIN_CHUNK))
+    return max(1, min(SPLIT_TARGET_PROGRAMS // xnumel, rnumel // SPLIT_MIN_CHUNK))
 
 
 def _identity(kind: str, dtype: torch.dtype) -> Any:

@@ -66,3 +66,6 @@ def test_split_is_for_gpu_shapes_only():
     assert lowerings._split_factor(cuda, 4096, 4096) == 1          # rows of a LayerNorm: enough programs
     # NHWC statistics are tiled 64 channels wide: more partial rows for as many programs
     assert lowerings._split_factor(cuda, 64, 802816, outer=True) > lowerings._split_factor(cuda, 64, 802816)
+    # a bias gradient over 64x197 tokens: 1536 outputs are 24 tiles, too few programs without a split
+    assert lowerings._split_factor(cuda, 1536, 12608, outer=True) > 1
+    assert lowerings._split_factor(cuda, 1 << 16, 12608, outer=True) == 1    # enough tiles
