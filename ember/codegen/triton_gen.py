@@ -19,7 +19,7 @@ from typing import Any
 import sympy
 import torch
 
-from ember.loopir.indexing import RINDEX, XINDEX
+from ember.loopir.indexing import RINDEX, XINDEX, steps_by_one
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
 from ember.loopir.online import OnlineAccumulate, online_softmax
 
@@ -98,22 +98,10 @@ def candidate_configs(xnumel: int, rnumel: int, reduction: bool, persistent: boo
     return out
 
 
-MIN_RUN = 16      # reduced points in a row that must be adjacent in memory for a reduction to count as inner
-
-
 def _unit_run(index: sympy.Expr) -> bool:
-    """Whether ``index`` steps by 1 as ``rindex`` steps by 1, over runs of at least ``MIN_RUN`` points: a
-    ``rindex`` term of coefficient 1, or ``Mod(rindex + c, m)`` with ``m >= MIN_RUN`` (the innermost dims of
-    a row that is split across several memory runs, such as the H*W plane of each image an NCHW batch norm
-    reduces over)."""
-    if index.coeff(RINDEX) == 1:
-        return True
-    for term in sympy.Add.make_args(index):
-        c, f = term.as_coeff_Mul()
-        if c == 1 and isinstance(f, sympy.Mod) and f.args[1].is_Integer and int(f.args[1]) >= MIN_RUN \
-                and sympy.expand(f.args[0]).coeff(RINDEX) == 1:
-            return True
-    return False
+    """Whether ``index`` steps by 1 as ``rindex`` steps by 1 (``ember.loopir.indexing.steps_by_one``): rows
+    contiguous in runs, such as the H*W planes of each image an NCHW batch norm reduces over."""
+    return steps_by_one(index, RINDEX)
 
 
 def reduced_load_indices(kernel: Any) -> list:

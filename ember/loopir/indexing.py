@@ -133,3 +133,21 @@ def split_point(sizes: Sequence[Any], outer: Any) -> int | None:
         if k < len(sizes):
             acc = acc * sizes[k]
     return None
+
+
+def steps_by_one(index: Any, sym: sympy.Symbol, min_run: int = 16) -> bool:
+    """Whether ``index`` moves by 1 as ``sym`` moves by 1, over runs of at least ``min_run`` points: a term
+    ``sym`` of coefficient 1, or ``Mod(sym + c, m)`` with ``m >= min_run`` (the innermost dim of a value seen
+    through a split or a concatenation, such as the H*W plane of an NCHW image or one head of a fused qkv)."""
+    if not isinstance(index, sympy.Basic) or sym not in index.free_symbols:
+        return False
+    index = sympy.expand(index)
+    if index.coeff(sym) == 1:
+        return True
+    for term in sympy.Add.make_args(index):
+        c, f = term.as_coeff_Mul()
+        if c == 1 and isinstance(f, sympy.Mod) and f.args[1].is_Integer and int(f.args[1]) >= min_run \
+                and sympy.expand(f.args[0]).coeff(sym) == 1:
+            return True
+    return False
+

@@ -363,10 +363,11 @@ IDENTITY = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "a
 def _kept_dim_contiguous(body: Any, xs: list, rs: list) -> bool:
     """Whether the reduction reads its innermost kept dim at unit stride and no reduced dim so (outer)."""
     from .expr import loads
-    idx = [sympy.expand(ld.index) for ld in loads(body) if isinstance(ld.index, sympy.Basic)]
+    from .indexing import steps_by_one
+    idx = [ld.index for ld in loads(body) if isinstance(ld.index, sympy.Basic)]
     if not xs or not rs or not idx:
         return False
-    return any(i.coeff(xs[-1]) == 1 for i in idx) and not any(i.coeff(r) == 1 for i in idx for r in rs)
+    return any(steps_by_one(i, xs[-1]) for i in idx) and not any(steps_by_one(i, r) for i in idx for r in rs)
 
 
 def _split_factor(device: torch.device, xnumel: Any, rnumel: Any, outer: bool = False) -> int:

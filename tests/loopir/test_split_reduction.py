@@ -59,6 +59,28 @@ def test_split_of_channels_last_statistics_is_channel_major(cpu_backend, monkeyp
     assert seen and not any(seen)         # NCHW: the rows are contiguous, not the channels
 
 
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_bias_gradient_over_merged_heads_is_outer(cpu_backend, monkeypatch):
+    """The bias gradient of a fused qkv projection sums attention gradients of shape (B, H, S, D) seen as
+    (B*S, H*D): the kept index reaches memory as ``D*S*(x // D) + x % D``, contiguous in runs of D. That is an
+    outer reduction (split channel-major on the GPU), though x has no unit coefficient."""
+    seen: list = []
+
+    def factor(dev, x, r, outer=False):
+        seen.append(outer)
+        return 3 if r >= 40 else 1
+    monkeypatch.setattr(lowerings, "_split_factor", factor)
+
+    def fn(q, k):
+        b, h, s, d = q.shape
+        return torch.cat([q, k], 1).transpose(1, 2).reshape(b * s, 2 * h * d).sum(0)
+    ember.reset()
+    f = ember.compile(fn, options={"cpu_backend": cpu_backend})
+    q, k = torch.randn(2, 3, 25, 16), torch.randn(2, 3, 25, 16)
+    torch.testing.assert_close(f(q, k), fn(q, k), rtol=1e-4, atol=1e-4)
+    assert seen and all(seen), seen
+
+
 def test_split_is_for_gpu_shapes_only():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert lowerings._split_factor(cpu, 1, 1 << 20) == 1
