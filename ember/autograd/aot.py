@@ -254,10 +254,11 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     fwd, bwd = part.fwd, part.bwd
     _log_graphs("training", fwd, bwd, part.summary)
     if compile_graph is not None:
+        saved_from = n_user + len(write_backs)
         fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place
-        fwd.meta["ember_saved_from"] = n_user + len(write_backs)  # ... and return saved values as computed
+        fwd.meta["ember_saved_from"] = saved_from                # ... and return saved values as computed
         fwd_c = compile_graph(fwd, "forward")
-        _adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), n_user + len(write_backs))
+        _adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), saved_from)
         fwd, bwd = fwd_c, compile_graph(bwd, "backward")
     aliases = _aliases(traced)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,

@@ -66,6 +66,7 @@ class CompiledGraphs:
     tangent_contiguous: list[bool] = field(default_factory=list)
     aliases: list[AliasInfo] = field(default_factory=list)
     grad_after: bool = True                     # grad mode the traced graph left behind
+    diff_meta: list | None = None               # (shape, dtype, device) per diff output: zeros for unused ones
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -104,7 +105,9 @@ class AotFunction(torch.autograd.Function):
         # zeros only for the differentiable outputs the loss does not use (the backward's tangents), not for
         # every output: a BatchNorm network has three non-differentiable running-stat outputs per layer
         ctx.set_materialize_grads(False)
-        ctx.diff_meta = [(fwd_outs[i].shape, fwd_outs[i].dtype, fwd_outs[i].device) for i in graphs.diff_outputs]
+        if graphs.diff_meta is None:     # the same on every call: shapes, dtypes and devices are guarded
+            graphs.diff_meta = [(fwd_outs[i].shape, fwd_outs[i].dtype, fwd_outs[i].device)
+                                for i in graphs.diff_outputs]
         return tuple(fwd_outs)
 
     @staticmethod
@@ -117,7 +120,7 @@ class AotFunction(torch.autograd.Function):
         for k, i in enumerate(graphs.diff_outputs):
             g = grad_outputs[i]
             if g is None:
-                shape, dtype, device = ctx.diff_meta[k]
+                shape, dtype, device = graphs.diff_meta[k]
                 g = torch.zeros(shape, dtype=dtype, device=device)
             if graphs.tangent_contiguous and graphs.tangent_contiguous[k] and not g.is_contiguous():
                 g = g.contiguous()

@@ -98,12 +98,6 @@ def candidate_configs(xnumel: int, rnumel: int, reduction: bool, persistent: boo
     return out
 
 
-def _unit_run(index: sympy.Expr) -> bool:
-    """Whether ``index`` steps by 1 as ``rindex`` steps by 1 (``ember.loopir.indexing.steps_by_one``): rows
-    contiguous in runs, such as the H*W planes of each image an NCHW batch norm reduces over."""
-    return steps_by_one(index, RINDEX)
-
-
 def reduced_load_indices(kernel: Any) -> list:
     """The placed indices of the loads a scheduled kernel's reductions read along ``rindex`` (where it has a
     reduction; else of every node): what decides between the inner and the outer tile. A pointwise node fused
@@ -129,9 +123,10 @@ def reduced_load_indices(kernel: Any) -> list:
 
 
 def inner_reduction(indices: list) -> bool:
-    """Whether consecutive reduced points are adjacent in memory for some load (rows are contiguous)."""
-    rs = [sympy.expand(i) for i in indices if isinstance(i, sympy.Basic) and RINDEX in i.free_symbols]
-    return not rs or any(_unit_run(i) for i in rs)
+    """Whether consecutive reduced points are adjacent in memory for some load (rows are contiguous, or
+    contiguous in runs such as the H*W planes an NCHW batch norm reduces over: ``steps_by_one``)."""
+    rs = [i for i in indices if isinstance(i, sympy.Basic) and RINDEX in i.free_symbols]
+    return not rs or any(steps_by_one(i, RINDEX) for i in rs)
 
 
 IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}

@@ -3,7 +3,7 @@
 cuDNN runs 16-bit convolutions in NHWC: given NCHW tensors it converts input, weight and output around every
 call (ResNet-50 at batch 8 on an H100: 1.1 ms of conversions and 1.4 ms of slower convolution kernels in a 7.9 ms
 step). So in a graph with at least ``MIN_CONVS`` 2-D convolutions on CUDA in bfloat16/float16:
-- every 4-D float buffer the graph computes is stored channels-last (kernels write it in memory order), so the
+- every 4-D buffer the graph computes is stored channels-last (kernels write it in memory order), so the
   pointwise work between convolutions (batch norm, ReLU, residual adds) reads and writes NHWC;
 - a convolution's input and weight are passed channels-last (a graph input or parameter is copied once per
   call; a 1x1 weight already is), and its result comes back channels-last;
