@@ -98,9 +98,11 @@ def op_name(node: fx.Node) -> str:
 
 
 # ember prims (``ember.decomp``) are classified by their kind: pointwise math, casts, views, movement and
-# constants are cheap; reductions, extern kernels (matmul, convolution, attention, ATen fallbacks), indexing
-# (gather/scatter) and RNG are not recomputed.
+# constants are cheap; reductions, extern kernels (matmul, convolution, attention, ATen fallbacks), scatters
+# and RNG are not recomputed. Reads at computed positions (gather, index_select, index) are loads, as cheap
+# to recompute as a view: a pooling backward's window gathers then cost no saved bytes.
 PRIM_RECOMPUTABLE_KINDS: frozenset[str] = frozenset({"pointwise", "cast", "view", "movement", "constant"})
+PRIM_RECOMPUTABLE_READS: frozenset[str] = frozenset({"gather", "index_select", "index"})
 
 
 def _prim_kind(node: fx.Node) -> str | None:
@@ -131,7 +133,7 @@ def can_recompute(node: fx.Node) -> bool:
         return False
     kind = _prim_kind(node)
     if kind is not None:
-        return kind in PRIM_RECOMPUTABLE_KINDS
+        return kind in PRIM_RECOMPUTABLE_KINDS or node.target.name in PRIM_RECOMPUTABLE_READS
     if _is_prim_getitem(node):
         return True
     name = op_name(node)

@@ -2,9 +2,9 @@
 
 A pooling window is a strided ``slice`` of the (padded) input per kernel offset, so the forward is a chain of
 pointwise prims over ``kh * kw`` slices, in ATen's CPU order (row by row): max with first-index ties and NaN
-propagation as ATen's kernel, average as a running sum then one division by the window size. Backwards
-scatter-add the output gradient to the flat input positions (``scatter_add``), whose indices come from
-``iota``. Cumsum is a log-depth scan (``pad`` + ``slice`` + ``add``): exact for integers, float sums in
+propagation as ATen's kernel, average as a running sum then one division by the window size. Backwards are
+gathers, not scatters: each input position reads the output gradient of the ceil(k/s)**2 windows that may
+hold it (index arithmetic on ``iota``), so they fuse with the pointwise around them and need no atomics. Cumsum is a log-depth scan (``pad`` + ``slice`` + ``add``): exact for integers, float sums in
 another order than ATen's sequential loop (within rounding). Adaptive average pooling whose output does not
 divide the input, in the backward, stays an extern ATen call.
 """
@@ -54,37 +54,110 @@ def _windows(x: Any, k: tuple, s: tuple, p: tuple, d: tuple, out: tuple, fill: A
     return res
 
 
-def _plane_index(x: Any, out: tuple, start: tuple, step: tuple, width: int) -> Any:
-    """int64 (out_h, out_w) broadcast to x's leading dims: (start_h + oh*step_h) * width + start_w + ow*step_w."""
-    rows = P.iota(out[0], start[0], step[0], torch.int64, x.device)
-    cols = P.iota(out[1], start[1], step[1], torch.int64, x.device)
-    shape = (*x.shape[:-2], out[0], out[1])
-    r = P.broadcast_in_dim(P.mul(rows, width), shape, (x.ndim - 2,))
-    return P.add(r, P.broadcast_in_dim(cols, shape, (x.ndim - 1,)))
-
-
 def _pool_args(kernel: Any, stride: Any, padding: Any, dilation: Any = 1) -> tuple:
     k = _pair(kernel)
     return k, _pair(stride, k), _pair(padding), _pair(dilation)
 
 
+def _offset_dtype(k: tuple) -> torch.dtype:
+    """The smallest integer dtype holding a window offset in [0, kh*kw)."""
+    n = k[0] * k[1]
+    return torch.int8 if n <= 127 else torch.int16 if n <= 32767 else torch.int32
+
+
+def _window_origin(x: Any, out: tuple, s: tuple, p: tuple, a: int) -> Any:
+    """Input coordinate (along spatial dim ``a``) of each output cell's window start, broadcast to out's shape."""
+    v = P.iota(out[a], -p[a], s[a], torch.int64, x.device)
+    return P.broadcast_in_dim(v, (*x.shape[:-2], *out), (x.ndim - 2 + a,))
+
+
 @register_decomposition(aten.max_pool2d_with_indices.default)
 def _max_pool2d_with_indices(x: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
                              ceil_mode: bool = False) -> tuple:
+    """The max is a ``maximum`` chain (NaN propagates); the index is the window offset (kh*kw values, a small
+    integer) of the last NaN or the first maximum, as ATen's kernel, turned into a flat plane index at the end.
+    A backward that recomputes the offsets from the saved input stores them in a byte per output cell."""
     k, s, p, d = _pool_args(kernel_size, stride, padding, dilation)
     h, w = x.shape[-2], x.shape[-1]
     out = tuple(_out_size((h, w)[i], k[i], s[i], p[i], d[i], ceil_mode) for i in range(2))
     fill = -math.inf if is_float(x.dtype) else torch.iinfo(x.dtype).min
-    best = idx = None
+    odt = _offset_dtype(k)
+    best = off = None
     for n, v in enumerate(_windows(x, k, s, p, d, out, fill)):
-        i, j = divmod(n, k[1])
-        pos = _plane_index(x, out, (i * d[0] - p[0], j * d[1] - p[1]), s, w)
         if best is None:
-            best, idx = v, pos
+            best, off = v, P.full(tuple(v.shape), 0, odt, x.device)
             continue
         take = P.logical_or(P.gt(v, best), P.isnan(v)) if is_float(x.dtype) else P.gt(v, best)
-        best, idx = P.where(take, v, best), P.where(take, pos, idx)
-    return best, idx
+        off = P.where(take, n, off)
+        best = P.maximum(best, v) if is_float(x.dtype) else P.where(take, v, best)
+    return best, _offset_to_index(x, off, out, k, s, p, d, w)
+
+
+def _offset_to_index(x: Any, off: Any, out: tuple, k: tuple, s: tuple, p: tuple, d: tuple, width: int) -> Any:
+    o = P.convert_element_type(off, torch.int64)
+    i, j = P.floordiv(o, k[1]), P.remainder(o, k[1])
+    row = P.add(_window_origin(x, out, s, p, 0), P.mul(i, d[0]) if d[0] != 1 else i)
+    col = P.add(_window_origin(x, out, s, p, 1), P.mul(j, d[1]) if d[1] != 1 else j)
+    return P.add(P.mul(row, width), col)
+
+
+def _index_to_offset(x: Any, idx: Any, out: tuple, k: tuple, s: tuple, p: tuple, d: tuple) -> Any:
+    """The inverse of ``_offset_to_index`` for indices inside their window, as the small offset dtype."""
+    w = x.shape[-1]
+    i = P.sub(P.floordiv(idx, w), _window_origin(x, out, s, p, 0))
+    j = P.sub(P.remainder(idx, w), _window_origin(x, out, s, p, 1))
+    if d[0] != 1:
+        i = P.floordiv(i, d[0])
+    if d[1] != 1:
+        j = P.floordiv(j, d[1])
+    return P.convert_element_type(P.add(P.mul(i, k[1]), j), _offset_dtype(k))
+
+
+def _candidates(x: Any, a: int, n_out: int, k: int, s: int, p: int, d: int) -> list:
+    """For each input position along spatial dim ``a``, the windows that may hold it: a list of
+    (window index, in that window, kernel offset) int64/bool vectors of the input's length, one per candidate.
+    Windows ``first(h) + j`` for j < ceil(((k-1)*d+1)/s), where first(h) is the first window starting at or
+    after h - (k-1)*d; the window index is clamped to the output (the flag says whether it is real)."""
+    n = x.shape[x.ndim - 2 + a]
+    span = (k - 1) * d
+    h = P.iota(n, 0, 1, torch.int64, x.device)
+    first = P.maximum(P.floordiv(P.add(h, p - span + s - 1), s), 0)
+    res = []
+    for j in range(-(-(span + 1) // s)):
+        o = P.add(first, j) if j else first
+        e = P.sub(P.add(h, p), P.mul(o, s))            # position inside the window, in input units
+        ok = P.logical_and(P.lt(o, n_out), P.logical_and(P.ge(e, 0), P.le(e, span)))
+        if d != 1:
+            ok = P.logical_and(ok, P.eq(P.remainder(e, d), 0))
+            e = P.floordiv(e, d)
+        res.append((P.minimum(o, n_out - 1), ok, e))
+    return res
+
+
+def _gather_windows(t: Any, x: Any, rows: Any, cols: Any) -> Any:
+    """t (..., out_h, out_w) read at window (rows[h], cols[w]) for each input position: x's shape."""
+    lead = tuple(x.shape[:-2])
+    h, w = x.shape[-2], x.shape[-1]
+    r = P.broadcast_in_dim(rows, (*lead, h, t.shape[-1]), (x.ndim - 2,))
+    by_row = P.gather(t, x.ndim - 2, r)
+    c = P.broadcast_in_dim(cols, (*lead, h, w), (x.ndim - 1,))
+    return P.gather(by_row, x.ndim - 1, c)
+
+
+def _pool_backward(x: Any, grad: Any, out: tuple, k: tuple, s: tuple, p: tuple, d: tuple, pick: Any) -> Any:
+    """Each input position sums ``grad`` over the windows that hold it where ``pick(rows, cols, ok, i, j)``
+    (None: every such window) is true: a gather per candidate window, no scatter, no atomics."""
+    acc = None
+    for r, okr, i in _candidates(x, 0, out[0], k[0], s[0], p[0], d[0]):
+        for c, okc, j in _candidates(x, 1, out[1], k[1], s[1], p[1], d[1]):
+            lead = tuple(x.shape[:-2])
+            ok = P.logical_and(P.broadcast_in_dim(okr, (*lead, *x.shape[-2:]), (x.ndim - 2,)),
+                               P.broadcast_in_dim(okc, (*lead, *x.shape[-2:]), (x.ndim - 1,)))
+            if pick is not None:
+                ok = P.logical_and(ok, pick(r, c, i, j))
+            g = P.where(ok, _gather_windows(grad, x, r, c), 0.0)
+            acc = g if acc is None else P.add(acc, g)
+    return acc
 
 
 @register_decomposition(aten.max_pool2d.default)
@@ -93,20 +166,22 @@ def _max_pool2d(x: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, di
     return _max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
 
 
-def _scatter_plane(x: Any, grads: list, indices: list) -> Any:
-    """zeros like x, plus each gradient scattered (added) at its flat index into the last two dims."""
-    lead, plane = tuple(x.shape[:-2]), x.shape[-2] * x.shape[-1]
-    flat = lambda t: P.reshape(t, (*lead, t.shape[-2] * t.shape[-1]))  # noqa: E731
-    g = P.cat([flat(t) for t in grads], len(lead)) if len(grads) > 1 else flat(grads[0])
-    i = P.cat([flat(t) for t in indices], len(lead)) if len(indices) > 1 else flat(indices[0])
-    zeros = P.full((*lead, plane), 0.0, g.dtype, x.device)
-    return P.reshape(P.scatter_add(zeros, len(lead), i, g), tuple(x.shape))
-
-
 @register_decomposition(aten.max_pool2d_with_indices_backward.default)
 def _max_pool2d_backward(grad: Any, x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
                          ceil_mode: bool, indices: Any) -> Any:
-    return to(_scatter_plane(x, [opmath(grad)], [indices]), x.dtype)
+    """A gather per window that may hold each input position (ceil(k/s)**2 of them), kept where that window's
+    argmax offset is this position's. ``indices`` outside their window are not seen (as ATen's CUDA kernel)."""
+    k, s, p, d = _pool_args(kernel_size, stride, padding, dilation)
+    out = (grad.shape[-2], grad.shape[-1])
+    off = _index_to_offset(x, indices, out, k, s, p, d)
+    lead = tuple(x.shape[:-2])
+    full = (*lead, *x.shape[-2:])
+
+    def pick(rows: Any, cols: Any, i: Any, j: Any) -> Any:
+        want = P.add(P.broadcast_in_dim(P.mul(i, k[1]), full, (x.ndim - 2,)),
+                     P.broadcast_in_dim(j, full, (x.ndim - 1,)))
+        return P.eq(P.convert_element_type(_gather_windows(off, x, rows, cols), torch.int64), want)
+    return to(_pool_backward(x, opmath(grad), out, k, s, p, d, pick), x.dtype)
 
 
 def _avg_divisor(x: Any, out: tuple, k: tuple, s: tuple, p: tuple, count_include_pad: bool,
@@ -144,19 +219,11 @@ def _avg_pool2d(x: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, ce
 def _avg_pool2d_backward(grad: Any, x: Any, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool,
                          count_include_pad: bool, divisor_override: Any) -> Any:
     k, s, p, _ = _pool_args(kernel_size, stride, padding)
-    h, w = x.shape[-2], x.shape[-1]
     out = (grad.shape[-2], grad.shape[-1])
     div = _avg_divisor(x, out, k, s, p, count_include_pad, divisor_override)
     g = opmath(grad)
     g = P.div(g, div if isinstance(div, float) else to(div, g.dtype))
-    # scatter into the padded plane, then cut the padding off
-    hp = max((out[0] - 1) * s[0] + k[0], h + 2 * p[0])
-    wp = max((out[1] - 1) * s[1] + k[1], w + 2 * p[1])
-    padded = P.full((*x.shape[:-2], hp, wp), 0.0, g.dtype, x.device)
-    idx = [_plane_index(g, out, (i, j), s, wp) for i in range(k[0]) for j in range(k[1])]
-    acc = _scatter_plane(padded, [g] * len(idx), idx)
-    acc = P.slice(P.slice(acc, x.ndim - 2, p[0], p[0] + h, 1), x.ndim - 1, p[1], p[1] + w, 1)
-    return to(P.clone(acc), x.dtype)
+    return to(_pool_backward(x, g, out, k, s, p, (1, 1), None), x.dtype)
 
 
 def _adaptive_uniform(n: int, o: int) -> bool:

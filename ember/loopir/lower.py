@@ -22,14 +22,15 @@ from ember import logs
 from ember.decomp.meta import TensorMeta
 from ember.errors import EmberError
 
-from .expr import Op, size, walk, xvars
+from .expr import Load, Op, size, walk, xvars
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .values import TV, buffer_view, contiguous_layout
 
 LOWERINGS: dict[str, Callable[..., Any]] = {}
 MISSING_LOWERINGS: Counter = Counter()
-# a pointwise value used more than once is realized when its body has at least this many ops, or any
-# expensive one; cheaper values are recomputed by each user (a memory pass costs more than a few flops)
+# a pointwise value used more than once is realized when its body reads memory and has at least this many ops,
+# or has any expensive op; cheaper values are recomputed by each user (a memory pass costs more than a few
+# flops), and so is index arithmetic (iota-based positions, window bounds), which reads nothing
 REALIZE_OPS = 4
 EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
                           "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
@@ -238,7 +239,8 @@ class Lowerer:
         if isinstance(out, TV) and out.view is None:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
-            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and (n_ops >= REALIZE_OPS or _expensive(body))):
+            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and (_expensive(body) or (
+                    n_ops >= REALIZE_OPS and _loads(body)))):
                 out = self.realized(out)
         return out
 
@@ -300,6 +302,11 @@ def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
             return TensorMeta(tuple(o.shape), o.dtype, dev, tuple(o.stride()))
         return o
     return tree_map(fix, out)
+
+
+def _loads(body: Any) -> bool:
+    """Whether a body reads memory (one that computes from indices alone is recomputed by every user)."""
+    return any(isinstance(e, Load) for e in walk(body))
 
 
 def _expensive(body: Any) -> bool:
