@@ -10,6 +10,7 @@ A diagnosis tool, not a benchmark: numbers under the profiler are not the ones t
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 
@@ -72,11 +73,39 @@ def main() -> None:
         rows = sorted(prof.key_averages(), key=lambda e: -getattr(e, key))
         total = sum(getattr(e, key) for e in rows)
         print(f"   total {total / a.steps / 1e3:.3f} ms/step of {'device' if device.type == 'cuda' else 'cpu'} time")
+        if device.type == "cuda":
+            print("   by kind (device kernels only): " + _kinds(rows, a.steps))
         for e in rows[:a.top]:
             t = getattr(e, key) / a.steps
             if t <= 0:
                 break
             print(f"   {t:9.1f} us  x{e.count // a.steps:<4d} {e.key[:110]}")
+
+
+_LIBRARY = re.compile(r"gemm|conv|xmma|cutlass|nvjet|cudnn|wgrad|dgrad|fprop|flash|fmha|attention", re.I)
+
+
+def _kind(name: str) -> str:
+    if name.startswith(("ember_kernel", "triton_")):
+        return "generated"
+    if _LIBRARY.search(name):
+        return "gemm/conv/attn"
+    if name.startswith(("Memcpy", "Memset")):
+        return "memcpy/set"
+    return "other ATen"
+
+
+def _kinds(rows: list, steps: int) -> str:
+    """Per-step device time of the kernels themselves (not the ATen ops around them), by kind."""
+    from collections import Counter
+    tot, cnt = Counter(), Counter()
+    for e in rows:
+        if getattr(e, "device_type", None) != torch.autograd.DeviceType.CUDA or e.self_device_time_total <= 0:
+            continue
+        k = _kind(e.key)
+        tot[k] += e.self_device_time_total / steps
+        cnt[k] += e.count // steps
+    return ", ".join(f"{k} {tot[k] / 1e3:.2f} ms ({cnt[k]} launches)" for k in sorted(tot, key=lambda k: -tot[k]))
 
 
 if __name__ == "__main__":
