@@ -144,9 +144,11 @@ def _gather_windows(t: Any, x: Any, rows: Any, cols: Any) -> Any:
     return P.gather(by_row, x.ndim - 1, c)
 
 
-def _pool_backward(x: Any, grad: Any, out: tuple, k: tuple, s: tuple, p: tuple, d: tuple, pick: Any) -> Any:
-    """Each input position sums ``grad`` over the windows that hold it where ``pick(rows, cols, ok, i, j)``
-    (None: every such window) is true: a gather per candidate window, no scatter, no atomics."""
+def _pool_backward(x: Any, grad: Any, out: tuple, k: tuple, s: tuple, p: tuple, d: tuple, pick: Any,
+                   divisor: Any = None) -> Any:
+    """Each input position sums ``grad`` (divided by ``divisor``, a number or a tensor like grad) over the windows
+    that hold it where ``pick(rows, cols, i, j)`` (None: every such window) is true: a gather per candidate
+    window, no scatter, no atomics. The gradient is gathered as it is, so a 16-bit one is stored 16-bit."""
     acc = None
     for r, okr, i in _candidates(x, 0, out[0], k[0], s[0], p[0], d[0]):
         for c, okc, j in _candidates(x, 1, out[1], k[1], s[1], p[1], d[1]):
@@ -155,7 +157,11 @@ def _pool_backward(x: Any, grad: Any, out: tuple, k: tuple, s: tuple, p: tuple, 
                                P.broadcast_in_dim(okc, (*lead, *x.shape[-2:]), (x.ndim - 1,)))
             if pick is not None:
                 ok = P.logical_and(ok, pick(r, c, i, j))
-            g = P.where(ok, _gather_windows(grad, x, r, c), 0.0)
+            g = opmath(_gather_windows(grad, x, r, c))
+            if divisor is not None:
+                dv = divisor if isinstance(divisor, float) else to(_gather_windows(divisor, x, r, c), g.dtype)
+                g = P.div(g, dv)
+            g = P.where(ok, g, 0.0)
             acc = g if acc is None else P.add(acc, g)
     return acc
 
@@ -181,7 +187,7 @@ def _max_pool2d_backward(grad: Any, x: Any, kernel_size: Any, stride: Any, paddi
         want = P.add(P.broadcast_in_dim(P.mul(i, k[1]), full, (x.ndim - 2,)),
                      P.broadcast_in_dim(j, full, (x.ndim - 1,)))
         return P.eq(P.convert_element_type(_gather_windows(off, x, rows, cols), torch.int64), want)
-    return to(_pool_backward(x, opmath(grad), out, k, s, p, d, pick), x.dtype)
+    return to(_pool_backward(x, grad, out, k, s, p, d, pick), x.dtype)
 
 
 def _avg_divisor(x: Any, out: tuple, k: tuple, s: tuple, p: tuple, count_include_pad: bool,
@@ -221,9 +227,7 @@ def _avg_pool2d_backward(grad: Any, x: Any, kernel_size: Any, stride: Any, paddi
     k, s, p, _ = _pool_args(kernel_size, stride, padding)
     out = (grad.shape[-2], grad.shape[-1])
     div = _avg_divisor(x, out, k, s, p, count_include_pad, divisor_override)
-    g = opmath(grad)
-    g = P.div(g, div if isinstance(div, float) else to(div, g.dtype))
-    return to(_pool_backward(x, g, out, k, s, p, (1, 1), None), x.dtype)
+    return to(_pool_backward(x, grad, out, k, s, p, (1, 1), None, div), x.dtype)
 
 
 def _adaptive_uniform(n: int, o: int) -> bool:

@@ -22,16 +22,18 @@ from ember import logs
 from ember.decomp.meta import TensorMeta
 from ember.errors import EmberError
 
-from .expr import Load, Op, size, walk, xvars
+from .expr import Load, Op, cast, size, walk, xvars
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .values import TV, buffer_view, contiguous_layout
 
 LOWERINGS: dict[str, Callable[..., Any]] = {}
 MISSING_LOWERINGS: Counter = Counter()
-# a pointwise value used more than once is realized when its body reads memory and has at least this many ops,
-# or has any expensive op; cheaper values are recomputed by each user (a memory pass costs more than a few
-# flops), and so is index arithmetic (iota-based positions, window bounds), which reads nothing
-REALIZE_OPS = 4
+# a pointwise value used more than once is recomputed by each user unless it has an expensive op, reads more
+# than REUSE_READS buffers, has at least REUSE_OPS ops, or goes to several ATen calls: recomputing a few flops
+# from the inputs costs less than a memory pass (a store and a load per user), and index arithmetic
+# (iota-based positions, window bounds), which reads nothing, is always recomputed
+REUSE_READS = 4
+REUSE_OPS = 24
 EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
                           "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
 # any value whose body grew beyond this many ops is realized (bounds the size of inlined bodies)
@@ -239,10 +241,18 @@ class Lowerer:
         if isinstance(out, TV) and out.view is None:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
-            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and (_expensive(body) or (
-                    n_ops >= REALIZE_OPS and _loads(body)))):
-                out = self.realized(out)
+            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops)):
+                out = self.realized_narrow(out, body)
         return out
+
+    def realized_narrow(self, tv: TV, body: Any) -> TV:
+        """``tv`` realized; a value that is a widening cast (a 16-bit value its users compute with in float32, a
+        byte its users index with in int64) is stored before the cast, in fewer bytes, and cast where loaded."""
+        if isinstance(body, Op) and body.name == "to_dtype" and _widens(body.args[0].dtype, tv.dtype):
+            inner = TV(tv.shape, body.args[0].dtype, tv.device, lambda idx: tv.loader(idx).args[0])
+            stored = self.realized(inner)
+            return TV(tv.shape, tv.dtype, tv.device, lambda idx: cast(stored.loader(idx), tv.dtype))
+        return self.realized(tv)
 
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
@@ -304,9 +314,32 @@ def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
     return tree_map(fix, out)
 
 
-def _loads(body: Any) -> bool:
-    """Whether a body reads memory (one that computes from indices alone is recomputed by every user)."""
-    return any(isinstance(e, Load) for e in walk(body))
+def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int) -> bool:
+    reads = {e.buf for e in walk(body) if isinstance(e, Load)}
+    if not reads:
+        return _expensive(body)
+    externs = sum(1 for u in node.users if not _lowered(u))
+    return externs > 1 or len(reads) > REUSE_READS or n_ops >= REUSE_OPS or _expensive(body)
+
+
+def _lowered(user: fx.Node) -> bool:
+    """Whether a user node becomes loop IR (a prim with a lowering, or tuple indexing) rather than an ATen call
+    or a graph output (each of which would store a value that is not a buffer)."""
+    if user.op != "call_function":
+        return False
+    t = user.target
+    if t is operator.getitem or getattr(t, "__name__", "") == "_getitem":
+        return True
+    return type(t).__name__ == "Prim" and t.name in LOWERINGS and t.name not in _EXPECTED_EXTERNS
+
+
+def _widens(src: torch.dtype, dst: torch.dtype) -> bool:
+    """Whether every ``src`` value is exactly a ``dst`` value of more bytes (16-bit floats in float32, small
+    integers such as a max pool's window offsets in int64)."""
+    if src in (torch.bfloat16, torch.float16):
+        return dst in (torch.float32, torch.float64)
+    ints = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+    return src in ints and dst in ints and dst.itemsize > src.itemsize and (dst.is_signed or not src.is_signed)
 
 
 def _expensive(body: Any) -> bool:

@@ -96,3 +96,21 @@ def test_max_pool_backward_saves_nothing_and_stores_offsets_in_bytes(monkeypatch
     stored = [bwd.node(b) for k in schedule(bwd).steps if isinstance(k, Kernel) for b in k.stores]
     assert not [n.name for n in stored if n.layout.dtype == torch.int64], stored
     assert [n.name for n in stored if n.layout.dtype == torch.int8 and tuple(n.layout.shape) == (2, 8, 8, 8)]
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_bf16_pool_gradients_equal_eager(kind):
+    """16-bit gradients are gathered 16-bit and summed in float32, as ATen's kernels accumulate them."""
+    def f(x):
+        y = torch.relu(x)
+        z = F.max_pool2d(y, 3, 2, 1) if kind == "max" else F.avg_pool2d(y, 3, 2, 1)
+        return z * 3
+
+    cf = ember.compile(f)
+    x = torch.randn(2, 4, 12, 13, dtype=torch.bfloat16)
+    xr, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+    g = torch.randn(2, 4, 6, 7, dtype=torch.bfloat16)
+    f(xr).backward(g)
+    cf(xe).backward(g)
+    assert xe.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(xe.grad, xr.grad, rtol=1.6e-2, atol=1e-2)

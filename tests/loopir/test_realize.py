@@ -1,0 +1,55 @@
+"""Which values the lowering stores (ember.loopir.lower): a value with several users is recomputed by each of
+them unless recomputing costs more than a memory pass, and one that is stored is stored in its narrowest exact
+dtype (a 16-bit value before its float32 upcast, a byte before its int64 widening)."""
+from __future__ import annotations
+
+import torch
+
+from ember.autograd.aot import decompose_graph
+from ember.loopir import lower as lower_mod
+from ember.loopir.ir import Pointwise
+
+
+def _lowered(fn, *args):
+    from ember.autograd.trace import trace_aten
+    gm = decompose_graph(trace_aten(fn, args, training=False).gm)
+    return lower_mod.lower(gm, "graph")
+
+
+def _stored(graph) -> list:
+    return [n for n in graph.nodes if isinstance(n, Pointwise) and n.name not in graph.output_names()]
+
+
+def test_cheap_value_with_two_users_is_recomputed():
+    def f(x, m):
+        y = ((x - m) * 0.5).abs() + 1       # used by a reduction and by a pointwise: recomputed by both
+        return y.sum(0), y * y
+    g = _lowered(f, torch.randn(64, 32), torch.randn(32))
+    assert not _stored(g), g.python()
+
+
+def test_value_reading_many_buffers_is_stored_once():
+    def f(a, b, c, d, e):
+        y = a * b + c * d + e               # five reads: stored once rather than reread by each user
+        return y.sum(0), y.exp()
+    g = _lowered(f, *[torch.randn(64, 32) for _ in range(5)])
+    assert len(_stored(g)) == 1, g.python()
+
+
+def test_upcast_value_is_stored_in_its_16_bit_dtype():
+    def f(a, b, c, d, e):
+        y = (a * b + c * d + e).float()     # used in float32 by two users, stored as the bf16 value
+        return y.sum(0), y.exp()
+    g = _lowered(f, *[torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(5)])
+    stored = _stored(g)
+    assert len(stored) == 1 and stored[0].layout.dtype == torch.bfloat16, g.python()
+    want = f(*[torch.ones(64, 32, dtype=torch.bfloat16)] * 5)
+    assert want[0].dtype == torch.float32
+
+
+def test_widens():
+    assert lower_mod._widens(torch.bfloat16, torch.float32)
+    assert lower_mod._widens(torch.int8, torch.int64) and lower_mod._widens(torch.uint8, torch.int32)
+    assert not lower_mod._widens(torch.float32, torch.bfloat16)
+    assert not lower_mod._widens(torch.int64, torch.int8) and not lower_mod._widens(torch.int8, torch.uint8)
+    assert not lower_mod._widens(torch.int32, torch.float32)
