@@ -198,12 +198,16 @@ def schedule(graph: LoopGraph) -> Schedule:
 
 
 def _horizontal(g: _Group, node: Node) -> bool:
-    """Small independent pointwise kernels of one size share a launch, up to a total of buffer points."""
-    if not (isinstance(node, Pointwise) and g.rnumel == 1 and _shape_of(node) == (g.xnumel, 1)
-            and isinstance(g.xnumel, int) and g.xnumel <= HORIZONTAL_MAX_NUMEL):
+    """Small independent kernels of one iteration space share a launch, up to a total of buffer points:
+    pointwise ones, and reductions (the final sums of split reductions, per-channel statistics)."""
+    xn, rn = _shape_of(node)
+    points = xn * rn if isinstance(xn, int) and isinstance(rn, int) else None
+    if (xn, rn) != (g.xnumel, g.rnumel) or points is None or points > HORIZONTAL_MAX_NUMEL:
+        return False
+    if not (isinstance(node, Pointwise) or (isinstance(node, Reduction) and rn != 1)):
         return False
     streams = set().union(*(m.reads() for m in g.nodes), node.reads(), (m.name for m in g.nodes), (node.name,))
-    return len(streams) * g.xnumel <= HORIZONTAL_MAX_POINTS
+    return len(streams) * points <= HORIZONTAL_MAX_POINTS
 
 
 def _shared_reads(g: _Group, deps: set[str]) -> int:

@@ -53,3 +53,18 @@ def test_widens():
     assert not lower_mod._widens(torch.float32, torch.bfloat16)
     assert not lower_mod._widens(torch.int64, torch.int8) and not lower_mod._widens(torch.int8, torch.uint8)
     assert not lower_mod._widens(torch.int32, torch.float32)
+
+
+def test_small_independent_reductions_share_a_launch():
+    """Reductions of one small iteration space (a split reduction's final sums, a batch norm's two channel
+    statistics) run in one kernel even when they read nothing in common; large ones stay apart."""
+    from ember.loopir.schedule import Kernel, schedule
+
+    def f(a, b):
+        return a.sum(0), (b * 2).sum(0)
+
+    def kernels(n):
+        g = _lowered(f, torch.randn(n, 64), torch.randn(n, 64))
+        return [k for k in schedule(g).steps if isinstance(k, Kernel)]
+    assert len(kernels(512)) == 1
+    assert len(kernels(4096)) == 2
