@@ -19,6 +19,7 @@ from typing import Any
 import sympy
 import torch
 
+from ember.loopir.expr import bound_symbol
 from ember.loopir.indexing import RINDEX, XINDEX, steps_by_one
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
 from ember.loopir.online import OnlineAccumulate, online_softmax
@@ -175,7 +176,7 @@ class _Gen:
         k = body.kernel
         self.xnumel, self.rnumel = int(k.xnumel), int(k.rnumel)
         self.red = k.is_reduction
-        self.p = IndexPrinter({XINDEX: self.xnumel, RINDEX: self.rnumel})
+        self.p = IndexPrinter(index_ranges(body))
         self.xmask = self.xnumel % cfg.xblock != 0
         self.rmask = self.red and self.rnumel % cfg.rblock != 0
         self.lines: list[str] = []
@@ -384,11 +385,18 @@ def body_indices(body: KernelBody) -> list:
     return [e for e in out if isinstance(e, sympy.Basic)]
 
 
+def index_ranges(body: KernelBody) -> dict:
+    """Each index symbol's extent (values in [0, extent)): xindex, rindex, and every loaded value a load's
+    address depends on (a gather's index lies in the gathered dimension; torch raises on any other)."""
+    k = body.kernel
+    return {XINDEX: int(k.xnumel), RINDEX: int(k.rnumel), **{bound_symbol(v): n for v, n in body.extents.items()}}
+
+
 def _sizes(body: KernelBody, persistent: bool) -> tuple:
     """The arguments of ``launch_config``/``candidate_configs`` for ``body``."""
     k = body.kernel
     xnumel, rnumel = int(k.xnumel), int(k.rnumel)
-    int64 = needs_int64(body_indices(body), {XINDEX: xnumel, RINDEX: rnumel})
+    int64 = needs_int64(body_indices(body), index_ranges(body))
     return xnumel, rnumel, k.is_reduction, persistent, inner_reduction(reduced_load_indices(k)), int64
 
 

@@ -65,9 +65,14 @@ def _offset_dtype(k: tuple) -> torch.dtype:
     return torch.int8 if n <= 127 else torch.int16 if n <= 32767 else torch.int32
 
 
+def _coord_dtype(x: Any) -> torch.dtype:
+    """Plane coordinates are int32 (cheap division on the GPU) unless a flat plane index may not fit."""
+    return torch.int32 if x.shape[-2] * x.shape[-1] < 2 ** 31 - 1 else torch.int64
+
+
 def _window_origin(x: Any, out: tuple, s: tuple, p: tuple, a: int) -> Any:
     """Input coordinate (along spatial dim ``a``) of each output cell's window start, broadcast to out's shape."""
-    v = P.iota(out[a], -p[a], s[a], torch.int64, x.device)
+    v = P.iota(out[a], -p[a], s[a], _coord_dtype(x), x.device)
     return P.broadcast_in_dim(v, (*x.shape[:-2], *out), (x.ndim - 2 + a,))
 
 
@@ -94,33 +99,21 @@ def _max_pool2d_with_indices(x: Any, kernel_size: Any, stride: Any = (), padding
 
 
 def _offset_to_index(x: Any, off: Any, out: tuple, k: tuple, s: tuple, p: tuple, d: tuple, width: int) -> Any:
-    o = P.convert_element_type(off, torch.int64)
+    o = P.convert_element_type(off, _coord_dtype(x))
     i, j = P.floordiv(o, k[1]), P.remainder(o, k[1])
     row = P.add(_window_origin(x, out, s, p, 0), P.mul(i, d[0]) if d[0] != 1 else i)
     col = P.add(_window_origin(x, out, s, p, 1), P.mul(j, d[1]) if d[1] != 1 else j)
-    return P.add(P.mul(row, width), col)
-
-
-def _index_to_offset(x: Any, idx: Any, out: tuple, k: tuple, s: tuple, p: tuple, d: tuple) -> Any:
-    """The inverse of ``_offset_to_index`` for indices inside their window, as the small offset dtype."""
-    w = x.shape[-1]
-    i = P.sub(P.floordiv(idx, w), _window_origin(x, out, s, p, 0))
-    j = P.sub(P.remainder(idx, w), _window_origin(x, out, s, p, 1))
-    if d[0] != 1:
-        i = P.floordiv(i, d[0])
-    if d[1] != 1:
-        j = P.floordiv(j, d[1])
-    return P.convert_element_type(P.add(P.mul(i, k[1]), j), _offset_dtype(k))
+    return to(P.add(P.mul(row, width), col), torch.int64)
 
 
 def _candidates(x: Any, a: int, n_out: int, k: int, s: int, p: int, d: int) -> list:
     """For each input position along spatial dim ``a``, the windows that may hold it: a list of
-    (window index, in that window, kernel offset) int64/bool vectors of the input's length, one per candidate.
+    (window index, in that window) int64/bool vectors of the input's length, one per candidate.
     Windows ``first(h) + j`` for j < ceil(((k-1)*d+1)/s), where first(h) is the first window starting at or
     after h - (k-1)*d; the window index is clamped to the output (the flag says whether it is real)."""
     n = x.shape[x.ndim - 2 + a]
     span = (k - 1) * d
-    h = P.iota(n, 0, 1, torch.int64, x.device)
+    h = P.iota(n, 0, 1, _coord_dtype(x), x.device)
     first = P.maximum(P.floordiv(P.add(h, p - span + s - 1), s), 0)
     res = []
     for j in range(-(-(span + 1) // s)):
@@ -129,8 +122,7 @@ def _candidates(x: Any, a: int, n_out: int, k: int, s: int, p: int, d: int) -> l
         ok = P.logical_and(P.lt(o, n_out), P.logical_and(P.ge(e, 0), P.le(e, span)))
         if d != 1:
             ok = P.logical_and(ok, P.eq(P.remainder(e, d), 0))
-            e = P.floordiv(e, d)
-        res.append((P.minimum(o, n_out - 1), ok, e))
+        res.append((to(P.minimum(o, n_out - 1), torch.int64), ok))
     return res
 
 
@@ -147,16 +139,16 @@ def _gather_windows(t: Any, x: Any, rows: Any, cols: Any) -> Any:
 def _pool_backward(x: Any, grad: Any, out: tuple, k: tuple, s: tuple, p: tuple, d: tuple, pick: Any,
                    divisor: Any = None) -> Any:
     """Each input position sums ``grad`` (divided by ``divisor``, a number or a tensor like grad) over the windows
-    that hold it where ``pick(rows, cols, i, j)`` (None: every such window) is true: a gather per candidate
-    window, no scatter, no atomics. The gradient is gathered as it is, so a 16-bit one is stored 16-bit."""
+    that hold it where ``pick(rows, cols)`` (None: every such window) is true: a gather per candidate window, no
+    scatter, no atomics. The gradient is gathered as it is, so a 16-bit one is stored 16-bit."""
     acc = None
-    for r, okr, i in _candidates(x, 0, out[0], k[0], s[0], p[0], d[0]):
-        for c, okc, j in _candidates(x, 1, out[1], k[1], s[1], p[1], d[1]):
+    for r, okr in _candidates(x, 0, out[0], k[0], s[0], p[0], d[0]):
+        for c, okc in _candidates(x, 1, out[1], k[1], s[1], p[1], d[1]):
             lead = tuple(x.shape[:-2])
             ok = P.logical_and(P.broadcast_in_dim(okr, (*lead, *x.shape[-2:]), (x.ndim - 2,)),
                                P.broadcast_in_dim(okc, (*lead, *x.shape[-2:]), (x.ndim - 1,)))
             if pick is not None:
-                ok = P.logical_and(ok, pick(r, c, i, j))
+                ok = P.logical_and(ok, pick(r, c))
             g = opmath(_gather_windows(grad, x, r, c))
             if divisor is not None:
                 dv = divisor if isinstance(divisor, float) else to(_gather_windows(divisor, x, r, c), g.dtype)
@@ -176,17 +168,17 @@ def _max_pool2d(x: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, di
 def _max_pool2d_backward(grad: Any, x: Any, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
                          ceil_mode: bool, indices: Any) -> Any:
     """A gather per window that may hold each input position (ceil(k/s)**2 of them), kept where that window's
-    argmax offset is this position's. ``indices`` outside their window are not seen (as ATen's CUDA kernel)."""
+    argmax index is this position. ``indices`` outside their window are not seen (as ATen's CUDA kernel). When
+    the indices are recomputed from the forward's int8 window offsets, the gathers read those bytes."""
     k, s, p, d = _pool_args(kernel_size, stride, padding, dilation)
     out = (grad.shape[-2], grad.shape[-1])
-    off = _index_to_offset(x, indices, out, k, s, p, d)
-    lead = tuple(x.shape[:-2])
-    full = (*lead, *x.shape[-2:])
+    h, w = x.shape[-2], x.shape[-1]
+    full = tuple(x.shape)
+    here = P.add(P.broadcast_in_dim(P.iota(h, 0, w, torch.int64, x.device), full, (x.ndim - 2,)),
+                 P.broadcast_in_dim(P.iota(w, 0, 1, torch.int64, x.device), full, (x.ndim - 1,)))
 
-    def pick(rows: Any, cols: Any, i: Any, j: Any) -> Any:
-        want = P.add(P.broadcast_in_dim(P.mul(i, k[1]), full, (x.ndim - 2,)),
-                     P.broadcast_in_dim(j, full, (x.ndim - 1,)))
-        return P.eq(P.convert_element_type(_gather_windows(off, x, rows, cols), torch.int64), want)
+    def pick(rows: Any, cols: Any) -> Any:
+        return P.eq(_gather_windows(indices, x, rows, cols), here)
     return to(_pool_backward(x, grad, out, k, s, p, d, pick), x.dtype)
 
 

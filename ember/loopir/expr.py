@@ -82,6 +82,7 @@ class Bind:
     symbol: sympy.Symbol
     value: Any
     body: Any
+    extent: Any = None     # the indexed dimension's size: a valid value lies in [0, extent)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -144,7 +145,7 @@ def substitute(e: Expr, fn: Callable[[sympy.Expr], sympy.Expr], load: Callable[[
         elif isinstance(n, Op):
             out = Op(n.name, tuple(go(a) for a in n.args), n.dtype)
         elif isinstance(n, Bind):
-            out = Bind(n.symbol, go(n.value), go(n.body))
+            out = Bind(n.symbol, go(n.value), go(n.body), n.extent)
         else:
             out = n
         memo[n] = out

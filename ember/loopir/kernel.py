@@ -66,6 +66,7 @@ class KernelBody:
     buffers: dict[str, tuple[torch.dtype, str]]   # buffer -> (dtype, "in" | "out")
     dtypes: dict[str, torch.dtype]                # var -> dtype
     aliased: set[str] = field(default_factory=set)  # buffers sharing memory with another (stored in place)
+    extents: dict[str, int] = field(default_factory=dict)   # var bound as an index -> its dimension's size
 
     @property
     def name(self) -> str:
@@ -108,6 +109,7 @@ class _Builder:
         self.levels: dict[str, str] = {}
         self.dtypes: dict[str, torch.dtype] = {}
         self.final: dict[str, str] = {}       # reduction node -> var holding its result
+        self.extents: dict[str, int] = {}     # var bound as an index -> the indexed dimension's size
         self.n = 0
         self.buffers: dict[str, tuple[torch.dtype, str]] = {}
 
@@ -167,6 +169,8 @@ class _Builder:
             return self.assign("index", (idx,), e.dtype, "r" if self._is_r(idx) else "x")
         if isinstance(e, Bind):
             v = self.emit(e.value, groups)
+            if isinstance(e.extent, int):
+                self.extents[v] = min(e.extent, self.extents.get(v, e.extent))
             sym = bound_symbol(v)
             return self.emit(substitute(e.body, lambda i: i.xreplace({e.symbol: sym})), groups)
         assert isinstance(e, Op)
@@ -217,7 +221,7 @@ class _Builder:
         for n in stores:
             self.buffers[n] = (self.by_name[n].dtype, "out")
         return KernelBody(self.k, [s for s in self.sections if s.stmts or s.accumulators],
-                          self.buffers, self.dtypes)
+                          self.buffers, self.dtypes, extents=self.extents)
 
     def _emit_x(self, times: dict, after: int, stores: set) -> None:
         for n in self.k.nodes:

@@ -474,10 +474,10 @@ def _indirect(x: TV, xidx: list, dim_values: dict) -> Any:
     for d, val in dim_values.items():
         s = indirect_symbol()
         xidx[d] = s
-        binds.append((s, val))
+        binds.append((s, val, x.shape[d] if isinstance(x.shape[d], int) else None))
     out = x.loader(xidx)
-    for s, val in reversed(binds):
-        out = Bind(s, val, out)
+    for s, val, extent in reversed(binds):
+        out = Bind(s, val, out, extent)
     return out
 
 

@@ -257,6 +257,23 @@ def test_int64_indexing_only_when_needed() -> None:
     assert not needs_int64([sympy.floor(XINDEX * 2 ** 20 / 3) % 7], {XINDEX: 1000, RINDEX: 1})
 
 
+def test_gathered_index_is_bounded_by_its_dimension() -> None:
+    """An address that depends on a loaded index (embedding, gather, a pooling backward's windows) is bounded
+    by the indexed dimension's size: a small table does not make the kernel 64-bit; a huge one does."""
+    from ember.codegen.triton_gen import index_ranges
+    from ember.codegen.triton_ops import needs_int64
+    from ember.loopir.expr import bound_symbol
+
+    def emb(w, i):
+        return F.embedding(i, w) * 2
+    src = _sources(emb, [_rn(50, 16), torch.randint(0, 50, (4, 7))])
+    assert " int64" not in src.split("@triton.jit")[0], src
+    body = _bodies(emb, [_rn(50, 16), torch.randint(0, 50, (4, 7))])[0]
+    (var, extent), = body.extents.items()
+    assert extent == 50 and index_ranges(body)[bound_symbol(var)] == 50
+    assert needs_int64([bound_symbol("tmp0") * 2 ** 20], {bound_symbol("tmp0"): 2 ** 12})
+
+
 def test_index_printer_python_semantics_for_negative_dividends() -> None:
     from ember.codegen.triton_ops import IndexPrinter
     from ember.loopir.indexing import XINDEX
