@@ -312,13 +312,9 @@ def _pad(L: Lowerer, x: TV, pads: Sequence[tuple], value: Any) -> TV:
 
 
 # reductions -------------------------------------------------------------------------------------------------
-def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch.dtype | None) -> TV:
+def _reduction_body(x: TV, d: Sequence[int], dtype: torch.dtype) -> tuple:
+    """(kept ranges, reduced ranges, kept vars, reduced vars, body) of reducing x over dims ``d``."""
     from .expr import rvars, xvars
-    d = canonical_dims(dims, x.ndim) if x.ndim else ()
-    out_dtype = torch.bool if kind in ("any", "all") else (dtype or x.dtype)
-    body_dtype = torch.bool if kind in ("any", "all") else out_dtype
-    if not d:  # nothing reduced: a copy (any/all test truth)
-        return TV(x.shape, out_dtype, x.device, lambda idx: cast(x.loader(idx), out_dtype))
     kept = [i for i in range(x.ndim) if i not in d]
     ranges = tuple(x.shape[i] for i in kept)
     rranges = tuple(x.shape[i] for i in d)
@@ -328,7 +324,22 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
         idx[i] = v
     for v, i in zip(rs, d):
         idx[i] = v
-    body = cast(x.loader(idx), body_dtype)
+    return ranges, rranges, xs, rs, cast(x.loader(idx), dtype)
+
+
+def _splits(x: TV, d: Sequence[int]) -> bool:
+    """Whether reducing x over ``d`` is split into partial and final reductions (see ``_split_factor``)."""
+    ranges, rranges, xs, rs, body = _reduction_body(x, d, x.dtype)
+    return _split_factor(x.device, prod(ranges), prod(rranges), _kept_dim_contiguous(body, xs, rs)) > 1
+
+
+def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch.dtype | None) -> TV:
+    d = canonical_dims(dims, x.ndim) if x.ndim else ()
+    out_dtype = torch.bool if kind in ("any", "all") else (dtype or x.dtype)
+    body_dtype = torch.bool if kind in ("any", "all") else out_dtype
+    if not d:  # nothing reduced: a copy (any/all test truth)
+        return TV(x.shape, out_dtype, x.device, lambda idx: cast(x.loader(idx), out_dtype))
+    ranges, rranges, xs, rs, body = _reduction_body(x, d, body_dtype)
     name = L.new_name()
     lay = Layout.contiguous(ranges, out_dtype, x.device)
     outer = _kept_dim_contiguous(body, xs, rs)
@@ -448,6 +459,8 @@ def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool
         zero = constant(x.shape, 0.0 if correction == 0 else float("nan"), x.dtype, x.device)
         return zero, x
     n = prod([x.shape[i] for i in d])
+    if _splits(x, d):
+        return _var_mean_one_pass(L, x, d, n, correction, keepdim)
     s = _reduce(L, x, d, True, "sum", None)
     mean_k = L.realized(pointwise("div", [s, n], x.dtype))
     centered = pointwise("sub", [x, _broadcast(L, mean_k, x.shape, list(range(x.ndim)))], x.dtype)
@@ -457,6 +470,27 @@ def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool
     var = pointwise("div", [m2, float(denom)], x.dtype)
     mean = mean_k if keepdim else _squeeze(L, mean_k, list(d))
     return var, mean
+
+
+def _var_mean_one_pass(L: Lowerer, x: TV, d: Sequence[int], n: int, correction: float, keepdim: bool) -> tuple:
+    """var and mean from one read of x: the sums of x - k and of its square, k being the row's first point
+    (shifted data: the cancellation in ``s2 - s1**2 / n`` is bounded by how far k lies from the mean, in
+    standard deviations, not by the mean itself). A reduction split into partial sums then reads x once,
+    not twice, and both partial sums run in one kernel."""
+    def first(idx: Sequence) -> Any:
+        return x.loader([0 if i in d else v for i, v in enumerate(idx)])
+    k = TV(x.shape, x.dtype, x.device, first)
+    c = pointwise("sub", [x, k], x.dtype)
+    s1 = _reduce(L, c, d, True, "sum", None)
+    s2 = _reduce(L, pointwise("mul", [c, c], x.dtype), d, True, "sum", None)
+    kk = TV(s1.shape, x.dtype, x.device, first)
+    mean_k = L.realized(pointwise("add", [kk, pointwise("div", [s1, n], x.dtype)], x.dtype))
+    m2 = pointwise("maximum", [pointwise("sub", [s2, pointwise("div", [pointwise("mul", [s1, s1], x.dtype), n],
+                                                                      x.dtype)], x.dtype), 0.0], x.dtype)
+    var = pointwise("div", [m2, float(max(n - correction, 0))], x.dtype)
+    if not keepdim:
+        return _squeeze(L, var, list(d)), _squeeze(L, mean_k, list(d))
+    return var, mean_k
 
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import ember
 import ember.loopir.lowerings as lowerings
@@ -91,3 +92,28 @@ def test_split_is_for_gpu_shapes_only():
     # a bias gradient over 64x197 tokens: 1536 outputs are 24 tiles, too few programs without a split
     assert lowerings._split_factor(cuda, 1536, 12608, outer=True) > 1
     assert lowerings._split_factor(cuda, 1 << 16, 12608, outer=True) == 1    # enough tiles
+
+
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_split_var_mean_reads_its_input_once(cpu_backend, monkeypatch):
+    """A split var_mean (a batch norm's statistics on the GPU) sums x - k and (x - k)**2 in one pass, k the
+    row's first point: one kernel of partial sums, one of finals, and values as accurate as the two-pass form
+    even when the mean is far from zero relative to the spread (a large offset would cancel without k)."""
+    from ember.codegen import wrapper as wr
+    monkeypatch.setattr(lowerings, "_split_factor", lambda dev, x, r, outer=False: 6 if r >= 40 else 1)
+    sources: list = []
+    real = wr.make_wrapper
+    monkeypatch.setattr(wr, "make_wrapper", lambda *a, **k: sources.append(real(*a, **k).source) or real(*a, **k))
+
+    def fn(x):
+        v, m = torch.var_mean(x, dim=(0, 2, 3), correction=1)
+        return v, m, F.batch_norm(x, None, None, training=True)
+    ember.reset()
+    f = ember.compile(fn, options={"cpu_backend": cpu_backend})
+    x = torch.randn(4, 5, 6, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64).float() * 0.5 + 1e3
+    got, want = f(x), fn(x.double())
+    torch.testing.assert_close(got[0].double(), want[0], rtol=2e-3, atol=0)
+    torch.testing.assert_close(got[1].double(), want[1], rtol=1e-6, atol=0)
+    torch.testing.assert_close(got[2].double(), want[2], rtol=0, atol=2e-3)
+    kernels = [ln for ln in sources[-1].splitlines() if ln.lstrip().startswith("kernel")]
+    assert len(kernels) <= 3, kernels     # partial sums, finals, the normalized output
