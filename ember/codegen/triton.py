@@ -19,7 +19,7 @@ import hashlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,20 +86,34 @@ class TritonKernel:
         self.fast: dict[tuple, Callable[..., Any]] = {}
         self.interpreted = interpret
         self.meta = {"num_warps": cfg.num_warps} | ({"num_stages": cfg.num_stages} if cfg.num_stages else {})
+        # Triton specializes a kernel on which pointers are 16-byte aligned. ``checked``: the argument positions
+        # whose alignment may change between calls (None: all); the wrapper leaves out the buffers it allocates
+        # itself (always aligned). With none to check, ``fixed`` is the one launcher, called without a lookup.
+        self.checked: tuple[int, ...] | None = None
+        self.fixed: Callable[..., None] | None = None
+
+    def set_checked(self, positions: Sequence[int]) -> None:
+        self.checked = tuple(positions)
 
     def __call__(self, *args: torch.Tensor) -> None:
+        fixed = self.fixed
+        if fixed is not None:
+            fixed(*args)
+            return
         if self.empty:
             return
         if self.interpreted:
             self.launch(*args)
             return
-        key = tuple((a.data_ptr() & 15) == 0 for a in args)
+        chk = self.checked
+        key = tuple((a.data_ptr() & 15) == 0 for a in (args if chk is None else [args[i] for i in chk]))
         fast = self.fast.get(key)
-        if fast is not None:
-            fast(*args)
-            return
-        compiled = self.launch(*args, **self.meta)
-        self.fast[key] = _direct_launcher(compiled, self.grid, args) or self._slow
+        if fast is None:
+            compiled = self.launch(*args, **self.meta)
+            fast = self.fast[key] = _direct_launcher(compiled, self.grid, args) or self._slow
+            if chk == ():
+                self.fixed = fast
+        fast(*args)
 
     def _slow(self, *args: torch.Tensor) -> None:
         self.launch(*args, **self.meta)
@@ -114,6 +128,17 @@ def _no_hooks(hook: Any) -> bool:
         return True
     calls = getattr(hook, "calls", None)
     return calls is not None and len(calls) == 0
+
+
+def _c_launcher(run: Any) -> tuple | None:
+    """(launch, cooperative, pdl) of a Triton 3.x ``CudaLauncher`` that needs no scratch memory: calling its C
+    ``launch`` directly skips the Python ``__call__`` (two scratch allocations of nothing, a closure) per launch."""
+    try:
+        if run.global_scratch_size or run.profile_scratch_size or run.num_ctas != 1:
+            return None
+        return run.launch, run.launch_cooperative_grid, run.launch_pdl
+    except AttributeError:
+        return None
 
 
 def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., None] | None:
@@ -131,6 +156,14 @@ def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., N
         g0, g1, g2 = grid
         enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         if _no_hooks(enter) and _no_hooks(exit_):
+            c_launch = _c_launcher(run)
+            if c_launch is not None:     # no scratch memory to allocate: the C launcher itself
+                launch_fn, coop, pdl = c_launch
+
+                def launch(*a: torch.Tensor) -> None:
+                    launch_fn(g0, g1, g2, stream(dev), function, coop, pdl, None, None, meta, None, None, None, *a)
+                return launch
+
             def launch(*a: torch.Tensor) -> None:
                 run(g0, g1, g2, stream(dev), function, meta, None, None, None, *a)
         else:

@@ -49,6 +49,7 @@ class _Writer:
         self.bound = {n.name for n in schedule.graph.nodes if isinstance(n, (InputBuffer, Extern, ExternOutput))}
         self.bound |= set(inplace)
         self.reuse, self.kept = plan_reuse(schedule, inplace)
+        self.aligned: set[str] = set()      # buffers this wrapper allocates (the allocator aligns them)
 
     def bind(self, prefix: str, value: Any) -> str:
         name = f"{prefix}{len(self.globals)}"
@@ -83,7 +84,11 @@ class _Writer:
             return
         lay = self.layouts[name]
         donor = self.reuse.get(name)
+        self.aligned.add(name)
         if donor is not None:
+            if self.layouts[donor] == lay:
+                self.lines.append(f"    {name} = {donor}; del {donor}  # reuses {donor}'s memory")
+                return
             self.lines.append(f"    {name} = as_strided({donor}, {_size(lay.shape)}, {_size(lay.stride)}, 0); "
                               f"del {donor}  # reuses {donor}'s memory")
             return
@@ -133,6 +138,8 @@ class _Writer:
                         self.alloc(b)
                 kname = self.bind(step.name + "_", fn)
                 names = [host.get((b, step.device), b) for b in body.buffers]
+                if hasattr(fn, "set_checked"):
+                    fn.set_checked([i for i, b in enumerate(names) if b not in self.aligned])
                 self.lines.append(f"    {kname}({', '.join(names)})  # {step.fused()}")
             elif isinstance(step, Extern):
                 fn = self.bind("extern", step.target)

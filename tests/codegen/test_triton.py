@@ -274,6 +274,20 @@ def test_gathered_index_is_bounded_by_its_dimension() -> None:
     assert needs_int64([bound_symbol("tmp0") * 2 ** 20], {bound_symbol("tmp0"): 2 ** 12})
 
 
+def test_only_arguments_the_wrapper_did_not_allocate_are_checked_for_alignment() -> None:
+    """A kernel is specialized on which pointers are 16-byte aligned: the graph's inputs may be views at any
+    offset, so their alignment is checked per call; the buffers the wrapper allocates are always aligned."""
+    from ember.codegen.triton import TritonKernel
+    _, built = compile_case(lambda x: ((x * 2).exp() + 1).sum(-1) * x[:, 0], [_rn(8, 33)])
+    kernels = [v for b in built for v in b.__globals__.values() if isinstance(v, TritonKernel)]
+    assert kernels and all(k.checked is not None for k in kernels)
+    src = "\n".join(b.source for b in built)
+    for k in kernels:
+        call = next(ln for ln in src.splitlines() if ln.lstrip().startswith(f"{k.name}_"))
+        names = call.split("(", 1)[1].split(")")[0].split(", ")
+        assert [names[i] for i in k.checked] == [n for n in names if n.startswith("arg")], (call, k.checked)
+
+
 def test_index_printer_python_semantics_for_negative_dividends() -> None:
     from ember.codegen.triton_ops import IndexPrinter
     from ember.loopir.indexing import XINDEX
