@@ -11,8 +11,9 @@ import math
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
+from torch.utils._pytree import tree_flatten
 
-from ember.loopir.ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout
+from ember.loopir.ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, Pointwise, Reduction
 from ember.loopir.kernel import KernelBody
 from ember.loopir.schedule import Kernel, Schedule
 
@@ -49,6 +50,7 @@ class _Writer:
         self.bound = {n.name for n in schedule.graph.nodes if isinstance(n, (InputBuffer, Extern, ExternOutput))}
         self.bound |= set(inplace)
         self.reuse, self.kept = plan_reuse(schedule, inplace)
+        self.allocated = _allocation_layouts(schedule, inplace)
         self.aligned: set[str] = set()      # buffers this wrapper allocates (the allocator aligns them)
 
     def bind(self, prefix: str, value: Any) -> str:
@@ -57,7 +59,7 @@ class _Writer:
         return name
 
     def ref(self, r: BufferRef) -> str:
-        own = self.layouts[r.name]
+        own = self.allocated.get(r.name, self.layouts[r.name])
         if r.layout == own:
             return r.name
         lay = r.layout      # offsets are relative to the buffer's tensor; as_strided takes absolute ones
@@ -82,11 +84,11 @@ class _Writer:
         if name in self.inplace:
             self.lines.append(f"    {name} = {self.inplace[name]}  # new value stored in place")
             return
-        lay = self.layouts[name]
+        lay = self.allocated.get(name, self.layouts[name])
         donor = self.reuse.get(name)
         self.aligned.add(name)
         if donor is not None:
-            if self.layouts[donor] == lay:
+            if self.allocated.get(donor, self.layouts[donor]) == lay:
                 self.lines.append(f"    {name} = {donor}; del {donor}  # reuses {donor}'s memory")
                 return
             self.lines.append(f"    {name} = as_strided({donor}, {_size(lay.shape)}, {_size(lay.stride)}, 0); "
@@ -159,6 +161,53 @@ class _Writer:
         outs = [self.ref(o) if isinstance(o, BufferRef) else self.arg(o) for o in g.outputs]
         self.lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         return "\n".join(self.lines) + "\n"
+
+
+def _allocation_layouts(schedule: Schedule, inplace: dict[str, str]) -> dict[str, Layout]:
+    """Buffers a kernel computes in memory order (a channels-last activation: (N, H, W, C) contiguous) whose
+    every other user (ATen calls, graph outputs) sees them through one permuted view ((N, C, H, W) with NHWC
+    strides): allocated as that view, so those users get the tensor itself instead of an ``as_strided`` per
+    use. Kernels address memory from the data pointer and their own layout, whatever the tensor's strides.
+    Names stored in place into one buffer share its tensor, so they are decided together."""
+    graph = schedule.graph
+
+    def root(b: str) -> str:
+        while b in inplace:
+            b = inplace[b]
+        return b
+    layouts = {n.name: n.layout for n in graph.nodes}
+    computed = {n.name for n in graph.nodes if isinstance(n, (Pointwise, Reduction))}
+    groups: dict[str, list[str]] = {}
+    for n in graph.nodes:
+        groups.setdefault(root(n.name), []).append(n.name)
+    refs = [o for o in graph.outputs if isinstance(o, BufferRef)]
+    for step in schedule.steps:
+        if isinstance(step, Extern):
+            refs += [a for a in tree_flatten((step.args, step.kwargs))[0] if isinstance(a, BufferRef)]
+    seen: dict[str, set[Layout]] = {}
+    for r in refs:
+        seen.setdefault(root(r.name), set()).add(r.layout)
+    out = {}
+    for r, lays in seen.items():
+        names = groups.get(r, [r])
+        if r not in computed or any(layouts[b] != layouts[r] for b in names) or len(lays) != 1:
+            continue
+        lay = next(iter(lays))
+        if lay != layouts[r] and _same_memory(lay, layouts[r]):
+            out.update({b: lay for b in names})
+    return out
+
+
+def _same_memory(a: Layout, b: Layout) -> bool:
+    """Whether two layouts are the same dense memory seen with the dims in another order."""
+    if (a.dtype, a.device, a.offset, b.offset) != (b.dtype, b.device, 0, 0):
+        return False
+    try:
+        pa = sorted((int(st), int(n)) for n, st in zip(a.shape, a.stride) if int(n) != 1)
+        pb = sorted((int(st), int(n)) for n, st in zip(b.shape, b.stride) if int(n) != 1)
+    except TypeError:
+        return False
+    return pa == pb
 
 
 REUSE_WINDOW = 16

@@ -139,3 +139,26 @@ def test_few_convolutions_keep_traced_layouts(on_cpu, monkeypatch):
     with torch.no_grad():
         ember.compile(net)(torch.randn(1, 3, 8, 8, dtype=dtype))
     assert seen and not seen[0][0]
+
+
+def test_activations_are_allocated_as_the_view_convolutions_take(on_cpu, monkeypatch):
+    """A channels-last activation is computed in memory order (N, H, W, C) and taken by the convolution as an
+    (N, C, H, W) view with NHWC strides: the wrapper allocates it as that view, so no call takes an
+    ``as_strided`` of a computed buffer."""
+    from ember.codegen import wrapper as wr
+    dtype, _ = on_cpu
+    sources: list = []
+    real = wr.make_wrapper
+
+    def make(*a, **k):
+        fn = real(*a, **k)
+        sources.append(fn.source)
+        return fn
+    monkeypatch.setattr(wr, "make_wrapper", make)
+    net = _net(dtype)
+    with torch.no_grad():
+        x = torch.randn(2, 3, 16, 16, dtype=dtype)
+        torch.testing.assert_close(ember.compile(net)(x).float(), net(x).float(), rtol=2e-2, atol=2e-2)
+    calls = [ln for ln in sources[-1].splitlines() if "= extern" in ln]
+    assert len(calls) == 6, sources[-1]
+    assert not any("as_strided(buf" in ln for ln in calls), calls

@@ -91,5 +91,6 @@ def test_cpu_default_is_unchanged():
 def test_transposed_operand_is_padded_in_its_own_order(on_cpu):
     src = _source(*CASES["lm_head"])     # x @ w.t(), w (37 x 12): w.t() padded to 40 columns, stored as w is
     fwd = src.split("def backward")[0]
-    assert "empty_strided((40, 12), (12, 1)" in fwd and "(12, 40), (1, 12)" in fwd, fwd
+    assert "empty_strided((40, 12), (12, 1)" in fwd and "(12, 40), (1, 12)" in fwd or \
+        "empty_strided((12, 40), (1, 12)" in fwd, fwd       # allocated as the view the matmul takes
     assert "(12, 40), (40, 1)" not in fwd, fwd
