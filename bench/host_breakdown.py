@@ -7,27 +7,13 @@ launches and the ATen calls inside them; what is left is the glue, guards and th
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
+from host_enqueue import enqueue_ms  # bench/ is the script's directory, first on sys.path
 
 from ember.bench.engines import parse_engine
 from ember.bench.runner import make_step, zoo_case
-
-SLEEP_MS = 300
-
-
-def _enqueue(step, reps: int = 7) -> float:
-    cyc = int(1.5e6 * SLEEP_MS)       # ~1.5 GHz: long enough for one step's launches
-    out = []
-    for _ in range(reps):
-        torch.cuda._sleep(cyc)
-        t = time.perf_counter()
-        step()
-        out.append(time.perf_counter() - t)
-        torch.cuda.synchronize()
-    return statistics.median(out) * 1e3
 
 
 def main() -> None:
@@ -73,10 +59,10 @@ def main() -> None:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    base = _enqueue(step)
+    base = enqueue_ms(step)
     reps = 7
     on[0] = True
-    timed_total = _enqueue(step, reps)
+    timed_total = enqueue_ms(step, reps)
     on[0] = False
     per = {k: v / reps * 1e3 for k, v in spent.items()}
     n = {k: v // reps for k, v in counts.items()}
