@@ -107,14 +107,18 @@ def store_index(node: Node, groups: list) -> sympy.Expr:
 
 # -- grouping -----------------------------------------------------------------------------------------------
 class _Group:
-    def __init__(self, pos: int, node: Node, xnumel: Any, rnumel: Any) -> None:
+    def __init__(self, pos: int, node: Node, xnumel: Any, rnumel: Any, reads: set[str]) -> None:
         self.pos, self.xnumel, self.rnumel = pos, xnumel, rnumel
         self.nodes: list[Node] = []
         self.placed: dict[str, list] = {}
-        self.add(node)
+        self.names: set[str] = set()
+        self.reads: set[str] = set()          # every buffer the group's nodes load (its own ones too)
+        self.add(node, reads)
 
-    def add(self, node: Node) -> None:
+    def add(self, node: Node, reads: set[str]) -> None:
         self.nodes.append(node)
+        self.names.add(node.name)
+        self.reads |= reads
         self.placed[node.name] = placement(node, self.xnumel, self.rnumel)  # type: ignore[assignment]
 
 
@@ -124,8 +128,9 @@ def _shape_of(node: Node) -> tuple[Any, Any]:
     return prod(node.ranges), 1  # type: ignore[attr-defined]
 
 
-def _why_not(g: _Group, node: Node, where: dict[str, Any]) -> str | None:
-    """None when ``node`` may join ``g``; else the reason (for EMBER_LOGS=schedule)."""
+def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list) -> str | None:
+    """None when ``node`` (whose body loads ``node_loads``) may join ``g``; else the reason (for
+    EMBER_LOGS=schedule)."""
     if node.device != g.nodes[0].device:
         return "different device"
     if len(g.nodes) >= MAX_KERNEL_NODES:
@@ -138,11 +143,10 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any]) -> str | None:
     groups = placement(node, xn, rn)
     if groups is None:
         return f"iteration space {_shape_of(node)} does not fit kernel ({g.xnumel}, {g.rnumel})"
-    names = {m.name for m in g.nodes}
-    by_name = {m.name: m for m in g.nodes}
-    for ld in loads(node.body):  # type: ignore[attr-defined]
+    names = g.names
+    for ld in node_loads:
         if ld.buf in names:
-            prod_node = by_name[ld.buf]
+            prod_node = next(m for m in g.nodes if m.name == ld.buf)
             pg = placement(prod_node, xn, rn)
             if pg is None:
                 return "producer does not fit"
@@ -169,35 +173,36 @@ def schedule(graph: LoopGraph) -> Schedule:
             where[node.name] = len(steps)
             steps.append(node)
             continue
-        deps = node.reads()
+        node_loads = loads(node.body)  # type: ignore[attr-defined]
+        deps = {ld.buf for ld in node_loads}
         best, reasons = None, []
         for g in reversed(groups):
-            why = _why_not(g, node, where)
+            why = _why_not(g, node, where, node_loads)
             if why is None:
-                score = (len(deps & {m.name for m in g.nodes}), _shared_reads(g, deps))
+                score = (len(deps & g.names), len(g.reads & deps))
                 if best is None or score > best[0]:
                     best = (score, g)
-            elif log and deps & {m.name for m in g.nodes}:
+            elif log and deps & g.names:
                 reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
-        if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node)):
+        if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node, deps)):
             g = best[1]
             if isinstance(node, Reduction) and g.rnumel == 1:
                 g.xnumel, g.rnumel = _shape_of(node)
                 g.placed = {m.name: placement(m, g.xnumel, g.rnumel) for m in g.nodes}
-            g.add(node)
+            g.add(node, deps)
             where[node.name] = g.pos
         else:
             for r in reasons:
                 logs.log("schedule", r)
             xn, rn = _shape_of(node)
-            g = _Group(len(steps), node, xn, rn)
+            g = _Group(len(steps), node, xn, rn, deps)
             groups.append(g)
             where[node.name] = g.pos
             steps.append(g)
     return _finish(graph, steps)
 
 
-def _horizontal(g: _Group, node: Node) -> bool:
+def _horizontal(g: _Group, node: Node, reads: set[str]) -> bool:
     """Small independent kernels of one iteration space share a launch, up to a total of buffer points:
     pointwise ones, and reductions (the final sums of split reductions, per-channel statistics)."""
     xn, rn = _shape_of(node)
@@ -206,13 +211,8 @@ def _horizontal(g: _Group, node: Node) -> bool:
         return False
     if not (isinstance(node, Pointwise) or (isinstance(node, Reduction) and rn != 1)):
         return False
-    streams = set().union(*(m.reads() for m in g.nodes), node.reads(), (m.name for m in g.nodes), (node.name,))
+    streams = g.reads | reads | g.names | {node.name}
     return len(streams) * points <= HORIZONTAL_MAX_POINTS
-
-
-def _shared_reads(g: _Group, deps: set[str]) -> int:
-    reads = set().union(*(m.reads() for m in g.nodes))
-    return len(reads & deps)
 
 
 def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
