@@ -172,9 +172,7 @@ def _allocation_layouts(schedule: Schedule, inplace: dict[str, str]) -> dict[str
     graph = schedule.graph
 
     def root(b: str) -> str:
-        while b in inplace:
-            b = inplace[b]
-        return b
+        return _root(b, inplace)
     layouts = {n.name: n.layout for n in graph.nodes}
     computed = {n.name for n in graph.nodes if isinstance(n, (Pointwise, Reduction))}
     groups: dict[str, list[str]] = {}
@@ -196,6 +194,13 @@ def _allocation_layouts(schedule: Schedule, inplace: dict[str, str]) -> dict[str
         if lay != layouts[r] and _same_memory(lay, layouts[r]):
             out.update({b: lay for b in names})
     return out
+
+
+def _root(b: str, inplace: dict[str, str]) -> str:
+    """The buffer whose memory ``b`` is stored in (following in-place stores)."""
+    while b in inplace:
+        b = inplace[b]
+    return b
 
 
 def _same_memory(a: Layout, b: Layout) -> bool:
@@ -242,9 +247,7 @@ def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, s
     layouts = {n.name: n.layout for n in graph.nodes}
 
     def root(b: str) -> str:
-        while b in inplace:
-            b = inplace[b]
-        return b
+        return _root(b, inplace)
     names: dict[str, set[str]] = {}
     for n in graph.nodes:
         names.setdefault(root(n.name), set()).add(n.name)

@@ -315,11 +315,16 @@ def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int) -> bool:
-    reads = {e.buf for e in walk(body) if isinstance(e, Load)}
-    if not reads:
-        return _expensive(body)
+    reads, expensive = set(), False
+    for e in walk(body):
+        if isinstance(e, Load):
+            reads.add(e.buf)
+        elif isinstance(e, Op) and e.name in EXPENSIVE_OPS:
+            expensive = True
+    if expensive or not reads:
+        return expensive
     externs = sum(1 for u in node.users if not _lowered(u))
-    return externs > 1 or len(reads) > REUSE_READS or n_ops >= REUSE_OPS or _expensive(body)
+    return externs > 1 or len(reads) > REUSE_READS or n_ops >= REUSE_OPS
 
 
 def _lowered(user: fx.Node) -> bool:

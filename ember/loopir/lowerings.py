@@ -485,8 +485,8 @@ def _var_mean_one_pass(L: Lowerer, x: TV, d: Sequence[int], n: int, correction: 
     s2 = _reduce(L, pointwise("mul", [c, c], x.dtype), d, True, "sum", None)
     kk = TV(s1.shape, x.dtype, x.device, first)
     mean_k = L.realized(pointwise("add", [kk, pointwise("div", [s1, n], x.dtype)], x.dtype))
-    m2 = pointwise("maximum", [pointwise("sub", [s2, pointwise("div", [pointwise("mul", [s1, s1], x.dtype), n],
-                                                                      x.dtype)], x.dtype), 0.0], x.dtype)
+    sq_mean = pointwise("div", [pointwise("mul", [s1, s1], x.dtype), n], x.dtype)       # s1**2 / n
+    m2 = pointwise("maximum", [pointwise("sub", [s2, sq_mean], x.dtype), 0.0], x.dtype)  # rounding: not below 0
     var = pointwise("div", [m2, float(max(n - correction, 0))], x.dtype)
     if not keepdim:
         return _squeeze(L, var, list(d)), _squeeze(L, mean_k, list(d))

@@ -111,13 +111,13 @@ class _Group:
         self.pos, self.xnumel, self.rnumel = pos, xnumel, rnumel
         self.nodes: list[Node] = []
         self.placed: dict[str, list] = {}
-        self.names: set[str] = set()
+        self.by_name: dict[str, Node] = {}    # each node of the group, by name
         self.reads: set[str] = set()          # every buffer the group's nodes load (its own ones too)
         self.add(node, reads)
 
     def add(self, node: Node, reads: set[str]) -> None:
         self.nodes.append(node)
-        self.names.add(node.name)
+        self.by_name[node.name] = node
         self.reads |= reads
         self.placed[node.name] = placement(node, self.xnumel, self.rnumel)  # type: ignore[assignment]
 
@@ -143,10 +143,9 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list) -> 
     groups = placement(node, xn, rn)
     if groups is None:
         return f"iteration space {_shape_of(node)} does not fit kernel ({g.xnumel}, {g.rnumel})"
-    names = g.names
     for ld in node_loads:
-        if ld.buf in names:
-            prod_node = next(m for m in g.nodes if m.name == ld.buf)
+        prod_node = g.by_name.get(ld.buf)
+        if prod_node is not None:
             pg = placement(prod_node, xn, rn)
             if pg is None:
                 return "producer does not fit"
@@ -179,10 +178,10 @@ def schedule(graph: LoopGraph) -> Schedule:
         for g in reversed(groups):
             why = _why_not(g, node, where, node_loads)
             if why is None:
-                score = (len(deps & g.names), len(g.reads & deps))
+                score = (len(deps & g.by_name.keys()), len(g.reads & deps))
                 if best is None or score > best[0]:
                     best = (score, g)
-            elif log and deps & g.names:
+            elif log and deps & g.by_name.keys():
                 reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
         if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node, deps)):
             g = best[1]
@@ -211,7 +210,7 @@ def _horizontal(g: _Group, node: Node, reads: set[str]) -> bool:
         return False
     if not (isinstance(node, Pointwise) or (isinstance(node, Reduction) and rn != 1)):
         return False
-    streams = g.reads | reads | g.names | {node.name}
+    streams = g.reads | reads | g.by_name.keys() | {node.name}
     return len(streams) * points <= HORIZONTAL_MAX_POINTS
 
 
