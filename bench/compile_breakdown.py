@@ -1,0 +1,127 @@
+"""Where ember's cold compile time goes: the first call of a zoo model's step, with timers around each stage of
+the pipeline (exclusive time: a stage's time excludes the timed stages it calls), in a process with fresh
+empty disk caches.
+
+    python bench/compile_breakdown.py --model gpt2 --task train [--warm]
+
+``--warm`` compiles twice (the second time after dropping the in-memory caches), so the second breakdown is
+the warm compile (disk caches filled). Reported per stage: wall seconds and calls; for Triton's precompile
+also the process CPU seconds spent meanwhile (CPU / wall is how many cores the compile kept busy).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import tempfile
+import time
+from collections import defaultdict
+
+STAGES = [
+    ("aot: trace", "ember.autograd.aot", "_trace"),
+    ("aot: functionalize", "ember.autograd.aot", "functionalize"),
+    ("aot: decompose", "ember.autograd.aot", "decompose_graph"),
+    ("aot: partition", "ember.autograd.aot", "partition_joint"),
+    ("loopir: lower", "ember.loopir.lower", "lower"),
+    ("loopir: schedule", "ember.loopir.schedule", "schedule"),
+    ("loopir: kernel bodies", "ember.loopir.kernel", "kernel_body"),
+    ("loopir: in-place plan", "ember.loopir.inplace", "inplace_stores"),
+    ("triton: generate source", "ember.codegen.triton", "generate"),
+    ("triton: import module", "ember.codegen.triton", "load_module"),
+    ("triton: precompile", "ember.codegen.triton", "precompile"),
+    ("cpp: compile", "ember.codegen.cpp", "compile_kernels"),
+    ("wrapper: generate", "ember.codegen.wrapper", "make_wrapper"),
+]
+
+
+class Timers:
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.stack: list[list[float]] = []     # [start, child time] per open timer
+
+    def wrap(self, label: str, f):
+        def timed(*args, **kw):
+            t0, c0 = time.perf_counter(), time.process_time()
+            self.stack.append([t0, 0.0])
+            try:
+                return f(*args, **kw)
+            finally:
+                _, child = self.stack.pop()
+                dt = time.perf_counter() - t0
+                self.wall[label] += dt - child
+                self.cpu[label] += time.process_time() - c0
+                self.calls[label] += 1
+                if self.stack:
+                    self.stack[-1][1] += dt
+        return timed
+
+    def reset(self) -> None:
+        self.wall.clear(), self.calls.clear(), self.cpu.clear()
+
+
+def install(t: Timers) -> None:
+    for label, mod, attr in STAGES:
+        m = importlib.import_module(mod)
+        if hasattr(m, attr):
+            setattr(m, attr, t.wrap(label, getattr(m, attr)))
+
+
+def report(title: str, total: float, t: Timers) -> None:
+    print(f"{title}: first call {total:.2f} s", flush=True)
+    accounted = 0.0
+    for label, _, _ in STAGES:
+        if label in t.wall:
+            w = t.wall[label]
+            accounted += w
+            extra = f"  cpu {t.cpu[label]:7.2f} s ({t.cpu[label] / max(w, 1e-9):.1f} cores)" \
+                if label == "triton: precompile" else ""
+            print(f"  {label:26s} {w:7.2f} s  {t.calls[label]:5d} calls{extra}", flush=True)
+    print(f"  {'rest (capture, glue, run)':26s} {total - accounted:7.2f} s", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="gpt2")
+    p.add_argument("--task", default="train", choices=("infer", "train"))
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--warm", action="store_true", help="also the warm compile (disk caches filled)")
+    a = p.parse_args()
+    tmp = tempfile.mkdtemp(prefix="ember-breakdown-")
+    os.environ.update({"EMBER_CACHE_DIR": os.path.join(tmp, "ember"),
+                       "TRITON_CACHE_DIR": os.path.join(tmp, "triton")})
+    import torch
+
+    import ember
+    from ember.bench.engines import parse_engine
+    from ember.bench.runner import make_step, zoo_case
+    dev = torch.device(a.device)
+    t = Timers()
+    install(t)
+    w, model, inputs = zoo_case(a.model, "full" if dev.type == "cuda" else "quick", dev, a.task, a.batch)
+    engine = parse_engine("ember")
+    engine.warm_up(dev)         # imports and toolchain probes are not the model's compile
+    eager = make_step(parse_engine("eager"), model, w, inputs, a.task, a.dtype, dev)
+    eager()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    rounds = ("cold", "warm") if a.warm else ("cold",)
+    for r in rounds:
+        t.reset()
+        ember.reset()
+        step = make_step(engine, model, w, inputs, a.task, a.dtype, dev)
+        t0 = time.perf_counter()
+        step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        report(f"{a.model} {a.task} {a.dtype} {r}", time.perf_counter() - t0, t)
+        if dev.type == "cuda":
+            from ember.codegen import triton as tb
+            print(f"  distinct Triton kernel sources: {len(tb._MODULES)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
