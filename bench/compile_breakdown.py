@@ -29,6 +29,10 @@ STAGES = [
     ("triton: generate source", "ember.codegen.triton", "generate"),
     ("triton: import module", "ember.codegen.triton", "load_module"),
     ("triton: precompile", "ember.codegen.triton", "precompile"),
+    ("triton: wait for workers", "ember.codegen.triton_pool", "wait"),
+    ("triton: C launcher build", "triton.backends.nvidia.driver", "compile_module_from_src"),
+    ("triton: compile/load here", "triton.compiler", "compile"),
+    ("triton: load binary+launcher", "triton.compiler.compiler", "CompiledKernel._init_handles"),
     ("cpp: compile", "ember.codegen.cpp", "compile_kernels"),
     ("wrapper: generate", "ember.codegen.wrapper", "make_wrapper"),
 ]
@@ -63,9 +67,15 @@ class Timers:
 
 def install(t: Timers) -> None:
     for label, mod, attr in STAGES:
-        m = importlib.import_module(mod)
-        if hasattr(m, attr):
-            setattr(m, attr, t.wrap(label, getattr(m, attr)))
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        *owner, name = attr.split(".")
+        for o in owner:
+            m = getattr(m, o, None)
+        if m is not None and hasattr(m, name):
+            setattr(m, name, t.wrap(label, getattr(m, name)))
 
 
 def report(title: str, total: float, t: Timers) -> None:
@@ -89,6 +99,8 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--batch", type=int)
     p.add_argument("--warm", action="store_true", help="also the warm compile (disk caches filled)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="run the last round under cProfile and print its N costliest functions (own time)")
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="ember-breakdown-")
     os.environ.update({"EMBER_CACHE_DIR": os.path.join(tmp, "ember"),
@@ -113,14 +125,25 @@ def main() -> None:
         t.reset()
         ember.reset()
         step = make_step(engine, model, w, inputs, a.task, a.dtype, dev)
+        prof = None
+        if a.profile and r == rounds[-1]:
+            import cProfile
+            prof = cProfile.Profile()
+            prof.enable()
         t0 = time.perf_counter()
         step()
         if dev.type == "cuda":
             torch.cuda.synchronize()
+        if prof is not None:
+            prof.disable()
         report(f"{a.model} {a.task} {a.dtype} {r}", time.perf_counter() - t0, t)
         if dev.type == "cuda":
             from ember.codegen import triton as tb
             print(f"  distinct Triton kernel sources: {len(tb._MODULES)}", flush=True)
+        if prof is not None:
+            import pstats
+            pstats.Stats(prof).sort_stats("tottime").print_stats(a.profile)
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(a.profile)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
+
 from ..autograd.aot import aot_compile
 from ..codegen import compile_graph
 from . import register_backend
@@ -28,5 +30,8 @@ def ember_factory(options: Any) -> Callable:
             return cudagraphify(fn, kind, options, pool)
 
     def ember(gm, example_inputs):
+        if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
+            from ..codegen.triton_pool import start
+            start()       # workers import torch and triton while this graph is traced and lowered
         return aot_compile(gm, example_inputs, options, decompose=True, compile_graph=compile_one)
     return ember

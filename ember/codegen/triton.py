@@ -49,7 +49,8 @@ def persistent(kernel: Kernel, options: Any = None) -> bool:
 
 
 def source(body: KernelBody) -> str:
-    return generate(body, persistent(body.kernel))[0]
+    text = getattr(body, "_triton_source", None)     # the heuristic configuration's, kept by _build
+    return text if text is not None else generate(body, persistent(body.kernel))[0]
 
 
 def load_module(src: str) -> Any:
@@ -91,6 +92,7 @@ class TritonKernel:
         # itself (always aligned). With none to check, ``fixed`` is the one launcher, called without a lookup.
         self.checked: tuple[int, ...] | None = None
         self.fixed: Callable[..., None] | None = None
+        self.pending: Any = None        # the worker compile (triton_pool) its first launch waits for
 
     def set_checked(self, positions: Sequence[int]) -> None:
         self.checked = tuple(positions)
@@ -109,6 +111,9 @@ class TritonKernel:
         key = tuple((a.data_ptr() & 15) == 0 for a in (args if chk is None else [args[i] for i in chk]))
         fast = self.fast.get(key)
         if fast is None:
+            if self.pending is not None:
+                from .triton_pool import wait
+                wait(self)
             compiled = self.launch(*args, **self.meta)
             fast = self.fast[key] = _direct_launcher(compiled, self.grid, args) or self._slow
             if chk == ():
@@ -119,6 +124,9 @@ class TritonKernel:
         self.launch(*args, **self.meta)
 
     def warmup(self, args: list[torch.dtype]) -> None:
+        if self.pending is not None:
+            from .triton_pool import wait
+            wait(self)
         self.fn.warmup(*args, grid=self.grid, **self.meta)
 
 
@@ -186,7 +194,10 @@ def _build(body: KernelBody, cfg: LaunchConfig | None = None, is_persistent: boo
                            "tensors only under TRITON_INTERPRET=1, set before triton is first imported "
                            "(or use cpu_backend='cpp')")
     pers = persistent(body.kernel) if is_persistent is None else is_persistent
+    heuristic = cfg is None and is_persistent is None
     src, fname, cfg = generate(body, pers, cfg=cfg)
+    if heuristic:
+        body._triton_source = src  # type: ignore[attr-defined]
     mod = load_module(src)
     return TritonKernel(getattr(mod, fname), cfg, src, body.name, interp)
 
@@ -272,9 +283,27 @@ def _dtypes(body: KernelBody) -> list[torch.dtype]:
     return [dt for dt, _ in body.buffers.values()]
 
 
+def _unwrap(kernel: Any, dtypes: list[torch.dtype]) -> tuple[TritonKernel, list[torch.dtype]] | None:
+    """The ``TritonKernel`` a precompiled callable launches, and its argument dtypes."""
+    if isinstance(kernel, TritonKernel):
+        return kernel, dtypes
+    if isinstance(kernel, _Reordered):
+        return kernel.kernel, [dtypes[i] for i in kernel.perm]
+    inner = getattr(kernel, "kernel", None)      # a matmul template choice
+    return (inner, dtypes) if isinstance(inner, TritonKernel) else None
+
+
 def precompile(kernels: list[tuple[Any, list[torch.dtype]]]) -> None:
-    """Compile every (kernel, argument dtypes) (for 16-byte aligned pointers, what fresh allocations get) in
-    parallel threads; Triton's passes and ptxas run outside the GIL."""
+    """Compile every (kernel, argument dtypes) (for 16-byte aligned pointers, what fresh allocations get): in
+    worker processes without waiting (``triton_pool``; each kernel's first launch waits for its own), or where
+    there are none, in parallel threads here, waiting for all."""
+    from .triton_pool import submit
+    rest = []
+    for k, dtypes in kernels:
+        u = _unwrap(k, dtypes)
+        if u is None or not submit(*u):
+            rest.append((k, dtypes))
+    kernels = rest
     try:
         from concurrent.futures import ThreadPoolExecutor
 

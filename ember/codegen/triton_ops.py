@@ -7,6 +7,7 @@ compute dtype; ``op_expr`` adds the final ``.to(...)`` where Triton's own promot
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +54,7 @@ def literal(v: Any, dt: torch.dtype) -> str:
 
 
 # -- index expressions -------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1 << 16)
 def _frac(e: sympy.Expr) -> tuple[sympy.Expr, int]:
     num, den = sympy.fraction(sympy.together(e))
     if not den.is_Integer:
@@ -60,8 +62,18 @@ def _frac(e: sympy.Expr) -> tuple[sympy.Expr, int]:
     return num, int(den)
 
 
-def bounds(e: Any, numel: dict) -> tuple[int, int]:
-    """Integer interval (lo, hi) of index expression ``e``; ``numel`` maps xindex/rindex to their sizes."""
+def bounds(e: Any, numel: dict, memo: dict | None = None) -> tuple[int, int]:
+    """Integer interval (lo, hi) of index expression ``e``; ``numel`` maps xindex/rindex to their sizes.
+    ``memo`` (for one ``numel``) keeps the intervals of subexpressions already seen."""
+    if memo is None:
+        return _bounds(e, numel, {})
+    got = memo.get(e)
+    if got is None:
+        got = memo[e] = _bounds(e, numel, memo)
+    return got
+
+
+def _bounds(e: Any, numel: dict, memo: dict) -> tuple[int, int]:
     if isinstance(e, (int, bool)):
         return int(e), int(e)
     if e is sympy.true or e is sympy.false:
@@ -75,26 +87,26 @@ def bounds(e: Any, numel: dict) -> tuple[int, int]:
     if isinstance(e, sympy.Add):
         lo = hi = 0
         for a in e.args:
-            al, ah = bounds(a, numel)
+            al, ah = bounds(a, numel, memo)
             lo, hi = lo + al, hi + ah
         return lo, hi
     if isinstance(e, sympy.Mul):
         lo = hi = 1
         for a in e.args:
-            al, ah = bounds(a, numel)
+            al, ah = bounds(a, numel, memo)
             c = [lo * al, lo * ah, hi * al, hi * ah]
             lo, hi = min(c), max(c)
         return lo, hi
     if isinstance(e, sympy.floor):
         num, den = _frac(e.args[0])
-        lo, hi = bounds(num, numel)
+        lo, hi = bounds(num, numel, memo)
         return lo // den, hi // den
     if isinstance(e, sympy.Mod):
-        n = bounds(e.args[1], numel)[1]
-        lo, hi = bounds(e.args[0], numel)
+        n = bounds(e.args[1], numel, memo)[1]
+        lo, hi = bounds(e.args[0], numel, memo)
         return (lo, hi) if 0 <= lo and hi < n else (0, n - 1)
     if isinstance(e, (sympy.Min, sympy.Max)):
-        bs = [bounds(a, numel) for a in e.args]
+        bs = [bounds(a, numel, memo) for a in e.args]
         f = min if isinstance(e, sympy.Min) else max
         return f(b[0] for b in bs), f(b[1] for b in bs)
     return 0, 1   # booleans / relationals
@@ -104,9 +116,10 @@ def needs_int64(exprs: list, numel: dict) -> bool:
     lim = 2 ** 31 - 1
     if any(int(v) * 2 > lim for v in numel.values()):
         return True
+    memo: dict = {}
     for e in exprs:
         for sub in sympy.preorder_traversal(e) if isinstance(e, sympy.Basic) else ():
-            lo, hi = bounds(sub, numel)
+            lo, hi = bounds(sub, numel, memo)
             if max(abs(lo), abs(hi)) > lim:
                 return True
     return False

@@ -28,11 +28,25 @@ def _term(flat: sympy.Expr, inner: Any, n: Any, first: bool) -> sympy.Expr:
     return v if first else sympy.Mod(v, n)
 
 
+_PLACED: dict = {}      # memo: the scheduler and code generators place the same loads many times over
+_PLACED_MAX = 200_000
+
+
 def place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol], Sequence[Any]]]) -> Any:
     """Rewrite ``expr`` (over loop variables) given, per group, a flat index and the variables/sizes it
     decomposes into (outermost first)."""
     if expr is None or isinstance(expr, (bool, int)) or expr in (sympy.true, sympy.false):
         return expr
+    key = (expr, tuple((flat, tuple(vs), tuple(sizes)) for flat, vs, sizes in groups))
+    out = _PLACED.get(key)
+    if out is None:
+        if len(_PLACED) >= _PLACED_MAX:
+            _PLACED.clear()
+        out = _PLACED[key] = _place(expr, groups)
+    return out
+
+
+def _place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol], Sequence[Any]]]) -> Any:
     if isinstance(expr, (sympy.logic.boolalg.BooleanFunction, sympy.core.relational.Relational)):
         return expr.func(*(place(a, groups) for a in expr.args))
     expr = fold_divmod(sympy.expand(expr))
@@ -89,7 +103,9 @@ def _linear(expr: sympy.Expr, syms: Sequence[sympy.Symbol]) -> dict | None:
         if len(free) > 1:
             return None
         s = free[0]
-        c = sympy.simplify(term / s)
+        c, rest = term.as_independent(s, as_Add=False)
+        if rest != s:          # not a plain multiple of s (e.g. s**2, Mod(s, m)): let sympy decide
+            c = sympy.simplify(term / s)
         if c.free_symbols & set(syms) or not (c.is_integer or c.free_symbols):
             return None
         out[s] = out.get(s, 0) + c

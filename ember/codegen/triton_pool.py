@@ -1,0 +1,200 @@
+"""Triton kernels compiled in worker processes, while the compiler goes on.
+
+Triton's compile is mostly Python (the AST-to-IR generator, the pass driver) and holds the GIL: compiled in
+threads of this process, a graph's kernels kept about 2.5 cores busy on a 16-core host. Here each kernel is
+compiled by one of a pool of worker processes (``triton_worker``) into Triton's disk cache; the kernel's first
+launch in this process then loads it from there. Submitting does not wait: a kernel waits for its compile at
+its first launch (``TritonKernel.pending``), so the forward graph's kernels compile while the backward graph
+is lowered, and a graph's first kernels run while its last ones compile.
+
+Workers are plain subprocesses started with this interpreter (not ``multiprocessing``, which would re-run an
+unguarded user script in each child). ``EMBER_COMPILE_WORKERS`` sets their number (default: one less than the
+CPU count, at least 2 and at most 16; 0 or 1 compiles in this process's threads instead). A worker that fails on
+a kernel reports it and the kernel compiles here at its first launch, where any error is raised as it would be
+without workers.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from ember import logs
+
+from .triton_worker import read_message, write_message
+
+_ENV_KEYS = ("TRITON_CACHE_DIR", "TRITON_HOME", "EMBER_CACHE_DIR")
+RESTARTS = 3       # per worker
+
+
+def worker_count() -> int:
+    env = os.environ.get("EMBER_COMPILE_WORKERS")
+    if env is not None:
+        try:
+            return max(0, int(env))
+        except ValueError:
+            logs.log("perf_hints", f"ember: EMBER_COMPILE_WORKERS={env!r} is not an integer; using the default")
+    return max(2, min((os.cpu_count() or 1) - 1, 16))     # a core left for this process's own work
+
+
+class _Pool:
+    def __init__(self, n: int) -> None:
+        self.tasks: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.live = n
+        self.compiled = self.failed = 0          # replies so far (tests and benchmarks read them)
+        self.launchers: dict[int, Future] = {}     # argument count -> the compile that builds its C launcher
+        self.pids: set[int] = set()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])       # the directory holding the ember package
+        env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env.pop("TRITON_INTERPRET", None)
+        for _ in range(n):
+            threading.Thread(target=self._serve, args=(env,), daemon=True, name="ember-triton-worker").start()
+
+    def _spawn(self, env: dict) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "ember.codegen.triton_worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env)
+        if read_message(proc.stdout) is None:
+            proc.kill()
+            raise OSError("the worker exited while starting")
+        with self.lock:
+            self.pids.add(proc.pid)
+        return proc
+
+    def _serve(self, env: dict) -> None:
+        """One worker's requests, one at a time; a worker that dies on a request (which then compiles
+        in-process) is replaced, up to RESTARTS times."""
+        proc = None
+        restarts = 0
+        try:
+            proc = self._spawn(env)
+            while True:
+                req, fut = self.tasks.get()
+                if not fut.set_running_or_notify_cancel():
+                    continue
+                try:
+                    write_message(proc.stdin, req)
+                    reply = read_message(proc.stdout)
+                except OSError:
+                    reply = None
+                if reply is None:
+                    reply = ("error", f"the compile worker exited (status {proc.wait()})")
+                    self.pids.discard(proc.pid)
+                    restarts += 1
+                    proc = self._spawn(env) if restarts <= RESTARTS else None
+                status, text = reply
+                with self.lock:
+                    if status == "ok":
+                        self.compiled += 1
+                    else:
+                        self.failed += 1
+                if status == "ok":
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(RuntimeError(text))
+                if proc is None:
+                    raise OSError("it exited too often")
+        except OSError as e:
+            logs.log("perf_hints", f"ember: a Triton compile worker stopped ({e}); kernels compile in-process")
+        finally:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            with self.lock:
+                self.live -= 1
+                last = self.live == 0
+            if last:        # nobody left to serve the queue: its kernels compile at their first launch
+                _drain(self.tasks)
+
+    def submit(self, req: dict) -> Future | None:
+        with self.lock:
+            if self.live == 0:
+                return None
+        fut: Future = Future()
+        self.tasks.put((req, fut))
+        return fut
+
+
+def _drain(tasks: queue.Queue) -> None:
+    while True:
+        try:
+            _, fut = tasks.get_nowait()
+        except queue.Empty:
+            return
+        if fut.set_running_or_notify_cancel():
+            fut.set_exception(RuntimeError("no compile worker is running"))
+
+
+_POOL: _Pool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _usable() -> bool:
+    try:
+        import torch
+
+        from .triton_helpers import interpreting
+        return torch.cuda.is_available() and not interpreting()
+    except ImportError:
+        return False
+
+
+def start() -> _Pool | None:
+    """The pool, started on first use (workers take a few seconds to import torch and triton, so the backend
+    starts it as soon as it sees a graph with CUDA inputs); None when compiling in-process."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            n = worker_count()
+            if n <= 1 or not _usable():
+                return None
+            _POOL = _Pool(n)
+        return _POOL
+
+
+def _target() -> tuple:
+    from triton.runtime.driver import driver
+    t = driver.active.get_current_target()
+    return (t.backend, t.arch, t.warp_size)
+
+
+def submit(kernel: Any, dtypes: list) -> bool:
+    """Compile ``kernel`` (a ``TritonKernel``) for arguments of ``dtypes`` in a worker; its first launch waits
+    for it. False when there is no pool (the caller compiles it)."""
+    pool = start()
+    if pool is None or kernel.empty:
+        return False
+    fname = getattr(getattr(kernel.fn, "fn", None), "__name__", None)
+    if fname is None:
+        return False
+    n = len(dtypes)
+    with pool.lock:
+        builder = pool.launchers.get(n)
+    req = {"src": kernel.source, "fname": fname, "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
+           "grid": kernel.grid, "meta": kernel.meta, "launcher": builder is None, "target": _target(),
+           "env": {k: os.environ[k] for k in _ENV_KEYS if k in os.environ},
+           "unset": [k for k in _ENV_KEYS if k not in os.environ]}
+    fut = pool.submit(req)
+    if fut is None:
+        return False
+    if builder is None:
+        with pool.lock:
+            builder = pool.launchers.setdefault(n, fut)
+    kernel.pending = (fut, builder)     # its launch also needs the launcher of its argument count
+    return True
+
+
+def wait(kernel: Any) -> None:
+    """Wait for ``kernel``'s worker compile (called before its first launch); on failure it compiles here."""
+    futs, kernel.pending = kernel.pending, None
+    try:
+        for fut in futs:
+            fut.result()
+    except Exception as e:  # noqa: BLE001 - the in-process compile at launch raises any real error
+        logs.log("perf_hints", f"ember: Triton kernel {kernel.name} did not compile in a worker ({e}); "
+                               "compiling it in-process")

@@ -1,0 +1,88 @@
+"""A Triton compile worker process (``python -m ember.codegen.triton_worker``), started by ``triton_pool``.
+
+Requests come on stdin and replies go out on the process's original stdout (fd 1 is pointed at stderr at start,
+so that nothing Triton or ptxas prints can corrupt the stream); each message is a pickled object behind an
+8-byte little-endian length. A request compiles one kernel as the parent process would (its source imported
+through ``ember.codegen.triton.load_module``, then ``JITFunction.warmup`` with the argument dtypes and launch
+options), so the parent's own compile of it is a hit in Triton's disk cache; with ``launcher`` set it also
+builds the kernel's C launcher (one per argument signature), which Triton otherwise compiles with the C
+compiler at the kernel's first launch. The GPU target comes with the request: a worker never creates a CUDA
+context. A worker exits when its stdin closes.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+from typing import IO, Any
+
+_LEN = struct.Struct("<Q")
+_TARGET: tuple | None = None
+
+
+def read_message(f: IO[bytes]) -> Any:
+    head = f.read(_LEN.size)
+    if len(head) < _LEN.size:
+        return None
+    (n,) = _LEN.unpack(head)
+    return pickle.loads(f.read(n))
+
+
+def write_message(f: IO[bytes], obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(_LEN.pack(len(data)) + data)
+    f.flush()
+
+
+def _use_target(target: tuple) -> None:
+    """Make Triton compile for ``target`` (backend, arch, warp size) without asking the driver (no CUDA
+    context in the worker)."""
+    global _TARGET
+    if _TARGET == target:
+        return
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+    active = driver.active
+    gpu = GPUTarget(*target)
+    active.get_current_target = lambda: gpu
+    active.get_current_device = lambda: 0
+    active.get_current_stream = lambda device=None: 0
+    _TARGET = target
+
+
+def compile_request(req: dict) -> None:
+    import torch
+    os.environ.update(req["env"])
+    for k in req["unset"]:
+        os.environ.pop(k, None)
+    from ember.codegen.triton import load_module
+    fn = getattr(load_module(req["src"]), req["fname"])
+    _use_target(req["target"])
+    dtypes = [getattr(torch, d) for d in req["dtypes"]]
+    kernel = fn.warmup(*dtypes, grid=req["grid"], **req["meta"])
+    if req["launcher"]:
+        from triton.runtime.driver import driver
+        driver.active.launcher_cls(kernel.src, kernel.metadata)
+
+
+def main() -> None:
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+    import torch  # noqa: F401 - imported once, before the first request
+    import triton  # noqa: F401
+    write_message(out, ("ready", None))
+    while True:
+        req = read_message(inp)
+        if req is None:
+            return
+        try:
+            compile_request(req)
+            write_message(out, ("ok", None))
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
+            write_message(out, ("error", f"{type(e).__name__}: {e}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The Triton compile worker pool's parts that run without a GPU: the message protocol, the worker process
+answering errors and carrying on, and the pool being off where it cannot run (CUDA runs live in tests/gpu)."""
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from ember.codegen import triton_pool
+from ember.codegen.triton_worker import read_message, write_message
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_messages_round_trip():
+    buf = io.BytesIO()
+    msgs = [{"src": "x = 1\n", "dtypes": ["bfloat16"], "grid": (3, 1, 1)}, ("ok", None), ("error", "E: é")]
+    for m in msgs:
+        write_message(buf, m)
+    buf.seek(0)
+    assert [read_message(buf) for _ in msgs] == msgs
+    assert read_message(buf) is None        # end of stream
+
+
+def test_worker_count(monkeypatch):
+    monkeypatch.setenv("EMBER_COMPILE_WORKERS", "3")
+    assert triton_pool.worker_count() == 3
+    monkeypatch.setenv("EMBER_COMPILE_WORKERS", "-2")
+    assert triton_pool.worker_count() == 0
+    monkeypatch.setenv("EMBER_COMPILE_WORKERS", "many")
+    assert 1 <= triton_pool.worker_count() <= 16
+    monkeypatch.delenv("EMBER_COMPILE_WORKERS")
+    assert 1 <= triton_pool.worker_count() <= 16
+
+
+def test_no_pool_without_workers_or_cuda(monkeypatch):
+    monkeypatch.setattr(triton_pool, "_POOL", None)
+    monkeypatch.setenv("EMBER_COMPILE_WORKERS", "0")
+    assert triton_pool.start() is None
+    monkeypatch.setenv("EMBER_COMPILE_WORKERS", "4")
+    assert (triton_pool.start() is None) == (not torch.cuda.is_available())
+
+
+def test_worker_reports_errors_and_keeps_serving(tmp_path):
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "ember.codegen.triton_worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env)
+    try:
+        assert read_message(proc.stdout) == ("ready", None)
+        base = {"fname": "k", "dtypes": [], "grid": (1, 1, 1), "meta": {}, "launcher": False,
+                "target": ("cuda", 90, 32), "env": {"EMBER_CACHE_DIR": str(tmp_path / "ember")}, "unset": []}
+        for i in range(2):     # the worker answers and carries on after a failing request
+            write_message(proc.stdin, base | {"src": f"print('noise {i}')\nraise ValueError('boom {i}')\n"})
+            assert read_message(proc.stdout) == ("error", f"ValueError: boom {i}")
+    finally:
+        proc.stdin.close()
+    assert proc.wait(timeout=60) == 0

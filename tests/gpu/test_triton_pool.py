@@ -1,0 +1,95 @@
+"""Triton kernels compiled in worker processes (ember.codegen.triton_pool): results equal eager's, the workers
+did the compiling, and a kernel a worker fails on compiles in-process at its first launch."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import ember
+from ember.codegen import triton_pool
+
+pytestmark = pytest.mark.gpu
+
+
+def _fresh_caches(monkeypatch, tmp_path):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "ember"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.delenv("EMBER_COMPILE_WORKERS", raising=False)
+    ember.reset()
+
+
+def _fn(x, w):
+    y = F.gelu(x * w + 1.0)
+    return torch.softmax(y, -1), F.layer_norm(y, y.shape[-1:]).sum(0)
+
+
+def test_kernels_compile_in_workers(monkeypatch, tmp_path):
+    _fresh_caches(monkeypatch, tmp_path)
+    pool = triton_pool.start()
+    assert pool is not None
+    before, failed = pool.compiled, pool.failed
+    x, w = torch.randn(64, 300, device="cuda"), torch.randn(300, device="cuda", requires_grad=True)
+    f = ember.compile(_fn)
+    out = f(x, w)
+    ref = _fn(x, w)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b)
+    (out[0].square().sum() + out[1].sum()).backward()
+    g = w.grad.clone()
+    w.grad = None
+    (ref[0].square().sum() + ref[1].sum()).backward()
+    torch.testing.assert_close(g, w.grad)
+    assert pool.compiled - before >= 3 and pool.failed == failed
+
+
+def test_worker_failure_compiles_in_process(monkeypatch, tmp_path):
+    _fresh_caches(monkeypatch, tmp_path)
+    pool = triton_pool.start()
+    failed = pool.failed
+    monkeypatch.setattr(triton_pool, "_target", lambda: ("cuda", 1, 32))     # no such GPU: every request fails
+    x = torch.randn(33, 257, device="cuda")
+    f = ember.compile(lambda t: torch.tanh(t) * t.sum(-1, keepdim=True))
+    torch.testing.assert_close(f(x), torch.tanh(x) * x.sum(-1, keepdim=True))
+    assert pool.failed > failed
+
+
+def test_workers_hold_no_cuda_context():
+    """Workers get the GPU target with each request: none of them opens a CUDA context (GPU memory)."""
+    import subprocess
+    pool = triton_pool.start()
+    x = torch.randn(100, device="cuda")
+    torch.testing.assert_close(ember.compile(lambda t: torch.sin(t) + 1)(x), torch.sin(x) + 1)
+    assert pool.pids
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                         text=True, check=True).stdout
+    on_gpu = {int(p) for p in out.split()}
+    assert not (on_gpu & pool.pids), (on_gpu, pool.pids)
+
+
+def test_a_crashed_worker_is_replaced(monkeypatch, tmp_path):
+    """Workers that die (killed here) are replaced when they next get a request, which compiles in-process;
+    the replacements compile the kernels after it."""
+    import os
+    import signal
+    _fresh_caches(monkeypatch, tmp_path)
+    pool = triton_pool._Pool(2)
+    monkeypatch.setattr(triton_pool, "_POOL", pool)
+    x = torch.randn(40, 70, device="cuda")
+    torch.testing.assert_close(ember.compile(lambda t: t.exp().sum(-1))(x), x.exp().sum(-1))
+    killed = set(pool.pids)
+    assert len(killed) == 2
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    for i in range(12):
+        f = ember.compile(lambda t, i=i: torch.cos(t * (i + 1)).amax(-1) + t.mean())
+        torch.testing.assert_close(f(x), torch.cos(x * (i + 1)).amax(-1) + x.mean())
+        if not (pool.pids & killed):
+            break
+    assert not (pool.pids & killed) and len(pool.pids) == 2 and pool.live == 2 and pool.failed >= 2
+    done = pool.compiled
+    f = ember.compile(lambda t: torch.sigmoid(t).sum(0))
+    torch.testing.assert_close(f(x), torch.sigmoid(x).sum(0))
+    assert pool.compiled > done
