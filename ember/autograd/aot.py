@@ -309,7 +309,7 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     stay ATen calls); the result still runs eagerly, prims running their reference implementations."""
     from torch.utils._pytree import tree_flatten
 
-    from ember.decomp import MISSING, has_decomposition, trace_decomposition
+    from ember.decomp import MISSING, decomposition_graph, has_decomposition
 
     graph = _copy_graph(gm.graph)
     for node in list(graph.nodes):
@@ -320,11 +320,11 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
                 MISSING[node.target] += 1      # stays an ATen call: ember.decomp.coverage_report() lists it
             continue
         args, kwargs = fx.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
-        sub = trace_decomposition(node.target, *args, **kwargs)
+        sub = decomposition_graph(node.target, *args, **kwargs)
         operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
-        env = dict(zip([n for n in sub.graph.nodes if n.op == "placeholder"], operands))
+        env = dict(zip([n for n in sub.nodes if n.op == "placeholder"], operands))
         with graph.inserting_before(node):
-            result = graph.graph_copy(sub.graph, env)
+            result = graph.graph_copy(sub, env)
         _replace_result(graph, node, result)
     graph.eliminate_dead_code()
     return fx.GraphModule(gm, graph)

@@ -23,8 +23,8 @@ from .meta import TensorMeta
 from .registry import (DECOMPOSITIONS, MISSING, coverage_report, decompose, decomposed_ops, format_coverage,
                        has_decomposition, register_decomposition)
 from . import decomp_pointwise, decomp_reduce, decomp_shape, decomp_nn, decomp_pool  # noqa: E402,F401  (fill the table)
-from .interp import run_decomposition, meta_decomposition, trace_decomposition  # noqa: E402
+from .interp import decomposition_graph, meta_decomposition, run_decomposition, trace_decomposition  # noqa: E402
 
 __all__ = ["prims", "PRIMS", "Prim", "TensorMeta", "DECOMPOSITIONS", "MISSING", "coverage_report",
            "decompose", "decomposed_ops", "format_coverage", "has_decomposition", "register_decomposition",
-           "push_handler", "run_decomposition", "meta_decomposition", "trace_decomposition"]
+           "push_handler", "run_decomposition", "meta_decomposition", "trace_decomposition", "decomposition_graph"]

@@ -104,6 +104,11 @@ def _getitem(x: Any, i: int) -> Any:
 
 def trace_decomposition(op: Any, *args: Any, **kwargs: Any) -> torch.fx.GraphModule:
     """An FX graph of prims computing op(*args, **kwargs); tensor args (or TensorMetas) become placeholders."""
+    return torch.fx.GraphModule(torch.nn.Module(), decomposition_graph(op, *args, **kwargs))
+
+
+def decomposition_graph(op: Any, *args: Any, **kwargs: Any) -> torch.fx.Graph:
+    """``trace_decomposition``'s graph alone (no module: no Python code generated for it)."""
     rec = _Recorder()
     counter = iter(range(1 << 30))
 
@@ -116,4 +121,4 @@ def trace_decomposition(op: Any, *args: Any, **kwargs: Any) -> torch.fx.GraphMod
     with push_handler(rec):
         out = decompose(op, *args, **kwargs)
     rec.graph.output(pytree.tree_map(lambda v: v.node if isinstance(v, Var) else v, out))
-    return torch.fx.GraphModule(torch.nn.Module(), rec.graph)
+    return rec.graph
