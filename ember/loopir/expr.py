@@ -70,6 +70,16 @@ class Op:
     args: tuple
     dtype: torch.dtype
 
+    def __hash__(self) -> int:     # cached: trees are hashed often (walks, memos) and deep
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.name, self.args, self.dtype))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:         # the cached hash is per process (string hashing is salted)
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def __repr__(self) -> str:
         extra = f", {self.dtype}" if self.name == "to_dtype" else ""
         return f"ops.{self.name}({', '.join(map(repr, self.args))}{extra})"
@@ -87,6 +97,16 @@ class Bind:
     @property
     def dtype(self) -> torch.dtype:
         return self.body.dtype
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.symbol, self.value, self.body, self.extent))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def __repr__(self) -> str:
         return f"ops.bind({self.symbol}={self.value!r}, {self.body!r})"
