@@ -140,6 +140,11 @@ def main() -> None:
         if dev.type == "cuda":
             from ember.codegen import triton as tb
             print(f"  distinct Triton kernel sources: {len(tb._MODULES)}", flush=True)
+            from ember.codegen import triton_pool
+            if triton_pool._POOL is not None:
+                p = triton_pool._POOL
+                print(f"  worker pool so far: {p.compiled} compiled, {p.failed} failed, {p.mismatched} compiled "
+                      "again here under another cache key", flush=True)
         if prof is not None:
             import pstats
             pstats.Stats(prof).sort_stats("tottime").print_stats(a.profile)

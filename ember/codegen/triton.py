@@ -111,10 +111,14 @@ class TritonKernel:
         key = tuple((a.data_ptr() & 15) == 0 for a in (args if chk is None else [args[i] for i in chk]))
         fast = self.fast.get(key)
         if fast is None:
+            worker_hash = None
             if self.pending is not None:
                 from .triton_pool import wait
-                wait(self)
+                worker_hash = wait(self)
             compiled = self.launch(*args, **self.meta)
+            if worker_hash is not None:
+                from .triton_pool import check_hit
+                check_hit(self, worker_hash, compiled)
             fast = self.fast[key] = _direct_launcher(compiled, self.grid, args) or self._slow
             if chk == ():
                 self.fixed = fast

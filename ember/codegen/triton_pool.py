@@ -26,9 +26,8 @@ from typing import Any
 
 from ember import logs
 
-from .triton_worker import read_message, write_message
+from .triton_worker import read_message, request_env, write_message
 
-_ENV_KEYS = ("TRITON_CACHE_DIR", "TRITON_HOME", "EMBER_CACHE_DIR")
 RESTARTS = 3       # per worker
 
 
@@ -48,6 +47,7 @@ class _Pool:
         self.lock = threading.Lock()
         self.live = n
         self.compiled = self.failed = 0          # replies so far (tests and benchmarks read them)
+        self.mismatched = 0                      # kernels this process compiled again under another cache key
         self.launchers: dict[int, Future] = {}     # argument count -> the compile that builds its C launcher
         self.pids: set[int] = set()
         env = dict(os.environ)
@@ -95,7 +95,7 @@ class _Pool:
                     else:
                         self.failed += 1
                 if status == "ok":
-                    fut.set_result(None)
+                    fut.set_result(text)
                 else:
                     fut.set_exception(RuntimeError(text))
                 if proc is None:
@@ -177,8 +177,7 @@ def submit(kernel: Any, dtypes: list) -> bool:
         builder = pool.launchers.get(n)
     req = {"src": kernel.source, "fname": fname, "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
            "grid": kernel.grid, "meta": kernel.meta, "launcher": builder is None, "target": _target(),
-           "env": {k: os.environ[k] for k in _ENV_KEYS if k in os.environ},
-           "unset": [k for k in _ENV_KEYS if k not in os.environ]}
+           **request_env()}
     fut = pool.submit(req)
     if fut is None:
         return False
@@ -189,12 +188,34 @@ def submit(kernel: Any, dtypes: list) -> bool:
     return True
 
 
-def wait(kernel: Any) -> None:
-    """Wait for ``kernel``'s worker compile (called before its first launch); on failure it compiles here."""
+def wait(kernel: Any) -> str | None:
+    """Wait for ``kernel``'s worker compile (called before its first launch): the Triton cache hash the worker
+    compiled it under, or None when it failed (it then compiles here)."""
     futs, kernel.pending = kernel.pending, None
     try:
-        for fut in futs:
-            fut.result()
+        for fut in futs[1:]:        # the launcher's builder: a failure there only means the launch builds it
+            fut.exception()
+        return futs[0].result()
     except Exception as e:  # noqa: BLE001 - the in-process compile at launch raises any real error
         logs.log("perf_hints", f"ember: Triton kernel {kernel.name} did not compile in a worker ({e}); "
                                "compiling it in-process")
+        return None
+
+
+_WARNED: list[bool] = [False]
+
+
+def check_hit(kernel: Any, worker_hash: str | None, compiled: Any) -> None:
+    """After a kernel's first launch: it should have loaded what the worker compiled (same cache hash); if
+    not, something in this process changed Triton's settings after the workers took theirs, and every
+    kernel is compiled twice. Counted, and said once."""
+    got = getattr(compiled, "hash", None)
+    if worker_hash is None or got is None or got == worker_hash or _POOL is None:
+        return
+    with _POOL.lock:
+        _POOL.mismatched += 1
+    if not _WARNED[0]:
+        _WARNED[0] = True
+        logs.log("perf_hints", f"ember: Triton kernel {kernel.name} compiled again in-process under another "
+                               "cache key than its worker's: a Triton setting of this process that the workers "
+                               "do not see (an environment variable or knob set outside TRITON_*)")

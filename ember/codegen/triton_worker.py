@@ -7,7 +7,9 @@ through ``ember.codegen.triton.load_module``, then ``JITFunction.warmup`` with t
 options), so the parent's own compile of it is a hit in Triton's disk cache; with ``launcher`` set it also
 builds the kernel's C launcher (one per argument signature), which Triton otherwise compiles with the C
 compiler at the kernel's first launch. The GPU target comes with the request: a worker never creates a CUDA
-context. A worker exits when its stdin closes.
+context. The request also carries the parent's Triton environment (``request_env``), applied before compiling,
+so that both processes compute the same cache key; the reply is the kernel's hash. A worker exits when its
+stdin closes.
 """
 from __future__ import annotations
 
@@ -51,11 +53,50 @@ def _use_target(target: tuple) -> None:
     _TARGET = target
 
 
-def compile_request(req: dict) -> None:
-    import torch
-    os.environ.update(req["env"])
-    for k in req["unset"]:
+def _invalidating_env() -> dict:
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+        return dict(get_cache_invalidating_env_vars())
+    except ImportError:
+        return {}
+
+
+def request_env() -> dict:
+    """What a request carries of the parent's environment: every ``TRITON_*`` variable (torch.compile sets
+    ``TRITON_PTXAS_PATH`` in the process it runs in, and a different ptxas is a different cache key), the
+    variables Triton's cache key depends on, ``EMBER_CACHE_DIR``, and the libdevice knob torch.compile may set
+    without an environment variable."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}
+    env |= {k: os.environ[k] for k in _invalidating_env() if k in os.environ}
+    if "EMBER_CACHE_DIR" in os.environ:
+        env["EMBER_CACHE_DIR"] = os.environ["EMBER_CACHE_DIR"]
+    knobs: dict = {}
+    try:
+        from triton import knobs as tk
+        knobs["libdevice_path"] = tk.nvidia.libdevice_path
+    except (ImportError, AttributeError):
+        pass
+    return {"env": env, "knobs": knobs}
+
+
+def apply_env(req: dict) -> None:
+    """Make this process's environment what ``request_env`` saw in the parent."""
+    env = req["env"]
+    stale = [k for k in os.environ if (k.startswith("TRITON_") or k == "EMBER_CACHE_DIR") and k not in env
+             and k != "TRITON_INTERPRET"]
+    stale += [k for k in _invalidating_env() if k not in env]
+    for k in stale:
         os.environ.pop(k, None)
+    os.environ.update(env)
+    if "libdevice_path" in req["knobs"]:
+        from triton import knobs as tk
+        tk.nvidia.libdevice_path = req["knobs"]["libdevice_path"]
+
+
+def compile_request(req: dict) -> str:
+    """Compile the request's kernel; its Triton cache hash (the parent checks its own compile hits it)."""
+    import torch
+    apply_env(req)
     from ember.codegen.triton import load_module
     fn = getattr(load_module(req["src"]), req["fname"])
     _use_target(req["target"])
@@ -64,6 +105,7 @@ def compile_request(req: dict) -> None:
     if req["launcher"]:
         from triton.runtime.driver import driver
         driver.active.launcher_cls(kernel.src, kernel.metadata)
+    return kernel.hash
 
 
 def main() -> None:
@@ -78,8 +120,7 @@ def main() -> None:
         if req is None:
             return
         try:
-            compile_request(req)
-            write_message(out, ("ok", None))
+            write_message(out, ("ok", compile_request(req)))
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
             write_message(out, ("error", f"{type(e).__name__}: {e}"))
 

@@ -49,10 +49,32 @@ def test_worker_reports_errors_and_keeps_serving(tmp_path):
     try:
         assert read_message(proc.stdout) == ("ready", None)
         base = {"fname": "k", "dtypes": [], "grid": (1, 1, 1), "meta": {}, "launcher": False,
-                "target": ("cuda", 90, 32), "env": {"EMBER_CACHE_DIR": str(tmp_path / "ember")}, "unset": []}
+                "target": ("cuda", 90, 32), "env": {"EMBER_CACHE_DIR": str(tmp_path / "ember")}, "knobs": {}}
         for i in range(2):     # the worker answers and carries on after a failing request
             write_message(proc.stdin, base | {"src": f"print('noise {i}')\nraise ValueError('boom {i}')\n"})
             assert read_message(proc.stdout) == ("error", f"ValueError: boom {i}")
     finally:
         proc.stdin.close()
     assert proc.wait(timeout=60) == 0
+
+
+def test_requests_carry_the_triton_environment(monkeypatch, tmp_path):
+    """torch.compile sets TRITON_PTXAS_PATH in its process; a worker compiling without it would use another
+    ptxas, hence another cache key, and every kernel would compile twice. Requests carry every TRITON_*
+    variable and the ones Triton's cache key reads; a worker drops the ones the parent does not have."""
+    from ember.codegen.triton_worker import request_env
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/opt/ptxas")
+    monkeypatch.setenv("MLIR_ENABLE_DUMP", "0")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    req = request_env()
+    assert req["env"]["TRITON_PTXAS_PATH"] == "/opt/ptxas" and req["env"]["MLIR_ENABLE_DUMP"] == "0"
+    assert req["env"]["EMBER_CACHE_DIR"] == str(tmp_path) and "TRITON_INTERPRET" not in req["env"]
+    assert "libdevice_path" in req["knobs"]
+    code = ("import os, json; from ember.codegen.triton_worker import apply_env; "
+            "apply_env(json.loads(os.environ.pop('REQ'))); "
+            "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith(('TRITON_', 'MLIR_', 'LLVM_'))}))")
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TRITON_STALE": "1", "TRITON_INTERPRET": "1",
+           "LLVM_IR_ENABLE_DUMP": "1", "REQ": __import__("json").dumps(req)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"TRITON_PTXAS_PATH": "/opt/ptxas", "MLIR_ENABLE_DUMP": "0", "TRITON_INTERPRET": "1"}, got

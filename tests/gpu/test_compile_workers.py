@@ -30,7 +30,7 @@ def test_kernels_compile_in_workers(monkeypatch, tmp_path):
     _fresh_caches(monkeypatch, tmp_path)
     pool = triton_pool.start()
     assert pool is not None
-    before, failed = pool.compiled, pool.failed
+    before, failed, mismatched = pool.compiled, pool.failed, pool.mismatched
     x, w = torch.randn(64, 300, device="cuda"), torch.randn(300, device="cuda", requires_grad=True)
     f = ember.compile(_fn)
     out = f(x, w)
@@ -43,6 +43,7 @@ def test_kernels_compile_in_workers(monkeypatch, tmp_path):
     (ref[0].square().sum() + ref[1].sum()).backward()
     torch.testing.assert_close(g, w.grad)
     assert pool.compiled - before >= 3 and pool.failed == failed
+    assert pool.mismatched == mismatched        # every first launch loaded what its worker compiled
 
 
 def test_worker_failure_compiles_in_process(monkeypatch, tmp_path):
@@ -93,3 +94,22 @@ def test_a_crashed_worker_is_replaced(monkeypatch, tmp_path):
     f = ember.compile(lambda t: torch.sigmoid(t).sum(0))
     torch.testing.assert_close(f(x), torch.sigmoid(x).sum(0))
     assert pool.compiled > done
+
+
+def test_triton_settings_changed_after_the_workers_started(monkeypatch, tmp_path):
+    """torch.compile sets TRITON_PTXAS_PATH (torch's own ptxas) in the process it runs in, after ember's
+    workers may have started: requests carry the setting, so the first launches still load what the workers
+    compiled (the same cache key) instead of compiling every kernel again."""
+    _fresh_caches(monkeypatch, tmp_path)
+    pool = triton_pool.start()
+    settings = [("TRITON_DEFAULT_FP_FUSION", "0")]
+    ptxas = Path(torch.__file__).parent / "bin" / "ptxas"
+    if ptxas.is_file():
+        settings.append(("TRITON_PTXAS_PATH", str(ptxas)))
+    x = torch.randn(48, 96, device="cuda")
+    for i, (name, value) in enumerate(settings):
+        monkeypatch.setenv(name, value)
+        mismatched, done = pool.mismatched, pool.compiled
+        f = ember.compile(lambda t, i=i: torch.tanh(t * (i + 2)).sum(-1))
+        torch.testing.assert_close(f(x), torch.tanh(x * (i + 2)).sum(-1))
+        assert pool.compiled > done and pool.mismatched == mismatched, name
