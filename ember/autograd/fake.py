@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from ember.decomp.trees import tree_leaves, tree_map
 from ember.errors import EmberError
 
 aten = torch.ops.aten
@@ -95,7 +95,7 @@ class FakeTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        mode = next(a.fake_mode for a in tree_flatten((args, kwargs))[0] if isinstance(a, FakeTensor))
+        mode = next(a.fake_mode for a in tree_leaves((args, kwargs)) if isinstance(a, FakeTensor))
         return mode.dispatch(func, args, kwargs or {})
 
 
@@ -175,7 +175,7 @@ class FakeMode(TorchDispatchMode):
         if func._schema.name in INPLACE_VIEW_OPS and isinstance(args[0], FakeTensor):
             _restride(args[0])
             return args[0]
-        by_meta = {id(a._meta): a for a in tree_flatten((args, kwargs))[0] if isinstance(a, FakeTensor)}
+        by_meta = {id(a._meta): a for a in tree_leaves((args, kwargs)) if isinstance(a, FakeTensor)}
         return tree_map(lambda o: self._wrap(o, device, by_meta), out)
 
     def _fakeify(self, x: Any) -> Any:
@@ -264,7 +264,7 @@ def _run_on_placeholders(func: Any, args: tuple, kwargs: dict) -> Any:
 def _grad_needed(args: tuple, kwargs: dict) -> bool:
     if not torch.is_grad_enabled():
         return False
-    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in tree_flatten((args, kwargs))[0])
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in tree_leaves((args, kwargs)))
 
 
 def _output_device(args: tuple, kwargs: dict) -> torch.device:
@@ -272,7 +272,7 @@ def _output_device(args: tuple, kwargs: dict) -> torch.device:
     dev = kwargs.get("device")
     if dev is not None:
         return _with_index(torch.device(dev))
-    tensors = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+    tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
     for t in tensors:
         if not (t.device.type == "cpu" and t.dim() == 0):
             return t.device

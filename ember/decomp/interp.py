@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from .core import Prim, push_handler
 from .meta import TensorMeta, meta_of, same_shape
 from .registry import decompose
+from .trees import tree_map
 
 
 class MetaMismatch(AssertionError):
@@ -39,7 +40,7 @@ def _to_meta(x: Any) -> Any:
 
 def checked_handler(prim: Prim, args: tuple, kwargs: dict) -> Any:
     """Run prim's reference implementation and check its meta rule agrees (shape and dtype)."""
-    meta = prim.meta(*pytree.tree_map(_to_meta, args), **pytree.tree_map(_to_meta, kwargs))
+    meta = prim.meta(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
     out = prim.impl(*args, **kwargs)
     _check(prim, meta, out)
     return out
@@ -60,7 +61,7 @@ def run_decomposition(op: Any, *args: Any, check_meta: bool = True, **kwargs: An
 def meta_decomposition(op: Any, *args: Any, **kwargs: Any) -> Any:
     """Output TensorMeta(s) of op's decomposition from input metadata (sizes may be sympy)."""
     with push_handler(meta_handler):
-        return decompose(op, *pytree.tree_map(_to_meta, args), **pytree.tree_map(_to_meta, kwargs))
+        return decompose(op, *tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
 
 
 @dataclass(repr=False)
@@ -83,7 +84,7 @@ class _Recorder:
     def __call__(self, prim: Prim, args: tuple, kwargs: dict) -> Any:
         meta = prim.meta(*args, **kwargs)
         unwrap = lambda v: v.node if isinstance(v, Var) else v  # noqa: E731
-        node = self.graph.call_function(prim, pytree.tree_map(unwrap, args), pytree.tree_map(unwrap, kwargs))
+        node = self.graph.call_function(prim, tree_map(unwrap, args), tree_map(unwrap, kwargs))
         node.meta["val"] = meta
         if isinstance(meta, TensorMeta):
             return Var(meta.shape, meta.dtype, meta.device, meta.stride, node=node)
@@ -117,8 +118,8 @@ def decomposition_graph(op: Any, *args: Any, **kwargs: Any) -> torch.fx.Graph:
             return rec.placeholder(f"arg{next(counter)}", x)
         return x
 
-    args, kwargs = pytree.tree_map(lift, args), pytree.tree_map(lift, kwargs)
+    args, kwargs = tree_map(lift, args), tree_map(lift, kwargs)
     with push_handler(rec):
         out = decompose(op, *args, **kwargs)
-    rec.graph.output(pytree.tree_map(lambda v: v.node if isinstance(v, Var) else v, out))
+    rec.graph.output(tree_map(lambda v: v.node if isinstance(v, Var) else v, out))
     return rec.graph
