@@ -171,6 +171,25 @@ def _note(row: Result, text: str) -> None:
     row.notes = f"{row.notes}; {text}" if row.notes else text
 
 
+_WORKER_MISMATCHES = [0]
+
+
+def _note_compile_workers(r: EngineRun) -> None:
+    """Note on an ember row when Triton kernels its compile workers built were compiled again in this process
+    (another cache key: a Triton setting the workers did not see), which makes its cold compile slow."""
+    if r.engine.frontend != "ember":
+        return
+    import sys
+    pool_mod = sys.modules.get("ember.codegen.triton_pool")
+    pool = getattr(pool_mod, "_POOL", None)
+    if pool is None:
+        return
+    new = pool.mismatched - _WORKER_MISMATCHES[0]
+    _WORKER_MISMATCHES[0] = pool.mismatched
+    if new:
+        _note(r.row, f"{new} Triton kernels compiled twice (worker and in-process cache keys differ)")
+
+
 def first_line_of(text: str) -> str:
     text = str(text).strip()
     return (text.splitlines()[0] if text else "")[:240]
@@ -243,6 +262,7 @@ class Case:
         if r.engine.compiles:
             r.row.compile_s = secs
         r.counters = before
+        _note_compile_workers(r)
 
     def _warm_up(self, r: EngineRun) -> None:
         times = []
