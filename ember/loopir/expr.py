@@ -149,19 +149,23 @@ def loads(e: Expr) -> list[Load]:
 
 def substitute(e: Expr, fn: Callable[[sympy.Expr], sympy.Expr], load: Callable[[Load], Expr] | None = None
                ) -> Expr:
-    """Rewrite every index (and mask) in ``e`` with ``fn``; ``load`` may replace a (rewritten) load."""
+    """Rewrite every index (and mask) in ``e`` with ``fn``; ``load`` may replace a (rewritten) load. Plain
+    Python numbers (a constant index such as the 0 of a one-element dimension) are left as they are."""
     memo: dict = {}
+
+    def sub(x: Any) -> Any:
+        return fn(x) if isinstance(x, sympy.Basic) else x
 
     def go(n: Expr) -> Expr:
         if n in memo:
             return memo[n]
         if isinstance(n, Load):
-            mask = fn(n.mask) if n.mask is not None else None
-            out: Expr = Load(n.buf, fn(n.index), n.dtype, mask)
+            mask = sub(n.mask) if n.mask is not None else None
+            out: Expr = Load(n.buf, sub(n.index), n.dtype, mask)
             if load is not None:
                 out = load(out)
         elif isinstance(n, IndexValue):
-            out = IndexValue(fn(n.index), n.dtype)
+            out = IndexValue(sub(n.index), n.dtype)
         elif isinstance(n, Op):
             out = Op(n.name, tuple(go(a) for a in n.args), n.dtype)
         elif isinstance(n, Bind):
