@@ -117,6 +117,7 @@ class AotFunction(torch.autograd.Function):
         for pos, t in zip(ctx.tensor_pos, ctx.saved_tensors):
             saved[pos] = t
         tangents = []
+        g = None
         for k, i in enumerate(graphs.diff_outputs):
             g = grad_outputs[i]
             if g is None:
@@ -136,7 +137,17 @@ class AotFunction(torch.autograd.Function):
                 for i, g in zip(pos, wrapped):
                     grads[i] = g
         else:
-            grads = list(graphs.bwd(*saved, *tangents))
+            call_list = getattr(graphs.bwd, "call_list", None)
+            if call_list is not None:
+                # the compiled backward frees each saved tensor after its last use (as eager's autograd does):
+                # it gets the only references (a list it empties), and autograd drops its own now, unless the
+                # graph is retained for another backward
+                args = saved + tangents
+                del saved, tangents, g
+                ctx.maybe_clear_saved_tensors()
+                grads = list(call_list(args))
+            else:
+                grads = list(graphs.bwd(*saved, *tangents))
         return (None, *grads)
 
 

@@ -101,7 +101,7 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         from .triton_mm import use_templates
         sched = use_templates(sched, kernels, lambda d: kernel_backend(d, options) == "triton", sources,
                               epilogues=getattr(options, "epilogue_fusion", True))
-    compiled = make_wrapper(sched, kernels, sources, inplace)
+    compiled = make_wrapper(sched, kernels, sources, inplace, steal=kind == "backward")
     if logs.enabled("output_code"):
         logs.log("output_code", f"# ember wrapper for {name}\n{compiled.source}\n" + "\n".join(sources))
     return compiled

@@ -385,7 +385,7 @@ def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], t
             steps[j] = None          # its work runs in the template step; its frees stay at its place
     if pre and not interp and torch.cuda.is_available():
         precompile(pre)
-    return Schedule(sched.graph, steps, sched.frees)
+    return Schedule(sched.graph, steps, sched.frees, sched.input_frees)
 
 
 __all__ = ["MatmulStep", "eligible", "epilogue_of", "template_source", "tile_configs", "use_templates"]

@@ -121,9 +121,18 @@ class _Writer:
                     self.lines.append(f"    {name} = {b}.to({dev}, non_blocking=True)")
         return out
 
-    def write(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> str:
+    def write(self, kernels: dict[str, tuple[Callable, KernelBody]], steal: bool = False) -> str:
+        """The wrapper's source. With ``steal`` the body is ``NAME__list(args)``, which takes its arguments
+        as a list it empties, and drops each input after its last use (a backward's saved activations are
+        freed as it goes, as eager's autograd frees them); ``NAME(*args)`` calls it with a fresh list."""
         g = self.s.graph
-        self.lines.append(f"def {g.name}({', '.join(g.inputs)}):")
+        if steal:
+            self.lines.append(f"def {g.name}__list(args):")
+            if g.inputs:
+                self.lines.append(f"    ({', '.join(g.inputs)},) = args")
+            self.lines.append("    args.clear()")
+        else:
+            self.lines.append(f"def {g.name}({', '.join(g.inputs)}):")
         for n in g.nodes:
             if isinstance(n, InputBuffer):
                 if n.position >= 0:
@@ -132,6 +141,7 @@ class _Writer:
                 else:
                     self.lines.append(f"    {n.name} = {self.bind('const', g.constants[n.name])}")
         host = self._host_scalars(kernels)
+        host_inputs = {b for b, _ in host}      # 0-dim CPU inputs copied to a device: tiny, kept
         for i, step in enumerate(self.s.steps):
             if isinstance(step, Kernel):
                 fn, body = kernels[step.name]
@@ -156,10 +166,15 @@ class _Writer:
             elif step is not None:          # a step that writes its own lines (a matmul template)
                 step.write(self, kernels)
             dead = [b for b in self.s.frees[i] if b not in self.kept]
+            if steal and i < len(self.s.input_frees):
+                dead += [b for b in self.s.input_frees[i] if b not in host_inputs]
             if dead:
                 self.lines.append(f"    del {', '.join(dead)}")
         outs = [self.ref(o) if isinstance(o, BufferRef) else self.arg(o) for o in g.outputs]
         self.lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        if steal:
+            self.lines.append(f"def {g.name}({', '.join(g.inputs)}):")
+            self.lines.append(f"    return {g.name}__list([{', '.join(g.inputs)}])")
         return "\n".join(self.lines) + "\n"
 
 
@@ -295,13 +310,18 @@ def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, s
 
 
 def make_wrapper(schedule: Schedule, kernels: dict[str, tuple[Callable, KernelBody]],
-                 kernel_sources: list[str], inplace: dict[str, str] | None = None) -> CompiledGraph:
-    """``inplace`` maps buffers to the input they are stored into (see ``ember.loopir.inplace``)."""
+                 kernel_sources: list[str], inplace: dict[str, str] | None = None,
+                 steal: bool = False) -> CompiledGraph:
+    """``inplace`` maps buffers to the input they are stored into (see ``ember.loopir.inplace``). With
+    ``steal`` the function also has ``call_list(args)``, which takes the arguments as a list it empties and
+    frees each after its last use (for a backward graph, whose caller gives up its saved tensors)."""
     w = _Writer(schedule, inplace or {})
-    src = w.write(kernels)
+    src = w.write(kernels, steal)
     code = compile(src, f"<ember wrapper {schedule.graph.name}>", "exec")
     ns = dict(w.globals)
     exec(code, ns)
     fn = ns[schedule.graph.name]
     fn.source, fn.kernel_sources = src, kernel_sources
+    if steal:
+        fn.call_list = ns[f"{schedule.graph.name}__list"]
     return fn

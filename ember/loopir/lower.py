@@ -84,21 +84,24 @@ class Lowerer:
         self.channels_last = channels_last        # ember.loopir.conv_layout
         self.align_matmuls = align_matmuls        # ember.loopir.matmul_align (max-autotune pads at run time)
         self._count = 0
+        self._stored: dict[tuple, str] = {}       # (memory layout, expression) -> the buffer storing it
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
         return f"{prefix}{self._count - 1}"
 
     # -- buffers ---------------------------------------------------------------------------------------
-    def realize(self, tv: TV, layout: Layout | None = None) -> BufferRef:
+    def realize(self, tv: TV, layout: Layout | None = None, share: bool = True) -> BufferRef:
+        """``tv`` stored in a buffer of ``layout`` (default: contiguous, or channels-last in a convolution
+        graph). A value already stored with the same memory image (the same expression at the same addresses,
+        e.g. a weight's bf16 cast stored for the backward and its transpose taken by the forward's matmul) is
+        not stored again: the result is a view of that buffer, unless ``share`` is false."""
         if tv.view is not None and (layout is None or layout == tv.view[1]):
             return BufferRef(*tv.view)
-        name = self.new_name()
+        default = None
         if layout is None and self.channels_last:
             from .conv_layout import default_layout
-            layout = default_layout(tv)
-            if layout is not None:
-                self.padded_results.add(name)
+            default = layout = default_layout(tv)
         layout = layout or contiguous_layout(tv)
         perm = _storage_order(layout)
         if perm is not None:     # a permuted dense layout: computed in memory order, used as a view
@@ -108,9 +111,17 @@ class Lowerer:
             for k, p in enumerate(perm):
                 logical[p] = idx[k]
             own = Layout(shape, tuple(layout.stride[p] for p in perm), layout.dtype, layout.device, 0)
-            self.nodes.append(Pointwise(name, own, shape, tv.loader(logical)))
-            return BufferRef(name, layout)
-        self.nodes.append(Pointwise(name, layout, tuple(tv.shape), tv.loader(xvars(tv.ndim))))
+            body = tv.loader(logical)
+        else:
+            own, shape, body = layout, tuple(tv.shape), tv.loader(xvars(tv.ndim))
+        key = (own, body)
+        if share and key in self._stored:
+            return BufferRef(self._stored[key], layout)
+        name = self.new_name()
+        if default is not None:
+            self.padded_results.add(name)
+        self._stored.setdefault(key, name)
+        self.nodes.append(Pointwise(name, own, shape, body))
         return BufferRef(name, layout)
 
     def realized(self, tv: TV) -> TV:
@@ -186,9 +197,17 @@ class Lowerer:
                 # in the layout computed here (padded matmul rows, channels-last activations): the backward is
                 # compiled for that layout (``ember.autograd.aot``), so nothing is copied on either side
                 saved_from = self.gm.meta.get("ember_saved_from", len(outs))
+                returned: set[str] = set()      # buffers the caller gets as outputs (not saved values)
                 for i, (o, m) in enumerate(zip(outs, metas)):
                     if isinstance(o, TV):
+                        computed = o.view is None
                         o = self.realize(o, self._output_layout(o, m) if i < saved_from else None)
+                        if computed and i < saved_from and o.name in returned:
+                            # two outputs eager returns as distinct tensors must not share memory
+                            o = self.realize(TV(o.layout.shape, o.layout.dtype, o.layout.device,
+                                                buffer_view(o.name, o.layout).loader), o.layout, share=False)
+                        if i < saved_from:
+                            returned.add(o.name)
                     outputs.append(o)
             else:
                 raise LoweringError(f"ember.loopir: unsupported node {node.op} {node.target}")

@@ -67,6 +67,8 @@ class Schedule:
     graph: LoopGraph
     steps: list[Any]                       # Kernel | Extern | ExternOutput
     frees: list[list[str]]                 # buffers whose last use is step i
+    # graph inputs whose last use is step i (not outputs): a wrapper that owns its arguments drops them there
+    input_frees: list[list[str]] = field(default_factory=list)
 
     def python(self) -> str:
         out = []
@@ -241,10 +243,14 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
     frees: list[list[str]] = [[] for _ in kernels]
     stored = {n for s in kernels if isinstance(s, Kernel) for n in s.stores} | \
         {s.name for s in kernels if not isinstance(s, Kernel)}
+    inputs = {n.name for n in graph.nodes if isinstance(n, InputBuffer) and n.position >= 0}
+    input_frees: list[list[str]] = [[] for _ in kernels]
     for name, i in last.items():
         if name in stored and name not in outputs:
             frees[i].append(name)
-    return Schedule(graph, kernels, frees)
+        elif name in inputs and name not in outputs:
+            input_frees[i].append(name)
+    return Schedule(graph, kernels, frees, input_frees)
 
 
 __all__ = ["Kernel", "Schedule", "schedule", "placement", "store_index"]
