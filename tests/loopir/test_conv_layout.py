@@ -1,8 +1,9 @@
 """Channels-last activations in convolution-heavy graphs (ember.loopir.conv_layout).
 
-On the GPU this applies to 16-bit CUDA graphs (NHWC inputs and weights), on the CPU to float32 graphs (NHWC
-inputs; oneDNN reorders weights itself). Here both rules run on the CPU with the C++ kernels (the CUDA rule by
-patching): values equal eager, convolutions get NHWC inputs (and weights under the CUDA rule), the activations
+On the GPU this applies to 16-bit CUDA graphs, on the CPU to float32 graphs (NHWC inputs and weights on both).
+Here both rules run on the CPU with the C++ kernels (the CUDA one by patching), and the CPU rule also with its
+weights left NCHW (oneDNN then converts them itself): values equal eager, convolutions get NHWC inputs (and
+weights where the rule says so), the activations
 between them are stored NHWC, graph outputs keep eager's strides; training graphs pass their saved activations NHWC from the forward to
 the backward.
 """
@@ -37,15 +38,17 @@ def _net(dtype=torch.bfloat16) -> nn.Module:
     return net.eval().to(dtype)
 
 
-@pytest.fixture(params=["cpu_rule", "cuda_rule"])
+@pytest.fixture(params=["cpu_rule", "cpu_rule_nchw_weights", "cuda_rule"])
 def on_cpu(request, monkeypatch):
-    """The CPU's own rule (float32, NHWC inputs), or the CUDA rule (16-bit, NHWC inputs and weights) applied
-    to the CPU."""
+    """The CPU's own rule (float32, NHWC inputs and weights), the same with NCHW weights, or the CUDA rule
+    (16-bit, NHWC inputs and weights) applied to the CPU."""
     if request.param == "cuda_rule":
         monkeypatch.setattr(conv_layout, "DTYPES", {"cpu": (torch.bfloat16, torch.float16)})
         monkeypatch.setattr(conv_layout, "NHWC_WEIGHTS", {"cpu"})
         return torch.bfloat16, True
-    return torch.float32, False
+    nhwc_weights = request.param == "cpu_rule"
+    monkeypatch.setattr(conv_layout, "NHWC_WEIGHTS", {"cpu"} if nhwc_weights else set())
+    return torch.float32, nhwc_weights
 
 
 def _graphs(monkeypatch) -> list:
