@@ -3,11 +3,16 @@ for each call) and with NHWC weights (ember's copy kernel), and torch.compile, t
 
     python bench/conv_weights_ab.py infer|train
 """
-import sys, time, statistics, torch
-import ember
-from ember.bench.runner import zoo_case, make_step
+import statistics
+import sys
+import time
+
+import torch
+
 from ember.bench.engines import parse_engine
+from ember.bench.runner import make_step, zoo_case
 from ember.loopir import conv_layout
+
 torch.set_num_threads(2)
 task = sys.argv[1]
 dev = torch.device("cpu")
