@@ -11,7 +11,8 @@ Workers are plain subprocesses started with this interpreter (not ``multiprocess
 unguarded user script in each child). ``EMBER_COMPILE_WORKERS`` sets their number (default: one less than the
 CPU count, at least 2 and at most 16; 0 or 1 compiles in this process's threads instead). A worker that fails on
 a kernel reports it and the kernel compiles here at its first launch, where any error is raised as it would be
-without workers.
+without workers; so does a kernel whose worker takes longer than ``EMBER_COMPILE_TIMEOUT`` seconds (600). A
+forked child does not use its parent's pool (whose serving threads it lacks).
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from ember import logs
 from .triton_worker import read_message, request_env, write_message
 
 RESTARTS = 3       # per worker
+TIMEOUT_S = float(os.environ.get("EMBER_COMPILE_TIMEOUT", "600"))   # a first launch waits this long, then
+                                                                    # compiles the kernel itself
 
 
 def worker_count() -> int:
@@ -131,6 +134,7 @@ def _drain(tasks: queue.Queue) -> None:
 
 
 _POOL: _Pool | None = None
+_POOL_PID = 0
 _POOL_LOCK = threading.Lock()
 
 
@@ -147,13 +151,15 @@ def _usable() -> bool:
 def start() -> _Pool | None:
     """The pool, started on first use (workers take a few seconds to import torch and triton, so the backend
     starts it as soon as it sees a graph with CUDA inputs); None when compiling in-process."""
-    global _POOL
+    global _POOL, _POOL_PID
     with _POOL_LOCK:
+        if _POOL is not None and _POOL_PID != os.getpid():
+            _POOL = None        # a forked child: the parent's serving threads did not come along
         if _POOL is None:
             n = worker_count()
             if n <= 1 or not _usable():
                 return None
-            _POOL = _Pool(n)
+            _POOL, _POOL_PID = _Pool(n), os.getpid()
         return _POOL
 
 
@@ -194,11 +200,11 @@ def wait(kernel: Any) -> str | None:
     futs, kernel.pending = kernel.pending, None
     try:
         for fut in futs[1:]:        # the launcher's builder: a failure there only means the launch builds it
-            fut.exception()
-        return futs[0].result()
+            fut.exception(timeout=TIMEOUT_S)
+        return futs[0].result(timeout=TIMEOUT_S)
     except Exception as e:  # noqa: BLE001 - the in-process compile at launch raises any real error
-        logs.log("perf_hints", f"ember: Triton kernel {kernel.name} did not compile in a worker ({e}); "
-                               "compiling it in-process")
+        logs.log("perf_hints", f"ember: Triton kernel {kernel.name} did not compile in a worker "
+                               f"({type(e).__name__}: {e}); compiling it in-process")
         return None
 
 

@@ -78,3 +78,26 @@ def test_requests_carry_the_triton_environment(monkeypatch, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
     assert got == {"TRITON_PTXAS_PATH": "/opt/ptxas", "MLIR_ENABLE_DUMP": "0", "TRITON_INTERPRET": "1"}, got
+
+
+def test_a_forked_child_starts_its_own_pool(monkeypatch):
+    """The pool's serving threads do not survive a fork: a child must not queue kernels on its parent's pool
+    (nobody would serve them and its first launch would wait for ever)."""
+    import os
+
+    class Dummy:
+        def __init__(self, n):
+            self.n = n
+    monkeypatch.setattr(triton_pool, "_POOL", None)
+    monkeypatch.setattr(triton_pool, "_Pool", Dummy)
+    monkeypatch.setattr(triton_pool, "_usable", lambda: True)
+    monkeypatch.setenv("EMBER_COMPILE_WORKERS", "3")
+    parent = triton_pool.start()
+    assert isinstance(parent, Dummy) and triton_pool.start() is parent
+    pid = os.fork()
+    if pid == 0:
+        child = triton_pool.start()
+        os._exit(0 if isinstance(child, Dummy) and child is not parent else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert triton_pool.start() is parent

@@ -113,3 +113,26 @@ def test_triton_settings_changed_after_the_workers_started(monkeypatch, tmp_path
         f = ember.compile(lambda t, i=i: torch.tanh(t * (i + 2)).sum(-1))
         torch.testing.assert_close(f(x), torch.tanh(x * (i + 2)).sum(-1))
         assert pool.compiled > done and pool.mismatched == mismatched, name
+
+
+def test_a_slow_worker_compile_is_not_waited_for(monkeypatch, tmp_path):
+    """A first launch waits EMBER_COMPILE_TIMEOUT for the worker, then compiles the kernel itself."""
+    _fresh_caches(monkeypatch, tmp_path)
+    triton_pool.start()
+    monkeypatch.setattr(triton_pool, "TIMEOUT_S", 1e-6)
+    x = torch.randn(37, 53, device="cuda")
+    f = ember.compile(lambda t: torch.erf(t * 3).sum(0))
+    torch.testing.assert_close(f(x), torch.erf(x * 3).sum(0))
+
+
+def test_a_forked_child_does_not_use_the_parents_pool(monkeypatch):
+    import os
+    pool = triton_pool.start()
+    assert pool is not None
+    pid = os.fork()
+    if pid == 0:         # the child: the parent's serving threads are gone, so its pool must not be used
+        os.environ["EMBER_COMPILE_WORKERS"] = "0"
+        os._exit(0 if triton_pool.start() is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert triton_pool.start() is pool
