@@ -32,6 +32,7 @@ STAGES = [
     ("triton: wait for workers", "ember.codegen.triton_pool", "wait"),
     ("triton: C launcher build", "triton.backends.nvidia.driver", "compile_module_from_src"),
     ("triton: compile/load here", "triton.compiler", "compile"),
+    ("triton: load by worker hash", "ember.codegen.triton", "load_compiled"),
     ("triton: load binary+launcher", "triton.compiler.compiler", "CompiledKernel._init_handles"),
     ("cpp: compile", "ember.codegen.cpp", "compile_kernels"),
     ("wrapper: generate", "ember.codegen.wrapper", "make_wrapper"),
@@ -139,12 +140,12 @@ def main() -> None:
         report(f"{a.model} {a.task} {a.dtype} {r}", time.perf_counter() - t0, t)
         if dev.type == "cuda":
             from ember.codegen import triton as tb
-            print(f"  distinct Triton kernel sources: {len(tb._MODULES)}", flush=True)
+            print(f"  Triton kernel modules imported here: {len(tb._MODULES)}", flush=True)
             from ember.codegen import triton_pool
             if triton_pool._POOL is not None:
                 p = triton_pool._POOL
-                print(f"  worker pool so far: {p.compiled} compiled, {p.failed} failed, {p.mismatched} compiled "
-                      "again here under another cache key", flush=True)
+                print(f"  worker pool so far: {p.compiled} compiled, {p.failed} failed, {p.loaded} loaded by the "
+                      f"worker's hash, {p.mismatched} compiled again here under another cache key", flush=True)
         if prof is not None:
             import pstats
             pstats.Stats(prof).sort_stats("tottime").print_stats(a.profile)

@@ -77,13 +77,15 @@ def load_module(src: str) -> Any:
 
 
 class TritonKernel:
-    """A compiled kernel: ``kernel(*tensors)`` launches it on the precomputed grid."""
+    """A compiled kernel: ``kernel(*tensors)`` launches it on the precomputed grid. Its module (the
+    ``@triton.jit`` function) is imported only where it is needed: a kernel a worker compiled is loaded from
+    Triton's cache by the worker's hash (``load_compiled``)."""
 
-    def __init__(self, fn: Any, cfg: LaunchConfig, src: str, name: str, interpret: bool) -> None:
-        self.fn, self.cfg, self.source, self.name = fn, cfg, src, name
+    def __init__(self, src: str, fname: str, cfg: LaunchConfig, name: str, interpret: bool) -> None:
+        self.source, self.fname, self.cfg, self.name = src, fname, cfg, name
+        self._fn: Any = None
         self.grid = cfg.grid
         self.empty = cfg.grid[0] == 0
-        self.launch = fn[self.grid]
         self.fast: dict[tuple, Callable[..., Any]] = {}
         self.interpreted = interpret
         self.meta = {"num_warps": cfg.num_warps} | ({"num_stages": cfg.num_stages} if cfg.num_stages else {})
@@ -93,6 +95,19 @@ class TritonKernel:
         self.checked: tuple[int, ...] | None = None
         self.fixed: Callable[..., None] | None = None
         self.pending: Any = None        # the worker compile (triton_pool) its first launch waits for
+        if interpret:
+            self._fn = getattr(load_module(src), fname)
+
+    @property
+    def fn(self) -> Any:
+        """The ``@triton.jit`` function (its module imported at first use)."""
+        if self._fn is None:
+            self._fn = getattr(load_module(self.source), self.fname)
+        return self._fn
+
+    @property
+    def launch(self) -> Callable[..., Any]:
+        return self.fn[self.grid]
 
     def set_checked(self, positions: Sequence[int]) -> None:
         self.checked = tuple(positions)
@@ -111,18 +126,32 @@ class TritonKernel:
         key = tuple((a.data_ptr() & 15) == 0 for a in (args if chk is None else [args[i] for i in chk]))
         fast = self.fast.get(key)
         if fast is None:
-            worker_hash = None
-            if self.pending is not None:
-                from .triton_pool import wait
-                worker_hash = wait(self)
-            compiled = self.launch(*args, **self.meta)
-            if worker_hash is not None:
-                from .triton_pool import check_hit
-                check_hit(self, worker_hash, compiled)
-            fast = self.fast[key] = _direct_launcher(compiled, self.grid, args) or self._slow
+            fast = self.fast[key] = self._first_launch(args)
             if chk == ():
                 self.fixed = fast
         fast(*args)
+
+    def _first_launch(self, args: tuple) -> Callable[..., None]:
+        """The launcher for this alignment of the arguments (it does not launch): the worker's compile where it
+        made this variant (every pointer 16-byte aligned: the buffers the wrapper allocates too, which are not
+        all aligned, e.g. a slice of a concatenation's output), else Triton's JIT path (compiling, or loading from
+        its disk cache)."""
+        reply, compiled = None, None
+        aligned = all((a.data_ptr() & 15) == 0 for a in args)
+        if self.pending is not None:
+            from .triton_pool import wait
+            reply = wait(self)
+            if reply is not None and aligned:
+                compiled = load_compiled(self, reply)
+                if compiled is not None:
+                    from .triton_pool import count_loaded
+                    count_loaded()
+        if compiled is None:        # warmup=True: compiled for these arguments, not launched (the caller launches)
+            compiled = self.fn.run(*args, grid=self.grid, warmup=True, **self.meta)
+            if reply is not None and aligned:
+                from .triton_pool import check_hit
+                check_hit(self, reply.get("hash"), compiled)
+        return _direct_launcher(compiled, self.grid, args) or self._slow
 
     def _slow(self, *args: torch.Tensor) -> None:
         self.launch(*args, **self.meta)
@@ -132,6 +161,35 @@ class TritonKernel:
             from .triton_pool import wait
             wait(self)
         self.fn.warmup(*args, grid=self.grid, **self.meta)
+
+
+def load_compiled(kernel: TritonKernel, info: dict) -> Any:
+    """``kernel`` as its worker compiled it, loaded from Triton's disk cache by the worker's hash and
+    specialization (what ``triton.compile`` does on a cache hit, without computing the key: that needs the
+    kernel's module imported and its source walked for dependencies); None where it cannot (the JIT path
+    then loads it)."""
+    if "signature" not in info:
+        return None
+    try:
+        from types import SimpleNamespace
+
+        from triton.compiler.compiler import ASTSource, CompiledKernel
+        from triton.runtime.cache import get_cache_manager
+        name = info["name"]
+        group = get_cache_manager(info["hash"]).get_group(f"{name[:150]}.json")
+        if not group:
+            return None
+        fn = SimpleNamespace(__name__=name, arg_names=None, launch_metadata=None)
+        src = ASTSource(fn, info["signature"], None, info["attrs"])
+        src.constants = info["constants"]
+        compiled = CompiledKernel(src, group, info["hash"])
+        compiled._init_handles()       # the binary and launcher load now: an error here takes the JIT path
+        return compiled
+    except Exception as e:  # noqa: BLE001 - another Triton's internals: its JIT path loads the kernel
+        from ember import logs
+        logs.log("perf_hints", f"ember: kernel {kernel.name} not loaded by its worker's hash "
+                               f"({type(e).__name__}: {e}); loading it through Triton's JIT")
+        return None
 
 
 def _no_hooks(hook: Any) -> bool:
@@ -202,8 +260,7 @@ def _build(body: KernelBody, cfg: LaunchConfig | None = None, is_persistent: boo
     src, fname, cfg = generate(body, pers, cfg=cfg)
     if heuristic:
         body._triton_source = src  # type: ignore[attr-defined]
-    mod = load_module(src)
-    return TritonKernel(getattr(mod, fname), cfg, src, body.name, interp)
+    return TritonKernel(src, fname, cfg, body.name, interp)
 
 
 def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]:
@@ -213,9 +270,16 @@ def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]
 def compile_kernels(bodies: list[KernelBody], options: Any = None, name: str = "") -> list[Callable[..., None]]:
     if getattr(options, "max_autotune", False):
         return _autotuned_kernels(bodies)
-    kernels = [_build(b) for b in bodies]
-    if kernels and not kernels[0].interpreted and torch.cuda.is_available():
-        precompile([(k, _dtypes(b)) for k, b in zip(kernels, bodies)])
+    from .triton_pool import submit
+    kernels, rest = [], []
+    cuda = torch.cuda.is_available()
+    for b in bodies:       # each kernel goes to a worker as soon as it is generated
+        k = _build(b)
+        kernels.append(k)
+        if cuda and not k.interpreted and not submit(k, _dtypes(b)):
+            rest.append((k, _dtypes(b)))
+    if rest:
+        precompile(rest)
     return kernels
 
 

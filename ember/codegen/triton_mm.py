@@ -335,7 +335,7 @@ def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], t
     """``sched`` with each eligible matmul (and, with ``epilogues``, the kernel after it) as an autotuned
     ``MatmulStep``."""
     from .autotune import Autotuned, digest
-    from .triton import TritonKernel, load_module, precompile
+    from .triton import TritonKernel, precompile
     from .triton_helpers import interpreting
     interp = interpreting()
     bodies = {k: body for k, (_, body) in kernels.items()}
@@ -369,7 +369,7 @@ def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], t
             src, epi = template_source(e, cfg, body, store_mm, fname)
             grid = (-(-m // cfg.bm) * -(-n // cfg.bn), shape[0] if len(shape) == 3 else 1, 1)
             launch = LaunchConfig(grid, cfg.bm, cfg.bn, cfg.num_warps, True, False, cfg.num_stages)
-            kernel = TritonKernel(getattr(load_module(src), fname), launch, src, e.name, interp)
+            kernel = TritonKernel(src, fname, launch, e.name, interp)
             t = _Template(kernel, e, store_mm, nops)
             choices.append(t)
             labels.append(cfg.label())

@@ -27,7 +27,7 @@ from typing import Any
 
 from ember import logs
 
-from .triton_worker import read_message, request_env, write_message
+from .triton_worker import backend_hash, read_message, request_env, write_message
 
 RESTARTS = 3       # per worker
 TIMEOUT_S = float(os.environ.get("EMBER_COMPILE_TIMEOUT", "600"))   # a first launch waits this long, then
@@ -51,6 +51,7 @@ class _Pool:
         self.live = n
         self.compiled = self.failed = 0          # replies so far (tests and benchmarks read them)
         self.mismatched = 0                      # kernels this process compiled again under another cache key
+        self.loaded = 0                          # kernels loaded by their worker's hash (no key computed here)
         self.launchers: dict[int, Future] = {}     # argument count -> the compile that builds its C launcher
         self.pids: set[int] = set()
         env = dict(os.environ)
@@ -175,15 +176,14 @@ def submit(kernel: Any, dtypes: list) -> bool:
     pool = start()
     if pool is None or kernel.empty:
         return False
-    fname = getattr(getattr(kernel.fn, "fn", None), "__name__", None)
-    if fname is None:
-        return False
+    fname = kernel.fname
     n = len(dtypes)
     with pool.lock:
         builder = pool.launchers.get(n)
+    target = _target()
     req = {"src": kernel.source, "fname": fname, "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
-           "grid": kernel.grid, "meta": kernel.meta, "launcher": builder is None, "target": _target(),
-           **request_env()}
+           "grid": kernel.grid, "meta": kernel.meta, "launcher": builder is None, "target": target,
+           "backend_hash": backend_hash(target), **request_env()}
     fut = pool.submit(req)
     if fut is None:
         return False
@@ -194,18 +194,26 @@ def submit(kernel: Any, dtypes: list) -> bool:
     return True
 
 
-def wait(kernel: Any) -> str | None:
-    """Wait for ``kernel``'s worker compile (called before its first launch): the Triton cache hash the worker
-    compiled it under, or None when it failed (it then compiles here)."""
+def wait(kernel: Any) -> dict | None:
+    """Wait for ``kernel``'s worker compile (called before its first launch): what the worker compiled it as
+    (``triton_worker.compiled_info``: its Triton cache hash and specialization), or None when it failed (it
+    then compiles here)."""
     futs, kernel.pending = kernel.pending, None
     try:
         for fut in futs[1:]:        # the launcher's builder: a failure there only means the launch builds it
             fut.exception(timeout=TIMEOUT_S)
-        return futs[0].result(timeout=TIMEOUT_S)
+        reply = futs[0].result(timeout=TIMEOUT_S)
+        return reply if isinstance(reply, dict) else {"hash": reply}
     except Exception as e:  # noqa: BLE001 - the in-process compile at launch raises any real error
         logs.log("perf_hints", f"ember: Triton kernel {kernel.name} did not compile in a worker "
                                f"({type(e).__name__}: {e}); compiling it in-process")
         return None
+
+
+def count_loaded() -> None:
+    if _POOL is not None:
+        with _POOL.lock:
+            _POOL.loaded += 1
 
 
 _WARNED: list[bool] = [False]

@@ -8,8 +8,11 @@ options), so the parent's own compile of it is a hit in Triton's disk cache; wit
 builds the kernel's C launcher (one per argument signature), which Triton otherwise compiles with the C
 compiler at the kernel's first launch. The GPU target comes with the request: a worker never creates a CUDA
 context. The request also carries the parent's Triton environment (``request_env``), applied before compiling,
-so that both processes compute the same cache key; the reply is the kernel's hash. A worker exits when its
-stdin closes.
+so that both processes compile the same code, and the parent's backend hash, which Triton computes once per
+process (the ptxas version is cached at its first use: torch.compile's ptxas, set in ``TRITON_PTXAS_PATH`` after
+that, changes the compile but not the parent's key). The reply is the kernel's cache hash and specialization:
+the parent loads the compiled kernel by them (``triton.load_compiled``), without importing the kernel's module
+or computing its cache key. A worker exits when its stdin closes.
 """
 from __future__ import annotations
 
@@ -93,19 +96,58 @@ def apply_env(req: dict) -> None:
         tk.nvidia.libdevice_path = req["knobs"]["libdevice_path"]
 
 
-def compile_request(req: dict) -> str:
-    """Compile the request's kernel; its Triton cache hash (the parent checks its own compile hits it)."""
+def backend_hash(target: tuple) -> str | None:
+    """This process's Triton backend hash for ``target`` (part of every kernel's cache key)."""
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import make_backend
+        return make_backend(GPUTarget(*target)).hash()
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
+def _pin_backend_hash(target: tuple, value: str | None) -> None:
+    """Make this process's backend hash the parent's: Triton caches the ptxas version in it at its first use, so
+    a process that started later (after torch.compile set ``TRITON_PTXAS_PATH``) would otherwise key every
+    kernel differently from its parent."""
+    if value is None:
+        return
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    cls = type(make_backend(GPUTarget(*target)))
+    if getattr(cls, "_ember_pinned", None) != value:
+        cls.hash = lambda self, v=value: v
+        cls._ember_pinned = value
+
+
+def compile_request(req: dict) -> dict:
+    """Compile the request's kernel; what the parent loads it by (``compiled_info``)."""
     import torch
     apply_env(req)
     from ember.codegen.triton import load_module
     fn = getattr(load_module(req["src"]), req["fname"])
     _use_target(req["target"])
+    _pin_backend_hash(req["target"], req.get("backend_hash"))
     dtypes = [getattr(torch, d) for d in req["dtypes"]]
     kernel = fn.warmup(*dtypes, grid=req["grid"], **req["meta"])
     if req["launcher"]:
         from triton.runtime.driver import driver
         driver.active.launcher_cls(kernel.src, kernel.metadata)
-    return kernel.hash
+    return compiled_info(kernel)
+
+
+def compiled_info(kernel: Any) -> dict:
+    """What the parent needs to load ``kernel`` (a ``CompiledKernel``) from Triton's cache without computing its
+    cache key again: the hash, and the specialization its launcher is built from; only the hash where the
+    specialization does not pickle."""
+    src = kernel.src
+    info = {"hash": kernel.hash, "name": src.name, "signature": dict(src.signature),
+            "constants": dict(src.constants), "attrs": dict(src.attrs)}
+    try:
+        pickle.dumps(info)
+    except Exception:  # noqa: BLE001 - an odd constant: the parent takes the JIT path
+        return {"hash": kernel.hash}
+    return info
 
 
 def main() -> None:

@@ -80,6 +80,18 @@ def test_requests_carry_the_triton_environment(monkeypatch, tmp_path):
     assert got == {"TRITON_PTXAS_PATH": "/opt/ptxas", "MLIR_ENABLE_DUMP": "0", "TRITON_INTERPRET": "1"}, got
 
 
+def test_workers_take_the_parents_backend_hash():
+    """Triton caches the ptxas version inside the backend hash at its first use in a process; a worker started
+    after torch.compile set TRITON_PTXAS_PATH would hash another version than its parent. The worker pins the
+    backend hash the request carries (any ptxas: the hash is never computed from it once pinned)."""
+    code = ("from ember.codegen import triton_worker as w; t = ('cuda', 90, 32); "
+            "w._pin_backend_hash(t, 'parent-ptxas-90'); print(w.backend_hash(t)); "
+            "w._pin_backend_hash(t, 'other-90'); print(w.backend_hash(t))")
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TRITON_PTXAS_PATH": "/nonexistent/ptxas"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["parent-ptxas-90", "other-90"], out.stderr[-2000:]
+
+
 def test_a_forked_child_starts_its_own_pool(monkeypatch):
     """The pool's serving threads do not survive a fork: a child must not queue kernels on its parent's pool
     (nobody would serve them and its first launch would wait for ever)."""

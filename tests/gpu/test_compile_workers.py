@@ -30,7 +30,7 @@ def test_kernels_compile_in_workers(monkeypatch, tmp_path):
     _fresh_caches(monkeypatch, tmp_path)
     pool = triton_pool.start()
     assert pool is not None
-    before, failed, mismatched = pool.compiled, pool.failed, pool.mismatched
+    before, failed, mismatched, loaded = pool.compiled, pool.failed, pool.mismatched, pool.loaded
     x, w = torch.randn(64, 300, device="cuda"), torch.randn(300, device="cuda", requires_grad=True)
     f = ember.compile(_fn)
     out = f(x, w)
@@ -44,6 +44,12 @@ def test_kernels_compile_in_workers(monkeypatch, tmp_path):
     torch.testing.assert_close(g, w.grad)
     assert pool.compiled - before >= 3 and pool.failed == failed
     assert pool.mismatched == mismatched        # every first launch loaded what its worker compiled
+    # ... by the worker's hash, without importing the kernel's module here
+    assert pool.loaded - loaded == pool.compiled - before
+    # an input that is not 16-byte aligned is another specialization: compiled here, still right
+    xs = torch.randn(64 * 300 + 1, device="cuda")[1:].view(64, 300)
+    for a, b in zip(f(xs, w), _fn(xs, w)):
+        torch.testing.assert_close(a, b)
 
 
 def test_worker_failure_compiles_in_process(monkeypatch, tmp_path):
@@ -102,6 +108,8 @@ def test_triton_settings_changed_after_the_workers_started(monkeypatch, tmp_path
     compiled (the same cache key) instead of compiling every kernel again."""
     _fresh_caches(monkeypatch, tmp_path)
     pool = triton_pool.start()
+    # the JIT path, which computes the cache key in this process (loading by the worker's hash needs none)
+    monkeypatch.setattr("ember.codegen.triton.load_compiled", lambda kernel, info: None)
     settings = [("TRITON_DEFAULT_FP_FUSION", "0")]
     ptxas = Path(torch.__file__).parent / "bin" / "ptxas"
     if ptxas.is_file():
@@ -136,3 +144,37 @@ def test_a_forked_child_does_not_use_the_parents_pool(monkeypatch):
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert triton_pool.start() is pool
+
+
+@pytest.mark.parametrize("path", ["worker-hash", "triton-jit"])
+def test_a_first_call_launches_each_kernel_once(monkeypatch, tmp_path, path):
+    """Accumulating kernels (atomic adds into a zeroed buffer) are not idempotent: the first call, which
+    compiles or loads each kernel, must launch it once, whether it loads the worker's compile by its hash or
+    goes through Triton's JIT (which compiles without launching)."""
+    _fresh_caches(monkeypatch, tmp_path)
+    if path == "triton-jit":
+        monkeypatch.setattr("ember.codegen.triton.load_compiled", lambda kernel, info: None)
+    idx = torch.randint(0, 37, (4000,), device="cuda")
+    src = torch.randn(4000, 24, device="cuda")
+
+    def fn(i, s):
+        return torch.zeros(37, 24, device=s.device).index_add(0, i, s * 2.0) + 1.0
+    out = ember.compile(fn)(idx, src)       # the first call: every kernel loaded here
+    torch.testing.assert_close(out, fn(idx, src), rtol=1e-4, atol=1e-4)
+
+
+def test_buffers_the_wrapper_allocates_at_odd_offsets(monkeypatch, tmp_path):
+    """A kernel writing one part of a concatenation gets a pointer into the middle of its output, which need
+    not be 16-byte aligned: the worker compiled the all-aligned variant, so such a first launch must compile
+    its own (found in BERT's training step, where loading the worker's variant ran off into an illegal
+    memory access)."""
+    _fresh_caches(monkeypatch, tmp_path)
+
+    def fn(a, b, c):
+        x = torch.cat([a.sin(), b.cos() * 2.0, c.exp()], 0)
+        y = torch.cat([a.unsqueeze(0).expand(5, -1), (a * 3.0).unsqueeze(0).expand(5, -1)], 1)
+        return x.tanh(), y + 1.0
+    args = [torch.randn(n, device="cuda") for n in (3, 1001, 7)]
+    f = ember.compile(fn)
+    for got, want in zip(f(*args), fn(*args)):
+        torch.testing.assert_close(got, want)
