@@ -25,6 +25,34 @@ def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return d.pow(2).mean().sqrt().item() if d.numel() else 0.0
 
 
+def _compare_loads(tb) -> None:
+    direct = tb.load_compiled
+    seen = [0]
+
+    def both(kernel, info):
+        got = direct(kernel, info)
+        seen[0] += 1
+        if got is None:
+            print(f"compare: {kernel.name}: not loaded by hash")
+            return None
+        jit = kernel.fn.run(*[torch.empty(1, dtype=d, device="cuda") for d in kernel.worker_dtypes],
+                            grid=kernel.grid, warmup=True, **kernel.meta)
+        diffs = []
+        for attr in ("hash", "name"):
+            if getattr(jit, attr) != getattr(got, attr):
+                diffs.append(f"{attr}: jit {getattr(jit, attr)} direct {getattr(got, attr)}")
+        for attr in ("signature", "constants", "attrs"):
+            x, y = getattr(jit.src, attr), getattr(got.src, attr)
+            if x != y:
+                diffs.append(f"src.{attr}: jit {x} direct {y}")
+        if jit.metadata != got.metadata:
+            diffs.append(f"metadata: jit {jit.metadata} direct {got.metadata}")
+        if diffs or seen[0] <= 2:
+            print(f"compare: {kernel.name} dtypes {kernel.worker_dtypes}: " + ("; ".join(diffs) or "same"))
+        return got
+    tb.load_compiled = both
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True)
@@ -36,10 +64,15 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--top", type=int, default=6)
     p.add_argument("--no-direct-load", action="store_true")
+    p.add_argument("--compare-loads", action="store_true",
+                   help="for each kernel loaded by its worker's hash, also load it through Triton's JIT and print "
+                        "where the two differ")
     a = p.parse_args()
+    import ember.codegen.triton as tb
     if a.no_direct_load:
-        import ember.codegen.triton as tb
         tb.load_compiled = lambda kernel, info: None
+    if a.compare_loads:
+        _compare_loads(tb)
     device = torch.device(a.device)
     w, model, inputs = zoo_case(a.model, a.suite, device, a.task)
     names = ["output"] + ([n for n, q in model.named_parameters() if q.requires_grad] if a.task == "train" else [])

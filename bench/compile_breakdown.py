@@ -145,7 +145,8 @@ def main() -> None:
             if triton_pool._POOL is not None:
                 p = triton_pool._POOL
                 print(f"  worker pool so far: {p.compiled} compiled, {p.failed} failed, {p.loaded} loaded by the "
-                      f"worker's hash, {p.mismatched} compiled again here under another cache key", flush=True)
+                      f"worker's hash, {p.variants} compiled here for other argument dtypes or alignment, "
+                      f"{p.mismatched} compiled again here under another cache key", flush=True)
         if prof is not None:
             import pstats
             pstats.Stats(prof).sort_stats("tottime").print_stats(a.profile)

@@ -95,6 +95,7 @@ class TritonKernel:
         self.checked: tuple[int, ...] | None = None
         self.fixed: Callable[..., None] | None = None
         self.pending: Any = None        # the worker compile (triton_pool) its first launch waits for
+        self.worker_dtypes: tuple = ()  # the argument dtypes the worker compiled it for
         if interpret:
             self._fn = getattr(load_module(src), fname)
 
@@ -137,18 +138,22 @@ class TritonKernel:
         all aligned, e.g. a slice of a concatenation's output), else Triton's JIT path (compiling, or loading from
         its disk cache)."""
         reply, compiled = None, None
-        aligned = all((a.data_ptr() & 15) == 0 for a in args)
+        # the worker's variant: every pointer 16-byte aligned, and each argument of the dtype it was made for
+        same = all((a.data_ptr() & 15) == 0 for a in args) and \
+            tuple(a.dtype for a in args) == self.worker_dtypes
         if self.pending is not None:
-            from .triton_pool import wait
+            from .triton_pool import note_variant, wait
             reply = wait(self)
-            if reply is not None and aligned:
+            if reply is not None and not same:
+                note_variant(self, args)
+            if reply is not None and same:
                 compiled = load_compiled(self, reply)
                 if compiled is not None:
                     from .triton_pool import count_loaded
                     count_loaded()
         if compiled is None:        # warmup=True: compiled for these arguments, not launched (the caller launches)
             compiled = self.fn.run(*args, grid=self.grid, warmup=True, **self.meta)
-            if reply is not None and aligned:
+            if reply is not None and same:
                 from .triton_pool import check_hit
                 check_hit(self, reply.get("hash"), compiled)
         return _direct_launcher(compiled, self.grid, args) or self._slow

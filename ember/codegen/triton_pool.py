@@ -52,6 +52,7 @@ class _Pool:
         self.compiled = self.failed = 0          # replies so far (tests and benchmarks read them)
         self.mismatched = 0                      # kernels this process compiled again under another cache key
         self.loaded = 0                          # kernels loaded by their worker's hash (no key computed here)
+        self.variants = 0                        # first launches with other arguments than the worker's compile
         self.launchers: dict[int, Future] = {}     # argument count -> the compile that builds its C launcher
         self.pids: set[int] = set()
         env = dict(os.environ)
@@ -191,6 +192,7 @@ def submit(kernel: Any, dtypes: list) -> bool:
         with pool.lock:
             builder = pool.launchers.setdefault(n, fut)
     kernel.pending = (fut, builder)     # its launch also needs the launcher of its argument count
+    kernel.worker_dtypes = tuple(dtypes)
     return True
 
 
@@ -208,6 +210,19 @@ def wait(kernel: Any) -> dict | None:
         logs.log("perf_hints", f"ember: Triton kernel {kernel.name} did not compile in a worker "
                                f"({type(e).__name__}: {e}); compiling it in-process")
         return None
+
+
+def note_variant(kernel: Any, args: tuple) -> None:
+    """A first launch whose arguments are not what the worker compiled for (a pointer not 16-byte aligned, or
+    another dtype than the kernel's buffer): this variant compiles here. Counted, and said per kernel."""
+    if _POOL is not None:
+        with _POOL.lock:
+            _POOL.variants += 1
+    odd = [f"#{i} {a.dtype} at +{a.data_ptr() & 15}" for i, a in enumerate(args)
+           if (a.data_ptr() & 15) or (i < len(kernel.worker_dtypes) and a.dtype != kernel.worker_dtypes[i])]
+    logs.log("perf_hints", f"ember: Triton kernel {kernel.name} compiled here for its first launch's arguments "
+                           f"({', '.join(odd)}; its worker compiled for {len(kernel.worker_dtypes)} aligned "
+                           "pointers of its buffers' dtypes)")
 
 
 def count_loaded() -> None:
