@@ -83,12 +83,24 @@ class _NoDoubleBackward(torch.autograd.Function):
         raise DoubleBackwardError(DOUBLE_BACKWARD_MSG)
 
 
+# A compiled graph runs with autocast off: its trace already holds autocast's casts, and an ATen op the graph
+# calls (a matmul, a fallback) must compute in the dtypes the graph was compiled for (an fp32 matmul of
+# scaled_dot_product_attention's math path would otherwise run in bf16 and hand a kernel compiled for fp32
+# a bf16 tensor). What AOTAutograd does for torch.compile too.
+_any_autocast = torch._C._is_any_autocast_enabled
+_NoAutocast = torch._C._DisableAutocast
+
+
 class AotFunction(torch.autograd.Function):
     """``AotFunction.apply(graphs, *primals)`` runs ``graphs.fwd``; its backward runs ``graphs.bwd``."""
 
     @staticmethod
     def forward(ctx: Any, graphs: CompiledGraphs, *primals: Any) -> tuple[Any, ...]:
-        outs = graphs.fwd(*primals)
+        if _any_autocast():      # the trace made autocast's casts explicit: ATen must not apply them again
+            with _NoAutocast():
+                outs = graphs.fwd(*primals)
+        else:
+            outs = graphs.fwd(*primals)
         n = graphs.num_user_outputs + len(graphs.write_backs)
         fwd_outs, saved = list(outs[:n]), list(outs[n:])
         if graphs.write_backs:     # an input about to be overwritten: the backward needs its old value
@@ -127,7 +139,7 @@ class AotFunction(torch.autograd.Function):
                 g = g.contiguous()
             tangents.append(g)
         if torch.is_grad_enabled():     # create_graph=True: the graph runs, but its gradients cannot be
-            with torch.no_grad():       # differentiated again
+            with torch.no_grad(), _NoAutocast():       # differentiated again
                 grads = list(graphs.bwd(*saved, *tangents))
             pos = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
             anchors = [t for t in list(ctx.saved_tensors) + tangents
@@ -145,9 +157,14 @@ class AotFunction(torch.autograd.Function):
                 args = saved + tangents
                 del saved, tangents, g
                 ctx.maybe_clear_saved_tensors()
-                grads = list(call_list(args))
+                if _any_autocast():
+                    with _NoAutocast():
+                        grads = list(call_list(args))
+                else:
+                    grads = list(call_list(args))
             else:
-                grads = list(graphs.bwd(*saved, *tangents))
+                with _NoAutocast():
+                    grads = list(graphs.bwd(*saved, *tangents))
         return (None, *grads)
 
 
@@ -204,6 +221,10 @@ def _bump_versions(ts: list) -> None:
 def run_inference(fwd: Callable[..., Any], num_user_outputs: int, write_backs: Sequence[tuple[int, int]],
                   aliases: Sequence[AliasInfo], args: Sequence[Any]) -> list[Any]:
     """Run a forward-only graph; write mutated inputs back; return the user outputs."""
-    outs = list(fwd(*args))
+    if _any_autocast():
+        with _NoAutocast():
+            outs = list(fwd(*args))
+    else:
+        outs = list(fwd(*args))
     finish(write_backs, aliases, args, outs)
     return outs[:num_user_outputs]
