@@ -144,7 +144,8 @@ def main() -> None:
             from ember.codegen import triton_pool
             if triton_pool._POOL is not None:
                 p = triton_pool._POOL
-                print(f"  worker pool so far: {p.compiled} compiled, {p.failed} failed, {p.loaded} loaded by the "
+                print(f"  worker pool so far: {p.compiled} compiled, {p.shared} kernels shared another's compile "
+                      f"(same function), {p.failed} failed, {p.loaded} loaded by the "
                       f"worker's hash, {p.variants} compiled here for other argument dtypes or alignment, "
                       f"{p.mismatched} compiled again here under another cache key", flush=True)
         if prof is not None:

@@ -168,6 +168,9 @@ class TritonKernel:
         self.fn.warmup(*args, grid=self.grid, **self.meta)
 
 
+_LOADED: dict[tuple, Any] = {}      # (Triton cache hash, device) -> the kernel loaded by it
+
+
 def load_compiled(kernel: TritonKernel, info: dict) -> Any:
     """``kernel`` as its worker compiled it, loaded from Triton's disk cache by the worker's hash and
     specialization (what ``triton.compile`` does on a cache hit, without computing the key: that needs the
@@ -176,6 +179,10 @@ def load_compiled(kernel: TritonKernel, info: dict) -> Any:
     if "signature" not in info:
         return None
     try:
+        from triton.runtime.driver import driver
+        key = (info["hash"], driver.active.get_current_device())
+        if key in _LOADED:          # a kernel with the same function (another layer's) loaded it already
+            return _LOADED[key]
         from types import SimpleNamespace
 
         from triton.compiler.compiler import ASTSource, CompiledKernel
@@ -189,6 +196,7 @@ def load_compiled(kernel: TritonKernel, info: dict) -> Any:
         src.constants = info["constants"]
         compiled = CompiledKernel(src, group, info["hash"])
         compiled._init_handles()       # the binary and launcher load now: an error here takes the JIT path
+        _LOADED[key] = compiled
         return compiled
     except Exception as e:  # noqa: BLE001 - another Triton's internals: its JIT path loads the kernel
         from ember import logs

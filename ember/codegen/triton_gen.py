@@ -13,6 +13,7 @@ thrown away), substituting the reduction's identity.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -413,5 +414,32 @@ def generate(body: KernelBody, persistent: bool, name: str = "",
     cfg = cfg or launch_config(*_sizes(body, persistent))
     if k.is_reduction and not persistent and ONLINE_SOFTMAX:
         body = online_softmax(body)
-    fname = name or f"ember_{k.name}"
-    return HEADER + _Gen(body, cfg, fname).generate(), fname, cfg
+    if name:
+        return HEADER + _Gen(body, cfg, name).generate(), name, cfg
+    text = canonical(_Gen(body, cfg, _PLACEHOLDER).generate(), list(body.buffers))
+    fn_text = text[text.index("@triton.jit"):]
+    fname = _SHARED.setdefault(fn_text, f"ember_{k.name}")
+    return HEADER + text.replace(_PLACEHOLDER, fname), fname, cfg
+
+
+_PLACEHOLDER = "ember_kernel_fn_"
+_SHARED: dict[str, str] = {}     # a kernel function's text -> the name of the first kernel that had it
+_ACC = re.compile(r"\bacc_\w+")
+
+
+def canonical(src: str, buffers: list[str]) -> str:
+    """``src`` with the names that come from the graph (buffer parameters ``p_buf17``, accumulators
+    ``acc_buf18``) numbered by position instead, so that kernels doing the same work on other buffers (the layers
+    of a transformer) have the same function text, hence one compile and one Triton cache entry. The comment
+    lines above the function keep the graph's names."""
+    head, sep, fn = src.partition("@triton.jit")
+    params = {f"p_{b}": f"p{i}" for i, b in enumerate(buffers)}
+    accs: dict[str, str] = {}
+    for m in _ACC.finditer(fn):
+        accs.setdefault(m.group(0), f"acc{len(accs)}")
+    names = params | accs
+    if not names:
+        return src
+    head += f"# parameters: {', '.join(f'{v}={k[2:]}' for k, v in params.items())}\n"
+    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")\b")
+    return head + sep + pattern.sub(lambda m: names[m.group(0)], fn)

@@ -54,6 +54,8 @@ class _Pool:
         self.loaded = 0                          # kernels loaded by their worker's hash (no key computed here)
         self.variants = 0                        # first launches with other arguments than the worker's compile
         self.launchers: dict[int, Future] = {}     # argument count -> the compile that builds its C launcher
+        self.inflight: dict[tuple, tuple] = {}      # (function text, options, dtypes) -> its compile's futures
+        self.shared = 0                          # kernels that took another kernel's compile (same function)
         self.pids: set[int] = set()
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])       # the directory holding the ember package
@@ -177,14 +179,23 @@ def submit(kernel: Any, dtypes: list) -> bool:
     pool = start()
     if pool is None or kernel.empty:
         return False
-    fname = kernel.fname
     n = len(dtypes)
-    with pool.lock:
-        builder = pool.launchers.get(n)
+    src = kernel.source
     target = _target()
-    req = {"src": kernel.source, "fname": fname, "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
+    env = request_env()
+    # the same function text, options, dtypes and settings (another layer's kernel): one compile for all
+    same = (src[src.find("@triton.jit"):], tuple(sorted(kernel.meta.items())), tuple(dtypes), target, repr(env))
+    with pool.lock:
+        shared = pool.inflight.get(same)
+        builder = pool.launchers.get(n)
+    if shared is not None:
+        kernel.pending, kernel.worker_dtypes = shared, tuple(dtypes)
+        with pool.lock:
+            pool.shared += 1
+        return True
+    req = {"src": src, "fname": kernel.fname, "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
            "grid": kernel.grid, "meta": kernel.meta, "launcher": builder is None, "target": target,
-           "backend_hash": backend_hash(target), **request_env()}
+           "backend_hash": backend_hash(target), **env}
     fut = pool.submit(req)
     if fut is None:
         return False
@@ -193,6 +204,8 @@ def submit(kernel: Any, dtypes: list) -> bool:
             builder = pool.launchers.setdefault(n, fut)
     kernel.pending = (fut, builder)     # its launch also needs the launcher of its argument count
     kernel.worker_dtypes = tuple(dtypes)
+    with pool.lock:
+        pool.inflight[same] = kernel.pending
     return True
 
 

@@ -72,7 +72,7 @@ def _compile_all(names: list[str]) -> int:
                     body = kernel_body(step, persistent=tb.persistent(step))
                     src, fname, cfg = generate(body, tb.persistent(step))
                     jf = getattr(tb.load_module(src), fname)
-                    sig = {f"p_{b}": ty[d] for b, (d, _) in body.buffers.items()}
+                    sig = {a: ty[d] for a, (d, _) in zip(jf.arg_names, body.buffers.values())}
                     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(sig))}
                     kernels += 1
                     try:

@@ -30,7 +30,7 @@ def test_kernels_compile_in_workers(monkeypatch, tmp_path):
     _fresh_caches(monkeypatch, tmp_path)
     pool = triton_pool.start()
     assert pool is not None
-    before, failed, mismatched, loaded = pool.compiled, pool.failed, pool.mismatched, pool.loaded
+    before, failed, mismatched, loaded, shared = pool.compiled, pool.failed, pool.mismatched, pool.loaded, pool.shared
     x, w = torch.randn(64, 300, device="cuda"), torch.randn(300, device="cuda", requires_grad=True)
     f = ember.compile(_fn)
     out = f(x, w)
@@ -45,7 +45,7 @@ def test_kernels_compile_in_workers(monkeypatch, tmp_path):
     assert pool.compiled - before >= 3 and pool.failed == failed
     assert pool.mismatched == mismatched        # every first launch loaded what its worker compiled
     # ... by the worker's hash, without importing the kernel's module here
-    assert pool.loaded - loaded == pool.compiled - before
+    assert pool.loaded - loaded == pool.compiled - before + pool.shared - shared
     # an input that is not 16-byte aligned is another specialization: compiled here, still right
     xs = torch.randn(64 * 300 + 1, device="cuda")[1:].view(64, 300)
     for a, b in zip(f(xs, w), _fn(xs, w)):
@@ -178,3 +178,20 @@ def test_buffers_the_wrapper_allocates_at_odd_offsets(monkeypatch, tmp_path):
     f = ember.compile(fn)
     for got, want in zip(f(*args), fn(*args)):
         torch.testing.assert_close(got, want)
+
+
+def test_layers_share_their_kernels_compiles(monkeypatch, tmp_path):
+    """Kernels doing the same work on other buffers (a stack of identical layers) have the same function
+    text: one worker compile serves all of them, and each still computes its own layer."""
+    _fresh_caches(monkeypatch, tmp_path)
+    pool = triton_pool.start()
+    before, shared = pool.compiled, pool.shared
+    ws = [torch.randn(96, 96, device="cuda") for _ in range(4)]
+
+    def fn(x):
+        for w in ws:
+            x = F.layer_norm(torch.relu(x @ w) + x, (96,))
+        return x
+    x = torch.randn(128, 96, device="cuda")
+    torch.testing.assert_close(ember.compile(fn)(x), fn(x), rtol=1e-4, atol=1e-4)
+    assert pool.shared - shared >= 3 and pool.compiled - before <= 3, (pool.compiled - before, pool.shared - shared)
