@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
@@ -36,6 +37,9 @@ REUSE_READS = 4
 REUSE_OPS = 24
 EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
                           "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
+# a value stored anyway (for an ATen call, or as an output) is loaded by its other users rather than recomputed
+# from two or more buffers of its size (bench/reuse_stored_ab.py measures the difference)
+REUSE_STORED = True
 # any value whose body grew beyond this many ops is realized (bounds the size of inlined bodies)
 MAX_INLINE_OPS = 200
 
@@ -260,7 +264,7 @@ class Lowerer:
         if isinstance(out, TV) and out.view is None:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
-            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops)):
+            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
                 out = self.realized_narrow(out, body)
         return out
 
@@ -333,16 +337,25 @@ def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
     return tree_map(fix, out)
 
 
-def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int) -> bool:
+def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()) -> bool:
     reads, expensive = set(), False
+    full: set[str] = set()       # buffers read at every point of the value (not a broadcast row or column)
+    need = {x for x, n in zip(xvars(len(shape)), shape) if n != 1}
     for e in walk(body):
         if isinstance(e, Load):
             reads.add(e.buf)
+            if need <= getattr(e.index, "free_symbols", set()):
+                full.add(e.buf)
         elif isinstance(e, Op) and e.name in EXPENSIVE_OPS:
             expensive = True
     if expensive or not reads:
         return expensive
     externs = sum(1 for u in node.users if not _lowered(u))
+    # stored anyway for an ATen call or as an output: a kernel using it too loads that one buffer rather than
+    # recomputing it from two or more of the same size (a post-norm layer's output, which feeds the next
+    # layer's matmul and its residual add)
+    if REUSE_STORED and externs and externs < len(node.users) and len(full) >= 2:
+        return True
     return externs > 1 or len(reads) > REUSE_READS or n_ops >= REUSE_OPS
 
 

@@ -68,3 +68,37 @@ def test_small_independent_reductions_share_a_launch():
         return [k for k in schedule(g).steps if isinstance(k, Kernel)]
     assert len(kernels(512)) == 1
     assert len(kernels(4096)) == 2
+
+
+def _loads(graph, name) -> set:
+    from ember.loopir.expr import Load, walk
+    return {e.buf for n in graph.nodes if n.name == name for e in walk(n.body) if isinstance(e, Load)}
+
+
+def test_value_stored_for_a_matmul_is_loaded_by_its_other_users():
+    """A post-norm layer's output feeds the next layer's matmul (an ATen call: stored anyway) and its residual
+    add: the add loads that one buffer rather than recomputing the norm from the previous matmul's output and
+    the residual (two reads of the same size, and the mean and variance kept as extra outputs)."""
+    w1, w2 = torch.randn(48, 48), torch.randn(48, 48)
+
+    def f(x):
+        h = torch.nn.functional.layer_norm(torch.relu(x @ w1) + x, (48,))
+        return torch.nn.functional.layer_norm(torch.relu(h @ w2) + h, (48,))
+    from ember.loopir.ir import Extern
+    g = _lowered(f, torch.randn(64, 48))
+    externs = [i for i, n in enumerate(g.nodes) if isinstance(n, Extern)]
+    first_mm = g.nodes[externs[0]].name
+    after = [n.name for n in g.nodes[externs[1] + 1:]]      # the second layer's norm
+    assert not any({first_mm, "arg0"} & _loads(g, name) for name in after), g.python()
+
+
+def test_cheap_value_stored_for_a_matmul_and_read_from_one_input_is_recomputed():
+    """Recomputing from one input of its size costs the same read as loading the stored value: left inline."""
+    w = torch.randn(32, 32)
+
+    def f(x):
+        y = torch.relu(x) * 2.0             # stored for the matmul; the add recomputes it from x
+        return y @ w + y
+    g = _lowered(f, torch.randn(16, 32))
+    out = next(n.name for n in g.nodes if isinstance(n, Pointwise) and n.name in g.output_names())
+    assert not {n.name for n in g.nodes if isinstance(n, Pointwise)} & _loads(g, out), g.python()
