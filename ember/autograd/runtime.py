@@ -91,16 +91,20 @@ _any_autocast = torch._C._is_any_autocast_enabled
 _NoAutocast = torch._C._DisableAutocast
 
 
+def _run(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with autocast off (the context only where autocast is on: it costs on every call)."""
+    if _any_autocast():
+        with _NoAutocast():
+            return fn(*args)
+    return fn(*args)
+
+
 class AotFunction(torch.autograd.Function):
     """``AotFunction.apply(graphs, *primals)`` runs ``graphs.fwd``; its backward runs ``graphs.bwd``."""
 
     @staticmethod
     def forward(ctx: Any, graphs: CompiledGraphs, *primals: Any) -> tuple[Any, ...]:
-        if _any_autocast():      # the trace made autocast's casts explicit: ATen must not apply them again
-            with _NoAutocast():
-                outs = graphs.fwd(*primals)
-        else:
-            outs = graphs.fwd(*primals)
+        outs = _run(graphs.fwd, *primals)
         n = graphs.num_user_outputs + len(graphs.write_backs)
         fwd_outs, saved = list(outs[:n]), list(outs[n:])
         if graphs.write_backs:     # an input about to be overwritten: the backward needs its old value
@@ -139,8 +143,8 @@ class AotFunction(torch.autograd.Function):
                 g = g.contiguous()
             tangents.append(g)
         if torch.is_grad_enabled():     # create_graph=True: the graph runs, but its gradients cannot be
-            with torch.no_grad(), _NoAutocast():       # differentiated again
-                grads = list(graphs.bwd(*saved, *tangents))
+            with torch.no_grad():       # differentiated again
+                grads = list(_run(graphs.bwd, *saved, *tangents))
             pos = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
             anchors = [t for t in list(ctx.saved_tensors) + tangents
                        if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -157,14 +161,9 @@ class AotFunction(torch.autograd.Function):
                 args = saved + tangents
                 del saved, tangents, g
                 ctx.maybe_clear_saved_tensors()
-                if _any_autocast():
-                    with _NoAutocast():
-                        grads = list(call_list(args))
-                else:
-                    grads = list(call_list(args))
+                grads = list(_run(call_list, args))
             else:
-                with _NoAutocast():
-                    grads = list(graphs.bwd(*saved, *tangents))
+                grads = list(_run(graphs.bwd, *saved, *tangents))
         return (None, *grads)
 
 
@@ -221,10 +220,6 @@ def _bump_versions(ts: list) -> None:
 def run_inference(fwd: Callable[..., Any], num_user_outputs: int, write_backs: Sequence[tuple[int, int]],
                   aliases: Sequence[AliasInfo], args: Sequence[Any]) -> list[Any]:
     """Run a forward-only graph; write mutated inputs back; return the user outputs."""
-    if _any_autocast():
-        with _NoAutocast():
-            outs = list(fwd(*args))
-    else:
-        outs = list(fwd(*args))
+    outs = list(_run(fwd, *args))
     finish(write_backs, aliases, args, outs)
     return outs[:num_user_outputs]

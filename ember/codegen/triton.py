@@ -137,25 +137,24 @@ class TritonKernel:
         made this variant (every pointer 16-byte aligned: the buffers the wrapper allocates too, which are not
         all aligned, e.g. a slice of a concatenation's output), else Triton's JIT path (compiling, or loading from
         its disk cache)."""
-        reply, compiled = None, None
-        # the worker's variant: every pointer 16-byte aligned, and each argument of the dtype it was made for
-        same = all((a.data_ptr() & 15) == 0 for a in args) and \
-            tuple(a.dtype for a in args) == self.worker_dtypes
+        reply = compiled = None
+        same = False
         if self.pending is not None:
-            from .triton_pool import note_variant, wait
-            reply = wait(self)
+            from . import triton_pool
+            reply = triton_pool.wait(self)
+            # the worker's variant: every pointer 16-byte aligned, each argument of the dtype it was made for
+            same = all((a.data_ptr() & 15) == 0 for a in args) and \
+                tuple(a.dtype for a in args) == self.worker_dtypes
             if reply is not None and not same:
-                note_variant(self, args)
-            if reply is not None and same:
+                triton_pool.note_variant(self, args)
+            elif reply is not None:
                 compiled = load_compiled(self, reply)
                 if compiled is not None:
-                    from .triton_pool import count_loaded
-                    count_loaded()
+                    triton_pool.count_loaded()
         if compiled is None:        # warmup=True: compiled for these arguments, not launched (the caller launches)
             compiled = self.fn.run(*args, grid=self.grid, warmup=True, **self.meta)
             if reply is not None and same:
-                from .triton_pool import check_hit
-                check_hit(self, reply.get("hash"), compiled)
+                triton_pool.check_hit(self, reply["hash"], compiled)
         return _direct_launcher(compiled, self.grid, args) or self._slow
 
     def _slow(self, *args: torch.Tensor) -> None:
@@ -283,16 +282,14 @@ def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]
 def compile_kernels(bodies: list[KernelBody], options: Any = None, name: str = "") -> list[Callable[..., None]]:
     if getattr(options, "max_autotune", False):
         return _autotuned_kernels(bodies)
-    from .triton_pool import submit
     kernels, rest = [], []
     cuda = torch.cuda.is_available()
     for b in bodies:       # each kernel goes to a worker as soon as it is generated
         k = _build(b)
         kernels.append(k)
-        if cuda and not k.interpreted and not submit(k, _dtypes(b)):
+        if cuda and not k.interpreted and not _submit(k, _dtypes(b)):
             rest.append((k, _dtypes(b)))
-    if rest:
-        precompile(rest)
+    _compile_in_threads(rest)
     return kernels
 
 
@@ -378,13 +375,18 @@ def precompile(kernels: list[tuple[Any, list[torch.dtype]]]) -> None:
     """Compile every (kernel, argument dtypes) (for 16-byte aligned pointers, what fresh allocations get): in
     worker processes without waiting (``triton_pool``; each kernel's first launch waits for its own), or where
     there are none, in parallel threads here, waiting for all."""
+    _compile_in_threads([(k, dtypes) for k, dtypes in kernels if not _submit(k, dtypes)])
+
+
+def _submit(kernel: Any, dtypes: list[torch.dtype]) -> bool:
+    """``kernel`` sent to a compile worker (False: no pool, or nothing Triton compiles)."""
     from .triton_pool import submit
-    rest = []
-    for k, dtypes in kernels:
-        u = _unwrap(k, dtypes)
-        if u is None or not submit(*u):
-            rest.append((k, dtypes))
-    kernels = rest
+    u = _unwrap(kernel, dtypes)
+    return u is not None and submit(*u)
+
+
+def _compile_in_threads(kernels: list[tuple[Any, list[torch.dtype]]]) -> None:
+    """Compile (kernel, argument dtypes) pairs in parallel threads here, waiting for all (no worker pool)."""
     try:
         from concurrent.futures import ThreadPoolExecutor
 

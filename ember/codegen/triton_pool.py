@@ -217,8 +217,7 @@ def wait(kernel: Any) -> dict | None:
     try:
         for fut in futs[1:]:        # the launcher's builder: a failure there only means the launch builds it
             fut.exception(timeout=TIMEOUT_S)
-        reply = futs[0].result(timeout=TIMEOUT_S)
-        return reply if isinstance(reply, dict) else {"hash": reply}
+        return futs[0].result(timeout=TIMEOUT_S)
     except Exception as e:  # noqa: BLE001 - the in-process compile at launch raises any real error
         logs.log("perf_hints", f"ember: Triton kernel {kernel.name} did not compile in a worker "
                                f"({type(e).__name__}: {e}); compiling it in-process")
