@@ -148,6 +148,12 @@ def main() -> None:
                       f"(same function), {p.failed} failed, {p.loaded} loaded by the "
                       f"worker's hash, {p.variants} compiled here for other argument dtypes or alignment, "
                       f"{p.mismatched} compiled again here under another cache key", flush=True)
+                boot, busy = sorted(p.boot_s), sorted(p.busy_s)
+                if boot and busy:
+                    print(f"  workers: {len(boot)} started in {boot[0]:.2f}-{boot[-1]:.2f} s; {len(busy)} compiles, "
+                          f"median {busy[len(busy) // 2]:.2f} s, max {busy[-1]:.2f} s, sum {sum(busy):.1f} s; "
+                          f"pool started {p.t0 - t0:+.2f} s into the call; first submit at {p.first_submit:.2f} s, last "
+                          f"reply at {p.last_reply:.2f} s after the pool started", flush=True)
         if prof is not None:
             import pstats
             pstats.Stats(prof).sort_stats("tottime").print_stats(a.profile)

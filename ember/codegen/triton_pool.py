@@ -21,6 +21,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,11 @@ class _Pool:
         self.inflight: dict[tuple, tuple] = {}      # (function text, options, dtypes) -> its compile's futures
         self.shared = 0                          # kernels that took another kernel's compile (same function)
         self.pids: set[int] = set()
+        # timing (seconds since the pool started; bench/compile_breakdown.py prints them)
+        self.t0 = time.perf_counter()
+        self.boot_s: list[float] = []            # each worker's start: spawn until it has imported torch and triton
+        self.busy_s: list[float] = []            # each request's compile, as its worker served it
+        self.first_submit = self.last_reply = 0.0
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])       # the directory holding the ember package
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -65,6 +71,7 @@ class _Pool:
             threading.Thread(target=self._serve, args=(env,), daemon=True, name="ember-triton-worker").start()
 
     def _spawn(self, env: dict) -> subprocess.Popen:
+        t = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "ember.codegen.triton_worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env=env)
         if read_message(proc.stdout) is None:
@@ -72,6 +79,7 @@ class _Pool:
             raise OSError("the worker exited while starting")
         with self.lock:
             self.pids.add(proc.pid)
+            self.boot_s.append(time.perf_counter() - t)
         return proc
 
     def _serve(self, env: dict) -> None:
@@ -85,11 +93,13 @@ class _Pool:
                 req, fut = self.tasks.get()
                 if not fut.set_running_or_notify_cancel():
                     continue
+                t = time.perf_counter()
                 try:
                     write_message(proc.stdin, req)
                     reply = read_message(proc.stdout)
                 except OSError:
                     reply = None
+                done = time.perf_counter()
                 if reply is None:
                     reply = ("error", f"the compile worker exited (status {proc.wait()})")
                     self.pids.discard(proc.pid)
@@ -97,6 +107,8 @@ class _Pool:
                     proc = self._spawn(env) if restarts <= RESTARTS else None
                 status, text = reply
                 with self.lock:
+                    self.busy_s.append(done - t)
+                    self.last_reply = done - self.t0
                     if status == "ok":
                         self.compiled += 1
                     else:
@@ -123,6 +135,8 @@ class _Pool:
             if self.live == 0:
                 return None
         fut: Future = Future()
+        with self.lock:
+            self.first_submit = self.first_submit or time.perf_counter() - self.t0
         self.tasks.put((req, fut))
         return fut
 
