@@ -67,6 +67,10 @@ class _Pool:
         root = str(Path(__file__).resolve().parents[2])       # the directory holding the ember package
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.pop("TRITON_INTERPRET", None)
+        try:        # the workers warm up for this target (triton_worker.warm_up) before their first request
+            env["EMBER_WORKER_TARGET"] = ",".join(map(str, _target()))
+        except Exception:  # noqa: BLE001 - no target: the workers skip the throwaway compile
+            env.pop("EMBER_WORKER_TARGET", None)
         for _ in range(n):
             threading.Thread(target=self._serve, args=(env,), daemon=True, name="ember-triton-worker").start()
 

@@ -12,7 +12,10 @@ so that both processes compile the same code, and the parent's backend hash, whi
 process (the ptxas version is cached at its first use: torch.compile's ptxas, set in ``TRITON_PTXAS_PATH`` after
 that, changes the compile but not the parent's key). The reply is the kernel's cache hash and specialization:
 the parent loads the compiled kernel by them (``triton.load_compiled``), without importing the kernel's module
-or computing its cache key. A worker exits when its stdin closes.
+or computing its cache key. Before it says it is ready, a worker warms up (``warm_up``: the imports and one
+throwaway compile for the target the pool passes in ``EMBER_WORKER_TARGET``), which its first request would
+otherwise pay: on the H100 host a first request took about 3 s against a fraction of that for later ones. A
+worker exits when its stdin closes.
 """
 from __future__ import annotations
 
@@ -150,12 +153,51 @@ def compiled_info(kernel: Any) -> dict:
     return info
 
 
+_WARM_SRC = """
+@triton.jit
+def ember_worker_warm_up(p0, p1, n, XBLOCK: tl.constexpr):
+    x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    m = x < n
+    v = tl.load(p0 + x, mask=m, other=0.0).to(tl.float32)
+    tl.store(p1 + x, (libdevice.exp(v) + tl.sum(v, 0)).to(p1.dtype.element_ty), mask=m)
+"""
+
+
+def warm_up(target: tuple | None) -> None:
+    """What a worker's first request would otherwise pay before its compile: the imports a request makes
+    (ember's kernel loader and device helpers, Triton's compiler, the CUDA driver's utilities, built into
+    Triton's cache on a fresh machine) and one throwaway compile, into a scratch cache directory so that it
+    runs Triton's whole pipeline (MLIR, LLVM, ptxas) once."""
+    import tempfile
+
+    import torch
+    from ember.codegen.triton import load_module
+    from ember.codegen.triton_gen import HEADER
+    if target is None:
+        return
+    _use_target(target)
+    saved = os.environ.get("TRITON_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="ember-warm-") as d:
+        os.environ["TRITON_CACHE_DIR"] = d
+        try:
+            fn = load_module(HEADER + _WARM_SRC).ember_worker_warm_up
+            fn.warmup(torch.bfloat16, torch.bfloat16, 1, grid=(1,), XBLOCK=128, num_warps=4)
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = saved
+
+
 def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     inp = sys.stdin.buffer
-    import torch  # noqa: F401 - imported once, before the first request
-    import triton  # noqa: F401
+    target = os.environ.get("EMBER_WORKER_TARGET")
+    try:
+        warm_up(tuple(int(p) if p.isdigit() else p for p in target.split(",")) if target else None)
+    except Exception as e:  # noqa: BLE001 - a request compiles as before; say why the warm-up did not
+        print(f"ember: Triton compile worker warm-up failed: {type(e).__name__}: {e}", file=sys.stderr)
     write_message(out, ("ready", None))
     while True:
         req = read_message(inp)
