@@ -100,6 +100,10 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--batch", type=int)
     p.add_argument("--warm", action="store_true", help="also the warm compile (disk caches filled)")
+    p.add_argument("--engine", default="ember", help="ember (stage timers) or another bench engine (first call only)")
+    p.add_argument("--no-warm-up", action="store_true",
+                   help="no throwaway compile first: the first call also starts the compiler (a fresh process's "
+                        "first compile, as a user sees it)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="run the last round under cProfile and print its N costliest functions (own time)")
     a = p.parse_args()
@@ -115,8 +119,9 @@ def main() -> None:
     t = Timers()
     install(t)
     w, model, inputs = zoo_case(a.model, "full" if dev.type == "cuda" else "quick", dev, a.task, a.batch)
-    engine = parse_engine("ember")
-    engine.warm_up(dev)         # imports and toolchain probes are not the model's compile
+    engine = parse_engine(a.engine)
+    if not a.no_warm_up:
+        engine.warm_up(dev)     # imports and toolchain probes are not the model's compile
     eager = make_step(parse_engine("eager"), model, w, inputs, a.task, a.dtype, dev)
     eager()
     if dev.type == "cuda":
