@@ -350,13 +350,30 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
             expensive = True
     if expensive or not reads:
         return expensive
-    externs = sum(1 for u in node.users if not _lowered(u))
+    externs = sum(1 for u in node.users if _stores(u))
     # stored anyway for an ATen call or as an output: a kernel using it too loads that one buffer rather than
     # recomputing it from two or more of the same size (a post-norm layer's output, which feeds the next
     # layer's matmul and its residual add)
     if REUSE_STORED and externs and externs < len(node.users) and len(full) >= 2:
         return True
     return externs > 1 or len(reads) > REUSE_READS or n_ops >= REUSE_OPS
+
+
+_SHAPE_VIEWS = {"reshape", "view_of", "squeeze", "unsqueeze"}     # the same memory image, another shape
+
+
+def _stores(user: fx.Node) -> bool:
+    """Whether ``user`` needs its input stored in a buffer: an ATen call or a graph output, or a view every
+    user of which is one (the softmax of attention's math path, viewed 3-d for its bmm and saved 4-d for the
+    backward: stored once, with the bmm taking a view of it, instead of once per shape). The view chain is
+    reshapes and squeezes, or one permute whose users take it as it is, so it stays a view of the buffer."""
+    if not _lowered(user):
+        return True
+    t = user.target
+    name = getattr(t, "name", None) if type(t).__name__ == "Prim" else None
+    if name == "permute":
+        return all(not _lowered(u) for u in user.users)
+    return name in _SHAPE_VIEWS and bool(user.users) and all(_stores(u) for u in user.users)
 
 
 def _lowered(user: fx.Node) -> bool:

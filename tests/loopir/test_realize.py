@@ -102,3 +102,42 @@ def test_cheap_value_stored_for_a_matmul_and_read_from_one_input_is_recomputed()
     g = _lowered(f, torch.randn(16, 32))
     out = next(n.name for n in g.nodes if isinstance(n, Pointwise) and n.name in g.output_names())
     assert not {n.name for n in g.nodes if isinstance(n, Pointwise)} & _loads(g, out), g.python()
+
+
+def test_value_viewed_for_a_matmul_and_returned_is_stored_once():
+    """Attention's math path: the masked softmax is viewed 3-d for its bmm and returned 4-d (saved for the
+    backward). One buffer: the bmm takes a view of it, rather than the kernel storing it once per shape."""
+    v, m = torch.randn(6, 16, 8), torch.zeros(2, 1, 1, 16)
+
+    def f(x):
+        s = torch.ops.aten._safe_softmax(x + m, -1)
+        return torch.bmm(s.view(6, 16, 16), v), s
+    g = _lowered(f, torch.randn(2, 3, 16, 16))
+    assert _matmul_reads_output(g), g.python()
+    got, want = ember_run(f, torch.randn(2, 3, 16, 16))
+    torch.testing.assert_close(got, want)
+
+
+def test_value_permuted_for_a_matmul_and_returned_is_stored_once():
+    """The same through a permute the matmul takes as it is (a transposed operand); a guard: the lowering's
+    memory-image check stored this once already."""
+    w = torch.randn(16, 8)
+
+    def f(x):
+        y = torch.tanh(x) * 2.0
+        return y.t() @ w, y
+    g = _lowered(f, torch.randn(16, 32))
+    assert _matmul_reads_output(g), g.python()
+    got, want = ember_run(f, torch.randn(16, 32))
+    torch.testing.assert_close(got, want)
+
+
+def _matmul_reads_output(g) -> bool:
+    from ember.loopir.ir import Extern
+    mm = next(n for n in g.nodes if isinstance(n, Extern))
+    return mm.args[0].name == g.outputs[1].name
+
+
+def ember_run(f, x):
+    import ember
+    return ember.compile(f)(x), f(x)
