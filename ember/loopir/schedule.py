@@ -9,6 +9,11 @@ the same ``x``/``r``), every value it reads from the kernel is read at the point
 thread's result is needed), and every value it reads from elsewhere is ready before the kernel starts. Groups
 are tried newest first, preferring those holding the node's producers (vertical fusion), then those reading
 the same inputs, then (for small pointwise kernels of one size) any ready one (horizontal fusion). Refusals are explained in ``EMBER_LOGS=schedule``.
+
+Matmuls and convolutions are first moved up to just after what they read is computed (``_hoisted``), so
+that a kernel started before one of them in the graph's order can still take the nodes reading its result (a
+softmax backward, which reads the bmm of the incoming gradient, joins the kernel that recomputes the
+probabilities and casts them for the other bmm).
 """
 from __future__ import annotations
 
@@ -161,12 +166,31 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list) -> 
     return None
 
 
+def _hoisted(nodes: list[Node]) -> list[Node]:
+    """``nodes`` with each matmul and convolution (an ATen call returning a new tensor from the buffers it
+    reads, with no other effect) moved up to just after the last node producing what it reads. Other ATen
+    calls stay in place, and nothing moves above one of them."""
+    out: list[Node] = []
+    pos: dict[str, int] = {}
+    fence = -1
+    for n in nodes:
+        at = len(out)
+        if isinstance(n, Extern) and n.fresh and not n.multi:
+            at = max([pos.get(r, -1) for r in n.reads()] + [fence]) + 1
+        elif isinstance(n, (Extern, ExternOutput)):
+            fence = at
+        out.insert(at, n)
+        for i in range(at, len(out)):
+            pos[out[i].name] = i
+    return out
+
+
 def schedule(graph: LoopGraph) -> Schedule:
     where: dict[str, int] = {}          # buffer -> position of the step producing it
     groups: list[_Group] = []
     steps: list[Any] = []               # _Group | Extern | ExternOutput, in order
     log = logs.enabled("schedule")
-    for node in graph.nodes:
+    for node in _hoisted(graph.nodes):
         if isinstance(node, InputBuffer):
             where[node.name] = -1
             continue
