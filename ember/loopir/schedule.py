@@ -13,7 +13,8 @@ the same inputs, then (for small pointwise kernels of one size) any ready one (h
 Matmuls and convolutions are first moved up to just after what they read is computed (``_hoisted``), so
 that a kernel started before one of them in the graph's order can still take the nodes reading its result (a
 softmax backward, which reads the bmm of the incoming gradient, joins the kernel that recomputes the
-probabilities and casts them for the other bmm).
+probabilities and casts them for the other bmm). Where that is not enough (the bmm reads kernels computed
+after that kernel), the kernel itself moves down past the bmm (``_sink``), with the steps that depend on it.
 """
 from __future__ import annotations
 
@@ -135,9 +136,10 @@ def _shape_of(node: Node) -> tuple[Any, Any]:
     return prod(node.ranges), 1  # type: ignore[attr-defined]
 
 
-def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list) -> str | None:
+def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, late: list | None = None) -> str | None:
     """None when ``node`` (whose body loads ``node_loads``) may join ``g``; else the reason (for
-    EMBER_LOGS=schedule)."""
+    EMBER_LOGS=schedule). With ``late`` given, buffers produced after the kernel starts are collected there
+    instead of refusing (the caller may move the kernel down past them: ``_sink``)."""
     if node.device != g.nodes[0].device:
         return "different device"
     if len(g.nodes) >= MAX_KERNEL_NODES:
@@ -162,7 +164,9 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list) -> 
             if place(ld.index, groups) != store_index(prod_node, pg):
                 return f"reads {ld.buf} at another point than the one computing it"
         elif where.get(ld.buf, -1) >= g.pos:
-            return f"reads {ld.buf}, produced after the kernel starts"
+            if late is None:
+                return f"reads {ld.buf}, produced after the kernel starts"
+            late.append(ld.buf)
     return None
 
 
@@ -209,6 +213,8 @@ def schedule(graph: LoopGraph) -> Schedule:
                     best = (score, g)
             elif log and deps & g.by_name.keys():
                 reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
+        if best is None:
+            best = _sunk(groups, steps, where, node, node_loads, deps)
         if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node, deps)):
             g = best[1]
             if isinstance(node, Reduction) and g.rnumel == 1:
@@ -225,6 +231,52 @@ def schedule(graph: LoopGraph) -> Schedule:
             where[node.name] = g.pos
             steps.append(g)
     return _finish(graph, steps)
+
+
+def _sunk(groups: list[_Group], steps: list[Any], where: dict[str, int], node: Node, node_loads: list,
+          deps: set[str]) -> tuple | None:
+    """A kernel holding a producer of ``node``, or reading what ``node`` reads, that ``node`` could join but
+    for buffers computed after the kernel starts, moved down past them (``_sink``): (score, kernel), or None."""
+    for g in reversed(groups):
+        late: list[str] = []
+        if deps & (g.by_name.keys() | g.reads) and _why_not(g, node, where, node_loads, late) is None and late \
+                and _sink(g, late, steps, where, groups):
+            return (len(deps & g.by_name.keys()), len(g.reads & deps)), g
+    return None
+
+
+def _step_io(s: Any) -> tuple[set[str], set[str]]:
+    if isinstance(s, _Group):
+        return s.reads, set(s.by_name)
+    return s.reads(), {s.name}
+
+
+def _sink(g: _Group, late: list[str], steps: list[Any], where: dict[str, int], groups: list[_Group]) -> bool:
+    """Move kernel ``g`` down to just after the steps producing ``late``: the steps in between that do not
+    depend on ``g`` go first, then ``g``, then those that do (in their order). Refused when a step in between
+    is an ATen call other than a matmul or convolution, or when a ``late`` buffer depends on ``g``."""
+    end = max(where[b] for b in late)
+    before, after = [], []
+    tainted = set(g.by_name)
+    for s in steps[g.pos + 1:end + 1]:
+        if isinstance(s, ExternOutput) or (isinstance(s, Extern) and (not s.fresh or s.multi)):
+            return False
+        reads, made = _step_io(s)
+        if reads & tainted:
+            tainted |= made
+            after.append(s)
+        else:
+            before.append(s)
+    if tainted & set(late):
+        return False
+    steps[g.pos:end + 1] = before + [g] + after
+    for i, s in enumerate(steps):
+        if isinstance(s, _Group):
+            s.pos = i
+        for name in _step_io(s)[1]:
+            where[name] = i
+    groups.sort(key=lambda k: k.pos)
+    return True
 
 
 def _horizontal(g: _Group, node: Node, reads: set[str]) -> bool:
