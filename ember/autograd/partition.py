@@ -400,13 +400,38 @@ def _build_bwd(joint: fx.GraphModule, j: _Joint, saved: list[fx.Node], num_prima
     missing = [n.name for n in body if n.op == "placeholder"]
     if missing:
         raise PartitionError(f"backward needs primals {missing} that were not saved")
-    _copy_nodes(graph, env, body)
+    _copy_nodes(graph, env, _autograd_order(body, j.tangent_dep))
     grads: list[Any] = [None] * num_primals
     for i, g in zip(grad_input_indices, j.grads):
         grads[i] = _map_out(env, g)
     graph.output(tuple(grads))
     recomputed = [n.name for n in body if n.op == "call_function" and n not in j.tangent_dep]
     return fx.GraphModule(joint, graph), recomputed
+
+
+def _autograd_order(body: list[fx.Node], tangent_dep: set[fx.Node]) -> list[fx.Node]:
+    """The backward's nodes in the order autograd would run them: the gradient computations (nodes depending on
+    a tangent) in the joint graph's order, each preceded by the forward values it recomputes that no earlier
+    node needed. In the joint graph's order every recomputed value (a GELU of each layer) came first and lived
+    through the whole backward."""
+    inside = set(body)
+    done: set[fx.Node] = set()
+    order: list[fx.Node] = []
+    for root in [n for n in body if n in tangent_dep] + body:
+        stack = [(root, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if n in done:
+                continue
+            if expanded:
+                done.add(n)
+                order.append(n)
+                continue
+            stack.append((n, True))
+            for a in reversed(n.all_input_nodes):
+                if a in inside and a not in done:
+                    stack.append((a, False))
+    return order
 
 
 def _describe(n: fx.Node) -> str:
