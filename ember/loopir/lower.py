@@ -89,6 +89,7 @@ class Lowerer:
         self.align_matmuls = align_matmuls        # ember.loopir.matmul_align (max-autotune pads at run time)
         self._count = 0
         self._stored: dict[tuple, str] = {}       # (memory layout, expression) -> the buffer storing it
+        self.zero_padded: dict[str, Layout] = {}  # buffers stored with zero-padded rows for matmuls (matmul_align)
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
@@ -261,6 +262,9 @@ class Lowerer:
             return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,
                                                                              "device": lay.device}, meta)
         out = fn(self, *args, **kwargs)
+        if self.align_matmuls and isinstance(out, TV) and out.view is None:
+            from .matmul_align import padded_for_matmuls
+            out = padded_for_matmuls(self, node, out) or out
         if isinstance(out, TV) and out.view is None:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)

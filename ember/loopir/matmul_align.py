@@ -15,6 +15,13 @@ So for mm/addmm/bmm on CUDA with enough work:
 - an operand whose rows are still misaligned (a view with an odd row stride) is copied into aligned rows.
 A padded operand computed by a kernel costs nothing extra: that kernel writes the padded buffer, in the
 operand's own dimension order (a transposed weight is padded without transposing it).
+
+A value with several users, one of them such a matmul (the LM head's gradient of the logits, which feeds
+both gradient matmuls, one of them through a transpose), is stored once, zero-padded, at its definition
+(``padded_for_matmuls``): its users read the unpadded block of that buffer, the matmul needing the padded
+inner dimension takes the whole buffer and the transposed one takes its aligned rows, all as views. Before,
+the value was stored unpadded and then copied once per matmul: three passes over GPT-2's gradient of the
+logits (4096 x 50257) instead of one.
 """
 from __future__ import annotations
 
@@ -97,6 +104,65 @@ def _pad_to(L: Any, x: TV, sizes: tuple) -> TV:
     return LOWERINGS["pad"](L, x, pads, 0)
 
 
+def _prim(node: Any) -> str | None:
+    t = getattr(node, "target", None)
+    return getattr(t, "name", None) if type(t).__name__ == "Prim" else None
+
+
+def _matmul_macs(mm: Any) -> int:
+    a = mm.args[1 if _prim(mm) == "addmm" else 0]
+    out, av = mm.meta.get("val"), getattr(a, "meta", {}).get("val")
+    if out is None or av is None or len(out.shape) != 2:
+        return 0
+    sizes = (out.shape[0], av.shape[-1], out.shape[1])
+    return sizes[0] * sizes[1] * sizes[2] if all(isinstance(v, int) for v in sizes) else 0
+
+
+def _feeds_matmul(node: Any) -> bool:
+    """Whether ``node`` is a matrix operand of a large mm/addmm, directly or through a transpose."""
+    for u in node.users:
+        if _prim(u) == "permute" and list(u.args[1]) == [1, 0]:
+            if any(_prim(v) in ("mm", "addmm") and _matmul_macs(v) >= MIN_MACS for v in u.users):
+                return True
+        elif _prim(u) in ("mm", "addmm") and node in u.args[-2:] and _matmul_macs(u) >= MIN_MACS:
+            return True
+    return False
+
+
+def padded_for_matmuls(L: Any, node: Any, tv: TV) -> TV | None:
+    """``tv`` (the value of ``node``, a 2-d matrix with misaligned rows) stored once with its rows padded with
+    zeros to an aligned length, when it has several users and feeds a large matmul: the unpadded view of that
+    buffer, which the matmuls take as is (``_padded_block``); None to store it as usual."""
+    if tv.ndim != 2 or tv.device.type not in DEVICES or len(node.users) < 2:
+        return None
+    if tv.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return None
+    m, k = tv.shape
+    align = ALIGN_BYTES // tv.dtype.itemsize
+    if not (isinstance(m, int) and isinstance(k, int)) or k % align == 0 or not _feeds_matmul(node):
+        return None
+    kp = _round(k, align)
+    ref = L.realize(LOWERINGS["pad"](L, tv, [(0, 0), (0, kp - k)], 0), Layout.contiguous((m, kp), tv.dtype,
+                                                                                          tv.device))
+    L.zero_padded[ref.name] = ref.layout
+    return buffer_view(ref.name, Layout((m, k), (kp, 1), tv.dtype, tv.device, 0))
+
+
+def _padded_block(L: Any, x: TV, sizes: tuple) -> TV | None:
+    """``x``, a view of a buffer stored zero-padded (``padded_for_matmuls``), grown to ``sizes`` in its last
+    dims within that buffer; None when ``x`` is not such a view or the buffer is too small."""
+    if x.view is None or x.view[0] not in L.zero_padded:
+        return None
+    name, lay = x.view
+    full = L.zero_padded[name]
+    if lay.offset != 0 or len(set(full.stride)) != len(full.stride) or not set(lay.stride) <= set(full.stride):
+        return None
+    want = tuple(x.shape[:x.ndim - len(sizes)]) + tuple(sizes)
+    if any(w > full.shape[full.stride.index(st)] for w, st in zip(want, lay.stride)):
+        return None
+    return buffer_view(name, Layout(want, lay.stride, lay.dtype, lay.device, 0))
+
+
 def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_metas: Any) -> Any:
     """The lowering of a large CUDA mm/addmm/bmm (``impl`` runs it) with aligned sizes and rows, or None to lower
     it as a plain extern call."""
@@ -115,14 +181,16 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
     kp, np_ = _round(k, align), _round(n, align)
     traced = list(arg_metas[0]) if arg_metas is not None else [None] * len(args)
     new_args = list(args)
-    new_args[mats[0]] = _pad_to(L, a, (m, kp))
-    new_args[mats[1]] = _pad_to(L, b, (kp, np_))
+    for i, want in ((mats[0], (m, kp)), (mats[1], (kp, np_))):
+        x = args[i]
+        block = _padded_block(L, x, want) if tuple(x.shape[-2:]) != want else None
+        new_args[i] = block if block is not None else _pad_to(L, x, want)
     if name == "addmm" and isinstance(args[0], TV) and args[0].shape and args[0].shape[-1] == n and np_ != n:
         new_args[0] = _pad_to(L, args[0], (np_,) if args[0].ndim == 1 else (args[0].shape[-2], np_))
     changed = kp != k or np_ != n
     for i in mats:
         x = new_args[i]
-        if x is not args[i]:        # padded: stored in the operand's own dimension order
+        if x is not args[i] and x.view is None:     # padded: stored in the operand's own dimension order
             src = _current_layout(args[i], traced[i] if i < len(traced) else None)
             ref = L.realize(x, _dense_like(src, tuple(x.shape)))
             new_args[i] = x = buffer_view(ref.name, ref.layout)
@@ -141,4 +209,4 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
     return LOWERINGS["slice"](L, out, out.ndim - 1, 0, n)
 
 
-__all__ = ["align_matmul", "DEVICES", "MIN_MACS"]
+__all__ = ["align_matmul", "padded_for_matmuls", "DEVICES", "MIN_MACS"]

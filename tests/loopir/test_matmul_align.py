@@ -31,6 +31,7 @@ def chain(x, w1, w2):
 
 CASES = {
     "lm_head": (lm_head, [(6, 12), (37, 12)]),
+    "lm_head_8_rows": (lm_head, [(8, 12), (37, 12)]),   # the weight gradient takes the padded logits' gradient
     "linear_odd": (linear_odd, [(5, 12), (13, 12), (13,)]),
     "batched": (batched, [(3, 5, 7), (3, 7, 9)]),
     "chain": (chain, [(6, 10), (10, 13), (13, 3)]),
@@ -58,13 +59,13 @@ def test_values_grads_and_strides(case, cpu_backend, on_cpu):
     torch.testing.assert_close(out, ref)
     # a returned padded product keeps its aligned rows (13 float32 columns in rows of 16, 3 in rows of 4), as
     # under torch.compile; gradients have eager's strides
-    assert out.stride() == {"linear_odd": (16, 1), "chain": (4, 1)}.get(case, ref.stride())
+    assert out.stride() == {"linear_odd": (16, 1), "chain": (4, 1), "lm_head_8_rows": (37, 1)}.get(case, ref.stride())
     for a, b in zip(got_g, ref_g):
         torch.testing.assert_close(a, b)
         assert a.stride() == b.stride()
 
 
-def _source(fn, shapes):
+def _source(fn, shapes, grad=False):
     from ember.autograd.aot import aot_compile
     from ember.codegen import compile_graph
     built = []
@@ -72,7 +73,7 @@ def _source(fn, shapes):
     def hook(gr, kind):
         built.append(compile_graph(gr, kind, None))
         return built[-1]
-    aot_compile(torch.fx.symbolic_trace(fn), [torch.randn(s) for s in shapes], decompose=True,
+    aot_compile(torch.fx.symbolic_trace(fn), [torch.randn(s, requires_grad=grad) for s in shapes], decompose=True,
                 compile_graph=hook)
     return "\n".join(b.source for b in built)
 
@@ -94,3 +95,12 @@ def test_transposed_operand_is_padded_in_its_own_order(on_cpu):
     assert "empty_strided((40, 12), (12, 1)" in fwd and "(12, 40), (1, 12)" in fwd or \
         "empty_strided((12, 40), (1, 12)" in fwd, fwd       # allocated as the view the matmul takes
     assert "(12, 40), (40, 1)" not in fwd, fwd
+
+
+def test_gradient_of_logits_is_stored_once_padded(on_cpu):
+    """The logits' gradient feeds both gradient matmuls (one through a transpose): one kernel stores it with
+    zero-padded rows of 40, and both matmuls take views of that buffer (no copy, no second padded store)."""
+    src = _source(*CASES["lm_head_8_rows"], grad=True)
+    bwd = src.split("def backward")[1]
+    assert bwd.count("empty_strided((8, 40), (40, 1)") == 1, bwd
+    assert "copy" not in bwd and "empty_strided((37, 8)" not in bwd and "as_strided(buf1, (37, 8), (1, 40)" in bwd, bwd
