@@ -118,34 +118,45 @@ def _matmul_macs(mm: Any) -> int:
     return sizes[0] * sizes[1] * sizes[2] if all(isinstance(v, int) for v in sizes) else 0
 
 
-def _feeds_matmul(node: Any) -> bool:
-    """Whether ``node`` is a matrix operand of a large mm/addmm, directly or through a transpose."""
+def _feeds_matmul(node: Any, k: int) -> bool:
+    """Whether ``node`` is a matrix operand of a large mm/addmm, directly or through reshapes that keep its last
+    dimension (``k``) and a transpose."""
     for u in node.users:
-        if _prim(u) == "permute" and list(u.args[1]) == [1, 0]:
+        p = _prim(u)
+        if p in ("reshape", "view_of") and tuple(getattr(u.meta.get("val"), "shape", ()))[-1:] == (k,):
+            if _feeds_matmul(u, k):
+                return True
+        elif p == "permute" and list(u.args[1]) == [1, 0]:
             if any(_prim(v) in ("mm", "addmm") and _matmul_macs(v) >= MIN_MACS for v in u.users):
                 return True
-        elif _prim(u) in ("mm", "addmm") and node in u.args[-2:] and _matmul_macs(u) >= MIN_MACS:
+        elif p in ("mm", "addmm") and node in u.args[-2:] and _matmul_macs(u) >= MIN_MACS:
             return True
     return False
 
 
 def padded_for_matmuls(L: Any, node: Any, tv: TV) -> TV | None:
-    """``tv`` (the value of ``node``, a 2-d matrix with misaligned rows) stored once with its rows padded with
-    zeros to an aligned length, when it has several users and feeds a large matmul: the unpadded view of that
-    buffer, which the matmuls take as is (``_padded_block``); None to store it as usual."""
-    if tv.ndim != 2 or tv.device.type not in DEVICES or len(node.users) < 2:
+    """``tv`` (the value of ``node``, whose rows are misaligned: its last dim) stored once with its rows padded
+    with zeros to an aligned length, when it has several users and feeds a large matmul (as a matrix of its
+    rows): the unpadded view of that buffer, which the matmuls take as is (``_padded_block``); None to store
+    it as usual."""
+    if tv.ndim < 2 or tv.device.type not in DEVICES or len(node.users) < 2:
         return None
     if tv.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return None
-    m, k = tv.shape
+    k = tv.shape[-1]
     align = ALIGN_BYTES // tv.dtype.itemsize
-    if not (isinstance(m, int) and isinstance(k, int)) or k % align == 0 or not _feeds_matmul(node):
+    if not all(isinstance(v, int) for v in tv.shape) or k % align == 0 or not _feeds_matmul(node, k):
         return None
     kp = _round(k, align)
-    ref = L.realize(LOWERINGS["pad"](L, tv, [(0, 0), (0, kp - k)], 0), Layout.contiguous((m, kp), tv.dtype,
-                                                                                          tv.device))
-    L.zero_padded[ref.name] = ref.layout
-    return buffer_view(ref.name, Layout((m, k), (kp, 1), tv.dtype, tv.device, 0))
+    pads = [(0, 0)] * (tv.ndim - 1) + [(0, kp - k)]
+    shape = tuple(tv.shape[:-1]) + (kp,)
+    ref = L.realize(LOWERINGS["pad"](L, tv, pads, 0), Layout.contiguous(shape, tv.dtype, tv.device))
+    rows = 1
+    for n in tv.shape[:-1]:
+        rows *= n
+    # any view of it as a matrix of rows of kp (or its transpose) is a block of this one
+    L.zero_padded[ref.name] = Layout((rows, kp), (kp, 1), tv.dtype, tv.device, 0)
+    return buffer_view(ref.name, Layout(tuple(tv.shape), ref.layout.stride, tv.dtype, tv.device, 0))
 
 
 def _padded_block(L: Any, x: TV, sizes: tuple) -> TV | None:

@@ -32,6 +32,7 @@ def chain(x, w1, w2):
 CASES = {
     "lm_head": (lm_head, [(6, 12), (37, 12)]),
     "lm_head_8_rows": (lm_head, [(8, 12), (37, 12)]),   # the weight gradient takes the padded logits' gradient
+    "lm_head_3d": (lm_head, [(2, 4, 12), (37, 12)]),     # ... through a reshape of (batch, sequence) rows
     "linear_odd": (linear_odd, [(5, 12), (13, 12), (13,)]),
     "batched": (batched, [(3, 5, 7), (3, 7, 9)]),
     "chain": (chain, [(6, 10), (10, 13), (13, 3)]),
@@ -59,7 +60,8 @@ def test_values_grads_and_strides(case, cpu_backend, on_cpu):
     torch.testing.assert_close(out, ref)
     # a returned padded product keeps its aligned rows (13 float32 columns in rows of 16, 3 in rows of 4), as
     # under torch.compile; gradients have eager's strides
-    assert out.stride() == {"linear_odd": (16, 1), "chain": (4, 1), "lm_head_8_rows": (37, 1)}.get(case, ref.stride())
+    assert out.stride() == {"linear_odd": (16, 1), "chain": (4, 1), "lm_head_8_rows": (37, 1),
+                            "lm_head_3d": (148, 37, 1)}.get(case, ref.stride())
     for a, b in zip(got_g, ref_g):
         torch.testing.assert_close(a, b)
         assert a.stride() == b.stride()
@@ -97,10 +99,11 @@ def test_transposed_operand_is_padded_in_its_own_order(on_cpu):
     assert "(12, 40), (40, 1)" not in fwd, fwd
 
 
-def test_gradient_of_logits_is_stored_once_padded(on_cpu):
+@pytest.mark.parametrize("case", ["lm_head_8_rows", "lm_head_3d"])
+def test_gradient_of_logits_is_stored_once_padded(case, on_cpu):
     """The logits' gradient feeds both gradient matmuls (one through a transpose): one kernel stores it with
     zero-padded rows of 40, and both matmuls take views of that buffer (no copy, no second padded store)."""
-    src = _source(*CASES["lm_head_8_rows"], grad=True)
+    src = _source(*CASES[case], grad=True)
     bwd = src.split("def backward")[1]
-    assert bwd.count("empty_strided((8, 40), (40, 1)") == 1, bwd
+    assert bwd.count("empty_strided((8, 40), (40, 1)") + bwd.count("empty_strided((2, 4, 40), (160, 40, 1)") == 1, bwd
     assert "copy" not in bwd and "empty_strided((37, 8)" not in bwd and "as_strided(buf1, (37, 8), (1, 40)" in bwd, bwd
