@@ -333,6 +333,43 @@ def _splits(x: TV, d: Sequence[int]) -> bool:
     return _split_factor(x.device, prod(ranges), prod(rranges), _kept_dim_contiguous(body, xs, rs)) > 1
 
 
+def _uses(e: Any, v: sympy.Symbol) -> bool:
+    from .expr import walk
+    for n in walk(e):
+        for s in ((n.index, n.mask) if isinstance(n, Load) else (n.index,) if isinstance(n, IndexValue) else ()):
+            if isinstance(s, sympy.Basic) and v in s.free_symbols:
+                return True
+    return False
+
+
+def _one_hot_sum(body: Any, rs: list, rranges: tuple) -> Any:
+    """``sum(where(r == v, a, 0) over r in [0, R))`` with ``v`` and ``a`` not depending on ``r`` (the sum of a
+    one-hot row: the gradient of ``nll_loss`` summed by ``log_softmax``'s backward) is ``where(0 <= v < R, a,
+    0)``: that body, or None for any other reduction. GPT-2's backward spent 0.45 ms on the H100 summing
+    50257 mostly-zero columns per token."""
+    if len(rs) != 1 or not isinstance(rranges[0], int):
+        return None
+    r, chain, e = rs[0], [], body
+    while isinstance(e, Op) and e.name == "to_dtype":
+        chain.append(e)
+        e = e.args[0]
+    if not (isinstance(e, Op) and e.name == "where" and isinstance(e.args[2], Const) and e.args[2].value == 0):
+        return None
+    cond, a, zero = e.args
+    if not (isinstance(cond, Op) and cond.name == "eq"):
+        return None
+    iv, v = cond.args if isinstance(cond.args[0], IndexValue) else cond.args[::-1]
+    if not isinstance(iv, IndexValue) or sympy.simplify(iv.index - r) != 0 or v.dtype.is_floating_point \
+            or v.dtype == torch.bool or _uses(v, r) or _uses(a, r):
+        return None
+    inside = Op("logical_and", (Op("ge", (v, Const(0, v.dtype)), torch.bool),
+                                Op("lt", (v, Const(rranges[0], v.dtype)), torch.bool)), torch.bool)
+    out: Any = Op("where", (inside, a, zero), e.dtype)
+    for c in reversed(chain):
+        out = Op(c.name, (out,) + c.args[1:], c.dtype)
+    return out
+
+
 def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch.dtype | None) -> TV:
     d = canonical_dims(dims, x.ndim) if x.ndim else ()
     out_dtype = torch.bool if kind in ("any", "all") else (dtype or x.dtype)
@@ -340,6 +377,13 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
     if not d:  # nothing reduced: a copy (any/all test truth)
         return TV(x.shape, out_dtype, x.device, lambda idx: cast(x.loader(idx), out_dtype))
     ranges, rranges, xs, rs, body = _reduction_body(x, d, body_dtype)
+    one_hot = _one_hot_sum(body, rs, rranges) if kind == "sum" else None
+    if one_hot is not None:
+        out = TV(ranges, out_dtype, x.device,
+                 lambda idx: substitute(one_hot, lambda e: e.xreplace(dict(zip(xs, idx)))))
+        for i in (d if keepdim else ()):
+            out = _unsqueeze(L, out, i)
+        return out
     name = L.new_name()
     lay = Layout.contiguous(ranges, out_dtype, x.device)
     outer = _kept_dim_contiguous(body, xs, rs)
