@@ -130,9 +130,24 @@ class _Group:
         self.placed[node.name] = placement(node, self.xnumel, self.rnumel)  # type: ignore[assignment]
 
 
+ROW_TILED_DEVICES = {"cuda"}     # tests add "cpu" to run row-tiled pointwise kernels under Triton's interpreter
+ROW_TILED_MIN = 4096
+
+
+def _row_tiled(node: Node) -> bool:
+    """A large pointwise node whose rows are long and of an odd length (GPT-2's logits, 50257 wide) runs as
+    (rows, columns) like a reduction without accumulators: a flat index would be divided by the row length at
+    every element, the row's values (a log-softmax's max and sum) gathered per element, and the loads and
+    stores of rows at odd offsets could not be vectorized."""
+    r = node.ranges[-1] if isinstance(node, Pointwise) and len(node.ranges) >= 2 else None
+    return isinstance(r, int) and r >= ROW_TILED_MIN and r % 64 != 0 and node.device.type in ROW_TILED_DEVICES
+
+
 def _shape_of(node: Node) -> tuple[Any, Any]:
     if isinstance(node, Reduction):
         return prod(node.ranges), prod(node.reduction_ranges)
+    if _row_tiled(node):
+        return prod(node.ranges[:-1]), node.ranges[-1]  # type: ignore[attr-defined]
     return prod(node.ranges), 1  # type: ignore[attr-defined]
 
 

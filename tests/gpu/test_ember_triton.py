@@ -110,3 +110,33 @@ def test_cpu_scalar_tensor_feeding_a_kernel() -> None:
         x, s, t = torch.randn(33, device="cuda"), torch.tensor(v), torch.tensor(3, dtype=torch.int64)
         for got, want in zip(f(x, s, t), (x * s + t, (x - t).sum() * s)):
             torch.testing.assert_close(got, want)
+
+
+def test_cross_entropy_over_odd_vocab_is_row_tiled_and_padded() -> None:
+    check_odd_vocab_cross_entropy(512, 5001, "cuda")
+
+
+def check_odd_vocab_cross_entropy(rows: int, vocab: int, device: str) -> None:
+    """GPT-2's loss on a vocabulary of odd size: the logits' gradient is one (rows, columns) kernel writing the
+    zero-padded rows both gradient matmuls take (no flat kernel over rows x vocab, no second padded copy), and
+    the one-hot sum of nll_loss's gradient is no reduction. Values and gradients equal eager's."""
+    import torch.nn.functional as F
+
+    def fn(x, w, t):
+        return F.cross_entropy((x @ w.t()).float(), t)
+    bf = torch.bfloat16
+    g = torch.Generator(device).manual_seed(0)
+    x = torch.randn(rows, 64, device=device, dtype=bf, generator=g).requires_grad_(True)
+    w = (torch.randn(vocab, 64, device=device, dtype=bf, generator=g) * 0.1).requires_grad_(True)
+    t = torch.randint(0, vocab, (rows,), device=device, generator=g)
+    t[7] = -100
+    compiled, built = compile_case(fn, [x, w, t])
+    out, ref = compiled(x, w, t), fn(x, w, t)
+    torch.testing.assert_close(out, ref, rtol=1e-3, atol=1e-3)
+    for a, b in zip(torch.autograd.grad(out, [x, w]), torch.autograd.grad(ref, [x, w])):
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-2)
+    padded = (vocab + 7) // 8 * 8
+    bwd = "\n".join(built[-1].kernel_sources)
+    assert f"xnumel={rows} rnumel={padded}" in bwd, bwd
+    assert f"xnumel={rows * vocab} " not in bwd and f"xnumel={rows * padded} " not in bwd, bwd
+    assert f"rnumel={vocab} " not in bwd, bwd

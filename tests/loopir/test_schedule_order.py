@@ -4,14 +4,18 @@ the kernel reading what it reads (attention's softmax backward and the cast of t
 bmm, in BERT's backward). Compiled results equal eager."""
 from __future__ import annotations
 
+import pytest
 import sympy
 import torch
+import torch.nn.functional as F
 
 import ember
 from ember.autograd.aot import decompose_graph
 from ember.loopir import lower as lower_mod
 from ember.loopir.ir import Extern, Pointwise
 from ember.loopir.schedule import Kernel, schedule
+
+from .backends import CPU_BACKENDS
 
 
 def _schedule(fn, *args):
@@ -69,3 +73,45 @@ def test_matmul_on_inputs_moves_up_but_not_past_another_aten_call():
     pw = Pointwise("buf2", lay, (4, 4), Load("arg0", sympy.Integer(0), torch.float32))
     assert [n.name for n in _hoisted([a, b, pw, mm])] == ["arg0", "arg1", "buf1", "buf2"]
     assert [n.name for n in _hoisted([a, b, side, pw, mm])] == ["arg0", "arg1", "buf0", "buf1", "buf2"]
+
+
+@pytest.fixture
+def row_tiled_on_cpu(monkeypatch):
+    import ember.loopir.schedule as S
+    monkeypatch.setattr(S, "ROW_TILED_DEVICES", {"cuda", "cpu"})
+    monkeypatch.setattr(S, "ROW_TILED_MIN", 64)
+
+
+def _ce_grad(h, w, y):
+    return F.cross_entropy(h @ w.t(), y)
+
+
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+@pytest.mark.parametrize("classes", [100, 5001])       # a persistent and a looped row
+def test_long_odd_rows_run_row_tiled(cpu_backend, classes, row_tiled_on_cpu):
+    """Cross-entropy's backward over odd-length rows of classes is one (rows, columns) kernel (on CUDA for rows
+    of 4096 and more): each row's values are loaded once per row, not gathered by a flat index divided by the
+    row length. Values and gradients equal eager's on every CPU backend."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(16, 16, generator=g, requires_grad=True)
+    w = torch.randn(classes, 16, generator=g, requires_grad=True)
+    y = torch.randint(0, classes, (16,), generator=g)
+    y[3] = -100
+    ember.reset()
+    got = ember.compile(_ce_grad, options={"cpu_backend": cpu_backend})(h, w, y)
+    want = _ce_grad(h, w, y)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(torch.autograd.grad(got, (h, w)), torch.autograd.grad(want, (h, w))):
+        torch.testing.assert_close(a, b)
+    gm = torch.fx.symbolic_trace(_ce_grad)
+    from ember.autograd.aot import aot_compile
+    from ember.codegen import compile_graph
+    scheds = []
+
+    def hook(gr, kind):
+        if kind == "backward":
+            scheds.append(schedule(lower_mod.lower(gr, "backward")))
+        return compile_graph(gr, kind, None)
+    aot_compile(gm, [h, w, y], decompose=True, compile_graph=hook)(h, w, y).backward()
+    big = [k for k in scheds[0].steps if isinstance(k, Kernel) and k.xnumel * k.rnumel >= 16 * classes]
+    assert big and all((k.xnumel, k.rnumel) == (16, classes) for k in big), scheds[0].python()

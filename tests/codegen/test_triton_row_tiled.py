@@ -1,0 +1,23 @@
+"""Row-tiled pointwise kernels and zero-padded matmul operands under Triton's interpreter (CUDA runs them by
+default; here both are switched on for CPU tensors): the GPU test of cross-entropy over an odd vocabulary,
+on CPU tensors."""
+import importlib.util
+
+import pytest
+import torch
+
+import ember.loopir.matmul_align as MA
+import ember.loopir.schedule as S
+
+_interpreted = pytest.mark.skipif(importlib.util.find_spec("triton") is None or torch.cuda.is_available(),
+                                  reason="Triton's interpreter on CPU tensors: needs triton and no CUDA device")
+
+
+@_interpreted
+def test_cross_entropy_over_odd_vocab_is_row_tiled_and_padded(monkeypatch):
+    from tests.gpu.test_ember_triton import check_odd_vocab_cross_entropy
+    monkeypatch.setattr(S, "ROW_TILED_DEVICES", {"cuda", "cpu"})
+    monkeypatch.setattr(S, "ROW_TILED_MIN", 64)
+    monkeypatch.setattr(MA, "DEVICES", {"cuda", "cpu"})
+    monkeypatch.setattr(MA, "MIN_MACS", 1)
+    check_odd_vocab_cross_entropy(16, 1001, "cpu")
