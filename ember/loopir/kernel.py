@@ -159,6 +159,8 @@ class _Builder:
                     return self.final[producer.name]
                 return self.emit(producer.body, self.groups[producer.name])  # type: ignore[attr-defined]
             idx, mask = place(e.index, groups), place(e.mask, groups) if e.mask is not None else None
+            if mask is not None and not self._is_r(idx) and self._is_r(mask):
+                mask = self._without_r_terms(mask)
             self.buffers.setdefault(e.buf, (e.dtype, "in"))
             lvl = "r" if self._is_r(idx) or self._is_r(mask) else "x"
             return self.assign("load", (e.buf, idx, mask), e.dtype, lvl)
@@ -179,6 +181,18 @@ class _Builder:
         if e.name == "to_dtype":
             return self.assign("cast", args, e.dtype, lvl)
         return self.assign("op", (e.name, *args), e.dtype, lvl)
+
+    def _without_r_terms(self, mask: Any) -> Any:
+        """The mask of a load whose address is the same at every reduced point (a row's max, read by a padded
+        row's columns) without its terms that only test the reduced point: those say where the value is not
+        used, not where the address is invalid, so the load is made once per row, before the loop. A mask
+        with a term mixing both is kept."""
+        terms = sympy.And.make_args(mask)
+        keep = [t for t in terms if not (self._is_r(t) and all(s == RINDEX or self.levels.get(s.name) == "r"
+                                                                for s in t.free_symbols))]
+        if any(self._is_r(t) for t in keep):
+            return mask
+        return sympy.And(*keep) if keep else None
 
     def _is_r(self, e: Any) -> bool:
         """An index is per reduced point when it uses rindex or a variable loaded per reduced point."""

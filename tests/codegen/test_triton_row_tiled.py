@@ -20,4 +20,5 @@ def test_cross_entropy_over_odd_vocab_is_row_tiled_and_padded(monkeypatch):
     monkeypatch.setattr(S, "ROW_TILED_MIN", 64)
     monkeypatch.setattr(MA, "DEVICES", {"cuda", "cpu"})
     monkeypatch.setattr(MA, "MIN_MACS", 1)
-    check_odd_vocab_cross_entropy(16, 1001, "cpu")
+    check_odd_vocab_cross_entropy(16, 1001, "cpu")      # a persistent row
+    check_odd_vocab_cross_entropy(16, 5001, "cpu")      # a looped one
