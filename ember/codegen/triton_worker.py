@@ -171,6 +171,7 @@ def warm_up(target: tuple | None) -> None:
     import tempfile
 
     import torch
+
     from ember.codegen.triton import load_module
     from ember.codegen.triton_gen import HEADER
     if target is None:

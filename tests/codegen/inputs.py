@@ -1,7 +1,15 @@
 """Input factories shared by the code generators' differential tables (C++ and Triton)."""
 from __future__ import annotations
 
+import importlib.util
+
+import pytest
 import torch
+
+# Triton's interpreter runs CPU tensors only where no CUDA device makes Triton compile for real (as in
+# test_triton.py); tests/gpu covers the CUDA side
+INTERPRETED = pytest.mark.skipif(importlib.util.find_spec("triton") is None or torch.cuda.is_available(),
+                                 reason="Triton's interpreter on CPU tensors: needs triton and no CUDA device")
 
 
 def _rn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -1,16 +1,10 @@
 """Row-tiled pointwise kernels and zero-padded matmul operands under Triton's interpreter (CUDA runs them by
 default; here both are switched on for CPU tensors): the GPU test of cross-entropy over an odd vocabulary,
 on CPU tensors."""
-import importlib.util
-
-import pytest
-import torch
 
 import ember.loopir.matmul_align as MA
 import ember.loopir.schedule as S
-
-_interpreted = pytest.mark.skipif(importlib.util.find_spec("triton") is None or torch.cuda.is_available(),
-                                  reason="Triton's interpreter on CPU tensors: needs triton and no CUDA device")
+from tests.codegen.inputs import INTERPRETED as _interpreted
 
 
 @_interpreted

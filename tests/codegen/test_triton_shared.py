@@ -1,18 +1,11 @@
 """Kernels doing the same work on other buffers (the layers of a transformer) get the same Triton function
 text and name, so that one compile and one Triton cache entry serve all of them; the names from the graph stay
 in the comments above each function. Runs under Triton's interpreter (tests/codegen/conftest.py)."""
-import importlib.util
-
-import pytest
 import torch
 
 import ember
 from ember.codegen import triton_gen
-
-# the interpreter runs CPU tensors only where no CUDA device makes Triton compile for real (as in test_triton.py);
-# tests/gpu/test_compile_workers.py covers the CUDA side
-_interpreted = pytest.mark.skipif(importlib.util.find_spec("triton") is None or torch.cuda.is_available(),
-                                  reason="Triton's interpreter on CPU tensors: needs triton and no CUDA device")
+from tests.codegen.inputs import INTERPRETED as _interpreted
 
 
 def test_canonical_names_parameters_and_accumulators_by_position():

@@ -61,8 +61,8 @@ def test_reordered_graph_matches_eager():
 
 
 def test_matmul_on_inputs_moves_up_but_not_past_another_aten_call():
-    from ember.loopir.schedule import _hoisted
     from ember.loopir.ir import InputBuffer, Layout
+    from ember.loopir.schedule import _hoisted
     lay = Layout.contiguous((4, 4), torch.float32, torch.device("cpu"))
     a, b = InputBuffer("arg0", lay, 0), InputBuffer("arg1", lay, 1)
     side = Extern("buf0", lay, torch.ops.aten.add.Tensor, (), {})          # not a fresh matmul: a fence
