@@ -359,7 +359,7 @@ def _one_hot_sum(body: Any, rs: list, rranges: tuple) -> Any:
     if not (isinstance(cond, Op) and cond.name == "eq"):
         return None
     iv, v = cond.args if isinstance(cond.args[0], IndexValue) else cond.args[::-1]
-    if not isinstance(iv, IndexValue) or sympy.simplify(iv.index - r) != 0 or v.dtype.is_floating_point \
+    if not isinstance(iv, IndexValue) or iv.index != r or v.dtype.is_floating_point \
             or v.dtype == torch.bool or _uses(v, r) or _uses(a, r):
         return None
     inside = Op("logical_and", (Op("ge", (v, Const(0, v.dtype)), torch.bool),
