@@ -233,7 +233,7 @@ class Lowerer:
         meta = node.meta.get("val")
         if target is operator.getitem or getattr(target, "__name__", "") == "_getitem":
             return args[0][args[1]]
-        name = getattr(target, "name", None) if type(target).__name__ == "Prim" else None
+        name = prim_name(node)
         fn = LOWERINGS.get(name) if name else None
         if fn is not None and _complex(args, kwargs, meta):
             fn = None      # kernels compute real numbers; complex values stay with ATen
@@ -363,6 +363,12 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
     return externs > 1 or len(reads) > REUSE_READS or n_ops >= REUSE_OPS
 
 
+def prim_name(node: fx.Node) -> str | None:
+    """The name of the prim ``node`` calls (``"mm"``, ``"reshape"``...), or None when it calls something else."""
+    t = getattr(node, "target", None)
+    return getattr(t, "name", None) if type(t).__name__ == "Prim" else None
+
+
 _SHAPE_VIEWS = {"reshape", "view_of", "squeeze", "unsqueeze"}     # the same memory image, another shape
 
 
@@ -373,8 +379,7 @@ def _stores(user: fx.Node) -> bool:
     reshapes and squeezes, or one permute whose users take it as it is, so it stays a view of the buffer."""
     if not _lowered(user):
         return True
-    t = user.target
-    name = getattr(t, "name", None) if type(t).__name__ == "Prim" else None
+    name = prim_name(user)
     if name == "permute":
         return all(not _lowered(u) for u in user.users)
     return name in _SHAPE_VIEWS and bool(user.users) and all(_stores(u) for u in user.users)

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from .ir import BufferRef, Layout
-from .lower import LOWERINGS, _traced_layout
+from .lower import LOWERINGS, _traced_layout, prim_name
 from .values import TV, buffer_view, contiguous_layout
 
 ALIGN_BYTES = 16
@@ -104,13 +104,8 @@ def _pad_to(L: Any, x: TV, sizes: tuple) -> TV:
     return LOWERINGS["pad"](L, x, pads, 0)
 
 
-def _prim(node: Any) -> str | None:
-    t = getattr(node, "target", None)
-    return getattr(t, "name", None) if type(t).__name__ == "Prim" else None
-
-
 def _matmul_macs(mm: Any) -> int:
-    a = mm.args[1 if _prim(mm) == "addmm" else 0]
+    a = mm.args[1 if prim_name(mm) == "addmm" else 0]
     out, av = mm.meta.get("val"), getattr(a, "meta", {}).get("val")
     if out is None or av is None or len(out.shape) != 2:
         return 0
@@ -122,12 +117,12 @@ def _feeds_matmul(node: Any, k: int) -> bool:
     """Whether ``node`` is a matrix operand of a large mm/addmm, directly or through reshapes that keep its last
     dimension (``k``) and a transpose."""
     for u in node.users:
-        p = _prim(u)
+        p = prim_name(u)
         if p in ("reshape", "view_of") and tuple(getattr(u.meta.get("val"), "shape", ()))[-1:] == (k,):
             if _feeds_matmul(u, k):
                 return True
         elif p == "permute" and list(u.args[1]) == [1, 0]:
-            if any(_prim(v) in ("mm", "addmm") and _matmul_macs(v) >= MIN_MACS for v in u.users):
+            if any(prim_name(v) in ("mm", "addmm") and _matmul_macs(v) >= MIN_MACS for v in u.users):
                 return True
         elif p in ("mm", "addmm") and node in u.args[-2:] and _matmul_macs(u) >= MIN_MACS:
             return True

@@ -185,6 +185,12 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, lat
     return None
 
 
+def _movable(n: Node) -> bool:
+    """An ATen call the scheduler may reorder: one returning a new tensor from the buffers it reads, with no
+    other effect (a matmul or convolution)."""
+    return isinstance(n, Extern) and n.fresh and not n.multi
+
+
 def _hoisted(nodes: list[Node]) -> list[Node]:
     """``nodes`` with each matmul and convolution (an ATen call returning a new tensor from the buffers it
     reads, with no other effect) moved up to just after the last node producing what it reads. Other ATen
@@ -194,7 +200,7 @@ def _hoisted(nodes: list[Node]) -> list[Node]:
     fence = -1
     for n in nodes:
         at = len(out)
-        if isinstance(n, Extern) and n.fresh and not n.multi:
+        if _movable(n):
             at = max([pos.get(r, -1) for r in n.reads()] + [fence]) + 1
         elif isinstance(n, (Extern, ExternOutput)):
             fence = at
@@ -274,7 +280,7 @@ def _sink(g: _Group, late: list[str], steps: list[Any], where: dict[str, int], g
     before, after = [], []
     tainted = set(g.by_name)
     for s in steps[g.pos + 1:end + 1]:
-        if isinstance(s, ExternOutput) or (isinstance(s, Extern) and (not s.fresh or s.multi)):
+        if isinstance(s, (Extern, ExternOutput)) and not _movable(s):
             return False
         reads, made = _step_io(s)
         if reads & tainted:
