@@ -7,6 +7,14 @@ wrapped in a function of its tensor arguments, compiled by each engine, run, and
 passes an op when every sample matches. Prints the two pass counts and each engine's failures.
 
     python bench/opinfo_aot.py [--samples 2] [--limit N] [--ops name,...] [--out results.json]
+
+On a many-core machine the sweep can run as N processes, each over every N-th op, and then be merged:
+
+    python bench/opinfo_aot.py --shard 3/12 --out shard3.json ...      # one of 12 processes
+    python bench/opinfo_aot.py --merge shard*.json                     # the pass counts over all shards
+
+Each shard rewrites its ``--out`` file after every op, so a shard cut off by a time limit still counts the ops
+it finished (the merged summary says how many ops each engine was run on).
 """
 from __future__ import annotations
 
@@ -105,7 +113,12 @@ def main() -> None:
     p.add_argument("--cpu-backend", default="cpp", help="ember's CPU kernel backend with --backend ember")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--shard", default="", help="K/N: run only every N-th op, starting at the K-th (0-based)")
+    p.add_argument("--merge", nargs="*", help="merge the --out files of shards and print the summary")
     a = p.parse_args()
+    if a.merge:
+        _merge(a.merge)
+        return
     dtype = getattr(torch, a.dtype)
     from torch.testing._internal.common_methods_invocations import op_db
     ops = [o for o in op_db if dtype in o.supported_dtypes(a.device)]
@@ -114,11 +127,15 @@ def main() -> None:
         ops = [o for o in ops if o.name in want]
     if a.limit:
         ops = ops[:a.limit]
+    if a.shard:
+        k, n = (int(x) for x in a.shard.split("/"))
+        ops = ops[k::n]
     engines = {"ember": _engine("ember", a), "torch.compile": _engine("torch", a)}
     passed = {k: [] for k in engines}
     failed = {k: {} for k in engines}
     t0 = time.time()
     warnings.simplefilter("ignore")
+    tried = []
     for i, op in enumerate(ops):
         try:
             samples = list(op.sample_inputs(a.device, dtype, requires_grad=op.supports_autograd))[:a.samples]
@@ -144,18 +161,44 @@ def main() -> None:
                     passed[name].append(op.name)
             except Exception as e:      # noqa: BLE001
                 failed[name][op.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+        tried.append(op.name)
+        if a.out:
+            _write(a.out, passed, failed, tried)
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(ops)} ops, {time.time() - t0:.0f} s", file=sys.stderr)
     print(f"OpInfo {a.dtype} {a.device}, up to {a.samples} samples per op, {len(ops)} ops, ember backend "
           f"{a.backend} vs torch.compile backend {a.torch_backend}, {time.time() - t0:.0f} s")
-    for name in engines:
-        print(f"  {name:<14} passed {len(passed[name])}")
-    only_torch = sorted(set(passed["torch.compile"]) - set(passed["ember"]))
-    print(f"  passed by torch.compile but not ember ({len(only_torch)}): " + ", ".join(only_torch[:60]))
-    for op in only_torch[:40]:
-        print(f"    {op}: {failed['ember'].get(op)}")
+    _summary(passed, failed)
     if a.out:
-        Path(a.out).write_text(json.dumps({"passed": passed, "failed": failed}, indent=1))
+        _write(a.out, passed, failed, tried)
+
+
+def _write(path, passed, failed, tried) -> None:
+    Path(path).write_text(json.dumps({"passed": passed, "failed": failed, "tried": tried}, indent=1))
+
+
+def _summary(passed, failed) -> None:
+    for name in passed:
+        print(f"  {name:<14} passed {len(passed[name])}")
+    for a, b in (("torch.compile", "ember"), ("ember", "torch.compile")):
+        only = sorted(set(passed[a]) - set(passed[b]))
+        print(f"  passed by {a} but not {b} ({len(only)}): " + ", ".join(only[:60]))
+        for op in only[:40]:
+            print(f"    {op}: {failed[b].get(op)}")
+
+
+def _merge(paths) -> None:
+    """Sum the shards' results; an op counts once (op_db holds a few names twice, with variants)."""
+    passed, failed, tried = {}, {}, []
+    for path in paths:
+        d = json.loads(Path(path).read_text())
+        tried += d.get("tried", [])
+        for name, ops in d["passed"].items():
+            passed.setdefault(name, []).extend(ops)
+        for name, ops in d["failed"].items():
+            failed.setdefault(name, {}).update(ops)
+    print(f"merged {len(paths)} shards: {len(tried)} ops run by both engines")
+    _summary(passed, failed)
 
 
 if __name__ == "__main__":
