@@ -132,6 +132,20 @@ class TritonKernel:
                 self.fixed = fast
         fast(*args)
 
+    def aligned_launcher(self, args: tuple) -> Callable[..., None]:
+        """The launcher for calls whose arguments are all 16-byte aligned, ``args`` being the first such call's:
+        the wrapper checks the arguments that may not be once per call (``_aligned``) and calls this launcher
+        itself, without the per-launch alignment key of ``__call__``."""
+        if self.empty:
+            return _no_launch
+        if self.interpreted:
+            return self.launch
+        key = (True,) * (len(args) if self.checked is None else len(self.checked))
+        fast = self.fast.get(key)
+        if fast is None:
+            fast = self.fast[key] = self._first_launch(args)
+        return fast
+
     def _first_launch(self, args: tuple) -> Callable[..., None]:
         """The launcher for this alignment of the arguments (it does not launch): the worker's compile where it
         made this variant (every pointer 16-byte aligned: the buffers the wrapper allocates too, which are not
@@ -165,6 +179,10 @@ class TritonKernel:
             from .triton_pool import wait
             wait(self)
         self.fn.warmup(*args, grid=self.grid, **self.meta)
+
+
+def _no_launch(*args: torch.Tensor) -> None:
+    """The launcher of a kernel over nothing (a zero-size grid)."""
 
 
 _LOADED: dict[tuple, Any] = {}      # (Triton cache hash, device) -> the kernel loaded by it

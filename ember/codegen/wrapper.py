@@ -25,6 +25,23 @@ def restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
     return out
 
 
+class FirstLaunch:
+    """A kernel's launcher name in a wrapper's globals until its first call with aligned arguments: that call
+    asks the kernel for its launcher for 16-byte aligned arguments (compiling or loading it) and binds the name
+    to it, so later calls go straight to Triton's launcher, with no alignment key per launch. The wrapper calls
+    this name only when every argument that may be misaligned was checked to be aligned (``_aligned``)."""
+
+    def __init__(self, kernel: Any, name: str) -> None:
+        self.kernel, self.name = kernel, name
+        self.ns: dict[str, Any] | None = None
+
+    def __call__(self, *args: Any) -> None:
+        launch = self.kernel.aligned_launcher(args)
+        if self.ns is not None:
+            self.ns[self.name] = launch
+        launch(*args)
+
+
 @runtime_checkable
 class CompiledGraph(Protocol):
     """The generated function itself (no wrapper object on the per-call path), carrying its sources."""
@@ -52,6 +69,8 @@ class _Writer:
         self.reuse, self.kept = plan_reuse(schedule, inplace)
         self.allocated = _allocation_layouts(schedule, inplace)
         self.aligned: set[str] = set()      # buffers this wrapper allocates (the allocator aligns them)
+        self.launched: set[str] = set()     # buffers passed to kernels with an aligned launcher
+        self.folded: set[str] = set()       # buffers whose alignment ``_aligned`` includes
 
     def bind(self, prefix: str, value: Any) -> str:
         name = f"{prefix}{len(self.globals)}"
@@ -83,6 +102,10 @@ class _Writer:
     def alloc(self, name: str) -> None:
         if name in self.inplace:
             self.lines.append(f"    {name} = {self.inplace[name]}  # new value stored in place")
+            if self.inplace[name] in self.folded:
+                self.folded.add(name)
+            elif name in self.launched:
+                self.fold(name)
             return
         lay = self.allocated.get(name, self.layouts[name])
         donor = self.reuse.get(name)
@@ -103,6 +126,38 @@ class _Writer:
         none = f"{name} is not None and " if maybe_none else ""     # an extern's optional output
         self.lines.append(f"    if {none}{name}.stride() != {_size(lay.stride)}: "
                           f"{name} = restride({name}, {_size(lay.shape)}, {_size(lay.stride)})")
+
+    def fold(self, name: str, maybe_none: bool = False) -> None:
+        """``_aligned`` also says whether ``name`` (bound just before: an extern's result) is 16-byte aligned."""
+        none = f"{name} is not None and " if maybe_none else ""
+        self.lines.append(f"    if {none}{name}.data_ptr() & 15: _aligned = False")
+        self.folded.add(name)
+
+    def _fold_inputs(self, names: list[str]) -> None:
+        """``_aligned``: whether the inputs (and constants, and host scalars' copies) that kernels take are all
+        16-byte aligned, checked once per call; each kernel then launches without checking its own."""
+        names = [b for b in names if b in self.launched]
+        if names:
+            self.lines.append(f"    _aligned = not (({' | '.join(f'{b}.data_ptr()' for b in names)}) & 15)")
+        else:
+            self.lines.append("    _aligned = True")
+        self.folded.update(names)
+
+    def _launch_line(self, step: Kernel, fn: Any, names: list[str]) -> str:
+        kname = self.bind(step.name + "_", fn)
+        if not hasattr(fn, "set_checked"):
+            return f"{kname}({', '.join(names)})"
+        checked = [i for i, b in enumerate(names) if b not in self.aligned]
+        fn.set_checked(checked)
+        if not hasattr(fn, "aligned_launcher"):
+            return f"{kname}({', '.join(names)})"
+        first = f"{kname}a"
+        self.globals[first] = FirstLaunch(fn, first)
+        if not checked:
+            return f"{first}({', '.join(names)})"
+        if all(names[i] in self.folded for i in checked):
+            return f"({first} if _aligned else {kname})({', '.join(names)})"
+        return f"{kname}({', '.join(names)})"
 
     def _host_scalars(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> dict[tuple, str]:
         """0-dim CPU inputs read by kernels on another device (``x * torch.tensor(2.5)`` with ``x`` on CUDA):
@@ -142,27 +197,35 @@ class _Writer:
                     self.lines.append(f"    {n.name} = {self.bind('const', g.constants[n.name])}")
         host = self._host_scalars(kernels)
         host_inputs = {b for b, _ in host}      # 0-dim CPU inputs copied to a device: tiny, kept
+        for step in self.s.steps:
+            if isinstance(step, Kernel) and hasattr(kernels[step.name][0], "aligned_launcher"):
+                self.launched.update(host.get((b, step.device), b) for b in kernels[step.name][1].buffers)
+        if self.launched:
+            self._fold_inputs([n.name for n in g.nodes if isinstance(n, InputBuffer)] + list(host.values()))
         for i, step in enumerate(self.s.steps):
             if isinstance(step, Kernel):
                 fn, body = kernels[step.name]
                 for b, (_, role) in body.buffers.items():
                     if role == "out":
                         self.alloc(b)
-                kname = self.bind(step.name + "_", fn)
                 names = [host.get((b, step.device), b) for b in body.buffers]
-                if hasattr(fn, "set_checked"):
-                    fn.set_checked([i for i, b in enumerate(names) if b not in self.aligned])
-                self.lines.append(f"    {kname}({', '.join(names)})  # {step.fused()}")
+                self.lines.append(f"    {self._launch_line(step, fn, names)}  # {step.fused()}")
             elif isinstance(step, Extern):
-                fn = self.bind("extern", step.target)
+                fn = self.bind("extern", _direct(step.target))
                 args = ", ".join([self.arg(a) for a in step.args] +
                                  [f"{k}={self.arg(v)}" for k, v in step.kwargs.items()])
                 self.lines.append(f"    {step.name} = {fn}({args})")
                 if not step.multi:
                     self.check(step.name)
+                    if step.fresh:      # a new tensor from the allocator (or restride): aligned
+                        self.folded.add(step.name)
+                    elif step.name in self.launched:
+                        self.fold(step.name)
             elif isinstance(step, ExternOutput):
                 self.lines.append(f"    {step.name} = {step.source}[{step.index}]")
                 self.check(step.name, maybe_none=True)
+                if step.name in self.launched:
+                    self.fold(step.name, maybe_none=True)
             elif step is not None:          # a step that writes its own lines (a matmul template)
                 step.write(self, kernels)
             dead = [b for b in self.s.frees[i] if b not in self.kept]
@@ -176,6 +239,12 @@ class _Writer:
             self.lines.append(f"def {g.name}({', '.join(g.inputs)}):")
             self.lines.append(f"    return {g.name}__list([{', '.join(g.inputs)}])")
         return "\n".join(self.lines) + "\n"
+
+
+def _direct(target: Any) -> Any:
+    """What an ATen ``OpOverload`` calls (its ``__call__`` is ``self._op(*args, **kwargs)``): the wrapper
+    calls that directly, one Python frame less per extern call."""
+    return target._op if isinstance(target, torch._ops.OpOverload) else target
 
 
 def _allocation_layouts(schedule: Schedule, inplace: dict[str, str]) -> dict[str, Layout]:
@@ -320,6 +389,9 @@ def make_wrapper(schedule: Schedule, kernels: dict[str, tuple[Callable, KernelBo
     code = compile(src, f"<ember wrapper {schedule.graph.name}>", "exec")
     ns = dict(w.globals)
     exec(code, ns)
+    for v in ns.values():
+        if isinstance(v, FirstLaunch):
+            v.ns = ns
     fn = ns[schedule.graph.name]
     fn.source, fn.kernel_sources = src, kernel_sources
     if steal:

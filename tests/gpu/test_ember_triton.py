@@ -50,6 +50,23 @@ def test_direct_launch_and_alignment_specialization() -> None:
     torch.testing.assert_close(out, base[1:4097] * 2 + 1)
 
 
+def test_wrapper_alignment_check_picks_the_launcher() -> None:
+    """A compiled graph called with aligned inputs, then an input at a 4-byte offset, then aligned again (and
+    the reverse): the once-per-call ``_aligned`` check sends the misaligned call to the kernel's checked path,
+    which compiles the misaligned variant; every result is right."""
+    def f(x, y):
+        return torch.sigmoid(x) * y, (x * y).sum(-1)
+    base = torch.randn(64 * 1000 + 1, device="cuda")
+    views = {"aligned": base[:-1].view(64, 1000), "offset": base[1:].view(64, 1000)}
+    for order in (("aligned", "offset", "aligned"), ("offset", "aligned", "offset")):
+        y = torch.randn(64, 1000, device="cuda")
+        compiled, _ = compile_case(f, [views[order[0]], y])
+        for which in order:
+            x = views[which]
+            for o, r in zip(compiled(x, y), f(x, y)):
+                torch.testing.assert_close(o, r, msg=lambda m, which=which: f"{which}: {m}")
+
+
 def test_precompiled_before_first_call() -> None:
     """compile_kernels starts every kernel's compile (in worker processes, or here where there are none)
     before the first call; a worker compile fills Triton's disk cache, so the first launch only loads it."""
