@@ -54,6 +54,11 @@ def main() -> None:
     wr.make_wrapper = make
     real_call = tb.TritonKernel.__call__
     tb.TritonKernel.__call__ = timed("launches", real_call)
+    real_aligned = tb.TritonKernel.aligned_launcher     # the launcher a wrapper's name is rebound to
+
+    def aligned_launcher(self, args):
+        return timed("launches", real_aligned(self, args))
+    tb.TritonKernel.aligned_launcher = aligned_launcher
     w, model, inputs = zoo_case(a.model, "full", dev, a.task, a.batch)
     step = make_step(parse_engine("ember"), model, w, inputs, a.task, a.dtype, dev)
     for _ in range(3):
