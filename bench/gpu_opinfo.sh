@@ -11,10 +11,17 @@ DTYPE=${DTYPE:-float32}
 SHARDS=${SHARDS:-14}
 mkdir -p "$OUT"
 export EMBER_COMPILE_WORKERS=1 TORCHINDUCTOR_COMPILE_THREADS=1 PYTHONWARNINGS=ignore
+python3 -c "import expecttest" 2>/dev/null || export PYTHONPATH=.:bench/stubs    # torch's test helpers import it
 for ((k = 0; k < SHARDS; k++)); do
   timeout ${LIMIT:-500} python3 bench/opinfo_aot.py --device cuda --dtype "$DTYPE" --backend ember \
     --torch-backend inductor --samples ${SAMPLES:-2} --shard "$k/$SHARDS" --out "$OUT/opinfo_${DTYPE}_$k.json" \
     > "$OUT/opinfo_${DTYPE}_$k.log" 2>&1 &
 done
 wait
-python3 bench/opinfo_aot.py --merge "$OUT"/opinfo_"${DTYPE}"_*.json | tee "$OUT/opinfo_${DTYPE}_summary.txt"
+# few files come back from the device machine: one merged JSON, one summary, the shards' logs in one file
+python3 bench/opinfo_aot.py --merge "$OUT"/opinfo_"${DTYPE}"_[0-9]*.json --out "$OUT/opinfo_${DTYPE}.json" \
+  | tee "$OUT/opinfo_${DTYPE}_summary.txt"
+for ((k = 0; k < SHARDS; k++)); do
+  echo "== shard $k"; grep -v -i "warn" "$OUT/opinfo_${DTYPE}_$k.log" | tail -30
+done > "$OUT/opinfo_${DTYPE}_shards.log"
+rm -f "$OUT"/opinfo_"${DTYPE}"_[0-9]*.json "$OUT"/opinfo_"${DTYPE}"_[0-9]*.log

@@ -117,7 +117,9 @@ def main() -> None:
     p.add_argument("--merge", nargs="*", help="merge the --out files of shards and print the summary")
     a = p.parse_args()
     if a.merge:
-        _merge(a.merge)
+        merged = _merge(a.merge)
+        if a.out:
+            _write(a.out, *merged)
         return
     dtype = getattr(torch, a.dtype)
     from torch.testing._internal.common_methods_invocations import op_db
@@ -199,6 +201,7 @@ def _merge(paths) -> None:
             failed.setdefault(name, {}).update(ops)
     print(f"merged {len(paths)} shards: {len(tried)} ops run by both engines")
     _summary(passed, failed)
+    return passed, failed, tried
 
 
 if __name__ == "__main__":
