@@ -179,7 +179,8 @@ class _Gen:
         self.red = k.is_reduction
         self.p = IndexPrinter(index_ranges(body))
         self.xmask = self.xnumel % cfg.xblock != 0
-        self.rmask = self.red and self.rnumel % cfg.rblock != 0
+        # a reduction over nothing (a sum over a zero-size dim) masks every lane: its result is the identity
+        self.rmask = self.red and (self.rnumel % cfg.rblock != 0 or self.rnumel == 0)
         self.lines: list[str] = []
         self.ind = 1
         self.levels: dict[str, str] = {}

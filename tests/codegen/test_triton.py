@@ -129,6 +129,11 @@ CASES: dict[str, tuple[Callable, Callable[[], list], bool, float, bool]] = {
     "odd_vocab_head": (lambda x, w, t: (x @ w.t(), F.cross_entropy((x @ w.t()).float(), t)),
                        lambda: [_rn(16, 64), _rn(2051, 64) * 0.1, torch.randint(0, 2051, (16,))], True, 1e-4,
                        False),
+    # reductions over a zero-size dim (OpInfo's linear with no rows: its bias gradient sums nothing): every lane
+    # is masked, the result is the identity
+    "zero_size_reductions": (lambda x, w, b: (F.linear(x, w, b), x.sum(0), (x + 1).prod(0), (x > 0).any(0),
+                                              x.amax(1)),
+                             lambda: [_rn(0, 3), _rn(4, 3), _rn(4)], True, 1e-5, True),
     # inputs that are views with a storage offset (kernels index from the tensor's own data pointer)
     "offset_inputs": (lambda x, t, w: (F.cross_entropy(x, t), x.exp() @ w.t(), x.t()[1:] * 2),
                       lambda: [_rn(12, 40)[4:], torch.randint(0, 40, (12,))[4:], _rn(8, 60)[2:, 10:50]],
