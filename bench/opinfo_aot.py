@@ -66,24 +66,25 @@ def _run(fn, sample):
 _UNINITIALIZED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
 
 
-def _same(a, b, values: bool = True) -> bool:
+def _differs(a, b, values: bool = True) -> str:
+    """'' where the tensors ``a`` match eager's ``b``, else what differs first (which tensor, and how)."""
     if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
+        return f"{len(a)} tensors against eager's {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
         if (x is None) != (y is None):
-            return False
+            return f"tensor {i}: {'None' if x is None else 'a tensor'} where eager has the other"
         if x is None:
             continue
         if not values:      # uninitialized memory: only the metadata is defined
             if x.shape != y.shape or x.dtype != y.dtype:
-                return False
+                return f"tensor {i}: {x.dtype}{list(x.shape)} against eager's {y.dtype}{list(y.shape)}"
             continue
         try:
             tol = 1e-4 if x.dtype in (torch.float32, torch.float64) else 2e-2
             torch.testing.assert_close(x, y, atol=tol, rtol=tol, equal_nan=True)
-        except AssertionError:
-            return False
-    return True
+        except AssertionError as e:
+            return f"tensor {i}: " + " ".join(str(e).split())[:200]
+    return ""
 
 
 def _engine(name, args):
@@ -155,9 +156,11 @@ def main() -> None:
                 for s, (ro, rg) in zip(samples, refs):
                     co, cg = _run(make(op.op), s)
                     values = op.name not in _UNINITIALIZED
-                    if not (_same(co, ro, values) and _same(cg, rg, values)):
+                    why = _differs(co, ro, values) or _differs(cg, rg, values)
+                    if why:
                         ok = False
-                        failed[name][op.name] = "mismatch"
+                        kind = "output" if _differs(co, ro, values) else "gradient"
+                        failed[name][op.name] = f"mismatch ({kind} {why})"
                         break
                 if ok:
                     passed[name].append(op.name)

@@ -90,7 +90,8 @@ def floordiv_float(a, b):
 
 @triton.jit
 def maximum(a, b):
-    return tl.where((a > b) | (a != a), a, b)  # noqa: PLR0124 - NaN test
+    # NaN test as a select, not ``|``: Triton's interpreter cannot ``|`` a 0-d load's mask with a block's
+    return tl.where(a != a, a, tl.where(a > b, a, b))  # noqa: PLR0124 - NaN test
 
 
 @triton.jit
@@ -114,7 +115,7 @@ def online_sumexp_finish(m, s):
 
 @triton.jit
 def minimum(a, b):
-    return tl.where((a < b) | (a != a), a, b)  # noqa: PLR0124 - NaN test
+    return tl.where(a != a, a, tl.where(a < b, a, b))  # noqa: PLR0124 - NaN test (a select, as in maximum)
 
 
 @triton.jit

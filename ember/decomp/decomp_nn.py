@@ -464,6 +464,23 @@ def _hardtanh_backward(g: Any, x: Any, min_val: Any, max_val: Any) -> Any:
     return where(out, 0.0, g)
 
 
+@register_decomposition(aten.log_sigmoid_forward.default)
+def _log_sigmoid_forward(x: Any) -> Any:
+    """``min(x, 0) - log1p(exp(-|x|))``, and the buffer ATen's CPU kernel fills for its backward: empty here,
+    as CUDA's is (the backward below recomputes from ``x``), so the graph's layout holds on every device."""
+    xf = opmath(x)
+    out = P.sub(P.minimum(xf, 0.0), P.log1p(P.exp(P.neg(P.abs(xf)))))
+    return to(out, x.dtype), P.full((0,), 0.0, x.dtype, x.device)
+
+
+@register_decomposition(aten.log_sigmoid_backward.default)
+@_bwd
+def _log_sigmoid_backward(g: Any, x: Any, buffer: Any) -> Any:
+    """``g * sigmoid(-x)`` as ATen computes it: ``where(x < 0, 1, z) / (1 + z)`` with ``z = exp(-|x|)``."""
+    z = P.exp(P.neg(P.abs(x)))
+    return P.div(P.mul(g, where(P.lt(x, 0.0), 1.0, z)), P.add(z, 1.0))
+
+
 @register_decomposition(aten.softplus_backward.default)
 @_bwd
 def _softplus_backward(g: Any, x: Any, beta: Any, threshold: Any) -> Any:

@@ -129,6 +129,10 @@ CASES: dict[str, tuple[Callable, Callable[[], list], bool, float, bool]] = {
     "odd_vocab_head": (lambda x, w, t: (x @ w.t(), F.cross_entropy((x @ w.t()).float(), t)),
                        lambda: [_rn(16, 64), _rn(2051, 64) * 0.1, torch.randint(0, 2051, (16,))], True, 1e-4,
                        False),
+    # log_sigmoid_forward returns an empty buffer on CUDA and a full one on the CPU: decomposed, no buffer is used;
+    # a 0-d input's scalar load meets a block in minimum()
+    "logsigmoid": (lambda x, s: (F.logsigmoid(x * 10), F.logsigmoid(s)), lambda: [_rn(9, 40), torch.randn(())],
+                   True, 1e-5, False),
     # reductions over a zero-size dim (OpInfo's linear with no rows: its bias gradient sums nothing): every lane
     # is masked, the result is the identity
     "zero_size_reductions": (lambda x, w, b: (F.linear(x, w, b), x.sum(0), (x + 1).prod(0), (x > 0).any(0),
