@@ -104,7 +104,20 @@ def _native_layer_norm(x: Any, normalized_shape: Sequence, weight: Any, bias: An
         out = P.mul(out, _trail(opmath(weight), xf))
     if bias is not None:
         out = P.add(out, _trail(opmath(bias), xf))
-    return to(out, x.dtype), to(mean, x.dtype), to(rstd, x.dtype)
+    sd = _stats_dtype(x, weight, bias)
+    return to(out, x.dtype), to(mean, sd), to(rstd, sd)
+
+
+def _stats_dtype(x: Any, *params: Any) -> torch.dtype:
+    """The dtype of a norm's saved mean and inverse std, as ATen returns them: CUDA's kernels keep them in the
+    accumulate type (float32 for 16-bit inputs); the CPU's in float32 when the input is 16-bit and a parameter
+    (weight, bias, running stats) is float32, else in the input's dtype."""
+    if torch.device(x.device).type == "cuda":
+        return opmath_dtype(x.dtype)
+    if x.dtype in (torch.bfloat16, torch.float16) and any(p is not None and p.dtype == torch.float32
+                                                           for p in params):
+        return torch.float32
+    return x.dtype
 
 
 @register_decomposition(aten.layer_norm.default)
@@ -162,17 +175,20 @@ def _bn_apply(x: Any, xf: Any, mean: Any, invstd: Any, weight: Any, bias: Any) -
 def _bn_functional(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, training: bool,
                    momentum: float, eps: float) -> tuple:
     xf = opmath(x)
+    sd = _stats_dtype(x, weight, bias, running_mean, running_var)
     if not training:
         invstd = P.rsqrt(P.add(opmath(running_var), float(eps)))
         out = _bn_apply(x, xf, opmath(running_mean), invstd, weight, bias)
-        empty = P.full((0,), 0.0, x.dtype, x.device)
+        if torch.device(x.device).type == "cuda":   # CUDA returns the statistics it normalized with
+            return out, to(opmath(running_mean), sd), to(invstd, sd), running_mean, running_var
+        empty = P.full((0,), 0.0, sd, x.device)
         return out, empty, empty, running_mean, running_var
     mean, var, invstd = _bn_train(xf, eps)
     n = float(prod(x.shape) / x.shape[1]) if isinstance(prod(x.shape), int) else prod(x.shape) / x.shape[1]
     new_mean = P.add(P.mul(opmath(running_mean), 1 - momentum), P.mul(mean, float(momentum)))
     unbiased = P.mul(var, n / max(n - 1, 1))
     new_var = P.add(P.mul(opmath(running_var), 1 - momentum), P.mul(unbiased, float(momentum)))
-    return (_bn_apply(x, xf, mean, invstd, weight, bias), to(mean, x.dtype), to(invstd, x.dtype),
+    return (_bn_apply(x, xf, mean, invstd, weight, bias), to(mean, sd), to(invstd, sd),
             to(new_mean, running_mean.dtype), to(new_var, running_var.dtype))
 
 
@@ -186,7 +202,8 @@ def _native_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, runnin
     xf = opmath(x)
     if training:
         mean, _, invstd = _bn_train(xf, eps)
-        return _bn_apply(x, xf, mean, invstd, weight, bias), to(mean, x.dtype), to(invstd, x.dtype)
+        sd = _stats_dtype(x, weight, bias)
+        return _bn_apply(x, xf, mean, invstd, weight, bias), to(mean, sd), to(invstd, sd)
     return _bn_functional(x, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
 
 

@@ -259,3 +259,23 @@ def test_log_sigmoid_forward_and_backward(dt):
     g = rand((6, 33), dt)
     assert_same(D.run_decomposition(aten.log_sigmoid_backward.default, g, x, buf),
                 aten.log_sigmoid_backward.default(g, x, ref_buf))
+
+
+@pytest.mark.parametrize("params", ["none", "float32", "bfloat16"])
+def test_norm_statistics_dtypes_follow_aten_on_cpu(params):
+    """The CPU's batch and layer norm keep their saved statistics in float32 when a 16-bit input meets float32
+    parameters, else in the input's dtype (CUDA: always the accumulate type, tests/gpu/test_decomp_cuda.py)."""
+    x = rand((4, 3, 5), torch.bfloat16)
+    p = None if params == "none" else rand((3,), getattr(torch, params))
+    for args in ((x, p, p, None, None, True, 0.1, 1e-5),
+                 (x, p, p, torch.zeros(3, dtype=x.dtype if params == "bfloat16" else torch.float32),
+                  torch.ones(3, dtype=x.dtype if params == "bfloat16" else torch.float32), False, 0.1, 1e-5)):
+        out = D.run_decomposition(aten.native_batch_norm.default, *args)
+        ref = aten.native_batch_norm.default(*args)
+        assert [(t.dtype, tuple(t.shape)) for t in out] == [(t.dtype, tuple(t.shape)) for t in ref]
+        assert_same(out[0], ref[0])
+    lp = None if params == "none" else rand((5,), getattr(torch, params))
+    out = D.run_decomposition(aten.native_layer_norm.default, x, (5,), lp, lp, 1e-5)
+    ref = aten.native_layer_norm.default(x, (5,), lp, lp, 1e-5)
+    assert [t.dtype for t in out] == [t.dtype for t in ref]
+    assert_same(out, ref)
