@@ -83,7 +83,7 @@ def candidate_configs(xnumel: int, rnumel: int, reduction: bool, persistent: boo
             shapes.append((min(xb, xmax), 1, w, 0))
     elif persistent:
         rb = next_pow2(rnumel)
-        for tile, w in ((1024, 4), (2048, 8), (4096, 8), (8192, 16)):
+        for tile, w in ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 8), (8192, 16)):
             xb = min(xmax, max(1, tile // rb), 128)
             shapes.append((xb, rb, max(1, min(w, xb * rb // 64)), 0))
     elif inner:
