@@ -31,12 +31,8 @@ def main() -> None:
     a = ap.parse_args()
     import ember
     dtype = getattr(torch, a.dtype)
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    torch.cuda._sleep(10 ** 8)
-    e1.record()
-    torch.cuda.synchronize()
-    per_ms = 10 ** 8 / e0.elapsed_time(e1)
+    from ember.bench.measure import sleep_cycles_per_ms
+    per_ms = sleep_cycles_per_ms()
     print(f"host us per cached call, {a.dtype}, {a.calls} calls per batch, median of {a.batches} batches")
     print(f"{'case':<20}{'eager':>10}{'torch':>10}{'ember':>10}")
     for name, fn, args, _ in cases("cuda", dtype, False):

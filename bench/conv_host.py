@@ -51,13 +51,8 @@ def main() -> None:
         "torch.cudnn_convolution": lambda x, w, s, p, d, g: torch.cudnn_convolution(
             x, w, p, s, d, g, b.benchmark, b.deterministic, b.allow_tf32),
     }
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    torch.cuda._sleep(10 ** 8)
-    e1.record()
-    torch.cuda.synchronize()
-    cyc = int(10 ** 8 / e0.elapsed_time(e1) * 50)      # 50 ms of sleep: longer than any enqueue here
+    from ember.bench.measure import sleep_cycles_per_ms
+    cyc = int(sleep_cycles_per_ms() * 50)      # 50 ms of sleep: longer than any enqueue here
     ref = [paths["F.conv2d"](*c) for c in cases]
     results = {}
     for autocast in (False, True):

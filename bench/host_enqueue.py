@@ -15,19 +15,10 @@ import time
 import torch
 
 from ember.bench.engines import parse_engine
+from ember.bench.measure import sleep_cycles_per_ms
 from ember.bench.runner import make_step, zoo_case
 
 SLEEP_MS = 300
-
-
-def _cycles_per_ms() -> float:
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    torch.cuda._sleep(10 ** 8)
-    e1.record()
-    torch.cuda.synchronize()
-    return 10 ** 8 / e0.elapsed_time(e1)
 
 
 def measure(step, reps: int = 7) -> tuple[float, float]:
@@ -45,7 +36,7 @@ def measure(step, reps: int = 7) -> tuple[float, float]:
 
 def enqueue_ms(step, reps: int = 7) -> float:
     """Median host time (ms) to enqueue ``step`` while the GPU sleeps ``SLEEP_MS`` before it."""
-    cyc = int(_cycles_per_ms() * SLEEP_MS)
+    cyc = int(sleep_cycles_per_ms() * SLEEP_MS)
     enq = []
     for _ in range(reps):
         torch.cuda._sleep(cyc)

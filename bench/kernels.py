@@ -105,12 +105,9 @@ def time_queued(fns: dict[str, Callable], sets: list[tuple], reps: int) -> dict[
     queued behind a GPU sleep so its host work (guards, wrapper, launches) is done before its kernels may run:
     the time of the kernels alone, without gaps (METHOD.md). Host time is ``bench/call_host.py``'s number."""
     import statistics
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    torch.cuda._sleep(10 ** 7)
-    e1.record()
-    torch.cuda.synchronize()
-    cycles = int(10 ** 7 / e0.elapsed_time(e1) * 0.5)      # 0.5 ms: longer than any call's host work here
+
+    from ember.bench.measure import sleep_cycles_per_ms
+    cycles = int(sleep_cycles_per_ms() * 0.5)      # 0.5 ms: longer than any call's host work here
     samples: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for r in range(reps):

@@ -30,6 +30,19 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def sleep_cycles_per_ms() -> float:
+    """GPU clock cycles per millisecond of ``torch.cuda._sleep``: benchmarks queue a sleep before the work they
+    time so the host's part of a call is done before its kernels may start (or, timing the host, so no
+    launch waits for the device)."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    e0.record()
+    torch.cuda._sleep(10 ** 7)
+    e1.record()
+    torch.cuda.synchronize()
+    return 10 ** 7 / e0.elapsed_time(e1)
+
+
 def wall_time(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
     """Seconds for one call of ``fn`` (device work included), and its result."""
     synchronize(device)
