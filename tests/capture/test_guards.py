@@ -207,6 +207,32 @@ def _run_tuple_attr(f, seed, v):
     return f(rand(3, seed=seed).double())
 
 
+class _Scaled5(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.factors = (2, 3, 1, 1, 4)      # longer than 4 items: checked as one tuple of types
+
+    def forward(self, x):
+        return x * self.factors[0] + self.factors[4]
+
+
+_SCALED5 = _Scaled5()
+
+
+def _uses_long_tuple_attr(x):
+    return _SCALED5(x)
+
+
+def _run_long_tuple_attr(f, seed, v):
+    _SCALED5.factors = (2, 3, 1, 1, 4) if v == "a" else (2, 3, True, 1, 4)     # True == 1, another type
+    return f(rand(3, seed=seed).double())
+
+
+def _run_second_item_type(f, seed, v):
+    _SCALED.factors = (2, 3) if v == "a" else (2, 3.0)
+    return f(rand(3, seed=seed).double())
+
+
 RECOMPILE_CASES = [
     RecompileCase("shape", _plain, _run_shape),
     RecompileCase("shape_static", _plain, _run_shape, dynamic=False),
@@ -219,6 +245,8 @@ RECOMPILE_CASES = [
     RecompileCase("global_value", _reads_global, _run_global),
     RecompileCase("list_length", _list_arg, _run_list_len),
     RecompileCase("tuple_attribute_item_type", _uses_tuple_attr, _run_tuple_attr),
+    RecompileCase("tuple_attribute_second_item_type", _uses_tuple_attr, _run_second_item_type),
+    RecompileCase("long_tuple_attribute_item_type", _uses_long_tuple_attr, _run_long_tuple_attr),
 ]
 
 
