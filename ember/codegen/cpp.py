@@ -185,7 +185,11 @@ class _KernelWriter:
             if start == self.R:
                 return lines
             par_r = False         # the tail is shorter than a vector
-        par = "parallel for simd num_threads(nthreads) schedule(static)" if par_r else "simd"
+        # a reduction loop split across threads is a plain ``parallel for``: GCC 12 miscompiles ``simd`` there
+        # when the loop reads a ``const bool`` of the enclosing scope (shared into the region): a segfault
+        # with ``parallel for simd``, wrong values with ``simd`` nested in ``parallel for`` (argmax of few long
+        # rows). The auto-vectorizer still vectorizes what it may.
+        par = "parallel for num_threads(nthreads) schedule(static)" if par_r else "simd"
         lines.append(f"{ind}#pragma omp {par} {self.clauses(sec)}".rstrip())
         lines.append(f"{ind}for (int64_t rindex = {start}; rindex < {self.R}; ++rindex) {{")
         lines += [f"{ind}  {self.stmt(st)}" for st in sec.stmts]

@@ -285,7 +285,7 @@ class Lowerer:
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "scatter", "scatter_add",
-                     "index_put", "uniform", "normal", "rng_seed", "argmax", "argmin"}
+                     "index_put", "uniform", "normal", "rng_seed"}
 
 
 def _storage_order(layout: Layout) -> list[int] | None:

@@ -496,6 +496,30 @@ for _k in ("sum", "prod", "amax", "amin", "any", "all"):
     register_lowering(_k)(_reduction(_k))
 
 
+def _arg_reduction(best_kind: str) -> Any:
+    """argmax (``best_kind`` "amax") / argmin ("amin") over one dim as two reductions the scheduler fuses into
+    one kernel, as softmax's max and sum: the best value, then the smallest position holding it (ties: the first,
+    as ATen), where a NaN counts as the best (ATen's rule; the best value is then NaN and ``==`` misses it)."""
+    def lowering(L: Lowerer, x: TV, dim: int, keepdim: bool = False) -> TV:
+        if x.ndim == 0:
+            return constant((), 0, torch.int64, x.device)
+        d = canonical_dims(dim, x.ndim)
+        best = _broadcast(L, _reduce(L, x, d, True, best_kind, None), x.shape, list(range(x.ndim)))
+        hit = pointwise("eq", [x, best], x.dtype, torch.bool)
+        if x.dtype.is_floating_point:
+            both_nan = pointwise("logical_and", [pointwise("isnan", [x], x.dtype, torch.bool),
+                                                 pointwise("isnan", [best], x.dtype, torch.bool)], torch.bool)
+            hit = pointwise("logical_or", [hit, both_nan], torch.bool)
+        pos = index_value(x.shape, lambda idx: idx[d[0]], torch.int64, x.device)
+        cand = pointwise("where", [hit, pos, int(x.shape[d[0]])], torch.int64)
+        return _reduce(L, cand, d, keepdim, "amin", torch.int64)
+    return lowering
+
+
+register_lowering("argmax")(_arg_reduction("amax"))
+register_lowering("argmin")(_arg_reduction("amin"))
+
+
 @register_lowering("var_mean")
 def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool = False) -> tuple:
     d = canonical_dims(dims, x.ndim) if x.ndim else ()

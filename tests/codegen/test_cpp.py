@@ -36,6 +36,12 @@ CASES = {
     "rms_norm": (_rms, lambda: [_rn(9, 96), _rn(96)], True, 1e-4),
     "var_mean": (lambda x: torch.var_mean(x, dim=1), lambda: [_rn(12, 50)], True, 1e-4),
     "gelu_erf_tanh": (lambda x: F.gelu(x) + F.gelu(x * 0.5, approximate="tanh"), lambda: [_rn(70, 33)], True, 1e-5),
+    # argmax/argmin as two fused reductions: NaN rows (the first NaN wins), ties (the first index wins), long
+    # rows split across threads (x=4 r=5000), integer inputs
+    "argmax_argmin": (lambda a, t, l, i: (a.argmax(1), a.argmin(0), a.argmax(), t.argmax(1), t.argmin(0),
+                                       torch.max(t, 1)[1], torch.min(l, 1)[0], torch.min(l, 1)[1],
+                                       l.argmax(1, keepdim=True), l.argmin(), i.argmax(0), i.argmin(1)),
+                      lambda: [_with_nans(6, 5), torch.randint(0, 3, (9, 40)).float(), _rn(4, 5000), _ints(9, 13)], False, 1e-6),
     "reductions": (lambda x: (x.sum(0), x.sum(-1), x.sum(), x.amax(1), x.amin(0), x.mean((0, 2)),
                               (x * 0.1 + 1).prod(2)),
                    lambda: [_rn(6, 7, 40)], True, 1e-4),
@@ -229,3 +235,14 @@ def test_per_channel_parameters_over_short_rows_are_vectorized() -> None:
     src = "\n".join(s for b in built for s in b.kernel_sources)
     if vector_width() > 4:
         assert "ember_vperiodic(" in src and "ember_vstore(" in src, src
+
+
+def test_argmax_is_one_kernel_not_an_aten_call() -> None:
+    """argmax/argmin lower to the loop IR (the best value, then the first position holding it), fused into one
+    kernel with the values ``torch.max`` also returns: no ATen call in the wrapper."""
+    x = _rn(8, 300)
+    _, built = _compile(lambda x: (torch.max(x, 1), x.argmin(0)), [x])
+    src = "\n".join(b.source for b in built)
+    assert "extern" not in src, src
+    calls = [ln for ln in src.splitlines() if ln.lstrip().startswith("kernel")]
+    assert len(calls) == 2 and all("amax" in ln or "amin" in ln for ln in calls), src

@@ -133,6 +133,12 @@ CASES: dict[str, tuple[Callable, Callable[[], list], bool, float, bool]] = {
     # a 0-d input's scalar load meets a block in minimum()
     "logsigmoid": (lambda x, s: (F.logsigmoid(x * 10), F.logsigmoid(s)), lambda: [_rn(9, 40), torch.randn(())],
                    True, 1e-5, False),
+    # argmax/argmin as two fused reductions: NaN rows (the first NaN wins), ties (the first index wins), long
+    # rows (looped, or split on CUDA), integer inputs
+    "argmax_argmin": (lambda a, t, l, i: (a.argmax(1), a.argmin(0), a.argmax(), t.argmax(1), t.argmin(0),
+                                       torch.max(t, 1)[1], torch.min(l, 1)[0], torch.min(l, 1)[1],
+                                       l.argmax(1, keepdim=True), l.argmin(), i.argmax(0), i.argmin(1)),
+                      lambda: [_with_nans(6, 5), torch.randint(0, 3, (9, 40)).float(), _rn(4, 5000), _ints(9, 13)], False, 1e-6, True),
     # reductions over a zero-size dim (OpInfo's linear with no rows: its bias gradient sums nothing): every lane
     # is masked, the result is the identity
     "zero_size_reductions": (lambda x, w, b: (F.linear(x, w, b), x.sum(0), (x + 1).prod(0), (x > 0).any(0),

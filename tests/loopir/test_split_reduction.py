@@ -17,6 +17,9 @@ FNS = {
     "bool_any_all": lambda x: ((x > 2).any(), (x > -5).all(), (x > 0).sum()),
     "prod_small_values": lambda x: (1 + x * 1e-2).prod(),
     "mean_grad": lambda x: (x * x).mean((0, 2)),
+    # the best value and the first position holding it, both split (ties from rounding: the first index wins)
+    "argmax_argmin": lambda x: (x.reshape(-1).argmax(), x.reshape(4, -1).argmin(1), x.round().reshape(-1).argmax(),
+                                x.round().reshape(4, -1).argmin(1)),
 }
 
 
