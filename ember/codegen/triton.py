@@ -125,12 +125,17 @@ class TritonKernel:
             return
         chk = self.checked
         key = tuple((a.data_ptr() & 15) == 0 for a in (args if chk is None else [args[i] for i in chk]))
+        fast = self._launcher(key, args)
+        if chk == ():
+            self.fixed = fast
+        fast(*args)
+
+    def _launcher(self, key: tuple, args: tuple) -> Callable[..., None]:
+        """The launcher for this alignment key (made at its first call, from that call's arguments)."""
         fast = self.fast.get(key)
         if fast is None:
             fast = self.fast[key] = self._first_launch(args)
-            if chk == ():
-                self.fixed = fast
-        fast(*args)
+        return fast
 
     def aligned_launcher(self, args: tuple) -> Callable[..., None]:
         """The launcher for calls whose arguments are all 16-byte aligned, ``args`` being the first such call's:
@@ -140,11 +145,7 @@ class TritonKernel:
             return _no_launch
         if self.interpreted:
             return self.launch
-        key = (True,) * (len(args) if self.checked is None else len(self.checked))
-        fast = self.fast.get(key)
-        if fast is None:
-            fast = self.fast[key] = self._first_launch(args)
-        return fast
+        return self._launcher((True,) * (len(args) if self.checked is None else len(self.checked)), args)
 
     def _first_launch(self, args: tuple) -> Callable[..., None]:
         """The launcher for this alignment of the arguments (it does not launch): the worker's compile where it

@@ -145,12 +145,10 @@ class _Writer:
 
     def _launch_line(self, step: Kernel, fn: Any, names: list[str]) -> str:
         kname = self.bind(step.name + "_", fn)
-        if not hasattr(fn, "set_checked"):
+        if not hasattr(fn, "aligned_launcher"):      # not a TritonKernel (C++, an autotuned choice)
             return f"{kname}({', '.join(names)})"
         checked = [i for i, b in enumerate(names) if b not in self.aligned]
         fn.set_checked(checked)
-        if not hasattr(fn, "aligned_launcher"):
-            return f"{kname}({', '.join(names)})"
         first = f"{kname}a"
         self.globals[first] = FirstLaunch(fn, first)
         if not checked:
