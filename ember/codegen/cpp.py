@@ -97,7 +97,7 @@ class _KernelWriter:
         elif st.kind == "reduced":
             acc, rt = st.args
             e = f"({self.ref(acc + '_nan')} ? std::numeric_limits<{ct}>::quiet_NaN() : {self.ref(acc)})" \
-                if self._nan_flag(rt, st.dtype) else self.ref(acc)
+                if self._nan_flag(rt, st.dtype) else self.ref(acc) + (".m2" if rt == "welford" else "")
             e = C.round_low(st.dtype, e)
         else:
             name, *args = st.args
@@ -127,6 +127,8 @@ class _KernelWriter:
             return f"{a} |= ({v} != 0);"
         if rt == "all":
             return f"{a} &= ({v} != 0);"
+        if rt == "welford":
+            return f"{a} = ember_wf_update({a}, ({C.compute_type(st.dtype)}){v});"
         raise NotImplementedError(f"ember.codegen.cpp: reduction {rt!r}")
 
     def store(self, st: Store) -> str:
@@ -143,8 +145,14 @@ class _KernelWriter:
         return self.store(st)
 
     # -- accumulators ----------------------------------------------------------------------------------------
+    @staticmethod
+    def acc_type(rt: str, dtype: torch.dtype) -> str:
+        return f"ember_wf<{C.compute_type(dtype)}>" if rt == "welford" else C.compute_type(dtype)
+
     def init(self, rt: str, dtype: torch.dtype) -> str:
         ct = C.compute_type(dtype)
+        if rt == "welford":
+            return f"{self.acc_type(rt, dtype)}{{0, 0, 0}}"
         if rt == "sum" or rt == "any":
             return f"({ct})0"
         if rt == "prod" or rt == "all":
@@ -157,7 +165,7 @@ class _KernelWriter:
         ops = {"sum": "+", "prod": "*", "amax": "max", "amin": "min", "any": "|", "all": "&"}
         out = []
         for acc, rt, dt in sec.accumulators:
-            out.append(f"reduction({ops[rt]}:{acc})")
+            out.append(f"reduction({ops.get(rt) or 'ember_wf_' + C.compute_type(dt)}:{acc})")
             if self._nan_flag(rt, dt):
                 out.append(f"reduction(|:{acc}_nan)")
         return " ".join(out)
@@ -166,7 +174,7 @@ class _KernelWriter:
     def r_loop(self, sec: Section, ind: str) -> list[str]:
         lines = []
         for acc, rt, dt in sec.accumulators:
-            lines.append(f"{ind}{C.compute_type(dt)} {acc} = {self.init(rt, dt)};")
+            lines.append(f"{ind}{self.acc_type(rt, dt)} {acc} = {self.init(rt, dt)};")
             if self._nan_flag(rt, dt):
                 lines.append(f"{ind}int {acc}_nan = 0;")
         start, par_r = 0, self.par_r
@@ -245,8 +253,10 @@ class _KernelWriter:
         lines = []
         lines.append(f"  for (int64_t xb = 0; xb < {self.X}; xb += {TILE}) {{")
         lines.append(f"    const int64_t xn = std::min<int64_t>({TILE}, {self.X} - xb);")
+        acc_types = {acc: self.acc_type(rt, dt) for sec in self.body.sections for acc, rt, dt in sec.accumulators}
         for v in sorted(self.xvars):
-            ct = "int" if v.endswith("_nan") and v not in self.body.dtypes else C.compute_type(self._xdtype(v))
+            ct = "int" if v.endswith("_nan") and v not in self.body.dtypes else \
+                acc_types.get(v) or C.compute_type(self._xdtype(v))
             lines.append(f"    {ct} {v}[{TILE}];")
 
         def block(stmts: list[str], ind: str) -> list[str]:

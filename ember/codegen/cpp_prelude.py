@@ -33,6 +33,23 @@ static inline uint16_t ember_float_to_bf16(float f) {
 static inline float ember_round_bf16(float f) { return ember_bf16_to_float(ember_float_to_bf16(f)); }
 static inline float ember_round_f16(float f) { return (float)(_Float16)f; }
 
+// Welford's running mean and M2 (the sum of squared deviations) over n points; combined by Chan's formula
+template <typename T> struct ember_wf { T mean; T m2; int64_t n; };
+template <typename T> static inline ember_wf<T> ember_wf_update(ember_wf<T> a, T x) {
+  const int64_t n = a.n + 1; const T d = x - a.mean; const T mean = a.mean + d / (T)n;
+  return ember_wf<T>{mean, a.m2 + d * (x - mean), n};
+}
+template <typename T> static inline ember_wf<T> ember_wf_combine(ember_wf<T> a, ember_wf<T> b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const int64_t n = a.n + b.n; const T d = b.mean - a.mean; const T w = (T)b.n / (T)n;
+  return ember_wf<T>{a.mean + d * w, a.m2 + b.m2 + d * d * (T)a.n * w, n};
+}
+#pragma omp declare reduction(ember_wf_float : ember_wf<float> : omp_out = ember_wf_combine(omp_out, omp_in)) \
+  initializer(omp_priv = ember_wf<float>{0, 0, 0})
+#pragma omp declare reduction(ember_wf_double : ember_wf<double> : omp_out = ember_wf_combine(omp_out, omp_in)) \
+  initializer(omp_priv = ember_wf<double>{0, 0, 0})
+
 template <typename T> static inline T ember_div_trunc(T a, T b) {
   if (b == 0) return 0;
   if (std::is_signed<T>::value && b == (T)-1) return (T)(0 - (typename std::make_unsigned<T>::type)a);

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .cpp import _KernelWriter
 
 VEC_DTYPES = (torch.float32, torch.bool)
-VEC_REDUCTIONS = ("sum", "prod", "amax", "amin")
+VEC_REDUCTIONS = ("sum", "prod", "amax", "amin", "welford")
 
 PRELUDE = r"""
 typedef float vfloat __attribute__((vector_size(EMBER_VW * 4)));
@@ -86,6 +86,11 @@ static inline float ember_hsum(vfloat v) { float s = 0; for (int l = 0; l < EMBE
 static inline float ember_hprod(vfloat v) { float s = 1; for (int l = 0; l < EMBER_VW; ++l) s *= v[l]; return s; }
 static inline float ember_hmax(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] > s ? v[l] : s; return s; }
 static inline float ember_hmin(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] < s ? v[l] : s; return s; }
+static inline ember_wf<float> ember_hwelford(vfloat mean, vfloat m2, int64_t n) {
+  ember_wf<float> out{0, 0, 0};
+  for (int l = 0; l < EMBER_VW; ++l) out = ember_wf_combine(out, ember_wf<float>{mean[l], m2[l], n});
+  return out;
+}
 static inline int ember_hnan(vfloat v) { int n = 0; for (int l = 0; l < EMBER_VW; ++l) n |= v[l] != v[l]; return n; }
 """
 
@@ -232,6 +237,9 @@ class VecLoop:
             return f"{fn}({ptr} + {i}, {self._v(st.var)});"
         if isinstance(st, Accumulate):
             a, v = f"v{st.acc}", self._v(st.var)
+            if st.reduce_type == "welford":     # every lane has seen as many points: one count
+                return (f"{{ const vfloat d_ = {v} - {a}_mean; {a}_mean += d_ * (1.0f / (float)(++{st.acc}_vn)); "
+                        f"{a}_m2 += d_ * ({v} - {a}_mean); }}")
             return {"sum": f"{a} += {v};", "prod": f"{a} *= {v};",
                     "amax": f"{a} = ember_vmaximum({v}, {a});", "amin": f"{a} = ember_vminimum({v}, {a});"
                     }[st.reduce_type]
@@ -293,6 +301,10 @@ class VecLoop:
         before it and folded into the scalar accumulators after it."""
         lines = []
         for acc, rt, _ in self.accumulators:
+            if rt == "welford":
+                lines.append(f"{ind}vfloat v{acc}_mean = ember_vbf(0.0f), v{acc}_m2 = ember_vbf(0.0f); "
+                             f"int64_t {acc}_vn = 0;")
+                continue
             init = {"sum": "0.0f", "prod": "1.0f", "amax": "-__builtin_inff()", "amin": "__builtin_inff()"}[rt]
             lines.append(f"{ind}vfloat v{acc} = ember_vbf({init});")
         if header:
@@ -307,6 +319,8 @@ class VecLoop:
                 lines.append(f"{ind}{acc} += ember_hsum(v{acc});")
             elif rt == "prod":
                 lines.append(f"{ind}{acc} *= ember_hprod(v{acc});")
+            elif rt == "welford":
+                lines.append(f"{ind}{acc} = ember_wf_combine({acc}, ember_hwelford(v{acc}_mean, v{acc}_m2, {acc}_vn));")
             else:
                 h, cmp = ("ember_hmax", ">") if rt == "amax" else ("ember_hmin", "<")
                 lines.append(f"{ind}{{ const float h = {h}(v{acc}); {acc} = h {cmp} {acc} ? h : {acc}; }}")

@@ -15,7 +15,7 @@ from ember.loopir.interp import OPS, eval_index
 from ember.loopir.expr import bound_symbol
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
 
-INIT = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True}
+INIT = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True, "welford": 0}
 
 
 def _init(rt: str, dtype: torch.dtype) -> Any:
@@ -30,6 +30,7 @@ COMBINE: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
     "sum": lambda v, d: v.sum(d, keepdim=True, dtype=v.dtype), "prod": lambda v, d: v.prod(d, keepdim=True),
     "amax": lambda v, d: v.amax(d, keepdim=True), "amin": lambda v, d: v.amin(d, keepdim=True),
     "any": lambda v, d: v.any(d, keepdim=True), "all": lambda v, d: v.all(d, keepdim=True),
+    "welford": lambda v, d: ((v - v.mean(d, keepdim=True)) ** 2).sum(d, keepdim=True),
 }
 
 

@@ -131,7 +131,7 @@ def inner_reduction(indices: list) -> bool:
     return not rs or any(steps_by_one(i, RINDEX) for i in rs)
 
 
-IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
+IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1, "welford": 0}
 
 
 def _identity(rt: str, dt: torch.dtype) -> str:
@@ -263,8 +263,10 @@ class _Gen:
     def _reduced(self, st: Assign) -> str:
         acc, rt = st.args
         _, dt = self.accs[acc]
-        if self.cfg.persistent:
+        if self.cfg.persistent or not self.red:
             return _finish(rt, acc, dt)
+        if rt == "welford":
+            return _finish(rt, f"_h.welford_finish({acc}_mean, {acc}, {acc}_n)", dt)
         return _finish(rt, _reduce(rt, acc, dt), dt)
 
     def _reduced_online(self, st: Assign) -> str:
@@ -297,12 +299,31 @@ class _Gen:
         shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
         w = f"tl.where(rmask, {v}, {ident})" if self.rmask else v
         self.accs[st.acc] = (rt, dt)
-        if not self.red:     # a reduction over a single point (rnumel == 1)
+        if rt == "welford":
+            self.welford(st.acc, v, shape)
+        elif not self.red:     # a reduction over a single point (rnumel == 1)
             self.emit(f"{st.acc} = {v}")
         elif self.cfg.persistent:
             self.emit(f"{st.acc} = {_reduce(rt, f'tl.broadcast_to({w}, {shape})', adt)}")
         else:
             self.emit(f"{st.acc} = ({_combine(rt, st.acc, w, adt)}).to({tl_dtype(adt)})")
+
+    def welford(self, acc: str, v: str, shape: str) -> None:
+        """M2 of ``v`` over the row (``ember.loopir.welford``): the mean, then the squared deviations' sum, where
+        the row is held whole; else a running mean, M2 and count per lane (``_h.welford_update``)."""
+        if not self.red:
+            self.emit(f"{acc} = ({v} - {v}) * ({v} - {v})")       # 0, or NaN for inf and NaN as eager
+            return
+        if self.cfg.persistent:
+            w = f"tl.broadcast_to({f'tl.where(rmask, {v}, 0.0)' if self.rmask else v}, {shape})"
+            self.emit(f"{acc}_mean = tl.sum({w}, 1)[:, None] / {max(self.rnumel, 1)}.0")
+            d = f"tl.where(rmask, {v} - {acc}_mean, 0.0)" if self.rmask else f"{v} - {acc}_mean"
+            self.emit(f"{acc}_d = tl.broadcast_to({d}, {shape})")
+            self.emit(f"{acc} = tl.sum({acc}_d * {acc}_d, 1)[:, None]")
+            return
+        valid = "rmask" if self.rmask else "True"
+        self.emit(f"{acc}_mean, {acc}, {acc}_n = _h.welford_update({acc}_mean, {acc}, {acc}_n, "
+                  f"tl.broadcast_to({v}, {shape}), {valid})")
 
     def store(self, st: Store) -> None:
         dt = self.body.buffers[st.buf][0]
@@ -336,6 +357,9 @@ class _Gen:
             for acc, rt, dt in sec.accumulators:
                 adt = _acc_dtype(rt, dt)
                 self.emit(f"{acc} = tl.full({shape}, {_identity(rt, dt)}, {tl_dtype(adt)})")
+                if rt == "welford":
+                    self.emit(f"{acc}_mean = tl.zeros({shape}, {tl_dtype(adt)})")
+                    self.emit(f"{acc}_n = tl.zeros({shape}, tl.float32)")
             self.emit(f"for roffset in range(0, {self.rnumel}, {self.cfg.rblock}):")
             self.ind += 1
             self.emit("rindex = roffset + rbase")

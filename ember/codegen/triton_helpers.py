@@ -114,6 +114,31 @@ def online_sumexp_finish(m, s):
 
 
 @triton.jit
+def welford_update(mean, m2, n, x, valid):
+    """One step of Welford's running mean and M2 (sum of squared deviations) per lane, where ``valid``."""
+    n_new = tl.where(valid, n + 1.0, n)
+    delta = x - mean
+    mean_new = tl.where(valid, mean + delta / tl.maximum(n_new, 1.0), mean)
+    return mean_new, tl.where(valid, m2 + delta * (x - mean_new), m2), n_new
+
+
+@triton.jit
+def welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    """Chan's formula: (mean, M2, n) of two sets of points from each one's."""
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    w = tl.where(n == 0.0, 0.0, n_b / tl.maximum(n, 1.0))
+    return mean_a + delta * w, m2_a + m2_b + delta * delta * n_a * w, n
+
+
+@triton.jit
+def welford_finish(mean, m2, n):
+    """The row's M2 from its lanes' (mean, M2, n)."""
+    _, out, _ = tl.reduce((mean, m2, n), 1, welford_combine)
+    return out[:, None]
+
+
+@triton.jit
 def minimum(a, b):
     return tl.where(a != a, a, tl.where(a < b, a, b))  # noqa: PLR0124 - NaN test (a select, as in maximum)
 

@@ -45,6 +45,7 @@ REDUCE: dict[str, Callable[[torch.Tensor, tuple], torch.Tensor]] = {
     "amax": lambda v, d: v.amax(d), "amin": lambda v, d: v.amin(d),
     "any": lambda v, d: v.flatten(len(v.shape) - len(d)).any(-1),
     "all": lambda v, d: v.flatten(len(v.shape) - len(d)).all(-1),
+    "welford": lambda v, d: ((v - v.mean(d, keepdim=True)) ** 2).sum(d),     # M2: squared deviations' sum
 }
 
 

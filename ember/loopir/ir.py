@@ -21,7 +21,8 @@ import torch
 
 from .expr import Expr, rvars, xvars
 
-REDUCTION_TYPES = ("sum", "prod", "amax", "amin", "any", "all")
+# "welford": the sum of squared deviations from the mean over the reduced points (Welford's M2), in one pass
+REDUCTION_TYPES = ("sum", "prod", "amax", "amin", "any", "all", "welford")
 
 
 def contiguous_stride(shape: Sequence[Any]) -> tuple:

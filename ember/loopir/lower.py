@@ -429,7 +429,7 @@ def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = 
     """``channels_last``: store 4-D activations NHWC (``ember.loopir.conv_layout``); None decides from the
     graph (graphs heavy in 2-D convolutions of ``conv_layout.DTYPES``). ``align_matmuls``: pad misaligned CUDA matmuls
     (``ember.loopir.matmul_align``); max-autotune times padding at run time instead."""
-    from . import lowerings  # noqa: F401  (registers the table)
+    from . import lowerings, welford  # noqa: F401  (register the table)
     if channels_last is None:
         from .conv_layout import wants_channels_last
         channels_last = wants_channels_last(gm)

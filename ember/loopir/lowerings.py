@@ -387,7 +387,8 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
     name = L.new_name()
     lay = Layout.contiguous(ranges, out_dtype, x.device)
     outer = _kept_dim_contiguous(body, xs, rs)
-    split = _split_factor(x.device, prod(ranges), prod(rranges), outer)
+    # welford is split by ``welford.var_mean`` alone: a padded chunk would count its padding
+    split = 1 if kind == "welford" else _split_factor(x.device, prod(ranges), prod(rranges), outer)
     if split > 1:
         body, ranges, rranges = _split_reduction(L, body, ranges, rranges, kind, split, out_dtype, x.device, outer)
     L.nodes.append(Reduction(name, lay, ranges, rranges, kind, body))
@@ -518,48 +519,6 @@ def _arg_reduction(best_kind: str) -> Any:
 
 register_lowering("argmax")(_arg_reduction("amax"))
 register_lowering("argmin")(_arg_reduction("amin"))
-
-
-@register_lowering("var_mean")
-def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool = False) -> tuple:
-    d = canonical_dims(dims, x.ndim) if x.ndim else ()
-    if not d:
-        zero = constant(x.shape, 0.0 if correction == 0 else float("nan"), x.dtype, x.device)
-        return zero, x
-    n = prod([x.shape[i] for i in d])
-    if _splits(x, d):
-        return _var_mean_one_pass(L, x, d, n, correction, keepdim)
-    s = _reduce(L, x, d, True, "sum", None)
-    mean_k = L.realized(pointwise("div", [s, n], x.dtype))
-    centered = pointwise("sub", [x, _broadcast(L, mean_k, x.shape, list(range(x.ndim)))], x.dtype)
-    sq = pointwise("mul", [centered, centered], x.dtype)
-    m2 = _reduce(L, sq, d, keepdim, "sum", None)
-    denom = max(n - correction, 0)
-    var = pointwise("div", [m2, float(denom)], x.dtype)
-    mean = mean_k if keepdim else _squeeze(L, mean_k, list(d))
-    return var, mean
-
-
-def _var_mean_one_pass(L: Lowerer, x: TV, d: Sequence[int], n: int, correction: float, keepdim: bool) -> tuple:
-    """var and mean from one read of x: the sums of x - k and of its square, k being the row's first point
-    (shifted data: the cancellation in ``s2 - s1**2 / n`` is bounded by how far k lies from the mean, in
-    standard deviations, not by the mean itself). A reduction split into partial sums then reads x once,
-    not twice, and both partial sums run in one kernel."""
-    def first(idx: Sequence) -> Any:
-        return x.loader([0 if i in d else v for i, v in enumerate(idx)])
-    k = TV(x.shape, x.dtype, x.device, first)
-    c = pointwise("sub", [x, k], x.dtype)
-    s1 = _reduce(L, c, d, True, "sum", None)
-    s2 = _reduce(L, pointwise("mul", [c, c], x.dtype), d, True, "sum", None)
-    kk = TV(s1.shape, x.dtype, x.device, first)
-    mean_k = L.realized(pointwise("add", [kk, pointwise("div", [s1, n], x.dtype)], x.dtype))
-    sq_mean = pointwise("div", [pointwise("mul", [s1, s1], x.dtype), n], x.dtype)       # s1**2 / n
-    m2 = pointwise("maximum", [pointwise("sub", [s2, sq_mean], x.dtype), 0.0], x.dtype)  # rounding: not below 0
-    var = pointwise("div", [m2, float(max(n - correction, 0))], x.dtype)
-    if not keepdim:
-        return _squeeze(L, var, list(d)), _squeeze(L, mean_k, list(d))
-    return var, mean_k
-
 
 
 # indexing: loads whose address depends on a loaded value ---------------------------------------------------

@@ -42,3 +42,16 @@ def _special_rows(rows: int, cols: int) -> torch.Tensor:
     t[3, 100:] = float("-inf")
     t[4] = torch.linspace(-50, 80, cols)
     return t
+
+
+def _stats_rows(rows: int, cols: int) -> torch.Tensor:
+    """Rows for variance kernels: one with a NaN, one with a +inf, one constant (variance exactly 0), one of
+    1e4 plus noise of std 0.01 (a sum of squares minus the squared sum cancels to nothing there), the rest
+    random."""
+    t = torch.randn(rows, cols)
+    t[0, 3] = float("nan")
+    t[1, 5] = float("inf")
+    t[2] = 1.5
+    if rows > 3:
+        t[3] = 1e4 + 0.01 * torch.randn(cols)
+    return t

@@ -18,7 +18,7 @@ from ember.codegen.cpp_build import CppCache, CppCompileError
 from ember.codegen.wrapper import CompiledGraph
 from ember.options import CompileOptions
 
-from tests.codegen.inputs import _ints, _rms, _rn, _with_nans  # noqa: E402
+from tests.codegen.inputs import _ints, _rms, _rn, _stats_rows, _with_nans  # noqa: E402
 
 OPTS = CompileOptions(cpu_backend="cpp")
 
@@ -35,6 +35,18 @@ CASES = {
                    1e-4),
     "rms_norm": (_rms, lambda: [_rn(9, 96), _rn(96)], True, 1e-4),
     "var_mean": (lambda x: torch.var_mean(x, dim=1), lambda: [_rn(12, 50)], True, 1e-4),
+    # Welford's M2 (ember.loopir.welford): rows held whole and looped, columns, NCHW batch statistics, a single
+    # point, rows with NaN/inf/constant/offset values; long rows split on CUDA (20000: into chunks of whole
+    # points; 20011, prime: shifted sums)
+    "welford": (lambda r, c, b, p, q: (torch.var_mean(r, 1)[0], torch.var_mean(r, 1)[1], torch.std(r, 1),
+                                       torch.var(c, 0), torch.var_mean(b, (0, 2, 3), correction=0)[0],
+                                       torch.mean(b, (0, 2, 3)), torch.std_mean(p, 1)[0], torch.mean(p, 1),
+                                       torch.var(q, 1), torch.var(r[:, :1], 1, correction=0)),
+                lambda: [_stats_rows(6, 50), _rn(3000, 6), _rn(4, 3, 5, 7), _stats_rows(5, 20000),
+                         _stats_rows(4, 20011)], False, 1e-4),
+    "norms_train": (lambda x, w, b, g: (F.batch_norm(x, None, None, w, b, training=True), F.group_norm(g, 2, w[:4]),
+                                        F.instance_norm(g)),
+                    lambda: [_rn(4, 6, 5, 7), _rn(6), _rn(6), _rn(3, 4, 9)], True, 1e-4),
     "gelu_erf_tanh": (lambda x: F.gelu(x) + F.gelu(x * 0.5, approximate="tanh"), lambda: [_rn(70, 33)], True, 1e-5),
     # argmax/argmin as two fused reductions: NaN rows (the first NaN wins), ties (the first index wins), long
     # rows split across threads (x=4 r=5000), integer inputs

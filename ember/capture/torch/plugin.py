@@ -144,6 +144,8 @@ class TorchPlugin:
         # is_cpu over device objects, is_contiguous() over a stride tuple when the strides are the contiguous ones
         if dev.type == "cpu":
             dev_check = f"{e}.is_cpu"
+        elif dev.type == "cuda" and torch.cuda.device_count() == 1:
+            dev_check = f"{e}.is_cuda"         # one visible device (fixed for the process): no index to check
         elif dev.type == "cuda":
             dev_check = f"{e}.is_cuda and {e}.get_device() == {dev.index}"
         else:

@@ -1,0 +1,110 @@
+"""Variance and mean from one read of the data: the ``var_mean`` prim's lowering.
+
+``var_mean(x)`` lowers to two reductions over the same points that the scheduler runs in one loop: ``sum(c)``
+and ``welford(c)``, the sum of squared deviations from the mean (Welford's M2), of ``c = x - k``, ``k`` being
+the row's first point. Code generators keep M2 per lane with a running mean and count (``delta = c - mean;
+mean += delta / n; m2 += delta * (c - mean)``) and combine lanes, threads and programs with Chan's formula; a
+reduction whose row is held whole (a persistent Triton reduction) takes the mean first and sums the squared
+deviations from it. Either way x is read once, and the variance does not suffer the cancellation of
+``sum(x*x) - sum(x)**2 / n``.
+
+The shift by ``k`` (M2 does not change with it) keeps the running mean near zero: in float32 a running mean
+near 1e4 stops moving once ``delta / n`` falls under half its ulp, which for data of std 0.01 is after some
+twenty points, and M2 then drifts by percents. ``mean = k + sum(c) / n``.
+
+A reduction split into partials over chunks of its rows (GPU: few long rows) splits both: per chunk a sum and an
+M2, then ``M2 = sum(m2_i + c_i * (s_i / c_i - s / n)**2)`` (Chan's formula over the chunks, ``c_i`` points
+each). The chunks must hold whole points (a padded chunk would count its padding), so the split count is a
+divisor of the row; a row without one near the heuristic's count is split with shifted sums of squares instead
+(``_shifted_squares``).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ember.decomp.meta import canonical_dims
+
+from . import lowerings as LW
+from .expr import Const, Op, xvars
+from .ir import Layout, Reduction, prod
+from .lower import Lowerer, register_lowering
+from .values import TV, buffer_view, constant, pointwise
+
+MIN_SPLIT_FRACTION = 2      # a divisor split count at least 1/2 of the heuristic's, else shifted sums of squares
+
+
+@register_lowering("var_mean")
+def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool = False) -> tuple:
+    d = canonical_dims(dims, x.ndim) if x.ndim else ()
+    if not d:
+        zero = constant(x.shape, 0.0 if correction == 0 else float("nan"), x.dtype, x.device)
+        return zero, x
+    n = prod([x.shape[i] for i in d])
+
+    def first(idx: Sequence) -> Any:
+        return x.loader([0 if i in d else v for i, v in enumerate(idx)])
+    c = pointwise("sub", [x, TV(x.shape, x.dtype, x.device, first)], x.dtype)
+    split = _split_count(x, d)
+    if split == 0:
+        s, m2 = _shifted_squares(L, c, d, n)
+    elif split > 1:
+        s, m2 = _split_sum_m2(L, c, d, n, split)
+    else:
+        s = LW._reduce(L, c, d, False, "sum", None)
+        m2 = LW._reduce(L, c, d, False, "welford", None)
+    k = LW._squeeze(L, TV(tuple(1 if i in d else x.shape[i] for i in range(x.ndim)), x.dtype, x.device, first),
+                    list(d))
+    mean = pointwise("add", [k, pointwise("div", [s, n], x.dtype)], x.dtype)
+    if n > 1:       # ATen's running mean turns NaN past an inf (inf - inf), as M2 does: so does this one
+        mean = pointwise("where", [pointwise("isnan", [m2], x.dtype, torch.bool), m2, mean], x.dtype)
+    var = pointwise("div", [m2, float(max(n - correction, 0))], x.dtype)
+    if keepdim:
+        for i in d:
+            var, mean = LW._unsqueeze(L, var, i), LW._unsqueeze(L, mean, i)
+    return var, mean
+
+
+def _split_count(x: TV, d: Sequence[int]) -> int:
+    """1: no split; k > 1: k chunks of whole points; 0: split, but no divisor of the row is near the heuristic's
+    count (shifted sums of squares)."""
+    ranges, rranges, xs, rs, body = LW._reduction_body(x, d, x.dtype)
+    R = prod(rranges)
+    want = LW._split_factor(x.device, prod(ranges), R, LW._kept_dim_contiguous(body, xs, rs))
+    if want <= 1:
+        return 1
+    best = next((k for k in range(want, 1, -1) if R % k == 0), 1)
+    return best if best * MIN_SPLIT_FRACTION >= want else 0
+
+
+def _split_sum_m2(L: Lowerer, c: TV, d: Sequence[int], n: int, split: int) -> tuple[TV, TV]:
+    """(sum, M2) of the shifted ``c`` over ``d`` through ``split`` partial sums and M2s (kept shape)."""
+    ranges, rranges, xs, rs, body = LW._reduction_body(c, d, c.dtype)
+    outer = LW._kept_dim_contiguous(body, xs, rs)
+    chunk = prod(rranges) // split
+    dt, dev = c.dtype, c.device
+    part_s, kept, rr = LW._split_reduction(L, body, ranges, rranges, "sum", split, dt, dev, outer)
+    part_m2, _, _ = LW._split_reduction(L, body, ranges, rranges, "welford", split, dt, dev, outer)
+    lay = Layout.contiguous(kept, dt, dev)
+    s = L.realized(_reduction_node(L, lay, kept, rr, "sum", part_s))
+    mean_c = Op("div", (s.loader(xvars(len(kept))), Const(float(n), dt)), dt)
+    dev_i = Op("sub", (Op("div", (part_s, Const(float(chunk), dt)), dt), mean_c), dt)
+    spread = Op("mul", (Const(float(chunk), dt), Op("mul", (dev_i, dev_i), dt)), dt)
+    return s, _reduction_node(L, lay, kept, rr, "sum", Op("add", (part_m2, spread), dt))
+
+
+def _reduction_node(L: Lowerer, lay: Layout, ranges: tuple, rranges: tuple, kind: str, body: Any) -> TV:
+    name = L.new_name()
+    L.nodes.append(Reduction(name, lay, ranges, rranges, kind, body))
+    return buffer_view(name, lay)
+
+
+def _shifted_squares(L: Lowerer, c: TV, d: Sequence[int], n: int) -> tuple[TV, TV]:
+    """(sum, M2) of the shifted ``c`` from its sum and the sum of its squares (the cancellation in
+    ``s2 - s1**2 / n`` is bounded by how far the shift lies from the mean, in standard deviations, not by the
+    mean itself). Both sums split into partials over padded chunks, and run in one kernel."""
+    s1 = LW._reduce(L, c, d, False, "sum", None)
+    s2 = LW._reduce(L, pointwise("mul", [c, c], c.dtype), d, False, "sum", None)
+    sq_mean = pointwise("div", [pointwise("mul", [s1, s1], c.dtype), n], c.dtype)       # s1**2 / n
+    return s1, pointwise("maximum", [pointwise("sub", [s2, sq_mean], c.dtype), 0.0], c.dtype)  # not below 0
