@@ -266,7 +266,9 @@ class _Gen:
         if self.cfg.persistent or not self.red:
             return _finish(rt, acc, dt)
         if rt == "welford":
-            return _finish(rt, f"_h.welford_finish({acc}_mean, {acc}, {acc}_n)", dt)
+            shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
+            n = f"{acc}_n" if self.rmask else f"tl.full({shape}, {self.rnumel // self.cfg.rblock}.0, tl.float32)"
+            return _finish(rt, f"_h.welford_finish({acc}_mean, {acc}, {n})", dt)
         return _finish(rt, _reduce(rt, acc, dt), dt)
 
     def _reduced_online(self, st: Assign) -> str:
@@ -321,9 +323,12 @@ class _Gen:
             self.emit(f"{acc}_d = tl.broadcast_to({d}, {shape})")
             self.emit(f"{acc} = tl.sum({acc}_d * {acc}_d, 1)[:, None]")
             return
-        valid = "rmask" if self.rmask else "True"
-        self.emit(f"{acc}_mean, {acc}, {acc}_n = _h.welford_update({acc}_mean, {acc}, {acc}_n, "
-                  f"tl.broadcast_to({v}, {shape}), {valid})")
+        if self.rmask:
+            self.emit(f"{acc}_mean, {acc}, {acc}_n = _h.welford_update({acc}_mean, {acc}, {acc}_n, "
+                      f"tl.broadcast_to({v}, {shape}), rmask)")
+        else:       # every lane holds a point in every step: the count is the step's, its inverse one division
+            self.emit(f"{acc}_mean, {acc} = _h.welford_update_dense({acc}_mean, {acc}, tl.broadcast_to({v}, {shape}), "
+                      f"1.0 / (roffset // {self.cfg.rblock} + 1))")
 
     def store(self, st: Store) -> None:
         dt = self.body.buffers[st.buf][0]
@@ -359,7 +364,8 @@ class _Gen:
                 self.emit(f"{acc} = tl.full({shape}, {_identity(rt, dt)}, {tl_dtype(adt)})")
                 if rt == "welford":
                     self.emit(f"{acc}_mean = tl.zeros({shape}, {tl_dtype(adt)})")
-                    self.emit(f"{acc}_n = tl.zeros({shape}, tl.float32)")
+                    if self.rmask:
+                        self.emit(f"{acc}_n = tl.zeros({shape}, tl.float32)")
             self.emit(f"for roffset in range(0, {self.rnumel}, {self.cfg.rblock}):")
             self.ind += 1
             self.emit("rindex = roffset + rbase")

@@ -123,6 +123,14 @@ def welford_update(mean, m2, n, x, valid):
 
 
 @triton.jit
+def welford_update_dense(mean, m2, x, inv_n):
+    """``welford_update`` where every lane holds a point (no mask): one count for all, ``inv_n`` its inverse."""
+    delta = x - mean
+    mean_new = mean + delta * inv_n
+    return mean_new, m2 + delta * (x - mean_new)
+
+
+@triton.jit
 def welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
     """Chan's formula: (mean, M2, n) of two sets of points from each one's."""
     n = n_a + n_b
