@@ -7,7 +7,19 @@ export PYTHONPATH=.
 OUT=${OUT:-bench/out/gpu-ro}
 MODELS=${MODELS:-gpt2,bert,vit_small,resnet50}
 mkdir -p "$OUT"
+# PER_MODEL=1: one process per model. torch.compile's CUDA graph pool is one per process, shared by every model
+# compiled in it, so in a shared process its held memory for the second model on does not count the pool the
+# first one grew (ember's pools are per compiled model)
 for b in ${BATCHES:-1 8}; do
+  if [ -n "${PER_MODEL:-}" ]; then
+    for m in ${MODELS//,/ }; do
+      timeout ${TIMEOUT:-270} python3 -m ember.bench --suite full --device cuda --models "$m" --tasks infer \
+        --dtypes bf16 --engines eager,inductor@reduce-overhead,ember@reduce-overhead --batch "$b" \
+        --budget-s ${BUDGET:-250} --out "$OUT/ro_batch${b}_$m" > "$OUT/ro_batch${b}_$m.log" 2>&1
+      grep -E "^$m " "$OUT/ro_batch${b}_$m.log"
+    done
+    continue
+  fi
   timeout ${TIMEOUT:-270} python3 -m ember.bench --suite full --device cuda --models "$MODELS" --tasks infer \
     --dtypes bf16 --engines eager,inductor@reduce-overhead,ember@reduce-overhead --batch "$b" \
     --budget-s ${BUDGET:-250} --out "$OUT/ro_batch$b" > "$OUT/ro_batch$b.log" 2>&1
