@@ -31,7 +31,6 @@ PERSISTENT_MAX = 4096      # largest power-of-two row a persistent reduction kee
 OUTER_PERSISTENT_MAX = 128  # rows with non-contiguous reduced points: keep XBLOCK wide instead
 TILE = 4096                # XBLOCK * RBLOCK of a persistent reduction
 ONLINE_SOFTMAX = True      # looped max-then-sum-of-exp kernels read their rows once (ember.loopir.online)
-ONLINE_ROWS = True         # ... keeping the running max and sum per row (one exp per point), not per lane (two)
 
 
 def next_pow2(n: int) -> int:
@@ -274,7 +273,7 @@ class _Gen:
 
     def _reduced_online(self, st: Assign) -> str:
         acc_m, acc_s = st.args
-        return f"_h.online_sumexp{'_rows' if ONLINE_ROWS else ''}_finish({acc_m}, {acc_s})"
+        return f"_h.online_sumexp_finish({acc_m}, {acc_s})"
 
     def online(self, st: OnlineAccumulate) -> None:
         """Running max and rescaled sum of exp in one looped pass (ember.loopir.online)."""
@@ -287,8 +286,7 @@ class _Gen:
             vals.append(f"tl.where(rmask, {v}, float('-inf'))" if self.rmask else v)
         shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
         vals = [f"tl.broadcast_to({v}, {shape})" for v in vals]
-        fn = "online_sumexp_rows" if ONLINE_ROWS else "online_sumexp"
-        self.emit(f"{st.acc_max}, {st.acc_sum} = _h.{fn}({st.acc_max}, {st.acc_sum}, {vals[0]}, {vals[1]})")
+        self.emit(f"{st.acc_max}, {st.acc_sum} = _h.online_sumexp({st.acc_max}, {st.acc_sum}, {vals[0]}, {vals[1]})")
 
     def accumulate(self, st: Accumulate) -> None:
         rt, dt = st.reduce_type, st.dtype
@@ -361,11 +359,9 @@ class _Gen:
         looped = sec.level == "r" and not self.cfg.persistent
         if looped:
             shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
-            online = {a for st in sec.stmts if isinstance(st, OnlineAccumulate) for a in (st.acc_max, st.acc_sum)}
             for acc, rt, dt in sec.accumulators:
                 adt = _acc_dtype(rt, dt)
-                ashape = f"[{self.cfg.xblock}, 1]" if acc in online and ONLINE_ROWS else shape
-                self.emit(f"{acc} = tl.full({ashape}, {_identity(rt, dt)}, {tl_dtype(adt)})")
+                self.emit(f"{acc} = tl.full({shape}, {_identity(rt, dt)}, {tl_dtype(adt)})")
                 if rt == "welford":
                     self.emit(f"{acc}_mean = tl.zeros({shape}, {tl_dtype(adt)})")
                     if self.rmask:

@@ -104,22 +104,6 @@ def online_sumexp(m, s, xm, xs):
 
 
 @triton.jit
-def online_sumexp_rows(m, s, xm, xs):
-    """``online_sumexp`` per row instead of per lane: ``m`` and ``s`` are [XBLOCK, 1]; the step's block is
-    reduced first, so each point costs one exp (per lane, the rescaling costs a second one, and 16-bit rows
-    of a long vocabulary are then bound by the special-function units rather than by memory)."""
-    m_new = maximum(m, tl.reduce(xm, 1, maximum)[:, None])
-    base = tl.where(m_new == float("-inf"), 0.0, m_new)
-    return m_new, s * tl.exp(m - base) + tl.sum(tl.exp(xs - base), 1)[:, None]
-
-
-@triton.jit
-def online_sumexp_rows_finish(m, s):
-    """The row's sum of exp(g - M) from ``online_sumexp_rows``; NaN for a row of -inf only."""
-    return tl.where(m == float("-inf"), float("nan"), s)
-
-
-@triton.jit
 def online_sumexp_finish(m, s):
     """The row's sum of exp(g - M) from the lanes' (m, s), M the row's max; NaN for a row of -inf only, as
     exp(-inf - -inf) gives in the two-pass form."""
