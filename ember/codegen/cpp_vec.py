@@ -29,7 +29,8 @@ from . import cpp_ops as C
 if TYPE_CHECKING:
     from .cpp import _KernelWriter
 
-VEC_DTYPES = (torch.float32, torch.bool)
+VEC_DTYPES = (torch.float32, torch.bfloat16, torch.bool)
+FLOATS = (torch.float32, torch.bfloat16)     # vfloat lanes (bf16 values in float, rounded to bf16 after each op)
 VEC_REDUCTIONS = ("sum", "prod", "amax", "amin", "welford")
 
 PRELUDE = r"""
@@ -42,6 +43,20 @@ static inline vfloat ember_vperiodic(const float* p, int m) {   // lanes p[0..m-
   vfloat v; for (int l = 0; l < EMBER_VW; ++l) v[l] = p[l % m]; return v;
 }
 static inline void ember_vstore(float* p, vfloat v) { std::memcpy(p, &v, sizeof v); }
+typedef uint16_t vu16 __attribute__((vector_size(EMBER_VW * 2)));
+typedef uint32_t vu32 __attribute__((vector_size(EMBER_VW * 4)));
+static inline vfloat ember_vload_bf16(const uint16_t* p) {     // bf16 widens to float exactly: the high half
+  vu16 h; std::memcpy(&h, p, sizeof h); return (vfloat)(__builtin_convertvector(h, vu32) << 16);
+}
+static inline vu32 ember_vbf16_bits(vfloat v) {                // round to nearest even, NaN to a quiet NaN
+  const vu32 u = (vu32)v;
+  const vu32 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (v != v) ? (vu32){} + 0x7fc0u : r;
+}
+static inline vfloat ember_vround_bf16(vfloat v) { return (vfloat)(ember_vbf16_bits(v) << 16); }
+static inline void ember_vstore_bf16(uint16_t* p, vfloat v) {
+  const vu16 h = __builtin_convertvector(ember_vbf16_bits(v), vu16); std::memcpy(p, &h, sizeof h);
+}
 static inline vmask ember_vload_mask(const bool* p) {
   vmask m; for (int l = 0; l < EMBER_VW; ++l) m[l] = p[l] ? -1 : 0; return m;
 }
@@ -199,6 +214,8 @@ class VecLoop:
                     or any(a in vec for a in _operands(st)):
                 if st.dtype not in VEC_DTYPES or any(self.w.dtype(a) not in VEC_DTYPES for a in _operands(st)):
                     return False
+                if st.kind == "load" and not _widens(self.w.body.buffers[st.args[0]][0], st.dtype):
+                    return False
                 vec.add(st.var)
         return True
 
@@ -233,7 +250,8 @@ class VecLoop:
     def stmt(self, st: Any) -> str:
         if isinstance(st, Store):
             ptr, i = _ptr(st.buf), C.index(st.index)
-            fn = "ember_vstore_mask" if self.w.dtype(st.var) is torch.bool else "ember_vstore"
+            fn = {torch.bool: "ember_vstore_mask", torch.bfloat16: "ember_vstore_bf16"}.get(self.w.dtype(st.var),
+                                                                                         "ember_vstore")
             return f"{fn}({ptr} + {i}, {self._v(st.var)});"
         if isinstance(st, Accumulate):
             a, v = f"v{st.acc}", self._v(st.var)
@@ -253,6 +271,8 @@ class VecLoop:
             if st.dtype is torch.bool:
                 e = f"ember_vload_mask({_ptr(buf)} + {C.index(idx)})"
                 vt, zero = "vmask", "ember_vbm(false)"
+            elif self.w.body.buffers[buf][0] is torch.bfloat16:
+                e, vt, zero = f"ember_vload_bf16({_ptr(buf)} + {C.index(idx)})", "vfloat", "ember_vbf(0.0f)"
             else:
                 e, vt, zero = f"ember_vload({_ptr(buf)} + {C.index(idx)})", "vfloat", "ember_vbf(0.0f)"
             if mask is not None:       # one condition for the whole vector: the load only runs where it holds
@@ -270,16 +290,18 @@ class VecLoop:
         if rule is not None:
             e = rule([self._v(a) for a in args], [self.w.dtype(a) for a in args], st.dtype)
             if e is not None:
-                return f"const {vt} {st.var} = {e};"
+                return f"const {vt} {st.var} = {_rounded(e, st.dtype)};"
         return self._lanes(st, name, args, vt)
 
     def _cast(self, a: str, dst: torch.dtype) -> str:
         src = self.w.dtype(a)
-        if src == dst:
+        if src == dst or (src is torch.bfloat16 and dst is torch.float32):
             return a
         if dst is torch.bool:
             return f"({a} != 0.0f)"
-        return f"({a} ? ember_vbf(1.0f) : ember_vbf(0.0f))"
+        if src is torch.bool:
+            return f"({a} ? ember_vbf(1.0f) : ember_vbf(0.0f))"
+        return _rounded(a, dst)
 
     def _lanes(self, st: Assign, name: str, args: tuple, vt: str) -> str:
         """The scalar rule, lane by lane (GCC vectorizes the lane loop, with libmvec for math calls)."""
@@ -291,7 +313,7 @@ class VecLoop:
                 lane.append(f"({a}[l] != 0)")
             else:
                 lane.append(f"{a}[l]")
-        e = C.op(name, lane, [self.w.dtype(a) for a in args], st.dtype)
+        e = C.round_low(st.dtype, C.op(name, lane, [self.w.dtype(a) for a in args], st.dtype))
         if st.dtype is torch.bool:
             e = f"(({e}) ? -1 : 0)"
         return (f"{vt} {st.var};\n#pragma omp simd\nfor (int l = 0; l < EMBER_VW; ++l) {st.var}[l] = {e};")
@@ -328,6 +350,16 @@ class VecLoop:
         return lines
 
 
+def _rounded(e: str, dtype: torch.dtype) -> str:
+    """A vector of float lanes ``e`` rounded to ``dtype``'s precision (bf16 values are kept rounded)."""
+    return f"ember_vround_bf16({e})" if dtype is torch.bfloat16 else e
+
+
+def _widens(src: torch.dtype, dst: torch.dtype) -> bool:
+    """A load of ``src`` elements as ``dst`` values needs no rounding (the same dtype, or bf16 as float)."""
+    return src == dst or (src is torch.bfloat16 and dst is torch.float32)
+
+
 def _operands(st: Assign) -> tuple:
     return st.args[1:] if st.kind == "op" else st.args if st.kind == "cast" else ()
 
@@ -348,7 +380,7 @@ def _when(ok: Callable[[list], bool], rule: Callable[[list, list, torch.dtype], 
 
 
 def _float_only(rule: Callable[[list, list, torch.dtype], str]) -> Callable[[list, list, torch.dtype], str | None]:
-    return _when(lambda d: all(t == torch.float32 for t in d), rule)
+    return _when(lambda d: all(t in FLOATS for t in d), rule)
 
 
 def _float_or_bool(rule: Callable[[list, list, torch.dtype], str]) -> Callable[[list, list, torch.dtype], str | None]:

@@ -44,6 +44,12 @@ CASES = {
                                        torch.var(q, 1), torch.var(r[:, :1], 1, correction=0)),
                 lambda: [_stats_rows(6, 50), _rn(3000, 6), _rn(4, 3, 5, 7), _stats_rows(5, 20000),
                          _stats_rows(4, 20011)], False, 1e-4),
+    # bf16 values in vector lanes (ember_vload_bf16/ember_vround_bf16/ember_vstore_bf16): rows of several vectors
+    # plus a scalar tail, reductions over widened bf16, ops rounded to bf16 after each one as eager rounds them
+    "bf16_vectors": (lambda x, y: (torch.softmax(x, -1), F.layer_norm(x, (67,)), x * y + 1, F.gelu(x),
+                                   (x > 0).to(torch.bfloat16) * y, x.float().sum(-1), torch.var_mean(x.float(), -1)[0],
+                                   x.exp(), torch.where(x > y, x, y * 2), (x.float() * 3).bfloat16()),
+                     lambda: [(_rn(33, 67) * 3).bfloat16(), _rn(33, 67).bfloat16()], False, 1e-2),
     "norms_train": (lambda x, w, b, g: (F.batch_norm(x, None, None, w, b, training=True), F.group_norm(g, 2, w[:4]),
                                         F.instance_norm(g)),
                     lambda: [_rn(4, 6, 5, 7), _rn(6), _rn(6), _rn(3, 4, 9)], True, 1e-4),
@@ -258,3 +264,19 @@ def test_argmax_is_one_kernel_not_an_aten_call() -> None:
     assert "extern" not in src, src
     calls = [ln for ln in src.splitlines() if ln.lstrip().startswith("kernel")]
     assert len(calls) == 2 and all("amax" in ln or "amin" in ln for ln in calls), src
+
+
+def test_bf16_loops_are_vector_loops_and_round_as_eager() -> None:
+    """bf16 loads widen into float lanes and stores round to nearest even (NaN stays NaN): a pointwise bf16
+    chain is a vector loop, bit for bit eager's (each op rounded to bf16), including ties, infinities and NaN."""
+    x = (_rn(8, 300) * 100).bfloat16()
+    y = _rn(8, 300).bfloat16()
+    x[0, :4] = torch.tensor([float("inf"), float("-inf"), float("nan"), 65504.0])
+    y[1, :3] = torch.tensor([float("nan"), 0.0, -0.0])
+    fn = lambda x, y: ((x * y + 1) * 0.3 - x, (x.float() / 7).bfloat16())    # noqa: E731
+    compiled, built = _compile(fn, [x, y])
+    src = "\n".join(s for b in built for s in b.kernel_sources)
+    assert "ember_vload_bf16(" in src and "ember_vstore_bf16(" in src, src
+    for a, b in zip(compiled(x, y), fn(x, y)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(a.signbit() & ~a.isnan(), b.signbit() & ~b.isnan())
