@@ -85,6 +85,20 @@ static vfloat ember_vexpf(vfloat x) {
   res = x > 88.72284f ? ember_vbf(__builtin_inff()) : res;
   return x != x ? x : res;
 }
+static vfloat ember_vtanh(vfloat x) {    // x P(x^2) / Q(x^2) (Eigen's float tanh) for |x| < 9: within 3e-7 of tanh
+  const vfloat c = ember_vbf(9.0f);       // relatively; +-1 from 9 on (where float tanh is 1), NaN and -0 kept
+  const vfloat xc = x > c ? c : (x < -c ? -c : x);
+  const vfloat x2 = xc * xc;
+  vfloat p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f; p = p * x2 + 5.12229709037114e-08f; p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f; p = p * x2 + 4.89352455891786e-03f;
+  vfloat q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f; q = q * x2 + 4.89352518554385e-03f;
+  const vfloat t = xc * p / q;
+  const vfloat one = (vfloat)(((vmask)x & (int32_t)0x80000000) | (vmask)ember_vbf(1.0f));
+  const vfloat ax = ember_vabs(x);
+  return ax < 0.0004f ? x : (ax >= 9.0f ? one : t);
+}
 static vfloat ember_verf(vfloat x) {
   /* Abramowitz-Stegun 7.1.26 with the exp above: the vectorized erf eager's CPU kernels use (abs. error
      ~1.5e-7), so erf/GELU match eager closely */
@@ -407,6 +421,7 @@ VOPS: dict[str, Callable[[list, list, torch.dtype], str | None]] = {
     "minimum": _float_only(lambda a, d, o: f"ember_vminimum({a[0]}, {a[1]})"),
     "exp": _float_only(lambda a, d, o: f"ember_vexpf({a[0]})"),
     "erf": _float_only(lambda a, d, o: f"ember_verf({a[0]})"),
+    "tanh": _float_only(lambda a, d, o: f"ember_vtanh({a[0]})"),
     "sigmoid": _float_only(lambda a, d, o: f"(1.0f / (1.0f + ember_vexpf(-{a[0]})))"),
     "reciprocal": _float_only(lambda a, d, o: f"(1.0f / {a[0]})"),
 }

@@ -280,3 +280,17 @@ def test_bf16_loops_are_vector_loops_and_round_as_eager() -> None:
     for a, b in zip(compiled(x, y), fn(x, y)):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
         assert torch.equal(a.signbit() & ~a.isnan(), b.signbit() & ~b.isnan())
+
+
+def test_vector_tanh_accuracy_and_special_values() -> None:
+    """tanh in vector loops is a rational approximation (``ember_vtanh``): within 1e-6 of eager relatively on
+    [-10, 10] and tiny values, +-1 exactly past its clamp and at +-inf, NaN kept, -0 kept."""
+    special = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 7.95, -8.5, 1e30, 20.0, -3e-5])
+    x = torch.cat([special, torch.linspace(-10, 10, 200_000), torch.logspace(-8, 1, 20_000),
+                   -torch.logspace(-8, 1, 20_000)])                 # a multiple of 16 lanes: no scalar tail
+    compiled, built = _compile(lambda x: torch.tanh(x), [x])
+    src = "\n".join(s for b in built for s in b.kernel_sources)
+    assert "ember_vtanh(" in src, src
+    out, ref = compiled(x), torch.tanh(x)
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=0, equal_nan=True)
+    assert out[:2].tolist() == [1.0, -1.0] and out[7].item() == 1.0 and out[4].signbit() and out[2].isnan()
