@@ -66,10 +66,12 @@ class _KernelWriter:
         # a block of TILE outer points: x-level values become arrays, the r loop runs each row of the block
         self.tiled = self.reduction and self.X >= 16 and _x_contiguous(body)
         self.width = vector_width()
+        self.wf_sums: set[str] = set()     # Welford accumulators of scalar loops, kept as shifted sums instead
         self.xvars: set[str] = set()
         if self.tiled:
             for sec in body.sections:
                 self.xvars |= {acc for acc, _, _ in sec.accumulators}
+                self.xvars |= {acc + "_mean" for acc, rt, _ in sec.accumulators if rt == "welford"}
                 self.xvars |= {acc + "_nan" for acc, rt, dt in sec.accumulators if self._nan_flag(rt, dt)}
                 self.xvars |= {st.var for st in sec.stmts if isinstance(st, Assign) and st.level == "x"}
 
@@ -94,10 +96,13 @@ class _KernelWriter:
             e = f"(({ct}){C.index(st.args[0])})"
         elif st.kind == "cast":
             e = C.cast(self.ref(st.args[0]), self.dtype(st.args[0]), st.dtype)
+        elif st.kind == "reduced" and st.args[0] in self.wf_sums:      # M2 = s2 - s1^2 / n, not below 0
+            acc = st.args[0]
+            e = f"ember_m2_from_sums({acc}, {acc}_s1, ({ct}){self.R})"
         elif st.kind == "reduced":
             acc, rt = st.args
             e = f"({self.ref(acc + '_nan')} ? std::numeric_limits<{ct}>::quiet_NaN() : {self.ref(acc)})" \
-                if self._nan_flag(rt, st.dtype) else self.ref(acc) + (".m2" if rt == "welford" else "")
+                if self._nan_flag(rt, st.dtype) else self.ref(acc) + (".m2" if rt == "welford" and not self.tiled else "")
             e = C.round_low(st.dtype, e)
         else:
             name, *args = st.args
@@ -127,6 +132,12 @@ class _KernelWriter:
             return f"{a} |= ({v} != 0);"
         if rt == "all":
             return f"{a} &= ({v} != 0);"
+        if st.acc in self.wf_sums:
+            return f"{a}_s1 += {v}; {a} += {v} * {v};"
+        if rt == "welford" and self.tiled:     # every outer point of a block has seen rindex + 1 points
+            m = self.ref(st.acc + "_mean")
+            ct = C.compute_type(st.dtype)
+            return f"{{ const {ct} d_ = {v} - {m}; {m} += d_ * ({ct})wf_inv; {a} += d_ * ({v} - {m}); }}"
         if rt == "welford":
             return f"{a} = ember_wf_update({a}, ({C.compute_type(st.dtype)}){v});"
         raise NotImplementedError(f"ember.codegen.cpp: reduction {rt!r}")
@@ -165,6 +176,9 @@ class _KernelWriter:
         ops = {"sum": "+", "prod": "*", "amax": "max", "amin": "min", "any": "|", "all": "&"}
         out = []
         for acc, rt, dt in sec.accumulators:
+            if acc in self.wf_sums:
+                out.append(f"reduction(+:{acc}) reduction(+:{acc}_s1)")
+                continue
             out.append(f"reduction({ops.get(rt) or 'ember_wf_' + C.compute_type(dt)}:{acc})")
             if self._nan_flag(rt, dt):
                 out.append(f"reduction(|:{acc}_nan)")
@@ -173,13 +187,23 @@ class _KernelWriter:
     # -- loops -----------------------------------------------------------------------------------------------
     def r_loop(self, sec: Section, ind: str) -> list[str]:
         lines = []
+        vec = cpp_vec.VecLoop(self, sec.stmts, RINDEX, self.width, sec.accumulators)
+        vector = self.R >= self.width and vec.ok()
+        if not vector:
+            # a scalar loop (strided rows, dtypes without vector lanes): Welford's update is a chain through a
+            # division per point (a per-channel NHWC batch norm statistic ran 10x slower than two sums), so M2
+            # comes from the sums of the values and of their squares; the values are already shifted by the
+            # row's first point (ember.loopir.welford), which bounds the cancellation
+            self.wf_sums |= {acc for acc, rt, _ in sec.accumulators if rt == "welford"}
         for acc, rt, dt in sec.accumulators:
+            if acc in self.wf_sums:
+                lines.append(f"{ind}{C.compute_type(dt)} {acc} = 0, {acc}_s1 = 0;")
+                continue
             lines.append(f"{ind}{self.acc_type(rt, dt)} {acc} = {self.init(rt, dt)};")
             if self._nan_flag(rt, dt):
                 lines.append(f"{ind}int {acc}_nan = 0;")
         start, par_r = 0, self.par_r
-        vec = cpp_vec.VecLoop(self, sec.stmts, RINDEX, self.width, sec.accumulators)
-        if self.R >= self.width and vec.ok():
+        if vector:
             start = self.R - self.R % self.width
             if self.par_r:        # chunks of whole vectors across the threads, each folded into the accumulators
                 ch = max(self.width, -(-start // (16 * self.width)) * self.width)
@@ -253,7 +277,11 @@ class _KernelWriter:
         lines = []
         lines.append(f"  for (int64_t xb = 0; xb < {self.X}; xb += {TILE}) {{")
         lines.append(f"    const int64_t xn = std::min<int64_t>({TILE}, {self.X} - xb);")
-        acc_types = {acc: self.acc_type(rt, dt) for sec in self.body.sections for acc, rt, dt in sec.accumulators}
+        # Welford in blocks: a mean array and an M2 array (the accumulator itself), one count for the block
+        acc_types = {acc: C.compute_type(dt) if rt == "welford" else self.acc_type(rt, dt)
+                     for sec in self.body.sections for acc, rt, dt in sec.accumulators}
+        acc_types |= {acc + "_mean": C.compute_type(dt) for sec in self.body.sections
+                      for acc, rt, dt in sec.accumulators if rt == "welford"}
         for v in sorted(self.xvars):
             ct = "int" if v.endswith("_nan") and v not in self.body.dtypes else \
                 acc_types.get(v) or C.compute_type(self._xdtype(v))
@@ -269,12 +297,17 @@ class _KernelWriter:
                 continue
             inits = []
             for acc, rt, dt in sec.accumulators:
+                if rt == "welford":
+                    inits += [f"{acc}[xi] = 0;", f"{acc}_mean[xi] = 0;"]
+                    continue
                 inits.append(f"{acc}[xi] = {self.init(rt, dt)};")
                 if self._nan_flag(rt, dt):
                     inits.append(f"{acc}_nan[xi] = 0;")
             if inits:
                 lines += block(inits, "    ")
             lines.append(f"    for (int64_t rindex = 0; rindex < {self.R}; ++rindex) {{")
+            if any(rt == "welford" for _, rt, _ in sec.accumulators):
+                lines.append("      const double wf_inv = 1.0 / (double)(rindex + 1);")
             lines += block([self.stmt(st) for st in sec.stmts], "      ")
             lines.append("    }")
         lines.append("  }")

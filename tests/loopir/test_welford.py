@@ -21,6 +21,7 @@ from .backends import CPU_BACKENDS
 FNS = {
     "rows": lambda x: torch.var_mean(x, -1),
     "cols": lambda x: torch.var_mean(x, 0, correction=0),
+    "cols_float64": lambda x: torch.var_mean(x.double(), 0),      # C++: blocks of outer points (tiled loops)
     "all": lambda x: torch.std_mean(x),
     "keepdim": lambda x: torch.var_mean(x, (0,), keepdim=True),
     "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),
@@ -70,11 +71,12 @@ def test_offset_data_keeps_its_variance():
     """std 0.01 around 1e4 over long rows: a float32 running mean near 1e4 would stall (the shift keeps it near
     zero), and ``sum(x*x) - sum(x)**2 / n`` would cancel to nothing; the float64 result is the reference."""
     x = 1e4 + 0.01 * torch.randn(3, 50000, generator=torch.Generator().manual_seed(3))
-    ref = x.double().std(-1).float()
     for backend in CPU_BACKENDS:
-        ember.reset()
-        out = ember.compile(lambda x: x.std(-1), options={"cpu_backend": backend})(x)
-        torch.testing.assert_close(out, ref, rtol=1e-3, atol=0)
+        # rows (C++: vector lanes), and strided columns (C++: a scalar loop over the shifted sums)
+        for data, dim in ((x, -1), (x.t().contiguous(), 0)):
+            ember.reset()
+            out = ember.compile(lambda x: x.std(dim), options={"cpu_backend": backend})(data)
+            torch.testing.assert_close(out, data.double().std(dim).float(), rtol=1e-3, atol=0)
 
 
 def test_var_mean_reads_the_row_in_one_loop():
