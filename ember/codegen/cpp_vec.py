@@ -115,10 +115,11 @@ static inline float ember_hsum(vfloat v) { float s = 0; for (int l = 0; l < EMBE
 static inline float ember_hprod(vfloat v) { float s = 1; for (int l = 0; l < EMBER_VW; ++l) s *= v[l]; return s; }
 static inline float ember_hmax(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] > s ? v[l] : s; return s; }
 static inline float ember_hmin(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] < s ? v[l] : s; return s; }
-static inline ember_wf<float> ember_hwelford(vfloat mean, vfloat m2, int64_t n) {
-  ember_wf<float> out{0, 0, 0};
-  for (int l = 0; l < EMBER_VW; ++l) out = ember_wf_combine(out, ember_wf<float>{mean[l], m2[l], n});
-  return out;
+static inline ember_wf<float> ember_hwelford(vfloat mean, vfloat m2, int64_t n) {   // lanes of n points each
+  if (n == 0) return ember_wf<float>{0, 0, 0};
+  const float mu = ember_hsum(mean) * (1.0f / EMBER_VW);
+  const vfloat d = mean - mu;
+  return ember_wf<float>{mu, ember_hsum(m2) + (float)n * ember_hsum(d * d), n * EMBER_VW};
 }
 static inline int ember_hnan(vfloat v) { int n = 0; for (int l = 0; l < EMBER_VW; ++l) n |= v[l] != v[l]; return n; }
 """
