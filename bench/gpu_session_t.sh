@@ -5,6 +5,7 @@
 #   bench     default-mode bf16 TASK of each of MODELS in its own bench process (fresh caches), LIMIT s each
 #   ro        reduce-overhead bf16 inference at batch 1 and 8 (bench/gpu_reduce_overhead.sh) with RO_MODELS
 #   kernels   the kernel microbenchmarks (bench/kernels.py), fp32 and bf16
+#   stats     variance/mean kernels, time and accuracy (bench/stats_bench.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.
@@ -36,5 +37,7 @@ for part in ${PARTS:-tests}; do
     for d in float32 bfloat16; do
       timeout 150 python3 bench/kernels.py --dtype $d > "$OUT/kernels_$d.txt" 2>&1; tail -14 "$OUT/kernels_$d.txt"
     done ;;
+  stats)
+    timeout 200 python3 bench/stats_bench.py > "$OUT/stats.txt" 2>&1; tail -8 "$OUT/stats.txt" ;;
   esac
 done
