@@ -15,17 +15,6 @@ from ember.loopir.interp import OPS, eval_index
 from ember.loopir.expr import bound_symbol
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
 
-INIT = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True, "welford": 0}
-
-
-def _init(rt: str, dtype: torch.dtype) -> Any:
-    v = INIT[rt]
-    if rt in ("amax", "amin") and not dtype.is_floating_point:
-        info = torch.iinfo(dtype) if dtype is not torch.bool else None
-        return (info.min if rt == "amax" else info.max) if info else (rt == "amin")
-    return v
-
-
 COMBINE: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
     "sum": lambda v, d: v.sum(d, keepdim=True, dtype=v.dtype), "prod": lambda v, d: v.prod(d, keepdim=True),
     "amax": lambda v, d: v.amax(d, keepdim=True), "amin": lambda v, d: v.amin(d, keepdim=True),

@@ -327,12 +327,6 @@ def _reduction_body(x: TV, d: Sequence[int], dtype: torch.dtype) -> tuple:
     return ranges, rranges, xs, rs, cast(x.loader(idx), dtype)
 
 
-def _splits(x: TV, d: Sequence[int]) -> bool:
-    """Whether reducing x over ``d`` is split into partial and final reductions (see ``_split_factor``)."""
-    ranges, rranges, xs, rs, body = _reduction_body(x, d, x.dtype)
-    return _split_factor(x.device, prod(ranges), prod(rranges), _kept_dim_contiguous(body, xs, rs)) > 1
-
-
 def _uses(e: Any, v: sympy.Symbol) -> bool:
     from .expr import walk
     for n in walk(e):
