@@ -60,7 +60,8 @@ class _KernelWriter:
         self.reduction = any(s.level == "r" for s in body.sections)
         work = self.X * max(self.R, 1) * _cost(body)
         self.par_x = work >= PARALLEL_MIN_WORK and self.X >= min(PARALLEL_MIN_X, 4 * torch.get_num_threads())
-        self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK
+        # a row split across threads cannot use one thread's scratch row: scratch kernels keep rows whole
+        self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK and not body.scratch
         self.parallel = self.par_x or self.par_r
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
         # a block of TILE outer points: x-level values become arrays, the r loop runs each row of the block
@@ -86,8 +87,8 @@ class _KernelWriter:
         ct = C.compute_type(st.dtype)
         if st.kind == "load":
             buf, idx, mask = st.args
-            ld = C.load_expr(self.body.buffers[buf][0], _cname(buf), C.index(idx))
-            src = self.body.buffers[buf][0]
+            src = self.body.buffer_dtype(buf)
+            ld = C.load_expr(src, _cname(buf), C.index(idx))
             ld = C.cast(ld, src, st.dtype) if src != st.dtype else ld
             e = ld if mask is None else f"({C.index(mask)} ? ({ct}){ld} : ({ct})0)"
         elif st.kind == "const":
@@ -143,7 +144,7 @@ class _KernelWriter:
         raise NotImplementedError(f"ember.codegen.cpp: reduction {rt!r}")
 
     def store(self, st: Store) -> str:
-        bdt = self.body.buffers[st.buf][0]
+        bdt = self.body.buffer_dtype(st.buf)
         v = self.ref(st.var)
         v = C.cast(v, self.dtype(st.var), bdt) if self.dtype(st.var) != bdt else v
         return f"{_cname(st.buf)}[{C.index(st.index)}] = {C.store_value(bdt, v)};"
@@ -254,6 +255,7 @@ class _KernelWriter:
             lines.append("}")
             return "\n".join(lines) + "\n"
         lines.append(f"  for (int64_t xindex = 0; xindex < {self.X}; ++xindex) {{")
+        lines += [f"    alignas(64) {C.compute_type(dt)} {_cname(n)}[{self.R}];" for n, dt in b.scratch.items()]
         for sec in b.sections:
             if sec.level == "r":
                 lines += self.r_loop(sec, "    ")
@@ -317,6 +319,9 @@ class _KernelWriter:
         if v in self.body.dtypes:
             return self.body.dtypes[v]
         return next(dt for sec in self.body.sections for acc, _, dt in sec.accumulators if acc == v)
+
+
+SCRATCH_ROOM = 64 * 1024      # bytes of a stashed row per thread: within L2, and well within a thread's stack
 
 
 def _cost(body: KernelBody) -> int:
@@ -393,7 +398,9 @@ def compile_kernels(bodies: list[KernelBody], options: Any, graph_name: str,
     if not bodies:
         return []
     for b in bodies:
-        stash_recomputed(b)         # C++ runs each reduction loop over the same points in order
+        # C++ runs each reduction loop over the same points in order; a scratch row lives on the stack of the
+        # x loop's iteration (not in blocks of outer points, whose rows interleave)
+        stash_recomputed(b, 0 if _x_contiguous(b) else SCRATCH_ROOM)
     tu = translation_unit(bodies, graph_name)
     lib = (cache or default_cache()).start(tu, graph_name).result()
     out = []

@@ -217,8 +217,8 @@ class VecLoop:
         vec: set[str] = set()                 # what will be a vector (as ``stmt`` decides it)
         for st in self.stmts:
             if isinstance(st, Store):
-                if self.w.body.buffers[st.buf][0] not in VEC_DTYPES or self.w.dtype(st.var) != \
-                        self.w.body.buffers[st.buf][0] or self._coeff(st.index) != 1:
+                if self.w.body.buffer_dtype(st.buf) not in VEC_DTYPES or self.w.dtype(st.var) != \
+                        self.w.body.buffer_dtype(st.buf) or self._coeff(st.index) != 1:
                     return False
                 continue
             if isinstance(st, Accumulate):
@@ -229,7 +229,7 @@ class VecLoop:
                     or any(a in vec for a in _operands(st)):
                 if st.dtype not in VEC_DTYPES or any(self.w.dtype(a) not in VEC_DTYPES for a in _operands(st)):
                     return False
-                if st.kind == "load" and not _widens(self.w.body.buffers[st.args[0]][0], st.dtype):
+                if st.kind == "load" and not _widens(self.w.body.buffer_dtype(st.args[0]), st.dtype):
                     return False
                 vec.add(st.var)
         return True
@@ -240,7 +240,7 @@ class VecLoop:
     def _period(self, st: Assign) -> int | None:
         """The period of an unmasked float32 load repeating within a vector (see ``period``), else None."""
         buf, idx, mask = st.args
-        if mask is not None or self.w.body.buffers[buf][0] != torch.float32 or self._coeff(idx) is not None:
+        if mask is not None or self.w.body.buffer_dtype(buf) != torch.float32 or self._coeff(idx) is not None:
             return None
         return period(idx, self.var, self.width, self.lane_vars)
 
@@ -250,7 +250,7 @@ class VecLoop:
             c = self._coeff(idx)
             if mask is not None and self._coeff(mask) != 0:
                 return False          # a mask per lane: the scalar loop's conditional loads
-            return c == 0 or (c == 1 and self.w.body.buffers[buf][0] in VEC_DTYPES) or self._period(st) is not None
+            return c == 0 or (c == 1 and self.w.body.buffer_dtype(buf) in VEC_DTYPES) or self._period(st) is not None
         if st.kind == "index":
             return self._coeff(st.args[0]) == 0
         return st.kind in ("const", "op", "cast")      # not "reduced" (only after a loop)
@@ -286,7 +286,7 @@ class VecLoop:
             if st.dtype is torch.bool:
                 e = f"ember_vload_mask({_ptr(buf)} + {C.index(idx)})"
                 vt, zero = "vmask", "ember_vbm(false)"
-            elif self.w.body.buffers[buf][0] is torch.bfloat16:
+            elif self.w.body.buffer_dtype(buf) is torch.bfloat16:
                 e, vt, zero = f"ember_vload_bf16({_ptr(buf)} + {C.index(idx)})", "vfloat", "ember_vbf(0.0f)"
             else:
                 e, vt, zero = f"ember_vload({_ptr(buf)} + {C.index(idx)})", "vfloat", "ember_vbf(0.0f)"

@@ -67,6 +67,10 @@ class KernelBody:
     dtypes: dict[str, torch.dtype]                # var -> dtype
     aliased: set[str] = field(default_factory=set)  # buffers sharing memory with another (stored in place)
     extents: dict[str, int] = field(default_factory=dict)   # var bound as an index -> its dimension's size
+    scratch: dict[str, torch.dtype] = field(default_factory=dict)  # per-row scratch rows (stash_recomputed)
+
+    def buffer_dtype(self, buf: str) -> torch.dtype:
+        return self.scratch[buf] if buf in self.scratch else self.buffers[buf][0]
 
     @property
     def name(self) -> str:
@@ -256,12 +260,16 @@ HEAVY_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p erf erfc erfinv tanh 
                       "atan sinh cosh asinh acosh atanh atan2 pow lgamma digamma sqrt rsqrt".split())
 
 
-def stash_recomputed(body: KernelBody) -> KernelBody:
+def stash_recomputed(body: KernelBody, scratch_room: int = 0) -> KernelBody:
     """In a body whose reduction loops recompute their values (``persistent=False``), a costly value of the last
     loop that an earlier loop already computed (softmax's ``exp(x - max)``: summed in loop 2, divided in loop 3)
     is stored by the earlier loop into the output the last loop writes at the same index, and loaded back there
     instead of recomputed. Each point is written and read back by its own iteration, before its final store, so
-    only code generators that run both loops over the same points in order may use this (C++)."""
+    only code generators that run both loops over the same points in order may use this (C++).
+
+    Where no output has the value's dtype (a bf16 softmax computes ``exp`` in float32), and a row of the value
+    takes at most ``scratch_room`` bytes, the value goes to a scratch row instead (``body.scratch``, indexed by
+    ``rindex``: the generator gives each outer point's iteration its own, which stays in cache)."""
     rsecs = [s for s in body.sections if s.level == "r"]
     if len(rsecs) < 2:
         return body
@@ -271,17 +279,27 @@ def stash_recomputed(body: KernelBody) -> KernelBody:
     loaded = {st.args[0] for st in body.loads()}
     targets = [st for st in last.stmts if isinstance(st, Store) and st.buf not in loaded
                and st.buf not in body.aliased and not _names(st.index) & set(defs)]
+    try:
+        rnumel = int(body.kernel.rnumel)
+    except TypeError:
+        rnumel = None
     for var in reversed(list(defs)):
-        if var not in same or not _costly(var, defs) or not targets:
+        if var not in same or not _costly(var, defs):
             continue
         if any(u in same and var in _uses(defs[u]) for u in defs):
             continue                                  # a larger equivalent value is stashed instead
-        st = next((t for t in targets if body.buffers[t.buf][0] == defs[var].dtype), None)
-        if st is None:
+        dt = defs[var].dtype
+        st = next((t for t in targets if body.buffers[t.buf][0] == dt), None)
+        if st is not None:
+            targets.remove(st)
+            buf, index = st.buf, st.index
+        elif rnumel is not None and rnumel * dt.itemsize <= scratch_room:
+            buf, index = f"scratch{len(body.scratch)}", RINDEX
+            body.scratch[buf] = dt
+        else:
             continue
-        targets.remove(st)
-        earlier.stmts.append(Store(st.buf, st.index, same[var], "r"))
-        defs[var] = Assign(var, "load", (st.buf, st.index, None), defs[var].dtype, "r")
+        earlier.stmts.append(Store(buf, index, same[var], "r"))
+        defs[var] = Assign(var, "load", (buf, index, None), dt, "r")
         last.stmts = [defs[s.var] if isinstance(s, Assign) and s.var == var else s for s in last.stmts]
     last.stmts = _dead_code_removed(last.stmts)
     return body

@@ -325,3 +325,20 @@ def test_lane_by_lane_ops_run_at_the_vector_width() -> None:
         sqrts = [ln for ln in (Path(d) / "k.s").read_text().splitlines() if "vsqrtps" in ln]
     reg = {16: "zmm", 8: "ymm"}[width]
     assert sqrts and all(reg in ln for ln in sqrts), sqrts
+
+
+@pytest.mark.parametrize("cols", [1000, 4096, 40000])
+def test_bf16_softmax_stashes_exp_in_a_scratch_row(cols: int) -> None:
+    """softmax of bf16 computes exp in float32, which the bf16 output cannot hold: the sum loop stores it into a
+    per-row float scratch row (on the stack, while the row fits ``SCRATCH_ROOM``), and the output loop reads
+    it back instead of computing exp again. Rows past the room recompute. Values stay eager's within bf16."""
+    x = (_rn(6, cols) * 4).bfloat16()
+    x[0, :3] = torch.tensor([float("-inf"), 1e4, float("nan")])
+    x[1, :] = float("-inf")
+    fn = lambda x: torch.softmax(x, -1)      # noqa: E731
+    compiled, built = _compile(fn, [x])
+    src = "\n".join(s for b in built for s in b.kernel_sources)
+    fits = cols * 4 <= cpp.SCRATCH_ROOM
+    assert ("p_scratch0[" in src) == fits, src
+    assert src.count("ember_vexpf(") == (1 if fits else 2), src
+    torch.testing.assert_close(compiled(x), fn(x), equal_nan=True)
