@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import sympy
 import torch
 
-from ember.loopir.kernel import Accumulate, Assign, Store
+from ember.loopir.kernel import HEAVY_OPS, Accumulate, Assign, Store
 
 from . import cpp_ops as C
 
@@ -121,6 +121,10 @@ static inline ember_wf<float> ember_hwelford(vfloat mean, vfloat m2, int64_t n) 
   const vfloat d = mean - mu;
   return ember_wf<float>{mu, ember_hsum(m2) + (float)n * ember_hsum(d * d), n * EMBER_VW};
 }
+/* 1/n for Welford's vector steps: a division per step was a quarter of a bf16 LayerNorm's time */
+static float ember_recip_tab[16384];
+static const int ember_recip_init = [] { for (int i = 1; i < 16384; ++i) ember_recip_tab[i] = 1.0f / (float)i; return 0; }();
+static inline float ember_recip(int64_t n) { return n < 16384 ? ember_recip_tab[n] : 1.0f / (float)n; }
 static inline int ember_hnan(vfloat v) { int n = 0; for (int l = 0; l < EMBER_VW; ++l) n |= v[l] != v[l]; return n; }
 """
 
@@ -209,6 +213,7 @@ class VecLoop:
         self.accumulators = list(accumulators)
         self.vec: set[str] = set()          # vars that are vectors inside the loop
         self.lane_vars = {st.var for st in stmts if isinstance(st, Assign)}
+        self.suffix = ""                    # the accumulator set the statements being written update
 
     # -- can this loop be vectorized? -----------------------------------------------------------------------
     def ok(self) -> bool:
@@ -269,9 +274,10 @@ class VecLoop:
                                                                                          "ember_vstore")
             return f"{fn}({ptr} + {i}, {self._v(st.var)});"
         if isinstance(st, Accumulate):
-            a, v = f"v{st.acc}", self._v(st.var)
+            a, v = f"v{st.acc}{self.suffix}", self._v(st.var)
             if st.reduce_type == "welford":     # every lane has seen as many points: one count
-                return (f"{{ const vfloat d_ = {v} - {a}_mean; {a}_mean += d_ * (1.0f / (float)(++{st.acc}_vn)); "
+                n = f"{st.acc}{self.suffix}_vn"
+                return (f"{{ const vfloat d_ = {v} - {a}_mean; {a}_mean += d_ * ember_recip(++{n}); "
                         f"{a}_m2 += d_ * ({v} - {a}_mean); }}")
             return {"sum": f"{a} += {v};", "prod": f"{a} *= {v};",
                     "amax": f"{a} = ember_vmaximum({v}, {a});", "amin": f"{a} = ember_vminimum({v}, {a});"
@@ -338,33 +344,74 @@ class VecLoop:
 
     def loop(self, ind: str, lo: str, hi: str, header: str = "") -> list[str]:
         """The vector loop over ``[lo, hi)`` (a multiple of the width apart), with vector accumulators declared
-        before it and folded into the scalar accumulators after it."""
+        before it and folded into the scalar accumulators after it.
+
+        A reduction loop runs two vectors per step into two sets of accumulators (suffix ``_u1``): a vector
+        accumulator is a chain of dependent operations (Welford's mean update is a subtraction, a multiply
+        and an add: 12 cycles per vector), and two chains overlap. The odd vector left over runs alone. Loops
+        with a transcendental op are bound by its work, not by the chain, and stay one vector per step (two
+        were 3% slower for softmax's sum of exps)."""
+        v = self.var.name
+        if not self.accumulators or self._heavy():
+            return (self._decls(ind, "") + [f"{ind}{header}"] * bool(header) + self._loop(ind, v, lo, hi, [""])
+                    + self._folds(ind, ""))
+        end = f"{v}_end2_{self.accumulators[0][0]}"
+        lines = self._decls(ind, "") + self._decls(ind, "_u1")
+        lines.append(f"{ind}const int64_t {end} = ({lo}) + (({hi}) - ({lo})) / (2 * EMBER_VW) * (2 * EMBER_VW);")
+        if header:
+            lines.append(f"{ind}{header}")
+        lines += self._loop(ind, f"{v}_s", lo, end, ["", "_u1"])
+        lines += self._loop(ind, v, end, hi, [""])
+        return lines + self._folds(ind, "") + self._folds(ind, "_u1")
+
+    def _heavy(self) -> bool:
+        return any(isinstance(st, Assign) and st.kind == "op" and st.args[0] in HEAVY_OPS for st in self.stmts)
+
+    def _loop(self, ind: str, var: str, lo: str, hi: str, sets: list[str]) -> list[str]:
+        """``for`` over ``var``; with several accumulator sets, one vector per set, each in a scope of its own
+        where the loop's variable names that vector's first point."""
+        v = self.var.name
+        step = "EMBER_VW" if len(sets) == 1 else f"{len(sets)} * EMBER_VW"
+        lines = [f"{ind}for (int64_t {var} = {lo}; {var} < {hi}; {var} += {step}) {{"]
+        for k, suffix in enumerate(sets):
+            self.suffix = suffix
+            body = [ln for st in self.stmts for ln in self.stmt(st).split("\n")]
+            if var == v:
+                lines += [f"{ind}  {ln}" for ln in body]
+                continue
+            lines.append(f"{ind}  {{ const int64_t {v} = {var}{f' + {k} * EMBER_VW' if k else ''};")
+            lines += [f"{ind}    {ln}" for ln in body]
+            lines.append(f"{ind}  }}")
+        self.suffix = ""
+        lines.append(f"{ind}}}")
+        return lines
+
+    def _decls(self, ind: str, sfx: str) -> list[str]:
         lines = []
         for acc, rt, _ in self.accumulators:
             if rt == "welford":
-                lines.append(f"{ind}vfloat v{acc}_mean = ember_vbf(0.0f), v{acc}_m2 = ember_vbf(0.0f); "
-                             f"int64_t {acc}_vn = 0;")
+                lines.append(f"{ind}vfloat v{acc}{sfx}_mean = ember_vbf(0.0f), v{acc}{sfx}_m2 = ember_vbf(0.0f); "
+                             f"int64_t {acc}{sfx}_vn = 0;")
                 continue
             init = {"sum": "0.0f", "prod": "1.0f", "amax": "-__builtin_inff()", "amin": "__builtin_inff()"}[rt]
-            lines.append(f"{ind}vfloat v{acc} = ember_vbf({init});")
-        if header:
-            lines.append(f"{ind}{header}")
-        v = self.var.name
-        lines.append(f"{ind}for (int64_t {v} = {lo}; {v} < {hi}; {v} += EMBER_VW) {{")
-        for st in self.stmts:
-            lines += [f"{ind}  {ln}" for ln in self.stmt(st).split("\n")]
-        lines.append(f"{ind}}}")
+            lines.append(f"{ind}vfloat v{acc}{sfx} = ember_vbf({init});")
+        return lines
+
+    def _folds(self, ind: str, sfx: str) -> list[str]:
+        lines = []
         for acc, rt, _ in self.accumulators:
+            va = f"v{acc}{sfx}"
             if rt == "sum":
-                lines.append(f"{ind}{acc} += ember_hsum(v{acc});")
+                lines.append(f"{ind}{acc} += ember_hsum({va});")
             elif rt == "prod":
-                lines.append(f"{ind}{acc} *= ember_hprod(v{acc});")
+                lines.append(f"{ind}{acc} *= ember_hprod({va});")
             elif rt == "welford":
-                lines.append(f"{ind}{acc} = ember_wf_combine({acc}, ember_hwelford(v{acc}_mean, v{acc}_m2, {acc}_vn));")
+                lines.append(f"{ind}{acc} = ember_wf_combine({acc}, ember_hwelford({va}_mean, {va}_m2, "
+                             f"{acc}{sfx}_vn));")
             else:
                 h, cmp = ("ember_hmax", ">") if rt == "amax" else ("ember_hmin", "<")
-                lines.append(f"{ind}{{ const float h = {h}(v{acc}); {acc} = h {cmp} {acc} ? h : {acc}; }}")
-                lines.append(f"{ind}{acc}_nan |= ember_hnan(v{acc});")
+                lines.append(f"{ind}{{ const float h = {h}({va}); {acc} = h {cmp} {acc} ? h : {acc}; }}")
+                lines.append(f"{ind}{acc}_nan |= ember_hnan({va});")
         return lines
 
 

@@ -342,3 +342,22 @@ def test_bf16_softmax_stashes_exp_in_a_scratch_row(cols: int) -> None:
     assert ("p_scratch0[" in src) == fits, src
     assert src.count("ember_vexpf(") == (1 if fits else 2), src
     torch.testing.assert_close(compiled(x), fn(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("nvec", [1, 2, 3, 8, 61])
+def test_reduction_vector_loops_run_two_accumulator_sets(nvec: int) -> None:
+    """Vector reduction loops without transcendental work run two vectors per step into two accumulator sets
+    (sum, amax with its NaN flag, Welford with its own count), the odd vector and the scalar tail after; the
+    sets fold together. Rows of 1, 2, 3, 8 and 61 vectors plus a tail; a NaN only in the second set's vector."""
+    w = cpp.vector_width()
+    x = _rn(5, nvec * w + 3) * 3 + 7
+    if nvec >= 2:
+        x[2, w + 1] = float("nan")          # the second vector of the row: the "_u1" set
+    fn = lambda x: (x.sum(-1), x.amax(-1), torch.var_mean(x, -1), F.layer_norm(x, x.shape[-1:]))   # noqa: E731
+    compiled, built = _compile(fn, [x])
+    src = "\n".join(s for b in built for s in b.kernel_sources)
+    assert "_u1_mean" in src and "ember_recip(++" in src, src
+    got, want = compiled(x), fn(x)
+    flat = lambda t: [u for v in t for u in (v if isinstance(v, tuple) else (v,))]   # noqa: E731
+    for a, b in zip(flat(got), flat(want)):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5, equal_nan=True)
