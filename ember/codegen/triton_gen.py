@@ -128,6 +128,9 @@ def inner_reduction(indices: list) -> bool:
     """Whether consecutive reduced points are adjacent in memory for some load (rows are contiguous, or
     contiguous in runs such as the H*W planes an NCHW batch norm reduces over: ``steps_by_one``)."""
     rs = [i for i in indices if isinstance(i, sympy.Basic) and RINDEX in i.free_symbols]
+    # loads that do not move with xindex (a LayerNorm's per-row statistics, read by its weight gradient, a
+    # column sum) are the same for every column of a tile: the loads that move with it decide
+    rs = [i for i in rs if XINDEX in i.free_symbols] or rs
     return not rs or any(steps_by_one(i, RINDEX) for i in rs)
 
 

@@ -417,7 +417,10 @@ def _kept_dim_contiguous(body: Any, xs: list, rs: list) -> bool:
     idx = [ld.index for ld in loads(body) if isinstance(ld.index, sympy.Basic)]
     if not xs or not rs or not idx:
         return False
-    return any(steps_by_one(i, xs[-1]) for i in idx) and not any(steps_by_one(i, r) for i in idx for r in rs)
+    # loads that are the same for every kept point (a LayerNorm's per-row mean and rstd, read by its weight
+    # gradient) are broadcast across the tile: they do not decide how the tile runs
+    moving = [i for i in idx if i.free_symbols & set(xs)] or idx
+    return any(steps_by_one(i, xs[-1]) for i in moving) and not any(steps_by_one(i, r) for i in moving for r in rs)
 
 
 def _split_factor(device: torch.device, xnumel: Any, rnumel: Any, outer: bool = False) -> int:
