@@ -142,7 +142,8 @@ class Lowerer:
         traced = tree_flatten(arg_metas)[0] if arg_metas is not None else []
         if len(traced) != len(leaves):
             traced = [None] * len(leaves)
-        refs = [self.realize(a, _traced_layout(a, m)) if isinstance(a, TV) else a for a, m in zip(leaves, traced)]
+        refs = [self.realize(a, _operand_layout(op, a, m)) if isinstance(a, TV) else a
+                for a, m in zip(leaves, traced)]
         args, kwargs = tree_unflatten(refs, spec)
         if meta is None:      # a node traced without metadata: run the op on meta tensors to get it
             meta = _meta_call(target, args, kwargs)
@@ -307,6 +308,26 @@ def _storage_order(layout: Layout) -> list[int] | None:
             return None
         extent = layout.stride[i] * layout.shape[i]
     return perm
+
+
+_MATMULS = ("mm", "bmm", "addmm")
+
+
+def _operand_layout(op: str, tv: TV, meta: Any) -> Layout | None:
+    """The layout to store a computed extern argument in: a matmul operand that reads its input transposed
+    (the bf16 cast of ``P`` in ``P^T @ dO``, an attention's value gradient) is stored in its input's order and
+    passed transposed (cuBLAS takes either order): the kernel computing it then reads and writes in memory
+    order, and can share its loads with a kernel over the same input (BERT's softmax backward read the saved
+    probabilities twice, once across rows). Otherwise the layout it had in the trace."""
+    if op in _MATMULS and tv.view is None and tv.ndim in (2, 3) and all(isinstance(d, int) for d in tv.shape):
+        from .indexing import steps_by_one
+        idx = xvars(tv.ndim)
+        lds = [n.index for n in walk(tv.loader(idx)) if isinstance(n, Load)]
+        if lds and all(steps_by_one(i, idx[-2]) and not steps_by_one(i, idx[-1]) for i in lds):
+            a, b = tv.shape[-2:]
+            stride = (1, a) if tv.ndim == 2 else (a * b, 1, a)
+            return Layout(tuple(tv.shape), stride, tv.dtype, tv.device, 0)
+    return _traced_layout(tv, meta)
 
 
 def _traced_layout(tv: TV, meta: Any) -> Layout | None:

@@ -112,3 +112,23 @@ def test_inputs_with_a_storage_offset(cpu_backend):
     out = ember.compile(sliced_inputs, options={"cpu_backend": cpu_backend})(x, t, w)
     for a, b in zip(out, sliced_inputs(x, t, w)):
         torch.testing.assert_close(a, b)
+
+
+def transposed_copy_into_bmm(p, g):
+    # a contiguous copy of a transposed cast feeding a bmm (BERT's value gradient P^T @ dO, where the trace had
+    # the transposed operand contiguous), and its mm counterpart
+    pt = p.float().transpose(1, 2).contiguous().to(torch.bfloat16)
+    return torch.bmm(pt, g), pt[0].t().contiguous().t() @ g[0]
+
+
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_matmul_operand_read_transposed_is_stored_in_its_inputs_order(cpu_backend):
+    """A matmul operand computed from its input transposed is stored in the input's order and passed to the
+    matmul transposed: the kernel reads and writes along memory (no strided pass over the input)."""
+    p, g = torch.randn(3, 40, 24), torch.randn(3, 40, 8).bfloat16()
+    src = _compiled_source(transposed_copy_into_bmm, [p, g])
+    assert "empty_strided((3, 24, 40), (960, 1, 24)" in src, src
+    ember.reset()
+    out = ember.compile(transposed_copy_into_bmm, options={"cpu_backend": cpu_backend})(p, g)
+    for a, b in zip(out, transposed_copy_into_bmm(p, g)):
+        torch.testing.assert_close(a, b)
