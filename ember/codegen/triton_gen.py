@@ -30,6 +30,8 @@ from .triton_ops import IndexPrinter, cast_expr, compute_dtype, ctl, literal, ne
 PERSISTENT_MAX = 4096      # largest power-of-two row a persistent reduction keeps in registers
 OUTER_PERSISTENT_MAX = 128  # rows with non-contiguous reduced points: keep XBLOCK wide instead
 TILE = 4096                # XBLOCK * RBLOCK of a persistent reduction
+WIDE_ROWS_MIN_X = 1024    # looped inner reductions of at least this many rows ...
+WIDE_ROWS_MIN_R = 16384   # ... this long take the four-rows-per-program tile
 ONLINE_SOFTMAX = True      # looped max-then-sum-of-exp kernels read their rows once (ember.loopir.online)
 
 
@@ -64,6 +66,12 @@ def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, i
         rb = next_pow2(rnumel)
         xb = min(next_pow2(xnumel), max(1, TILE // rb), 128)
         warps = max(1, min(8, xb * rb // 256))
+    elif inner and xnumel >= WIDE_ROWS_MIN_X and rnumel >= WIDE_ROWS_MIN_R:
+        # many long rows (cross-entropy over a 32k vocabulary for 4096 tokens): four rows per program, 1024 points
+        # of each per step, no pipelining: max-autotune's pick there on the H100, 7-8% faster (120 us against
+        # 129 us for 4096 x 32768 bf16, in two sessions)
+        xb, rb, warps, stages = min(4, next_pow2(xnumel)), 1024, 8, 1
+        return LaunchConfig(((xnumel + xb - 1) // xb, 1, 1), xb, rb, warps, persistent, int64, stages)
     elif inner:
         xb, rb, warps = 1, 2048, 8
     else:

@@ -426,3 +426,17 @@ def test_looped_cross_entropy_reads_each_row_once() -> None:
     src = _sources(_ce, [_rn(4, 20000), torch.randint(0, 20000, (4,))])
     head = next(k for k in src.split("@triton.jit") if "online_sumexp(" in k)
     assert head.count("for roffset") == 1, src
+
+
+def test_many_long_rows_take_four_rows_per_program(monkeypatch) -> None:
+    """Looped inner reductions over many long rows (cross-entropy over a large vocabulary) run four rows per
+    program, 1024 points of each per step (thresholds lowered here so the interpreter runs it quickly): masks on
+    both the rows (a count not a multiple of 4) and the row's tail keep the values eager's."""
+    from ember.codegen import triton_gen
+    monkeypatch.setattr(triton_gen, "WIDE_ROWS_MIN_X", 4)
+    monkeypatch.setattr(triton_gen, "WIDE_ROWS_MIN_R", 1000)
+    x, t = _rn(6, 5000), torch.randint(0, 5000, (6,))
+    src = _sources(_ce, [x, t])
+    assert "looped XBLOCK=4 RBLOCK=1024 num_warps=8" in src, src
+    compiled, _ = compile_case(_ce, [x, t])
+    torch.testing.assert_close(compiled(x, t), _ce(x, t), rtol=1e-5, atol=1e-5)
