@@ -57,6 +57,9 @@ static inline vfloat ember_vround_bf16(vfloat v) { return (vfloat)(ember_vbf16_b
 static inline void ember_vstore_bf16(uint16_t* p, vfloat v) {
   const vu16 h = __builtin_convertvector(ember_vbf16_bits(v), vu16); std::memcpy(p, &h, sizeof h);
 }
+static inline void ember_vstore_bf16_exact(uint16_t* p, vfloat v) {   // v already bf16 values: the high halves
+  const vu16 h = __builtin_convertvector((vu32)v >> 16, vu16); std::memcpy(p, &h, sizeof h);
+}
 static inline vmask ember_vload_mask(const bool* p) {
   vmask m; for (int l = 0; l < EMBER_VW; ++l) m[l] = p[l] ? -1 : 0; return m;
 }
@@ -270,8 +273,10 @@ class VecLoop:
     def stmt(self, st: Any) -> str:
         if isinstance(st, Store):
             ptr, i = _ptr(st.buf), C.index(st.index)
-            fn = {torch.bool: "ember_vstore_mask", torch.bfloat16: "ember_vstore_bf16"}.get(self.w.dtype(st.var),
-                                                                                         "ember_vstore")
+            # a bf16 vector computed in the loop holds bf16 values already (loads widen exactly, every op and
+            # cast rounds): its store keeps the high halves; a broadcast scalar (a constant) is rounded there
+            bf16 = "ember_vstore_bf16_exact" if st.var in self.vec else "ember_vstore_bf16"
+            fn = {torch.bool: "ember_vstore_mask", torch.bfloat16: bf16}.get(self.w.dtype(st.var), "ember_vstore")
             return f"{fn}({ptr} + {i}, {self._v(st.var)});"
         if isinstance(st, Accumulate):
             a, v = f"v{st.acc}{self.suffix}", self._v(st.var)
