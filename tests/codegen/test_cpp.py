@@ -363,3 +363,22 @@ def test_reduction_vector_loops_run_two_accumulator_sets(nvec: int) -> None:
     flat = lambda t: [u for v in t for u in (v if isinstance(v, tuple) else (v,))]   # noqa: E731
     for a, b in zip(flat(got), flat(want)):
         torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5, equal_nan=True)
+
+
+def test_vector_exp_accuracy_and_special_values() -> None:
+    """exp in vector loops (``ember_vexpf``): within 2 ulp of eager's over the float range (results under
+    FLT_MIN flush to 0), 0 at -inf and far below, inf at +inf and past 88.72, NaN kept; huge and non-finite
+    inputs go through the reduction without a clamp and are replaced by the final selects."""
+    special = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, -87.33654, -87.3366, 88.72283,
+                            88.7229, 1e30, -1e30, 3.4e38, -3.4e38, 1e-30, -1e-30, 127.0, -127.0, 1e9, -1e9, 0.5])
+    x = torch.cat([special, torch.linspace(-100, 89, 400_000), torch.logspace(-8, 1.9, 20_000),
+                   -torch.logspace(-8, 1.9, 20_000)])
+    x = x[: x.numel() - x.numel() % 16]
+    compiled, built = _compile(lambda x: torch.exp(x), [x])
+    src = "\n".join(s for b in built for s in b.kernel_sources)
+    assert "ember_vexpf(" in src, src
+    out, ref = compiled(x), torch.exp(x)
+    torch.testing.assert_close(out, ref, rtol=2.5e-7, atol=1.2e-38, equal_nan=True)
+    assert out[:3].tolist()[:2] == [float("inf"), 0.0] and out[2].isnan()
+    assert out[9].item() == float("inf") and out[10].item() == 0.0 and out[11].item() == float("inf")
+    assert out[12].item() == 0.0 and out[17].item() == float("inf") and out[18].item() == 0.0
