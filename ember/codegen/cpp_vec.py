@@ -85,10 +85,12 @@ static vfloat ember_vexpf(vfloat x) {
   p = p * r + 4.1665795894E-2f; p = p * r + 1.6666665459E-1f;
   p = p * r + 5.0000001201E-1f;
   p = p * (r * r) + r + 1.0f;
-  const vmask ki = (vmask)km - 0x4B400000, k1 = ki >> 1, k2 = ki - k1;
-  vfloat res = p * (vfloat)((k1 + 127) << 23) * (vfloat)((k2 + 127) << 23);
+  /* p * 2^k by adding k to p's exponent: exact, and in range for every result from FLT_MIN (x = -87.33654)
+     to FLT_MAX (x = 88.722832, the largest float whose exp is finite); the selects below replace the rest */
+  const vmask ki = (vmask)km - 0x4B400000;
+  vfloat res = (vfloat)((vmask)p + (ki << 23));
   res = x < -87.33654f ? ember_vbf(0.0f) : res;
-  res = x > 88.72284f ? ember_vbf(__builtin_inff()) : res;
+  res = x > 88.72283172607421875f ? ember_vbf(__builtin_inff()) : res;
   return x != x ? x : res;
 }
 static vfloat ember_vtanh(vfloat x) {    // x P(x^2) / Q(x^2) (Eigen's float tanh) for |x| < 9: within 3e-7 of tanh

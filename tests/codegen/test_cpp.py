@@ -370,7 +370,8 @@ def test_vector_exp_accuracy_and_special_values() -> None:
     FLT_MIN flush to 0), 0 at -inf and far below, inf at +inf and past 88.72, NaN kept; huge and non-finite
     inputs go through the reduction without a clamp and are replaced by the final selects."""
     special = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, -87.33654, -87.3366, 88.72283,
-                            88.7229, 1e30, -1e30, 3.4e38, -3.4e38, 1e-30, -1e-30, 127.0, -127.0, 1e9, -1e9, 0.5])
+                            88.7229, 1e30, -1e30, 3.4e38, -3.4e38, 1e-30, -1e-30, 127.0, -127.0, 1e9, -1e9, 0.5,
+                            88.72283935546875, 88.72283172607421875, -87.33654022216796875, -87.33654785])
     x = torch.cat([special, torch.linspace(-100, 89, 400_000), torch.logspace(-8, 1.9, 20_000),
                    -torch.logspace(-8, 1.9, 20_000)])
     x = x[: x.numel() - x.numel() % 16]
@@ -382,3 +383,5 @@ def test_vector_exp_accuracy_and_special_values() -> None:
     assert out[:3].tolist()[:2] == [float("inf"), 0.0] and out[2].isnan()
     assert out[9].item() == float("inf") and out[10].item() == 0.0 and out[11].item() == float("inf")
     assert out[12].item() == 0.0 and out[17].item() == float("inf") and out[18].item() == 0.0
+    # around the largest float whose exp is finite, and around FLT_MIN's log (below it: flushed to 0)
+    assert out[20].item() == float("inf") and out[21].isfinite() and out[22].item() > 0 and out[23].item() == 0
