@@ -432,3 +432,42 @@ def test_without_fullgraph_unsupported_runs_correctly(fn, sign, counter, capsys)
         assert_same(actual, expected)
         assert compiled_out == eager_out
 
+
+
+# ------------------------------------------------------------------------------------ identity fast path
+class _Hyper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stride = (1, 2)          # immutable hyperparameters, read on every call
+        self.mode = "zeros"
+        self.eps = 1e-5
+
+    def forward(self, x):
+        y = x * self.stride[1] + self.eps
+        return y if self.mode == "zeros" else -y
+
+
+def test_immutable_constants_are_checked_by_identity_first(counter):
+    """A guarded immutable value (a tuple of ints, a str, a float) is first compared by identity with the object
+    read when compiling, then, for another object, by type and value: an equal new object still hits the
+    entry, a value of another type or value recompiles."""
+    from ember.capture.guards import GuardSet
+    from ember.capture.sources import Codegen, LocalSource
+    gs = GuardSet(Codegen())
+    t = (1, 2)
+    gs.tuple_of_constants(LocalSource("t"), t)
+    gs.equals(LocalSource("m"), "zeros")
+    assert all(" is __const_" in g.expr for g in gs.guards), [g.expr for g in gs.guards]
+    m = _Hyper()
+    compiled = ember.compile(m, backend=counter, fullgraph=True)
+    x = rand(3, seed=0)
+    assert_same(compiled(x), m(x))
+    before = stat("recompiles")
+    m.stride, m.mode, m.eps = tuple([1, 2]), "".join(["ze", "ros"]), float("1e-5")   # equal, other objects
+    assert_same(compiled(x), m(x))
+    assert stat("recompiles") == before and counter.count == 1
+    m.stride = (1, 2.0)                  # equal value, another item type
+    assert_same(compiled(x), m(x))
+    m.mode = "reflect"
+    assert_same(compiled(x), m(x))
+    assert stat("recompiles") == before + 2
