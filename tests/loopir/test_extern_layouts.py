@@ -132,3 +132,30 @@ def test_matmul_operand_read_transposed_is_stored_in_its_inputs_order(cpu_backen
     out = ember.compile(transposed_copy_into_bmm, options={"cpu_backend": cpu_backend})(p, g)
     for a, b in zip(out, transposed_copy_into_bmm(p, g)):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_contiguous_inputs_are_checked_with_is_contiguous(cpu_backend, monkeypatch):
+    """The wrapper checks an input expected contiguous with ``is_contiguous()``: a tensor whose only odd stride
+    belongs to a dim of size 1 runs without a copy (the kernels never multiply that stride by a nonzero index)
+    and gives eager's values."""
+    from ember.codegen import wrapper
+    copies = []
+    real = wrapper.restride
+
+    def spy(t, shape, stride):
+        copies.append(tuple(t.stride()))
+        return real(t, shape, stride)
+    monkeypatch.setattr(wrapper, "restride", spy)
+    fn = lambda x, y: (x * 2 + y).sum(-1)      # noqa: E731
+    ember.reset()
+    cf = ember.compile(fn, options={"cpu_backend": cpu_backend})
+    x, y = torch.randn(1, 40), torch.randn(1, 40)
+    torch.testing.assert_close(cf(x, y), fn(x, y))
+    odd = torch.randn(40, 1).t()                 # shape (1, 40), stride (1, 1): contiguous
+    assert odd.is_contiguous() and odd.stride() != x.stride()
+    copies.clear()
+    torch.testing.assert_close(cf(odd, y), fn(odd, y))
+    assert copies == [], copies
+    src = _compiled_source(fn, [x, y])
+    assert "is_contiguous()" in src, src
