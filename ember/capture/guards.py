@@ -82,14 +82,12 @@ class GuardSet:
             item_types = " and ".join(f"type({e}[{i}]) is {self.cg.bind(t, t.__name__)}" for i, t in enumerate(types))
         else:
             item_types = f"tuple(map(type, {e})) == {self.cg.bind(types, 'types')}"
-        rest = f" and {e} == {literal(v, self.cg)}" + (f" and {item_types}" if v else "")
-        tuple_is = f" is {self.cg.bind(tuple, 'tuple')}"
-        # the first rendering assigns the hoisted name: whatever reads it first must use it
-        if _immutable(v):
-            check = f"({first} is {self.cg.bind(v, 'const')} or (type({e}){tuple_is}{rest}))"
-        else:
-            check = f"type({first}){tuple_is}{rest}"
-        self.add(check, f"{self.cg.plain(src)} == {v!r}")
+        # the first rendering assigns the hoisted name: whatever reads it first must use it (the identity test,
+        # where ``_same_or`` adds one)
+        head = e if _immutable(v) else first
+        check = f"type({head}) is {self.cg.bind(tuple, 'tuple')} and {e} == {literal(v, self.cg)}" + (
+            f" and {item_types}" if v else "")
+        self.add(self._same_or(first, v, check), f"{self.cg.plain(src)} == {v!r}")
 
     def length(self, src: Source, n: int) -> None:
         e = src.expr(self.cg)

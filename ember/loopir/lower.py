@@ -24,6 +24,7 @@ from ember.decomp.meta import TensorMeta
 from ember.errors import EmberError
 
 from .expr import Load, Op, cast, size, walk, xvars
+from .indexing import steps_by_one
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .values import TV, buffer_view, contiguous_layout
 
@@ -320,7 +321,6 @@ def _operand_layout(op: str, tv: TV, meta: Any) -> Layout | None:
     order, and can share its loads with a kernel over the same input (BERT's softmax backward read the saved
     probabilities twice, once across rows). Otherwise the layout it had in the trace."""
     if op in _MATMULS and tv.view is None and tv.ndim in (2, 3) and all(isinstance(d, int) for d in tv.shape):
-        from .indexing import steps_by_one
         idx = xvars(tv.ndim)
         lds = [n.index for n in walk(tv.loader(idx)) if isinstance(n, Load)]
         if lds and all(steps_by_one(i, idx[-2]) and not steps_by_one(i, idx[-1]) for i in lds):
