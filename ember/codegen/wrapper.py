@@ -196,7 +196,7 @@ class _Writer:
                     if any(s != 1 for s in n.layout.shape):
                         self.check(n.name)
                 else:
-                    self.lines.append(f"    {n.name} = {self.bind('const', g.constants[n.name])}")
+                    self.lines.append(f"    {n.name} = {self.bind('constant', g.constants[n.name])}")
         host = self._host_scalars(kernels)
         host_inputs = {b for b, _ in host}      # 0-dim CPU inputs copied to a device: tiny, kept
         for step in self.s.steps:
