@@ -81,7 +81,10 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         if isinstance(step, Kernel):
             by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
     from ember.loopir.inplace import inplace_stores, reused_buffers
-    inplace = inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ()))
+    from ember.loopir.ir import Scatter
+    # a scatter writes into its target's memory; its kernels read and write it (autotuning times them on copies)
+    inplace = {n.name: n.target for n in graph.nodes if isinstance(n, Scatter)}
+    inplace.update(inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ())))
     if set(by_backend) == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
         inplace.update(reused_buffers(graph, sched, inplace))
     for backend, steps in by_backend.items():

@@ -62,6 +62,12 @@ class _KernelWriter:
         self.par_x = work >= PARALLEL_MIN_WORK and self.X >= min(PARALLEL_MIN_X, 4 * torch.get_num_threads())
         # a row split across threads cannot use one thread's scratch row: scratch kernels keep rows whole
         self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK and not body.scratch
+        # scatters: a loop of plain stores runs in order on one thread (a later point's store wins, as in eager's
+        # CPU kernels); adds run on threads, each atomic; neither in ``simd`` lanes (two lanes may hit one address)
+        self.scatter = any(isinstance(st, Store) and st.scatter for sec in body.sections for st in sec.stmts)
+        if self.scatter and any(isinstance(st, Store) and st.scatter and st.mode == "store"
+                                for sec in body.sections for st in sec.stmts):
+            self.par_x = False
         self.parallel = self.par_x or self.par_r
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
         # a block of TILE outer points: x-level values become arrays, the r loop runs each row of the block
@@ -147,7 +153,12 @@ class _KernelWriter:
         bdt = self.body.buffer_dtype(st.buf)
         v = self.ref(st.var)
         v = C.cast(v, self.dtype(st.var), bdt) if self.dtype(st.var) != bdt else v
-        return f"{_cname(st.buf)}[{C.index(st.index)}] = {C.store_value(bdt, v)};"
+        dst = f"{_cname(st.buf)}[{C.index(st.index)}]"
+        if st.mode == "add":       # dtypes with atomic adds only (ember.loopir.scatter)
+            out = f"{{\n#pragma omp atomic\n{dst} += {v};\n}}" if self.par_x else f"{dst} += {v};"
+        else:
+            out = f"{dst} = {C.store_value(bdt, v)};"
+        return f"if ({C.index(st.mask)}) {out}" if st.mask is not None else out
 
     def stmt(self, st: Any) -> str:
         if isinstance(st, Assign):
@@ -247,8 +258,9 @@ class _KernelWriter:
                 return "\n".join(lines + self.vector_pointwise(vec) + ["}"]) + "\n"
         if self.par_x:
             lines.append("  #pragma omp parallel for num_threads(nthreads) schedule(static)"
-                         if self.reduction else "  #pragma omp parallel for simd num_threads(nthreads) schedule(static)")
-        elif not self.reduction:
+                         if self.reduction or self.scatter else
+                         "  #pragma omp parallel for simd num_threads(nthreads) schedule(static)")
+        elif not self.reduction and not self.scatter:
             lines.append("  #pragma omp simd")
         if self.tiled:
             lines += self.tiled_loops()

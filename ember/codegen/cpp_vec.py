@@ -230,7 +230,7 @@ class VecLoop:
         vec: set[str] = set()                 # what will be a vector (as ``stmt`` decides it)
         for st in self.stmts:
             if isinstance(st, Store):
-                if self.w.body.buffer_dtype(st.buf) not in VEC_DTYPES or self.w.dtype(st.var) != \
+                if st.scatter or self.w.body.buffer_dtype(st.buf) not in VEC_DTYPES or self.w.dtype(st.var) != \
                         self.w.body.buffer_dtype(st.buf) or self._coeff(st.index) != 1:
                     return False
                 continue

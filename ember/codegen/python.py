@@ -49,9 +49,15 @@ def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]
                 elif isinstance(st, Accumulate):
                     vals[st.acc] = COMBINE[st.reduce_type](vals[st.var].expand(X, R), 1).to(st.dtype)
                 elif isinstance(st, Store):
-                    idx = torch.as_tensor(eval_index(st.index, env), device=dev).expand(shape(st.level))
-                    flat[st.buf][idx.reshape(-1)] = vals[st.var].expand(shape(st.level)).reshape(-1).to(
-                        flat[st.buf].dtype)
+                    idx = torch.as_tensor(eval_index(st.index, env), device=dev).expand(shape(st.level)).reshape(-1)
+                    val = vals[st.var].expand(shape(st.level)).reshape(-1).to(flat[st.buf].dtype)
+                    if st.mask is not None:
+                        m = torch.as_tensor(eval_index(st.mask, env), device=dev).expand(shape(st.level)).reshape(-1)
+                        idx, val = idx[m], val[m]
+                    if st.mode == "add":
+                        flat[st.buf].index_put_((idx,), val, accumulate=True)
+                    else:
+                        flat[st.buf][idx] = val
     return run
 
 

@@ -344,8 +344,12 @@ class _Gen:
     def store(self, st: Store) -> None:
         dt = self.body.buffers[st.buf][0]
         off = self.offset(st.index, self.level_syms(st.level))
-        mask = self.mask(st.level)
+        mask = self.mask(st.level, self.p(st.mask) if st.mask is not None else None)
         val = f"{st.var}.to({tl_dtype(dt)})"
+        if st.mode == "add":        # two points may add to one address (ember.loopir.scatter)
+            self.emit(f"tl.atomic_add({self.ptr(st.buf)} + ({off}), {val}" + (f", {mask}" if mask else "")
+                      + ", sem='relaxed')")
+            return
         self.emit(f"tl.store({self.ptr(st.buf)} + ({off}), {val}" + (f", {mask})" if mask else ")"))
 
     # -- the kernel ----------------------------------------------------------------------------------------
@@ -424,7 +428,7 @@ def body_indices(body: KernelBody) -> list:
             elif isinstance(st, Assign) and st.kind == "index":
                 out.append(st.args[0])
             elif isinstance(st, Store):
-                out.append(st.index)
+                out += [st.index, st.mask]
     return [e for e in out if isinstance(e, sympy.Basic)]
 
 

@@ -13,7 +13,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from .expr import Bind, Const, Expr, IndexValue, Load, Op, rvars, xvars
-from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Pointwise, Reduction
+from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Pointwise, Reduction, Scatter
 
 
 def _div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -140,6 +140,21 @@ class Interpreter:
         torch.as_strided(st, lay.shape, lay.stride, lay.offset).copy_(value.reshape(lay.shape))
         self.storage[name] = st
 
+    def scatter(self, node: Scatter) -> None:
+        """Points in order (a later point's store wins, as in eager's CPU kernels); adds accumulate."""
+        shape = tuple(int(s) for s in node.ranges)
+        env = self.grid(node.ranges, xvars(len(node.ranges)), node.device)
+        for sym, value, _ in node.binds:
+            env[sym] = self.expr(value, env, shape, node.device).long()
+        idx = torch.as_tensor(eval_index(node.index, env), device=node.device).expand(shape).reshape(-1)
+        val = self.expr(node.body, env, shape, node.device).reshape(-1)
+        if node.mask is not None:
+            m = torch.as_tensor(eval_index(node.mask, env), device=node.device).expand(shape).reshape(-1)
+            idx, val = idx[m], val[m]
+        st = self.storage[node.target]
+        st.index_put_((idx,), val.to(st.dtype), accumulate=node.accumulate)
+        self.storage[node.name] = st
+
     def run(self, *inputs: torch.Tensor) -> list[Any]:
         g = self.graph
         for node in g.nodes:
@@ -157,6 +172,8 @@ class Interpreter:
                 v = self.expr(node.body, env, tuple(int(s) for s in sizes), node.device)
                 dims = tuple(range(len(node.ranges), len(sizes)))
                 self.store(node.name, REDUCE[node.reduce_type](v, dims).to(node.dtype))
+            elif isinstance(node, Scatter):
+                self.scatter(node)
             elif isinstance(node, Extern):
                 args, kwargs = tree_map(lambda a: self.view(a) if isinstance(a, BufferRef) else a,
                                         (node.args, node.kwargs))

@@ -6,6 +6,9 @@ Input: a prim graph (see ``ember.decomp``) lowered by ``ember.loopir.lower``. Ou
 - ``Pointwise``: ``buf[layout.index(x)] = body(x)`` for every ``x`` in ``ranges``.
 - ``Reduction``: ``buf[layout.index(x)] = reduce_r body(x, r)`` over ``reduction_ranges``; ``reduce_type`` is
   one of ``REDUCTION_TYPES``.
+- ``Scatter``: ``buf[index(x)] = body(x)`` (or ``+=``) for every ``x`` in ``ranges``, where ``index`` depends on
+  loaded values (scatter, index_put, embedding backward); ``buf`` is the memory of ``target``, a buffer
+  computed for this node alone (zeros, or a copy of the tensor scattered into).
 - ``Extern``: an ATen call (matmul, convolution, attention, any op without a lowering) on whole buffers.
 Views, broadcasts, slicing, concatenation and padding never appear as nodes: they are index arithmetic inside
 bodies. Every buffer knows its shape, stride (elements), dtype and device; sizes are ints or sympy
@@ -132,6 +135,37 @@ class Reduction(_Computed, Node):
         xs = ", ".join(map(str, xvars(len(self.ranges)) + rvars(len(self.reduction_ranges))))
         return (f"{self.name} = reduction({self.reduce_type!r}, {list(self.ranges)}, "
                 f"{list(self.reduction_ranges)}, lambda {xs}: {self.body!r})  # {self.layout}")
+
+
+@dataclass
+class Scatter(_Computed, Node):
+    """For every ``x`` in ``ranges`` where ``mask`` holds: ``buf[index] = body(x)``, or ``buf[index] += body(x)``
+    with ``accumulate``. ``binds`` are ``(symbol, value, extent)``: ``index`` (a sympy expression over ``x`` and
+    the symbols) reads each symbol as the integer ``value(x)``, which lies in ``[0, extent)`` where ``mask``
+    holds (``mask`` tests that, so an index out of range writes nothing). The node's buffer is the memory of
+    ``target`` (a buffer no other node reads), holding the result once every point is written."""
+    ranges: tuple = ()
+    body: Expr = None  # type: ignore[assignment]
+    target: str = ""
+    binds: tuple = ()
+    index: Any = 0
+    mask: Any = None
+    accumulate: bool = False
+
+    def reads(self) -> set[str]:
+        from .expr import loads
+        out = {ld.buf for ld in loads(self.body)} | {self.target}
+        for _, v, _ in self.binds:
+            out |= {ld.buf for ld in loads(v)}
+        return out
+
+    def python(self) -> str:
+        xs = ", ".join(map(str, xvars(len(self.ranges)))) or "_"
+        binds = ", ".join(f"{s}={v!r}" for s, v, _ in self.binds)
+        op = "+=" if self.accumulate else "="
+        where = f" if {self.mask}" if self.mask is not None else ""
+        return (f"{self.name} = scatter({self.target}, {list(self.ranges)}, lambda {xs}: ({binds}) -> "
+                f"[{self.index}] {op} {self.body!r}{where})  # {self.layout}")
 
 
 @dataclass

@@ -9,7 +9,9 @@ kernels have a single ``x`` section. Statements:
   value of a reduction).
 - ``Accumulate(acc, reduce_type, var, dtype)``: fold ``var`` into accumulator ``acc`` (declared by the code
   generator before the loop of its ``r`` section).
-- ``Store(buf, index, var)``.
+- ``Store(buf, index, var)``; a scatter's store has ``mode`` "add" (``buf[index] += var``, atomically where
+  points run in parallel) or a ``mask`` (a sympy boolean: store only where it holds), and its index depends
+  on loaded values.
 Values are common-subexpression eliminated; values that depend only on ``xindex`` are computed in the x section
 before the loop that needs them. Indices are sympy expressions over ``xindex``/``rindex``.
 """
@@ -23,7 +25,7 @@ import torch
 
 from .expr import Bind, Const, Expr, IndexValue, Load, Op, bound_symbol, substitute
 from .indexing import RINDEX, place
-from .ir import Pointwise, Reduction
+from .ir import Pointwise, Reduction, Scatter
 from .schedule import Kernel, placement, store_index
 
 
@@ -50,6 +52,9 @@ class Store:
     index: sympy.Expr
     var: str
     level: str
+    mode: str = "store"         # "store" | "add"
+    mask: Any = None            # sympy boolean (scatters: the index lies in its dimension)
+    scatter: bool = False       # the index depends on loaded values: two points may hit one address
 
 
 @dataclass
@@ -98,7 +103,9 @@ def _fmt(st: Any) -> str:
         return f"{st.var} = {st.kind}{st.args}"
     if isinstance(st, Accumulate):
         return f"{st.acc} = {st.reduce_type}({st.acc}, {st.var})"
-    return f"store({st.buf}, {st.index}, {st.var})"
+    op = "+=" if st.mode == "add" else "="
+    where = f" if {st.mask}" if st.mask is not None else ""
+    return f"store({st.buf}, {st.index}, {st.var}{'' if op == '=' else ', add'}){where}"
 
 
 class _Builder:
@@ -248,6 +255,21 @@ class _Builder:
                 v = self.emit(n.body, g)
                 if n.name in stores:
                     self.xsec.stmts.append(Store(n.name, store_index(n, g), v, self.levels[v]))
+            elif times[n.name] == ("x", after) and isinstance(n, Scatter):
+                self.xsec.stmts.append(self._scatter_store(n))
+
+    def _scatter_store(self, n: Scatter) -> Store:
+        g = self.groups[n.name]
+        v = self.emit(n.body, g)
+        sub = {}
+        for sym, value, extent in n.binds:
+            bv = self.emit(value, g)
+            if isinstance(extent, int):
+                self.extents[bv] = min(extent, self.extents.get(bv, extent))
+            sub[sym] = bound_symbol(bv)
+        index = place(sympy.sympify(n.index).xreplace(sub), g)
+        mask = place(n.mask.xreplace(sub), g) if n.mask is not None else None
+        return Store(n.name, index, v, "x", "add" if n.accumulate else "store", mask, scatter=True)
 
 
 def kernel_body(kernel: Kernel, persistent: bool = True) -> KernelBody:
@@ -307,7 +329,7 @@ def stash_recomputed(body: KernelBody, scratch_room: int = 0) -> KernelBody:
 
 def _uses(st: Any) -> tuple:
     if isinstance(st, Store):
-        return (st.var,)
+        return (st.var, *sorted(_names(st.index) | _names(st.mask)))
     if isinstance(st, Accumulate):
         return (st.var,)
     if st.kind == "op":

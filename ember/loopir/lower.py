@@ -49,6 +49,11 @@ class LoweringError(EmberError):
     """A graph the loop IR cannot represent (the caller runs it as an FX graph instead)."""
 
 
+class UseExtern(Exception):
+    """Raised by a lowering for arguments it does not handle (a dtype without atomic adds, a boolean mask):
+    the node runs as its ATen call instead, like a prim without a lowering."""
+
+
 def register_lowering(*names: str) -> Callable[[Callable], Callable]:
     def wrap(fn: Callable) -> Callable:
         for n in names:
@@ -239,26 +244,38 @@ class Lowerer:
         fn = LOWERINGS.get(name) if name else None
         if fn is not None and _complex(args, kwargs, meta):
             fn = None      # kernels compute real numbers; complex values stay with ATen
-        if fn is None:
+        if fn is not None:
+            try:
+                return self._lowered_call(node, fn, args, kwargs, meta)
+            except UseExtern as e:      # raised before the lowering adds any node
+                MISSING_LOWERINGS[f"prims.{name}"] += 1
+                logs.log("perf_hints", f"ember.loopir: prims.{name} runs as an extern ATen call: {e}")
+        else:
             label = f"prims.{name}" if name else str(target)
             MISSING_LOWERINGS[label] += 1
             if name not in _EXPECTED_EXTERNS:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
-            impl = target.impl if name else target
-            arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
-            if self.channels_last and (name == "convolution" or target is _CONV_BACKWARD):
-                from .conv_layout import channels_last_conv, channels_last_conv_backward
-                rule = channels_last_conv if name == "convolution" else channels_last_conv_backward
-                out = rule(self, impl, args, kwargs, meta)
-                if out is not None:
-                    return out
-            if name in ("mm", "addmm", "bmm") and self.align_matmuls:
-                from .matmul_align import align_matmul
-                out = align_matmul(self, name, impl, args, kwargs, arg_metas)
-                if out is not None:
-                    return out
-            return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS, arg_metas=arg_metas,
-                               op=name or "")
+        return self._extern_call(node, name, args, kwargs, meta)
+
+    def _extern_call(self, node: fx.Node, name: str | None, args: tuple, kwargs: dict, meta: Any) -> Any:
+        target = node.target
+        impl = target.impl if name else target
+        arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+        if self.channels_last and (name == "convolution" or target is _CONV_BACKWARD):
+            from .conv_layout import channels_last_conv, channels_last_conv_backward
+            rule = channels_last_conv if name == "convolution" else channels_last_conv_backward
+            out = rule(self, impl, args, kwargs, meta)
+            if out is not None:
+                return out
+        if name in ("mm", "addmm", "bmm") and self.align_matmuls:
+            from .matmul_align import align_matmul
+            out = align_matmul(self, name, impl, args, kwargs, arg_metas)
+            if out is not None:
+                return out
+        return self.extern(impl, args, kwargs, meta, fresh=name in _FRESH_EXTERNS, arg_metas=arg_metas,
+                           op=name or "")
+
+    def _lowered_call(self, node: fx.Node, fn: Callable[..., Any], args: tuple, kwargs: dict, meta: Any) -> Any:
         if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
             lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout
             return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,
@@ -286,8 +303,7 @@ class Lowerer:
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
-_EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "scatter", "scatter_add",
-                     "index_put", "uniform", "normal", "rng_seed"}
+_EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "uniform", "normal", "rng_seed"}
 
 
 def _storage_order(layout: Layout) -> list[int] | None:
@@ -450,11 +466,11 @@ def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = 
     """``channels_last``: store 4-D activations NHWC (``ember.loopir.conv_layout``); None decides from the
     graph (graphs heavy in 2-D convolutions of ``conv_layout.DTYPES``). ``align_matmuls``: pad misaligned CUDA matmuls
     (``ember.loopir.matmul_align``); max-autotune times padding at run time instead."""
-    from . import lowerings, welford  # noqa: F401  (register the table)
+    from . import lowerings, scatter, welford  # noqa: F401  (register the table)
     if channels_last is None:
         from .conv_layout import wants_channels_last
         channels_last = wants_channels_last(gm)
     return Lowerer(gm, name, channels_last, align_matmuls).run()
 
 
-__all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer"]
+__all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer", "UseExtern"]

@@ -11,7 +11,7 @@ from ember.decomp.meta import canonical_dims
 
 from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
-from .lower import Lowerer, register_lowering
+from .lower import Lowerer, UseExtern, register_lowering
 from .values import TV, buffer_view, constant, index_value, masked, pointwise, restride
 
 UNARY = ("neg abs exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh "
@@ -542,8 +542,8 @@ def _indirect(x: TV, xidx: list, dim_values: dict) -> Any:
 @register_lowering("gather")
 def _gather(L: Lowerer, x: TV, dim: int, index: TV) -> TV:
     dim = dim % max(x.ndim, 1)
-    if x.ndim == 0:
-        return x
+    if x.ndim == 0:         # the index has at most one element (0): the result is x in the index's shape
+        return TV(tuple(index.shape), x.dtype, x.device, lambda idx: x.loader([]))
 
     def load(idx: Sequence) -> Any:
         return _indirect(x, list(idx), {dim: index.loader(idx)})
@@ -564,12 +564,16 @@ def _index_select(L: Lowerer, x: TV, dim: int, index: TV) -> TV:
     return TV(tuple(shape), x.dtype, x.device, load)
 
 
-@register_lowering("index")
-def _index(L: Lowerer, x: TV, indices: Sequence[Any]) -> TV:
+def advanced_index(x: TV, indices: Sequence[Any]) -> tuple[tuple, Any]:
+    """torch's advanced indexing ``x[indices]`` (index tensors or None per leading dim): the result's shape,
+    and ``position(idx) -> (xidx, {dim: index value})``, where the result's point ``idx`` reads ``x``: ``xidx``
+    holds the plain dims' indices, the indexed dims take the (wrapped) loaded values."""
     idx_t = list(indices) + [None] * (x.ndim - len(indices))
     adv = [i for i, t in enumerate(idx_t) if t is not None]
     if not adv or any(idx_t[i].dtype in (torch.bool, torch.uint8) for i in adv):
-        raise NotImplementedError("boolean mask indexing")
+        raise UseExtern("boolean mask indexing")
+    if not all(isinstance(s, int) for i in adv for s in tuple(idx_t[i].shape) + (x.shape[i],)):
+        raise UseExtern("symbolic index sizes")
     bshape = tuple(torch.broadcast_shapes(*[tuple(int(s) for s in idx_t[i].shape) for i in adv]))
     contiguous = adv == list(range(adv[0], adv[-1] + 1))
     rest = [i for i in range(x.ndim) if idx_t[i] is None]
@@ -581,7 +585,7 @@ def _index(L: Lowerer, x: TV, indices: Sequence[Any]) -> TV:
         before, after = [], rest
         shape = bshape + tuple(x.shape[i] for i in rest)
 
-    def load(idx: Sequence) -> Any:
+    def position(idx: Sequence) -> tuple[list, dict]:
         idx = list(idx)
         bidx = idx[len(before):len(before) + nb]
         xidx: list = [0] * x.ndim
@@ -595,5 +599,14 @@ def _index(L: Lowerer, x: TV, indices: Sequence[Any]) -> TV:
             off = nb - t.ndim
             tidx = [0 if t.shape[j] == 1 and bshape[off + j] != 1 else bidx[off + j] for j in range(t.ndim)]
             vals[d] = _wrapped(t.loader(tidx), x.shape[d])
-        return _indirect(x, xidx, vals)
+        return xidx, vals
+    return shape, position
+
+
+@register_lowering("index")
+def _index(L: Lowerer, x: TV, indices: Sequence[Any]) -> TV:
+    shape, position = advanced_index(x, indices)
+
+    def load(idx: Sequence) -> Any:
+        return _indirect(x, *position(idx))
     return TV(shape, x.dtype, x.device, load)

@@ -27,7 +27,7 @@ from ember import logs
 
 from .expr import loads, rvars, xvars
 from .indexing import RINDEX, XINDEX, place, split_point
-from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, prod
+from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, Scatter, prod
 
 MAX_KERNEL_NODES = 64
 HORIZONTAL_MAX_NUMEL = 1 << 16   # independent pointwise kernels up to this size fuse horizontally
@@ -59,6 +59,8 @@ class Kernel:
 def _describe(n: Node) -> str:
     if isinstance(n, Reduction):
         return f"{n.name}={n.reduce_type}"
+    if isinstance(n, Scatter):
+        return f"{n.name}=scatter{'_add' if n.accumulate else ''}({n.target})"
     ops = sorted({e.name for e in _ops(n.body)})  # type: ignore[attr-defined]
     return f"{n.name}={'+'.join(ops) or 'copy'}"
 
@@ -96,6 +98,9 @@ def placement(node: Node, xnumel: Any, rnumel: Any) -> list | None:
             return None
         return [(XINDEX, xvars(len(node.ranges)), list(node.ranges)),
                 (RINDEX, rvars(len(node.reduction_ranges)), list(node.reduction_ranges))]
+    if isinstance(node, Scatter):
+        n = prod(node.ranges)
+        return [(XINDEX, xvars(len(node.ranges)), list(node.ranges))] if n == xnumel and rnumel == 1 else None
     if not isinstance(node, Pointwise):
         return None
     n, sizes, vs = prod(node.ranges), list(node.ranges), xvars(len(node.ranges))
@@ -159,6 +164,9 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, lat
         return "different device"
     if len(g.nodes) >= MAX_KERNEL_NODES:
         return "kernel is full"
+    if isinstance(node, Scatter) or isinstance(g.nodes[0], Scatter):
+        return "a scatter runs in a kernel of its own (every point of its target must be written first, and " \
+               "any point of its result may come from any of its points)"
     xn, rn = g.xnumel, g.rnumel
     if isinstance(node, Reduction) and g.rnumel == 1:
         xn, rn = _shape_of(node)
@@ -224,7 +232,7 @@ def schedule(graph: LoopGraph) -> Schedule:
             steps.append(node)
             continue
         node_loads = loads(node.body)  # type: ignore[attr-defined]
-        deps = {ld.buf for ld in node_loads}
+        deps = node.reads() if isinstance(node, Scatter) else {ld.buf for ld in node_loads}
         best, reasons = None, []
         for g in reversed(groups):
             why = _why_not(g, node, where, node_loads)
@@ -324,7 +332,8 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
             kern = Kernel(f"kernel{k}", s.xnumel, s.rnumel, s.nodes)
             k += 1
             names = {m.name for m in s.nodes}
-            kern.stores = [m.name for m in s.nodes if m.name in outputs or users[m.name] - names]
+            kern.stores = [m.name for m in s.nodes if m.name in outputs or users[m.name] - names
+                           or isinstance(m, Scatter)]
             kern.reads = sorted(set().union(*(m.reads() for m in s.nodes)) - names)
             for m in s.nodes:
                 owner[m.name] = i

@@ -21,6 +21,11 @@ def _ints(*shape: int, lo: int = -50, hi: int = 50, nonzero: bool = False) -> to
     return torch.where(t == 0, torch.ones_like(t), t) if nonzero else t
 
 
+def _distinct_rows(n: int, k: int, cols: int) -> torch.Tensor:
+    """(k, cols) indices into n rows, distinct within each column (a scatter without two writes to one place)."""
+    return torch.stack([torch.randperm(n)[:k] for _ in range(cols)], 1)
+
+
 def _with_nans(*shape: int) -> torch.Tensor:
     t = torch.randn(*shape)
     t[1, 3] = float("nan")

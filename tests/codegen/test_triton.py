@@ -38,7 +38,8 @@ pytestmark = [
                        reason="CUDA machine: Triton compiles here; tests/gpu/test_ember_triton.py runs this table"),
 ]
 
-from tests.codegen.inputs import _ints, _rms, _rn, _stats_rows, _special_rows, _with_nans  # noqa: E402
+from tests.codegen.inputs import (_distinct_rows, _ints, _rms, _rn, _special_rows, _stats_rows,  # noqa: E402
+                                  _with_nans)
 
 OPTS = CompileOptions(cpu_backend="triton")
 
@@ -157,6 +158,17 @@ CASES: dict[str, tuple[Callable, Callable[[], list], bool, float, bool]] = {
                                               x.amax(1)),
                              lambda: [_rn(0, 3), _rn(4, 3), _rn(4)], True, 1e-5, True),
     # inputs that are views with a storage offset (kernels index from the tensor's own data pointer)
+    # scatters (ember.loopir.scatter): atomic adds, plain stores at loaded positions, and their backwards (the
+    # gradient of a scatter's input is itself a scatter of zeros; the embedding's is a scatter-add)
+    "scatter_ops": (lambda x, i, j, s: (torch.scatter_add(x, 1, i, s) * 2, torch.scatter(x, 0, j, s[:3]) + 1),
+                    lambda: [_rn(6, 40), torch.randint(0, 40, (6, 25)), _distinct_rows(6, 3, 25), _rn(6, 25)],
+                    True, 1e-5, False),
+    "index_put_accumulate": (lambda x, i, k, v: (x.index_put((i,), v, accumulate=True) * 3,
+                                                 x.index_put((k,), v[:5]).exp()),
+                             lambda: [_rn(20, 8), torch.randint(-20, 20, (30,)), torch.randperm(20)[:5] - 10,
+                                      _rn(30, 8)], True, 1e-5, False),
+    "embedding_backward": (lambda w, i: F.embedding(i, w, padding_idx=2).sin(),
+                           lambda: [_rn(30, 16), torch.randint(0, 30, (7, 9))], True, 1e-5, False),
     "offset_inputs": (lambda x, t, w: (F.cross_entropy(x, t), x.exp() @ w.t(), x.t()[1:] * 2),
                       lambda: [_rn(12, 40)[4:], torch.randint(0, 40, (12,))[4:], _rn(8, 60)[2:, 10:50]],
                       True, 1e-4, True),
