@@ -52,3 +52,28 @@ def test_indirect_loads(name, cpu_backend):
         torch.testing.assert_close(g1, g2)
     after = sum(lower_mod.MISSING_LOWERINGS[k] for k in INDIRECT)
     assert after == before, dict(lower_mod.MISSING_LOWERINGS)
+
+
+def test_loss_gathers_each_row_in_the_row_kernel():
+    """Cross-entropy's mean over rows of ``logits[r, target[r]] - max[r] - log(sum[r])``: the gather and the
+    row's terms run in the kernel computing the row's max and sum (one gather per row program), and the final
+    reduction loads a per-row vector, with no indirect load of its own."""
+    from ember.autograd.aot import aot_compile
+    from ember.loopir.expr import Bind, walk
+    from ember.loopir.ir import Reduction
+    from ember.loopir.lower import lower
+    from ember.loopir.schedule import Kernel, schedule
+    fn = lambda x, t: F.cross_entropy(x, t)  # noqa: E731
+    scheds = []
+
+    def compile_graph(gm, kind):
+        scheds.append(schedule(lower(gm, kind)))
+        return gm
+    x, t = torch.randn(16, 300), torch.randint(0, 300, (16,))
+    aot_compile(torch.fx.symbolic_trace(fn), [x, t], decompose=True, compile_graph=compile_graph)
+    kernels = [k for k in scheds[0].steps if isinstance(k, Kernel)]
+    assert len(kernels) == 2, scheds[0].python()
+    rows, final = kernels
+    assert rows.xnumel == 16 and any(isinstance(e, Bind) for n in rows.nodes for e in walk(n.body))
+    assert final.xnumel == 1 and all(isinstance(n, Reduction) or n.name not in final.reads for n in final.nodes)
+    assert not any(isinstance(e, Bind) for n in final.nodes for e in walk(n.body)), scheds[0].python()
