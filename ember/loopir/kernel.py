@@ -23,7 +23,7 @@ from typing import Any
 import sympy
 import torch
 
-from .expr import Bind, Const, Expr, IndexValue, Load, Op, bound_symbol, substitute
+from .expr import Bind, Const, Expr, IndexValue, Load, Op, bound_symbol, loads, substitute, walk
 from .indexing import RINDEX, place
 from .ir import Pointwise, Reduction, Scatter
 from .schedule import Kernel, placement, store_index
@@ -218,6 +218,7 @@ class _Builder:
         self.xsec = self.sections[0]
         self.rsec = Section("r")
         self._emit_x(times, -1, stores)
+        self._prefetch_gathers(times)
         for loop in range(nloops):
             self.rsec = Section("r")
             if not self.persistent:
@@ -257,6 +258,24 @@ class _Builder:
                     self.xsec.stmts.append(Store(n.name, store_index(n, g), v, self.levels[v]))
             elif times[n.name] == ("x", after) and isinstance(n, Scatter):
                 self.xsec.stmts.append(self._scatter_store(n))
+
+    def _prefetch_gathers(self, times: dict) -> None:
+        """Gathers (loads at a loaded address) of values computed after a reduction loop whose addresses do not
+        depend on the kernel's own results are loaded before the loops: a loss's ``logits[r, target[r]]``,
+        combined with its row's max and sum, would otherwise wait for a dependent load at the end of every
+        program (~12 us over the programs of a 32k-vocabulary cross-entropy on an H100)."""
+        own = set(self.by_name)
+        for n in self.k.nodes:
+            if not isinstance(n, Pointwise) or times[n.name][0] != "x" or times[n.name][1] < 0:
+                continue
+            for e in walk(n.body):
+                if not isinstance(e, Bind) or any(ld.buf in own for ld in loads(e.value)):
+                    continue
+                for ld in loads(e.body):      # the loads at the bound address (emitted later from the cache)
+                    syms = ld.index.free_symbols if isinstance(ld.index, sympy.Basic) else set()
+                    if ld.buf not in own and e.symbol in syms and ld.mask is None and \
+                            all(s == e.symbol or s.name.startswith("x") for s in syms):
+                        self.emit(Bind(e.symbol, e.value, ld, e.extent), self.groups[n.name])
 
     def _scatter_store(self, n: Scatter) -> Store:
         g = self.groups[n.name]

@@ -77,3 +77,26 @@ def test_loss_gathers_each_row_in_the_row_kernel():
     assert rows.xnumel == 16 and any(isinstance(e, Bind) for n in rows.nodes for e in walk(n.body))
     assert final.xnumel == 1 and all(isinstance(n, Reduction) or n.name not in final.reads for n in final.nodes)
     assert not any(isinstance(e, Bind) for n in final.nodes for e in walk(n.body)), scheds[0].python()
+
+
+def test_row_gather_is_loaded_before_the_reduction_loops():
+    """The gathered logit, used after the loops with the row's max and sum, is loaded before them (its address
+    depends only on the target): the dependent load's latency hides behind the loops."""
+    from ember.autograd.aot import aot_compile
+    from ember.loopir.kernel import kernel_body
+    from ember.loopir.lower import lower
+    from ember.loopir.schedule import Kernel, schedule
+    fn = lambda x, t: F.cross_entropy(x.float(), t)  # noqa: E731
+    bodies = []
+
+    def compile_graph(gm, kind):
+        rows = next(k for k in schedule(lower(gm, kind)).steps if isinstance(k, Kernel))
+        bodies.append(kernel_body(rows, persistent=False))
+        return gm
+    x, t = torch.randn(16, 300).bfloat16(), torch.randint(0, 300, (16,))
+    aot_compile(torch.fx.symbolic_trace(fn), [x, t], decompose=True, compile_graph=compile_graph)
+    first = bodies[0].sections[0]
+    assert first.level == "x" and bodies[0].sections[1].level == "r"
+    gathers = [st for st in first.stmts if st.kind == "load" and any(s.name.startswith("tmp")
+                                                                       for s in st.args[1].free_symbols)]
+    assert gathers, bodies[0].python()
