@@ -297,7 +297,11 @@ class _Gen:
             vals.append(f"tl.where(rmask, {v}, float('-inf'))" if self.rmask else v)
         shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
         vals = [f"tl.broadcast_to({v}, {shape})" for v in vals]
-        self.emit(f"{st.acc_max}, {st.acc_sum} = _h.online_sumexp({st.acc_max}, {st.acc_sum}, {vals[0]}, {vals[1]})")
+        if st.var_max == st.var_sum:
+            self.emit(f"{st.acc_max}, {st.acc_sum} = _h.online_sumexp_same({st.acc_max}, {st.acc_sum}, {vals[0]})")
+        else:
+            self.emit(f"{st.acc_max}, {st.acc_sum} = _h.online_sumexp({st.acc_max}, {st.acc_sum}, {vals[0]}, "
+                      f"{vals[1]})")
 
     def accumulate(self, st: Accumulate) -> None:
         rt, dt = st.reduce_type, st.dtype

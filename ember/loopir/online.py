@@ -72,10 +72,16 @@ def _fuse_one(body: KernelBody, fresh: list[int]) -> bool:
                           and a.args[0] == acc_s), None)
             if s_var is None:
                 continue
-            # copy g's statements into the first loop under new names
+            # copy g's statements into the first loop under new names, reusing what the loop already computes
+            # (the max's own load of the row: then both fold one value, ``online_sumexp_same``)
+            existing = {(a.kind, a.args, a.dtype): a.var for a in r1.stmts if isinstance(a, Assign)}
             rename: dict[str, str] = {}
             copies = []
             for d in closure:
+                same = _renamed(d, d.var, rename)
+                if (same.kind, same.args, same.dtype) in existing:
+                    rename[d.var] = existing[(same.kind, same.args, same.dtype)]
+                    continue
                 fresh[0] += 1
                 v = f"otmp{fresh[0]}"
                 rename[d.var] = v

@@ -434,10 +434,12 @@ def test_kernel_callable_direct() -> None:
 
 
 def test_looped_cross_entropy_reads_each_row_once() -> None:
-    """Max and sum of exp over a long row come from one loop (online softmax), not two."""
+    """Max and sum of exp over a long row come from one loop (online softmax), not two; both fold the one
+    value loaded per point, with one exp per point (``online_sumexp_same``)."""
     src = _sources(_ce, [_rn(4, 20000), torch.randint(0, 20000, (4,))])
-    head = next(k for k in src.split("@triton.jit") if "online_sumexp(" in k)
+    head = next(k for k in src.split("@triton.jit") if "online_sumexp_same(" in k)
     assert head.count("for roffset") == 1, src
+    assert head.count("tl.load(") == 3, head      # the target, its logit, and the row
 
 
 def test_many_long_rows_take_four_rows_per_program(monkeypatch) -> None:
