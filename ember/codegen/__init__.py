@@ -80,13 +80,17 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
     for step in sched.steps:
         if isinstance(step, Kernel):
             by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
-    from ember.loopir.inplace import inplace_stores, reused_buffers
+    from ember.loopir.inplace import inplace_stores, reused_buffers, scatter_in_place
     from ember.loopir.ir import Scatter
     # a scatter writes into its target's memory; its kernels read and write it (autotuning times them on copies)
     inplace = {n.name: n.target for n in graph.nodes if isinstance(n, Scatter)}
     inplace.update(inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ())))
     if set(by_backend) == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
         inplace.update(reused_buffers(graph, sched, inplace))
+    scatter_in_place(graph, sched, gm.meta.get("ember_write_backs", ()), inplace)
+    kept = {id(s) for s in sched.steps}
+    for backend in by_backend:
+        by_backend[backend] = [s for s in by_backend[backend] if id(s) in kept]
     for backend, steps in by_backend.items():
         mod = _backend_module(backend)
         bodies = [kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)

@@ -415,6 +415,24 @@ def _scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
     return P.scatter_add(x, canonical_dim(dim, x.ndim), index, to(src, x.dtype))
 
 
+@register_decomposition(aten.index_add.default)
+def _index_add(x: Any, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
+    # x[..., index[k], ...] += alpha * source[..., k, ...]: an index_put over dim with the others whole
+    d = canonical_dim(dim, x.ndim)
+    if x.ndim == 0:
+        return P.aten_extern(aten.index_add.default, (x, dim, index, source), {"alpha": alpha})
+    src = source if alpha == 1 else P.mul(source, alpha)
+    return P.index_put(x, [None] * d + [P.reshape(index, (prod(index.shape),))], to(src, x.dtype), True)
+
+
+@register_decomposition(aten.index_copy.default)
+def _index_copy(x: Any, dim: int, index: Any, source: Any) -> Any:
+    d = canonical_dim(dim, x.ndim)
+    if x.ndim == 0:
+        return P.aten_extern(aten.index_copy.default, (x, dim, index, source), {})
+    return P.index_put(x, [None] * d + [P.reshape(index, (prod(index.shape),))], to(source, x.dtype), False)
+
+
 @register_decomposition(aten.index_select.default)
 def _index_select(x: Any, dim: int, index: Any) -> Any:
     return P.index_select(x, canonical_dim(dim, x.ndim), index)

@@ -7,14 +7,18 @@ per tensor) disappears. That is safe when:
 - no step after that kernel reads the input, and inside the kernel every read of the input is at the point
   being stored (the same program reads the old value before writing the new one);
 - no output of the graph is the input itself or a view of it (e.g. its old value saved for the backward).
+
+A scatter into a copy of a mutated input (``cache[idx] = v``, ``x.index_add_``) scatters into the input itself
+(``scatter_in_place``): the copy's kernel goes, and the step costs what the scattered points cost instead of two
+passes over the whole input.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .expr import loads
+from .expr import Load, loads, xvars
 from .indexing import place
-from .ir import BufferRef, Extern, InputBuffer, LoopGraph, Pointwise, Reduction
+from .ir import BufferRef, Extern, InputBuffer, LoopGraph, Pointwise, Reduction, Scatter
 from .schedule import Kernel, Schedule, placement, store_index
 
 
@@ -108,4 +112,45 @@ def _needs(kernel: Kernel, node: Any, buf: str) -> bool:
     return False
 
 
-__all__: list[Any] = ["inplace_stores", "reused_buffers"]
+def scatter_in_place(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tuple[int, int]],
+                     inplace: dict[str, str]) -> None:
+    """Scatters whose result is the new value of an input and whose target is a plain copy of that input
+    store into the input's memory (``inplace[scatter] = input``); the copy leaves the schedule. Safe when
+    the input has the target's layout, the scatter reads neither the input nor anything the copy's removal
+    changes, no step from the scatter's on reads the input, and the input is no output of its own."""
+    inputs = {n.position: n for n in graph.nodes if isinstance(n, InputBuffer) and n.position >= 0}
+    step_of: dict[str, int] = {}
+    for k, step in enumerate(sched.steps):
+        for n in (step.nodes if isinstance(step, Kernel) else [step] if step is not None else []):
+            step_of[n.name] = k
+    outputs = {o.name for o in graph.outputs if isinstance(o, BufferRef)}
+    for i, j in write_backs:
+        if i not in inputs or j >= len(graph.outputs) or not isinstance(graph.outputs[j], BufferRef):
+            continue
+        inp, ref = inputs[i], graph.outputs[j]
+        node = graph.node(ref.name)
+        if not isinstance(node, Scatter) or ref.layout != node.layout or inp.layout != node.layout:
+            continue
+        target = graph.node(node.target)
+        if target.body != Load(inp.name, inp.layout.index(xvars(len(target.ranges))), inp.dtype) or \
+                inp.name in node.reads() or inp.name in outputs:
+            continue
+        k = step_of[node.name]
+        later = sched.steps[k + 1:]
+        if any(inp.name in (s.reads if isinstance(s, Kernel) else s.reads()) for s in later if s is not None):
+            continue
+        t = step_of[target.name]
+        kern = sched.steps[t]
+        if len(kern.nodes) == 1:
+            sched.steps[t] = None
+        else:
+            kern.nodes = [m for m in kern.nodes if m is not target]
+            kern.stores = [b for b in kern.stores if b != target.name]
+        for frees in sched.frees:
+            if target.name in frees:
+                frees.remove(target.name)
+        inplace.pop(target.name, None)
+        inplace[node.name] = inp.name
+
+
+__all__: list[Any] = ["inplace_stores", "reused_buffers", "scatter_in_place"]
