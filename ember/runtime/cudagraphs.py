@@ -43,7 +43,8 @@ recording, so their values are part of the signature (a new value records again)
 handed out as copies of the value the recording computed (they depend on host values only).
 
 Falls back to plain launches, with a ``perf_hints`` log line, for other CPU tensors (inputs or outputs), inputs
-the graph mutates in place that are copied into placeholders, inputs that overlap themselves (expanded),
+the graph mutates in place that are not the same tensor on the recording call as on the warm-up call (a module's
+cache buffer is: the recorded kernels write it directly), inputs that overlap themselves (expanded),
 failures while capturing, and past ``cudagraph_max_records`` recordings of one graph.
 """
 from __future__ import annotations
@@ -252,6 +253,7 @@ class CudaGraphed:
         limit = getattr(options, "cudagraph_max_records", None)
         self.max_records = 8 if limit is None else int(limit)
         self.warm: dict[tuple, list] = {}            # signature -> weak refs of the warm-up call's inputs
+        self.mutated: dict[tuple, set[int]] = {}     # signature -> inputs (not parameters) it mutates in place
         self.records: dict[tuple, list[Recording]] = {}
         self.count = 0
         self.disabled: str | None = None             # why this graph runs without CUDA graphs
@@ -341,11 +343,10 @@ class CudaGraphed:
     def _warm_up(self, sig: tuple, args: Sequence[Any]) -> Any:
         versions = [_version(a) for a in args]
         outs = self.fn(*args)
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and versions[i] != _version(a) and not self._is_static(a, None):
-                self._disable(f"it mutates input {i} in place (placeholder copies would not reach the caller's "
-                              "tensor)")
-                return outs
+        # an input it mutates in place (a module's cache buffer) must be static: the same tensor at recording
+        # time as now, so the recorded kernels write the caller's tensor (checked in ``_record``)
+        self.mutated[sig] = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                             and versions[i] != _version(a) and not self._is_static(a, None)}
         for j, o in enumerate(_flat(outs)):
             if isinstance(o, torch.Tensor) and not self.pool.ops.usable(o) and not _host_scalar(o):
                 self._disable(f"output {j} is a {o.device.type} tensor")
@@ -371,6 +372,10 @@ class CudaGraphed:
             device = device or a.device
             if self._is_static(a, refs[i]):
                 static_ptrs[i] = a.data_ptr()
+            elif i in self.mutated.get(sig, ()):
+                self._give_up(sig, f"it mutates input {i} in place, a tensor other than the one of the call "
+                                   "before (a placeholder copy would not reach the caller's tensor)")
+                return self.fn(*args)
             elif not _dense(a):
                 self._give_up(sig, f"input {i} overlaps itself (an expanded tensor); it cannot be copied into a "
                                    "placeholder")

@@ -236,3 +236,31 @@ def test_transformers_gpt2_training_equals_eager(mode, counts, tmp_path, monkeyp
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     assert counts["record"] >= 2 and counts["replay"] >= 16      # forward and backward graphs, replayed
+
+
+class _KVCache(torch.nn.Module):
+    """A decoder's static cache: each step writes its keys at ``pos`` (an index_put into the buffer, which
+    ember scatters into the buffer itself) and attends over the cache."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(4, 128, 64, device="cuda"))
+
+    def forward(self, pos, new, q):
+        self.k[:, pos] = new
+        return torch.softmax(q @ self.k.transpose(1, 2), -1)
+
+
+@pytest.mark.parametrize("kw", [{}, {"mode": "reduce-overhead"}], ids=["default", "reduce-overhead"])
+def test_static_cache_written_in_place_over_steps(kw, counts):
+    """The cache buffer equals eager's after every step, replayed or not, and so do the outputs."""
+    m, ref = _KVCache(), _KVCache()
+    f = ember.compile(m, **kw)
+    with torch.no_grad():
+        for step in range(6):
+            pos = torch.tensor([step], device="cuda")
+            new, q = torch.randn(4, 1, 64, device="cuda"), torch.randn(4, 1, 64, device="cuda")
+            torch.testing.assert_close(f(pos, new, q), ref(pos, new, q))
+            torch.testing.assert_close(m.k, ref.k)
+    if kw:
+        assert counts["replay"] >= 3

@@ -40,8 +40,14 @@ class FakeOps(cg.CudaOps):
         if self.fail:
             raise RuntimeError("operation not permitted when stream is capturing")
         self.records += 1
+        # a capture runs nothing: what fn writes into its inputs is undone (the caller's replay writes it)
+        before = [a.clone() if isinstance(a, torch.Tensor) else None for a in inputs]
         outs = tuple(t.clone() if isinstance(t, torch.Tensor) and not any(t is a for a in inputs) else t
                      for t in fn(*inputs))
+        with torch.no_grad():
+            for a, b in zip(inputs, before):
+                if b is not None and not torch.equal(a, b):
+                    a.copy_(b)
         # a graph reads raw addresses: keep views over storages that do not own (or keep alive) the inputs
         # (host tensors are read while recording: their values are baked in)
         raw = [a.clone() if getattr(a, "_host", False) else
@@ -276,7 +282,25 @@ def test_fallbacks_run_plainly_with_a_hint(case, hints):
         ref = (x + 1 if case == "mutation" else x) @ w
         assert torch.allclose(g(w, x)[0], ref.relu())
     assert ops.replays == 0
-    assert g.disabled and any(("runs without CUDA graphs" in h) for h in hints), hints
+    # a mutated input that is a new tensor on every call: its signature runs plainly
+    assert (g.disabled or g.bad_sigs) and any(("runs without CUDA graphs" in h) for h in hints), hints
+
+
+def test_mutated_input_that_stays_the_same_tensor_is_recorded():
+    """A cache buffer the graph writes in place, passed as the same tensor every call: recorded once, replayed,
+    and every replay's write lands in the caller's tensor."""
+    def fn(w, cache, x):
+        cache.add_(x)
+        return ((cache @ w).relu(),)
+    g, ops, _, _ = _graph(fn=fn)
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    cache, ref = torch.zeros(2, 4), torch.zeros(2, 4)
+    for _ in range(5):
+        x = torch.randn(2, 4)
+        ref += x
+        assert torch.allclose(g(w, cache, x)[0], (ref @ w).relu())
+        assert torch.allclose(cache, ref)
+    assert ops.records == 1 and ops.replays >= 3 and not g.disabled
 
 
 def test_expanded_input_is_not_recorded(hints):
