@@ -143,9 +143,31 @@ def _row_tiled(node: Node) -> bool:
     """A large pointwise node whose rows are long and of an odd length (GPT-2's logits, 50257 wide) runs as
     (rows, columns) like a reduction without accumulators: a flat index would be divided by the row length at
     every element, the row's values (a log-softmax's max and sum) gathered per element, and the loads and
-    stores of rows at odd offsets could not be vectorized."""
+    stores of rows at odd offsets could not be vectorized.
+
+    On the CPU, a pointwise node whose rows hold at least a vector (``ROW_TILED_CPU_MIN``) and whose loads
+    divide the flat index (a permuted or concatenated copy: an attention's head split and merge, the
+    gradient of a fused qkv projection assembled from three transposed parts) runs so too: per row, the
+    divisions, the concatenation's conditions and the row's offsets are computed once, and the row's loop
+    is a vector loop (the flat form divided and tested every element in a scalar loop)."""
     r = node.ranges[-1] if isinstance(node, Pointwise) and len(node.ranges) >= 2 else None
-    return isinstance(r, int) and r >= ROW_TILED_MIN and r % 64 != 0 and node.device.type in ROW_TILED_DEVICES
+    if not isinstance(r, int):
+        return False
+    if node.device.type in ROW_TILED_DEVICES:
+        return r >= ROW_TILED_MIN and r % 64 != 0
+    return node.device.type == "cpu" and r >= ROW_TILED_CPU_MIN and _divides_flat_index(node)
+
+
+ROW_TILED_CPU_MIN = 16
+
+
+def _divides_flat_index(node: Node) -> bool:
+    groups = [(XINDEX, xvars(len(node.ranges)), list(node.ranges))]  # type: ignore[attr-defined]
+    for ld in loads(node.body):  # type: ignore[attr-defined]
+        for e in (ld.index, ld.mask):
+            if isinstance(e, sympy.Basic) and place(e, groups).has(sympy.floor):
+                return True
+    return False
 
 
 def _shape_of(node: Node) -> tuple[Any, Any]:

@@ -385,3 +385,22 @@ def test_vector_exp_accuracy_and_special_values() -> None:
     assert out[12].item() == 0.0 and out[17].item() == float("inf") and out[18].item() == 0.0
     # around the largest float whose exp is finite, and around FLT_MIN's log (below it: flushed to 0)
     assert out[20].item() == float("inf") and out[21].isfinite() and out[22].item() > 0 and out[23].item() == 0
+
+
+def test_permuted_concatenation_runs_row_by_row_in_vector_loops() -> None:
+    """The gradient of a fused qkv projection assembled from three head-split parts (one transposed): a
+    pointwise node whose loads divide the flat index runs as (rows, last dim): no element divides its index
+    by the row length (the flat form divided and took remainders by 192 at every element); values equal
+    eager's. (The row itself is still a scalar loop: its three parts are not split into vector loops.)"""
+    def fn(q, k, v):
+        b, h, t, d = q.shape
+        parts = [q.transpose(1, 2), k.transpose(2, 3).transpose(1, 2), v.transpose(1, 2)]
+        return torch.cat([p.reshape(b, t, h * d) for p in parts], -1) + 1
+    q, k, v = _rn(2, 4, 32, 16), _rn(2, 4, 16, 32), _rn(2, 4, 32, 16)
+    (body,) = _bodies(fn, [q, k, v])
+    assert int(body.kernel.rnumel) == 192, body.kernel
+    src = cpp.source(body)
+    assert "192)" not in src and "% 192" not in src, src
+    _, built = _compile(fn, [q, k, v])
+    q, k, v = _rn(2, 4, 32, 16), _rn(2, 4, 16, 32), _rn(2, 4, 32, 16)
+    torch.testing.assert_close(built[0](q, k, v)[0], fn(q, k, v))
