@@ -351,6 +351,10 @@ class _Gen:
         mask = self.mask(st.level, self.p(st.mask) if st.mask is not None else None)
         val = f"{st.var}.to({tl_dtype(dt)})"
         if st.mode == "add":        # two points may add to one address (ember.loopir.scatter)
+            # the value as a block of the pointer's shape: a constant (one element) broadcast by tl.broadcast_to
+            # is a stride-0 view that Triton's interpreter adds from the wrong memory; a select makes a block
+            shape = f"[{self.cfg.xblock}, 1]" if self.red else f"[{self.cfg.xblock}]"
+            val = f"tl.where({mask}, {val}, 0)" if mask else f"tl.broadcast_to({val}, {shape})"
             self.emit(f"tl.atomic_add({self.ptr(st.buf)} + ({off}), {val}" + (f", {mask}" if mask else "")
                       + ", sem='relaxed')")
             return

@@ -167,6 +167,10 @@ CASES: dict[str, tuple[Callable, Callable[[], list], bool, float, bool]] = {
                                                  x.index_put((k,), v[:5]).exp()),
                              lambda: [_rn(20, 8), torch.randint(-20, 20, (30,)), torch.randperm(20)[:5] - 10,
                                       _rn(30, 8)], True, 1e-5, False),
+    "scatter_counts": (lambda i, x: (torch.zeros(7, dtype=torch.int64, device=i.device).scatter_add(
+                           0, i, torch.ones_like(i)), x.index_put((i,), torch.ones((), device=x.device),
+                                                                   accumulate=True)),
+                       lambda: [torch.randint(0, 7, (40,)), _rn(7)], False, 1e-5, True),
     "embedding_backward": (lambda w, i: F.embedding(i, w, padding_idx=2).sin(),
                            lambda: [_rn(30, 16), torch.randint(0, 30, (7, 9))], True, 1e-5, False),
     "offset_inputs": (lambda x, t, w: (F.cross_entropy(x, t), x.exp() @ w.t(), x.t()[1:] * 2),

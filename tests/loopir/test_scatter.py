@@ -23,6 +23,12 @@ def _g(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _setitem(x: torch.Tensor, where: tuple, v: torch.Tensor) -> torch.Tensor:
+    y = x * 1
+    y[where] += v
+    return y
+
+
 def _distinct(n: int, k: int, cols: int, g: torch.Generator) -> torch.Tensor:
     return torch.stack([torch.randperm(n, generator=g)[:k] for _ in range(cols)], 1)
 
@@ -60,6 +66,12 @@ CASES = {
     "setitem_add": (_setitem_add,
                     lambda g: (torch.randn(15, 4, generator=g), torch.randperm(15, generator=g)[:6],
                                torch.randn(6, 4, generator=g))),
+    "setitem_columns": (lambda x, i, v: _setitem(x, (slice(None), i), v),
+                        lambda g: (torch.randn(4, 10, generator=g), torch.randperm(10, generator=g)[:3],
+                                   torch.randn(4, 3, generator=g))),
+    "setitem_split_dims": (lambda x, i, j, v: _setitem(x, (i, slice(None), j), v),
+                           lambda g: (torch.randn(4, 5, 6, generator=g), torch.tensor([0, 1, 3]),
+                                      torch.tensor([5, 2, 2]), torch.randn(3, 5, generator=g))),
     "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=1).sin(),
                               lambda g: (torch.randn(30, 16, generator=g), torch.randint(0, 30, (7, 9), generator=g))),
 }
