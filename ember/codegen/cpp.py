@@ -198,6 +198,10 @@ class _KernelWriter:
 
     # -- loops -----------------------------------------------------------------------------------------------
     def r_loop(self, sec: Section, ind: str) -> list[str]:
+        if not sec.accumulators and not self.par_r:
+            cuts = _row_cuts(sec.stmts, self.R)
+            if cuts:
+                return self.row_segments(sec, ind, cuts)
         lines = []
         vec = cpp_vec.VecLoop(self, sec.stmts, RINDEX, self.width, sec.accumulators)
         vector = self.R >= self.width and vec.ok()
@@ -238,6 +242,27 @@ class _KernelWriter:
         lines.append(f"{ind}for (int64_t rindex = {start}; rindex < {self.R}; ++rindex) {{")
         lines += [f"{ind}  {self.stmt(st)}" for st in sec.stmts]
         lines.append(f"{ind}}}")
+        return lines
+
+    def row_segments(self, sec: Section, ind: str, cuts: list[int]) -> list[str]:
+        """A row of concatenated parts (``rindex < 64 ? a[...] : rindex < 128 ? b[...] : c[...]``) as one loop
+        per part, each with its conditions decided: a part's loads are then plain, and vector loops where
+        they move with ``rindex`` (a split qkv gradient's heads)."""
+        lines = []
+        bounds = [0, *cuts, self.R]
+        for lo, hi in zip(bounds, bounds[1:]):
+            stmts = [_decided(st, lo, hi) for st in sec.stmts]
+            lines.append(f"{ind}{{")
+            vec = cpp_vec.VecLoop(self, stmts, RINDEX, self.width)
+            vend = lo
+            if lo % self.width == 0 and hi - lo >= self.width and vec.ok():
+                vend = hi - (hi - lo) % self.width
+                lines += vec.loop(ind + "  ", str(lo), str(vend))
+            if vend < hi:
+                lines += [f"{ind}  #pragma omp simd", f"{ind}  for (int64_t rindex = {vend}; rindex < {hi}; ++rindex) {{"]
+                lines += [f"{ind}    {self.stmt(st)}" for st in stmts]
+                lines.append(f"{ind}  }}")
+            lines.append(f"{ind}}}")
         return lines
 
     def function(self) -> str:
@@ -331,6 +356,61 @@ class _KernelWriter:
         if v in self.body.dtypes:
             return self.body.dtypes[v]
         return next(dt for sec in self.body.sections for acc, _, dt in sec.accumulators if acc == v)
+
+
+def _row_conditions(stmts: list) -> list:
+    """The conditions on ``rindex`` alone (linear, no division) in a section's loads and index values."""
+    out = []
+    for st in stmts:
+        if not isinstance(st, Assign) or st.kind not in ("load", "index"):
+            continue
+        exprs = [st.args[2]] if st.kind == "load" else [st.args[0]]
+        for e in exprs:
+            if not isinstance(e, sympy.Basic):
+                continue
+            for rel in e.atoms(sympy.core.relational.Relational):
+                d = rel.lhs - rel.rhs
+                if rel.free_symbols == {RINDEX} and not d.has(sympy.floor, sympy.Mod) and d.diff(RINDEX).is_Integer:
+                    out.append(rel)
+    return out
+
+
+def _row_cuts(stmts: list, rnumel: int) -> list[int]:
+    """Where a row's conditions change value (the boundaries of its concatenated parts), at most 7."""
+    cuts: set[int] = set()
+    for rel in _row_conditions(stmts):
+        first = bool(rel.subs(RINDEX, 0))
+        lo, hi = 0, rnumel        # the first point where the condition differs from its value at 0
+        if bool(rel.subs(RINDEX, rnumel - 1)) == first:
+            continue
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if bool(rel.subs(RINDEX, mid)) == first:
+                lo = mid
+            else:
+                hi = mid
+        cuts.add(hi)
+    return sorted(cuts) if 0 < len(cuts) <= 7 else []
+
+
+def _decided(st: Any, lo: int, hi: int) -> Any:
+    """``st`` with its conditions on ``rindex`` replaced by their value over ``[lo, hi)`` (constant there);
+    a load whose mask is then false is the constant 0, one whose mask is true loads plainly."""
+    if not isinstance(st, Assign) or st.kind not in ("load", "index"):
+        return st
+
+    def fix(e: Any) -> Any:
+        if not isinstance(e, sympy.Basic):
+            return e
+        rels = [r for r in _row_conditions([Assign("", "index", (e,), torch.bool, "r")])]
+        return e.xreplace({r: sympy.true if bool(r.subs(RINDEX, lo)) else sympy.false for r in rels}) if rels else e
+    if st.kind == "index":
+        return Assign(st.var, "index", (fix(st.args[0]),), st.dtype, st.level)
+    buf, idx, mask = st.args
+    mask = fix(mask)
+    if mask is sympy.false:
+        return Assign(st.var, "const", (0,), st.dtype, st.level)
+    return Assign(st.var, "load", (buf, idx, None if mask is sympy.true else mask), st.dtype, st.level)
 
 
 SCRATCH_ROOM = 64 * 1024      # bytes of a stashed row per thread: within L2, and well within a thread's stack

@@ -390,8 +390,9 @@ def test_vector_exp_accuracy_and_special_values() -> None:
 def test_permuted_concatenation_runs_row_by_row_in_vector_loops() -> None:
     """The gradient of a fused qkv projection assembled from three head-split parts (one transposed): a
     pointwise node whose loads divide the flat index runs as (rows, last dim): no element divides its index
-    by the row length (the flat form divided and took remainders by 192 at every element); values equal
-    eager's. (The row itself is still a scalar loop: its three parts are not split into vector loops.)"""
+    by the row length (the flat form divided and took remainders by 192 at every element), and the row runs
+    as one loop per part, conditions decided: the parts read along the row are vector loops (the transposed
+    one stays scalar); values equal eager's."""
     def fn(q, k, v):
         b, h, t, d = q.shape
         parts = [q.transpose(1, 2), k.transpose(2, 3).transpose(1, 2), v.transpose(1, 2)]
@@ -401,6 +402,7 @@ def test_permuted_concatenation_runs_row_by_row_in_vector_loops() -> None:
     assert int(body.kernel.rnumel) == 192, body.kernel
     src = cpp.source(body)
     assert "192)" not in src and "% 192" not in src, src
+    assert src.count("ember_vstore(") == 2 and "rindex < 128; ++rindex" in src, src
     _, built = _compile(fn, [q, k, v])
     q, k, v = _rn(2, 4, 32, 16), _rn(2, 4, 16, 32), _rn(2, 4, 32, 16)
     torch.testing.assert_close(built[0](q, k, v)[0], fn(q, k, v))
