@@ -16,6 +16,7 @@ reduction loops instead. The thread count is ``torch.get_num_threads()`` at call
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 from typing import Any, Callable
 
@@ -465,13 +466,32 @@ def source(body: KernelBody) -> str:
     return text
 
 
-def translation_unit(bodies: list[KernelBody], graph_name: str) -> str:
+def translation_unit(bodies: list[KernelBody], graph_name: str, sources: dict[str, str] | None = None) -> str:
     decls, _ = vector_math_decls()
     # the graph's name stays out of the source: it is part of the cache key, and names differ between runs
     parts = ["// ember C++ kernels (ember.codegen.cpp)", PRELUDE, decls,
              f"#define EMBER_VW {vector_width()}", cpp_vec.PRELUDE]
-    parts += [source(b) for b in bodies]
+    parts += [sources[b.name] if sources else source(b) for b in bodies]
     return "\n".join(parts)
+
+
+KERNELS_PER_UNIT = 12     # a graph with more kernels than this compiles in several units, in parallel
+
+
+def _parts(bodies: list[KernelBody], srcs: dict[str, str], n: int) -> list[list[KernelBody]]:
+    """``bodies`` in at most ``n`` runs of about equal source length (each unit repeats the prelude, so units
+    are made only where each gets at least ``KERNELS_PER_UNIT`` kernels)."""
+    if n <= 1:
+        return [bodies]
+    sizes = [len(srcs[b.name]) for b in bodies]
+    share, parts, cur, acc = sum(sizes) / n, [], [], 0
+    for b, sz in zip(bodies, sizes):
+        cur.append(b)
+        acc += sz
+        if acc >= share * (len(parts) + 1) and len(parts) < n - 1:
+            parts.append(cur)
+            cur = []
+    return parts + [cur] if cur else parts
 
 
 def _caller(fn: Any, n: int, parallel: bool) -> Callable[..., None]:
@@ -493,11 +513,15 @@ def compile_kernels(bodies: list[KernelBody], options: Any, graph_name: str,
         # C++ runs each reduction loop over the same points in order; a scratch row lives on the stack of the
         # x loop's iteration (not in blocks of outer points, whose rows interleave)
         stash_recomputed(b, 0 if _x_contiguous(b) else SCRATCH_ROOM)
-    tu = translation_unit(bodies, graph_name)
-    lib = (cache or default_cache()).start(tu, graph_name).result()
+    cache = cache or default_cache()
+    # a graph with many kernels compiles as several translation units, one compiler process per core
+    srcs = {b.name: source(b) for b in bodies}
+    parts = _parts(bodies, srcs, min(os.cpu_count() or 1, -(-len(bodies) // KERNELS_PER_UNIT)))
+    builds = [cache.start(translation_unit(part, graph_name, srcs), graph_name) for part in parts]
+    lib_of = {b.name: build for part, build in zip(parts, builds) for b in part}
     out = []
     for b in bodies:
-        fn = lib[b.name]
+        fn = lib_of[b.name].result()[b.name]
         fn.argtypes = [ctypes.c_void_p] * len(b.buffers) + [ctypes.c_int]
         fn.restype = None
         out.append(_caller(fn, len(b.buffers), b._cpp_parallel))  # type: ignore[attr-defined]

@@ -406,3 +406,25 @@ def test_permuted_concatenation_runs_row_by_row_in_vector_loops() -> None:
     _, built = _compile(fn, [q, k, v])
     q, k, v = _rn(2, 4, 32, 16), _rn(2, 4, 16, 32), _rn(2, 4, 32, 16)
     torch.testing.assert_close(built[0](q, k, v)[0], fn(q, k, v))
+
+
+def test_graph_with_many_kernels_compiles_in_parallel_units(tmp_path, monkeypatch) -> None:
+    """A graph with more than ``KERNELS_PER_UNIT`` kernels per core compiles as one unit per core, the compilers
+    running at once; every kernel loads from its unit and computes what eager does; a warm start runs none."""
+    monkeypatch.setattr(cpp, "KERNELS_PER_UNIT", 2)
+    monkeypatch.setattr(cpp.os, "cpu_count", lambda: 2)
+
+    def fn(x):
+        return x.sum(0), x.amax(1), (x * 2).sum(), x.t().contiguous() + 1, x.softmax(0)
+    bodies = _bodies(fn, [_rn(33, 65)])
+    assert len(bodies) >= 3
+    cold = CppCache(tmp_path)
+    kernels = cpp.compile_kernels(bodies, OPTS, "g_many", cache=cold)
+    assert cold.compiler_runs == 2 and len(kernels) == len(bodies)
+    warm = CppCache(tmp_path)
+    cpp.compile_kernels(bodies, OPTS, "g_many", cache=warm)
+    assert warm.compiler_runs == 0 and warm.hits == 2
+    _, built = _compile(fn, [_rn(33, 65)])
+    x = _rn(33, 65)
+    for a, b in zip(built[0](x), fn(x)):
+        torch.testing.assert_close(a, b)
