@@ -121,8 +121,18 @@ static vfloat ember_verf(vfloat x) {
 #pragma GCC pop_options
 static inline float ember_hsum(vfloat v) { float s = 0; for (int l = 0; l < EMBER_VW; ++l) s += v[l]; return s; }
 static inline float ember_hprod(vfloat v) { float s = 1; for (int l = 0; l < EMBER_VW; ++l) s *= v[l]; return s; }
-static inline float ember_hmax(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] > s ? v[l] : s; return s; }
-static inline float ember_hmin(vfloat v) { float s = v[0]; for (int l = 1; l < EMBER_VW; ++l) s = v[l] < s ? v[l] : s; return s; }
+/* max and min across lanes as a tree of lane rotations (log2 of the width steps instead of a chain through every
+   lane: short rows, an attention's 32-64 scores, fold a row's accumulators per row). Any order gives the same
+   max; NaN lanes are reported by ember_hnan, which callers test. */
+static inline vmask ember_rot(int w) { vmask i; for (int l = 0; l < EMBER_VW; ++l) i[l] = (l + w) % EMBER_VW; return i; }
+static inline float ember_hmax(vfloat v) {
+  for (int w = EMBER_VW / 2; w > 0; w /= 2) { const vfloat s = __builtin_shuffle(v, ember_rot(w)); v = s > v ? s : v; }
+  return v[0];
+}
+static inline float ember_hmin(vfloat v) {
+  for (int w = EMBER_VW / 2; w > 0; w /= 2) { const vfloat s = __builtin_shuffle(v, ember_rot(w)); v = s < v ? s : v; }
+  return v[0];
+}
 static inline ember_wf<float> ember_hwelford(vfloat mean, vfloat m2, int64_t n) {   // lanes of n points each
   if (n == 0) return ember_wf<float>{0, 0, 0};
   const float mu = ember_hsum(mean) * (1.0f / EMBER_VW);

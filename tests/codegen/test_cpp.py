@@ -428,3 +428,18 @@ def test_graph_with_many_kernels_compiles_in_parallel_units(tmp_path, monkeypatc
     x = _rn(33, 65)
     for a, b in zip(built[0](x), fn(x)):
         torch.testing.assert_close(a, b)
+
+
+def test_lane_folds_find_the_extreme_in_every_lane() -> None:
+    """Vector max/min accumulators fold their lanes as a tree of rotations: a row's extreme at any lane (and
+    any position of a 2-vector row) is found, and a NaN anywhere still wins."""
+    x = _rn(64, 48)
+    for i in range(64):
+        x[i, i % 48] = 100.0 + i
+    y = -x
+    y[5, 17] = float("nan")
+    _, built = _compile(lambda a, b: (a.amax(1), b.amin(1)), [x, y])
+    a, b = built[0](x, y)
+    torch.testing.assert_close(a, x.amax(1))
+    torch.testing.assert_close(b, y.amin(1), equal_nan=True)
+    assert torch.isnan(b[5]) and not torch.isnan(b[4])
