@@ -119,12 +119,13 @@ static vfloat ember_verf(vfloat x) {
   return (vfloat)((vmask)y ^ sign);
 }
 #pragma GCC pop_options
+/* lane l of a rotation by w holds lane l + w: folds across lanes as trees of log2(width) steps */
+static inline vmask ember_rot(int w) { vmask i; for (int l = 0; l < EMBER_VW; ++l) i[l] = (l + w) % EMBER_VW; return i; }
 static inline float ember_hsum(vfloat v) { float s = 0; for (int l = 0; l < EMBER_VW; ++l) s += v[l]; return s; }
 static inline float ember_hprod(vfloat v) { float s = 1; for (int l = 0; l < EMBER_VW; ++l) s *= v[l]; return s; }
 /* max and min across lanes as a tree of lane rotations (log2 of the width steps instead of a chain through every
    lane: short rows, an attention's 32-64 scores, fold a row's accumulators per row). Any order gives the same
    max; NaN lanes are reported by ember_hnan, which callers test. */
-static inline vmask ember_rot(int w) { vmask i; for (int l = 0; l < EMBER_VW; ++l) i[l] = (l + w) % EMBER_VW; return i; }
 static inline float ember_hmax(vfloat v) {
   for (int w = EMBER_VW / 2; w > 0; w /= 2) { const vfloat s = __builtin_shuffle(v, ember_rot(w)); v = s > v ? s : v; }
   return v[0];
