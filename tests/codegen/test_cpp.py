@@ -426,8 +426,8 @@ def test_graph_with_many_kernels_compiles_in_parallel_units(tmp_path, monkeypatc
     assert warm.compiler_runs == 0 and warm.hits == 2
     _, built = _compile(fn, [_rn(33, 65)])
     x = _rn(33, 65)
-    for a, b in zip(built[0](x), fn(x)):
-        torch.testing.assert_close(a, b)
+    for i, (a, b) in enumerate(zip(built[0](x), fn(x))):
+        _close(a, b, 1e-5, f"output {i}")      # the table's float32 tolerance (sums in another order)
 
 
 def test_lane_folds_find_the_extreme_in_every_lane() -> None:
