@@ -65,9 +65,9 @@ class _KernelWriter:
         self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK and not body.scratch
         # scatters: a loop of plain stores runs in order on one thread (a later point's store wins, as in eager's
         # CPU kernels); adds run on threads, each atomic; neither in ``simd`` lanes (two lanes may hit one address)
-        self.scatter = any(isinstance(st, Store) and st.scatter for sec in body.sections for st in sec.stmts)
-        if self.scatter and any(isinstance(st, Store) and st.scatter and st.mode == "store"
-                                for sec in body.sections for st in sec.stmts):
+        scatters = [st for sec in body.sections for st in sec.stmts if isinstance(st, Store) and st.scatter]
+        self.scatter = bool(scatters)
+        if any(st.mode == "store" for st in scatters):
             self.par_x = False
         self.parallel = self.par_x or self.par_r
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
@@ -359,21 +359,22 @@ class _KernelWriter:
         return next(dt for sec in self.body.sections for acc, _, dt in sec.accumulators if acc == v)
 
 
-def _row_conditions(stmts: list) -> list:
-    """The conditions on ``rindex`` alone (linear, no division) in a section's loads and index values."""
+def _row_relations(e: Any) -> list:
+    """The conditions on ``rindex`` alone (linear, no division) in a sympy expression."""
+    if not isinstance(e, sympy.Basic):
+        return []
     out = []
-    for st in stmts:
-        if not isinstance(st, Assign) or st.kind not in ("load", "index"):
-            continue
-        exprs = [st.args[2]] if st.kind == "load" else [st.args[0]]
-        for e in exprs:
-            if not isinstance(e, sympy.Basic):
-                continue
-            for rel in e.atoms(sympy.core.relational.Relational):
-                d = rel.lhs - rel.rhs
-                if rel.free_symbols == {RINDEX} and not d.has(sympy.floor, sympy.Mod) and d.diff(RINDEX).is_Integer:
-                    out.append(rel)
+    for rel in e.atoms(sympy.core.relational.Relational):
+        d = rel.lhs - rel.rhs
+        if rel.free_symbols == {RINDEX} and not d.has(sympy.floor, sympy.Mod) and d.diff(RINDEX).is_Integer:
+            out.append(rel)
     return out
+
+
+def _row_conditions(stmts: list) -> list:
+    """The conditions on ``rindex`` alone in a section's load masks and index values."""
+    return [rel for st in stmts if isinstance(st, Assign) and st.kind in ("load", "index")
+            for rel in _row_relations(st.args[2] if st.kind == "load" else st.args[0])]
 
 
 def _row_cuts(stmts: list, rnumel: int) -> list[int]:
@@ -401,9 +402,7 @@ def _decided(st: Any, lo: int, hi: int) -> Any:
         return st
 
     def fix(e: Any) -> Any:
-        if not isinstance(e, sympy.Basic):
-            return e
-        rels = [r for r in _row_conditions([Assign("", "index", (e,), torch.bool, "r")])]
+        rels = _row_relations(e)
         return e.xreplace({r: sympy.true if bool(r.subs(RINDEX, lo)) else sympy.false for r in rels}) if rels else e
     if st.kind == "index":
         return Assign(st.var, "index", (fix(st.args[0]),), st.dtype, st.level)

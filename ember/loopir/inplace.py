@@ -25,10 +25,7 @@ from .schedule import Kernel, Schedule, placement, store_index
 def inplace_stores(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tuple[int, int]]) -> dict[str, str]:
     """{buffer: input buffer it may be stored into}."""
     inputs = {n.position: n for n in graph.nodes if isinstance(n, InputBuffer) and n.position >= 0}
-    step_of: dict[str, int] = {}
-    for k, step in enumerate(sched.steps):
-        for n in (step.nodes if isinstance(step, Kernel) else [step]):
-            step_of[n.name] = k
+    step_of = _step_of(sched)
     out: dict[str, str] = {}
     for i, j in write_backs:
         if i not in inputs or j >= len(graph.outputs) or not isinstance(graph.outputs[j], BufferRef):
@@ -112,6 +109,15 @@ def _needs(kernel: Kernel, node: Any, buf: str) -> bool:
     return False
 
 
+def _step_of(sched: Schedule) -> dict[str, int]:
+    """{node name: index of the step computing it}."""
+    out: dict[str, int] = {}
+    for k, step in enumerate(sched.steps):
+        for n in (step.nodes if isinstance(step, Kernel) else [step] if step is not None else []):
+            out[n.name] = k
+    return out
+
+
 def scatter_in_place(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tuple[int, int]],
                      inplace: dict[str, str]) -> None:
     """Scatters whose result is the new value of an input and whose target is a plain copy of that input
@@ -119,10 +125,7 @@ def scatter_in_place(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tu
     the input has the target's layout, the scatter reads neither the input nor anything the copy's removal
     changes, no step from the scatter's on reads the input, and the input is no output of its own."""
     inputs = {n.position: n for n in graph.nodes if isinstance(n, InputBuffer) and n.position >= 0}
-    step_of: dict[str, int] = {}
-    for k, step in enumerate(sched.steps):
-        for n in (step.nodes if isinstance(step, Kernel) else [step] if step is not None else []):
-            step_of[n.name] = k
+    step_of = _step_of(sched)
     outputs = {o.name for o in graph.outputs if isinstance(o, BufferRef)}
     for i, j in write_backs:
         if i not in inputs or j >= len(graph.outputs) or not isinstance(graph.outputs[j], BufferRef):

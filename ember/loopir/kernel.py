@@ -103,9 +103,9 @@ def _fmt(st: Any) -> str:
         return f"{st.var} = {st.kind}{st.args}"
     if isinstance(st, Accumulate):
         return f"{st.acc} = {st.reduce_type}({st.acc}, {st.var})"
-    op = "+=" if st.mode == "add" else "="
+    add = ", add" if st.mode == "add" else ""
     where = f" if {st.mask}" if st.mask is not None else ""
-    return f"store({st.buf}, {st.index}, {st.var}{'' if op == '=' else ', add'}){where}"
+    return f"store({st.buf}, {st.index}, {st.var}{add}){where}"
 
 
 class _Builder:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from .expr import cast, indirect_symbol, xvars
+from .expr import Const, Op, cast, indirect_symbol, xvars
 from .ir import Layout, Pointwise, Scatter
 from .lower import Lowerer, UseExtern, register_lowering
 from .lowerings import advanced_index
@@ -70,11 +70,8 @@ def _scatter(accumulate: bool) -> Any:
 
         def position(idx: list) -> tuple[list, dict]:
             return list(idx), {dim: index.loader(idx)}
-
-        def values(idx: Sequence) -> Any:
-            return src.loader(idx)
-        return scatter_into(L, x, tuple(index.shape), position, TV(tuple(index.shape), src.dtype, src.device, values),
-                            accumulate)
+        return scatter_into(L, x, tuple(index.shape), position,
+                            TV(tuple(index.shape), src.dtype, src.device, src.loader), accumulate)
     return lowering
 
 
@@ -105,7 +102,6 @@ def _masked_fill(x: TV, indices: Sequence[Any], values: TV, accumulate: bool) ->
     mask = indices[0]
     if tuple(mask.shape) != tuple(x.shape[:mask.ndim]) or any(s != 1 for s in values.shape):
         raise UseExtern("a boolean mask with a value per selected point")
-    from .expr import Const, Op
     zero = [0] * values.ndim
 
     def load(idx: Sequence) -> Any:
