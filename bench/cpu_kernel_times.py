@@ -26,6 +26,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--code", default="", help="comma-separated kernels (graph.kernel) whose C++ source to print")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from ember.bench.engines import parse_engine
@@ -33,6 +34,7 @@ def main() -> None:
 
     times: dict[str, list[float]] = defaultdict(list)
     labels: dict[str, str] = {}
+    sources: dict[str, str] = {}
     real_compile = cpp.compile_kernels
 
     def timed_compile(bodies, options, graph_name, cache=None):
@@ -41,6 +43,7 @@ def main() -> None:
         for b, fn in zip(bodies, fns):
             key = f"{graph_name}.{b.name}"
             labels[key] = f"x={b.kernel.xnumel} r={b.kernel.rnumel}: {b.kernel.fused()}"
+            sources[key] = cpp.source(b)
 
             def call(*args, _fn=fn, _key=key):
                 t = time.perf_counter()
@@ -72,6 +75,8 @@ def main() -> None:
           f"({len(per_step)} kernels), the rest (ATen calls, wrapper, guards, autograd) {wall - total:.0f} us")
     for k, us in sorted(per_step.items(), key=lambda kv: -kv[1])[:a.top]:
         print(f"  {us:8.1f} us  {k}  {labels[k][:150]}")
+    for k in filter(None, a.code.split(",")):
+        print(f"\n// {k}: {labels.get(k, '?')}\n{sources.get(k, '(no such kernel)')}")
 
 
 if __name__ == "__main__":

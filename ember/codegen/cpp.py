@@ -26,7 +26,8 @@ import torch
 from ember.loopir.indexing import RINDEX, XINDEX
 from ember.loopir.kernel import HEAVY_OPS, Accumulate, Assign, KernelBody, Section, Store, stash_recomputed
 
-from . import cpp_ops as C
+from . import cpp_colred, cpp_ops as C
+from .cpp_colred import coef
 from . import cpp_vec
 from .cpp_build import CppCache, cpu_features, default_cache
 from .cpp_prelude import PRELUDE, vector_math_decls
@@ -72,8 +73,9 @@ class _KernelWriter:
         self.parallel = self.par_x or self.par_r
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
         # a block of TILE outer points: x-level values become arrays, the r loop runs each row of the block
-        self.tiled = self.reduction and self.X >= 16 and _x_contiguous(body)
         self.width = vector_width()
+        self.xvec = next((c for c in (cpp_colred.XVec(self), cpp_colred.Flat(self)) if c.ok()), None)
+        self.tiled = self.xvec is None and self.reduction and self.X >= 16 and _x_contiguous(body)
         self.wf_sums: set[str] = set()     # Welford accumulators of scalar loops, kept as shifted sums instead
         self.xvars: set[str] = set()
         if self.tiled:
@@ -282,25 +284,32 @@ class _KernelWriter:
             vec = cpp_vec.VecLoop(self, b.sections[0].stmts, XINDEX, self.width)
             if len(b.sections) == 1 and vec.ok():
                 return "\n".join(lines + self.vector_pointwise(vec) + ["}"]) + "\n"
-        if self.par_x:
-            lines.append("  #pragma omp parallel for num_threads(nthreads) schedule(static)"
-                         if self.reduction or self.scatter else
-                         "  #pragma omp parallel for simd num_threads(nthreads) schedule(static)")
-        elif not self.reduction and not self.scatter:
-            lines.append("  #pragma omp simd")
+        if self.xvec is not None:
+            return "\n".join(lines + self.xvec.lines() + ["}"]) + "\n"
         if self.tiled:
-            lines += self.tiled_loops()
+            lines += self._x_pragma() + self.tiled_loops()
             lines.append("}")
             return "\n".join(lines) + "\n"
-        lines.append(f"  for (int64_t xindex = 0; xindex < {self.X}; ++xindex) {{")
-        lines += [f"    alignas(64) {C.compute_type(dt)} {_cname(n)}[{self.R}];" for n, dt in b.scratch.items()]
-        for sec in b.sections:
+        return "\n".join(lines + self._x_pragma() + self.x_loop(0) + ["}"]) + "\n"
+
+    def _x_pragma(self) -> list[str]:
+        if self.par_x:
+            return ["  #pragma omp parallel for num_threads(nthreads) schedule(static)"
+                    if self.reduction or self.scatter else
+                    "  #pragma omp parallel for simd num_threads(nthreads) schedule(static)"]
+        return ["  #pragma omp simd"] if not self.reduction and not self.scatter else []
+
+    def x_loop(self, start: int) -> list[str]:
+        """The loop over outer points ``start`` to ``X``, one point at a time."""
+        lines = [f"  for (int64_t xindex = {start}; xindex < {self.X}; ++xindex) {{"]
+        lines += [f"    alignas(64) {C.compute_type(dt)} {_cname(n)}[{self.R}];" for n, dt in self.body.scratch.items()]
+        for sec in self.body.sections:
             if sec.level == "r":
                 lines += self.r_loop(sec, "    ")
             else:
                 lines += [f"    {self.stmt(st)}" for st in sec.stmts]
-        lines += ["  }", "}"]
-        return "\n".join(lines) + "\n"
+        lines.append("  }")
+        return lines
 
     def vector_pointwise(self, vec: "cpp_vec.VecLoop") -> list[str]:
         par = "#pragma omp parallel for num_threads(nthreads) schedule(static)" if self.par_x else ""
@@ -428,15 +437,6 @@ def _cost(body: KernelBody) -> int:
     return max(1, n // 4)
 
 
-def _coef(e: Any, sym: Any) -> Any:
-    for term in sympy.Add.make_args(e):
-        if term == sym:
-            return 1
-        if isinstance(term, sympy.Mul) and sym in term.args and all(a.is_Number for a in term.args if a != sym):
-            return term / sym
-    return 0
-
-
 def _x_contiguous(body: KernelBody) -> bool:
     """True when the reduction loops' memory accesses are contiguous in xindex rather than in rindex."""
     rc = xc = 0
@@ -448,9 +448,9 @@ def _x_contiguous(body: KernelBody) -> bool:
                 st.index if isinstance(st, Store) else None)
             if not isinstance(idx, sympy.Basic) or RINDEX not in idx.free_symbols:
                 continue
-            if _coef(idx, RINDEX) == 1:
+            if coef(idx, RINDEX) == 1:
                 rc += 1
-            elif _coef(idx, XINDEX) == 1:
+            elif coef(idx, XINDEX) == 1:
                 xc += 1
     return xc > rc
 

@@ -105,7 +105,7 @@ def index(e: Any) -> str:
     if isinstance(e, sympy.Integer):
         return index(int(e))
     if isinstance(e, sympy.Symbol):
-        if e.name not in ("xindex", "rindex") and not e.name.startswith("tmp"):
+        if e.name not in ("xindex", "rindex", "findex") and not e.name.startswith("tmp"):
             raise NotImplementedError(f"ember.codegen.cpp: symbolic size {e} in an index")
         return e.name
     if isinstance(e, sympy.Add):

@@ -227,10 +227,14 @@ class VecLoop:
     """One loop (the x loop of a pointwise kernel, or one ``r`` section) written with vector types."""
 
     def __init__(self, w: "_KernelWriter", stmts: list, var: sympy.Symbol, width: int,
-                 accumulators: list = ()) -> None:
+                 accumulators: list = (), per_lane: bool = False, vectors: frozenset = frozenset()) -> None:
         self.w, self.stmts, self.var, self.width = w, stmts, var, width
         self.accumulators = list(accumulators)
-        self.vec: set[str] = set()          # vars that are vectors inside the loop
+        # per_lane: the loop's lanes are outer points, each with its own reduction: vector accumulators are
+        # never folded, and ``reduced`` reads them as vectors (ember.codegen.cpp_colred)
+        self.per_lane = per_lane
+        self.vectors = vectors              # vars of the enclosing code that are vectors already
+        self.vec: set[str] = set(vectors)   # vars that are vectors inside the loop
         self.lane_vars = {st.var for st in stmts if isinstance(st, Assign)}
         self.suffix = ""                    # the accumulator set the statements being written update
 
@@ -238,7 +242,7 @@ class VecLoop:
     def ok(self) -> bool:
         if any(rt not in VEC_REDUCTIONS or dt != torch.float32 for _, rt, dt in self.accumulators):
             return False
-        vec: set[str] = set()                 # what will be a vector (as ``stmt`` decides it)
+        vec: set[str] = set(self.vectors)     # what will be a vector (as ``stmt`` decides it)
         for st in self.stmts:
             if isinstance(st, Store):
                 if st.scatter or self.w.body.buffer_dtype(st.buf) not in VEC_DTYPES or self.w.dtype(st.var) != \
@@ -246,6 +250,9 @@ class VecLoop:
                     return False
                 continue
             if isinstance(st, Accumulate):
+                continue
+            if st.kind == "reduced" and self.per_lane:
+                vec.add(st.var)
                 continue
             if not self._assign_ok(st):
                 return False
@@ -303,6 +310,10 @@ class VecLoop:
             return {"sum": f"{a} += {v};", "prod": f"{a} *= {v};",
                     "amax": f"{a} = ember_vmaximum({v}, {a});", "amin": f"{a} = ember_vminimum({v}, {a});"
                     }[st.reduce_type]
+        if st.kind == "reduced" and self.per_lane:
+            self.vec.add(st.var)
+            acc, rt = st.args
+            return f"const vfloat {st.var} = v{acc}{'_m2' if rt == 'welford' else ''};"
         m = self._period(st) if st.kind == "load" else None
         if m:
             self.vec.add(st.var)
@@ -407,9 +418,9 @@ class VecLoop:
         lines.append(f"{ind}}}")
         return lines
 
-    def _decls(self, ind: str, sfx: str) -> list[str]:
+    def _decls(self, ind: str, sfx: str, accumulators: list | None = None) -> list[str]:
         lines = []
-        for acc, rt, _ in self.accumulators:
+        for acc, rt, _ in self.accumulators if accumulators is None else accumulators:
             if rt == "welford":
                 lines.append(f"{ind}vfloat v{acc}{sfx}_mean = ember_vbf(0.0f), v{acc}{sfx}_m2 = ember_vbf(0.0f); "
                              f"int64_t {acc}{sfx}_vn = 0;")

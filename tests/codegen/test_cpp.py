@@ -443,3 +443,53 @@ def test_lane_folds_find_the_extreme_in_every_lane() -> None:
     torch.testing.assert_close(a, x.amax(1))
     torch.testing.assert_close(b, y.amin(1), equal_nan=True)
     assert torch.isnan(b[5]) and not torch.isnan(b[4])
+
+
+def _nhwc(*shape: int) -> torch.Tensor:
+    return _rn(*shape).to(memory_format=torch.channels_last)
+
+
+def _column_stats(x, w):
+    """Per-channel statistics of NHWC activations (a batch norm's and its gradient's reductions), a global
+    average pool, column max/min and a weighted column sum."""
+    vm = torch.var_mean(x, (0, 2, 3))
+    return (vm[0], vm[1], x.sum((0, 2, 3)), (x * w.view(1, -1, 1, 1)).mean((0, 2, 3)),
+            x.mean((2, 3)), x.amax((0, 2, 3)), x.amin((0, 2, 3)),
+            F.batch_norm(x, None, None, w, None, training=True))
+
+
+@pytest.mark.parametrize("shape", [(4, 8, 6, 6), (2, 8, 7, 7), (3, 4, 5, 5), (2, 16, 5, 5), (3, 40, 4, 4),
+                                   (2, 32, 3, 3), (2, 3, 5, 5)])
+def test_column_reductions_vectorize_across_outer_points(shape) -> None:
+    """Reductions over an NHWC tensor's outer dims read each channel at a stride: C++ vectorizes them across
+    channels (``cpp_colred``): blocks of a vector's width of channels (``XVec``; 40 channels: two blocks and a
+    scalar tail of 8), or, with fewer channels than lanes, one interleaved run whose lanes repeat every C
+    (``Flat``; 8 x 49 points per channel: a scalar tail). Values and gradients equal eager's, NaN propagates."""
+    from ember.codegen.cpp import vector_width
+    torch.manual_seed(0)
+    n, c, h, w_ = shape
+    fn = _column_stats
+    x, w = _nhwc(*shape).requires_grad_(), _rn(c).requires_grad_()
+    compiled, built = _compile(fn, [x, w])
+    for nan in (False, True):       # with a NaN: one channel's max/min/statistics are NaN (values only)
+        x2, w2 = _nhwc(*shape).requires_grad_(), _rn(c).requires_grad_()
+        if nan:
+            x2.data[1, c - 1, 1, 1] = float("nan")
+        outs = _flat(compiled(x2, w2))
+        xr, wr = x2.detach().clone().requires_grad_(), w2.detach().clone().requires_grad_()
+        refs = _flat(fn(xr, wr))
+        for i, (o, r) in enumerate(zip(outs, refs)):
+            _close(o.detach(), r.detach(), 1e-4, f"{shape} output {i}")
+        if nan:
+            continue
+        gs = [torch.randn_like(r) for r in refs]
+        g = torch.autograd.grad(sum((o * g_).sum() for o, g_ in zip(outs, gs)), [x2, w2])
+        gr = torch.autograd.grad(sum((r * g_).sum() for r, g_ in zip(refs, gs)), [xr, wr])
+        for i, (a, b) in enumerate(zip(g, gr)):
+            _close(a, b, 1e-3, f"{shape} grad {i}")
+    src = "\n".join(s for b in built for s in b.kernel_sources)
+    vw = vector_width()
+    if c >= vw:
+        assert "xindex += EMBER_VW" in src, src
+    elif vw % c == 0 and c > 1:
+        assert "outer points interleaved" in src, src

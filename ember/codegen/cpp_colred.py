@@ -1,0 +1,247 @@
+"""Reductions vectorized across outer points (column reductions), for the C++ backend.
+
+A reduction over the outer dimensions of an NHWC tensor (a batch norm's per-channel statistics and their
+gradients, a global average pool over channels-last activations) reads its rows with a stride: point ``r`` of
+channel ``x`` sits at ``C * r + x``. The scalar kernel runs one channel at a time through a strided ``omp simd``
+loop (gathers); here the vector lanes are the outer points instead:
+
+- ``XVec`` (at least a vector of outer points): blocks of ``EMBER_VW`` consecutive outer points, one vector
+  accumulator per reduction whose lanes are the block's points; every statement of the kernel, before, in and
+  after the reduction loops, is a vector statement over ``xindex`` (``cpp_vec.VecLoop`` with ``per_lane``), the
+  ``rindex`` loops scalar loops around them. The outer points left over (fewer than a vector) run the scalar
+  kernel. Used when every access moves with ``xindex`` by one element per lane, or not at all, or repeats
+  with a period dividing the width, as ``cpp_vec`` decides.
+- ``Flat`` (fewer outer points than lanes): see its docstring.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import sympy
+import torch
+
+from ember.loopir.indexing import RINDEX, XINDEX
+from ember.loopir.kernel import Accumulate, Assign, Store
+
+from . import cpp_ops as C
+from . import cpp_vec
+
+if TYPE_CHECKING:
+    from .cpp import _KernelWriter
+
+
+class XVec:
+    def __init__(self, w: "_KernelWriter") -> None:
+        self.w = w
+        body = w.body
+        self.stmts = [st for sec in body.sections for st in sec.stmts]
+        self.accumulators = [a for sec in body.sections for a in sec.accumulators]
+        self.blocks = w.X // w.width
+
+    def ok(self) -> bool:
+        w = self.w
+        if not w.reduction or w.scatter or w.body.scratch or self.blocks == 0:
+            return False
+        if w.parallel and self.blocks < torch.get_num_threads() and w.X * w.R > FLAT_SERIAL_MAX:
+            return False      # fewer blocks than threads, and long rows: the scalar kernel's threads do better
+        return cpp_vec.VecLoop(w, self.stmts, XINDEX, w.width, self.accumulators, per_lane=True).ok()
+
+    def lines(self) -> list[str]:
+        w = self.w
+        vec = cpp_vec.VecLoop(w, self.stmts, XINDEX, w.width, self.accumulators, per_lane=True)
+        end = self.blocks * w.width
+        lines = []
+        if w.parallel:
+            lines.append("  #pragma omp parallel for num_threads(nthreads) schedule(static)")
+        lines.append(f"  for (int64_t xindex = 0; xindex < {end}; xindex += EMBER_VW) {{")
+        for sec in w.body.sections:
+            if sec.level == "x":
+                lines += [f"    {ln}" for st in sec.stmts for ln in vec.stmt(st).split("\n")]
+                continue
+            lines += vec._decls("    ", "", sec.accumulators)
+            lines.append(f"    for (int64_t rindex = 0; rindex < {w.R}; ++rindex) {{")
+            lines += [f"      {ln}" for st in sec.stmts for ln in vec.stmt(st).split("\n")]
+            lines.append("    }")
+        lines.append("  }")
+        if end < w.X:
+            lines += w.x_loop(end)
+        return lines
+
+
+class Flat:
+    """Fewer outer points than a vector's lanes, dividing the width (a batch norm over 8 channels with 16
+    float lanes), each reduced row read at a stride of the number of points (``X * rindex + xindex``): the
+    rows interleave into one contiguous run of ``X * R`` values, read as vectors whose lane ``l`` belongs to
+    point ``l % X``. A reduction loop runs over that run (``findex``), per-point values enter it as vectors of
+    period ``X`` (``ember_vperiodic``), and its vector accumulators fold into per-point arrays; the run's last
+    values (fewer than a vector) run one at a time. Sums only, and Welford as the sums of the values and of
+    their squares, as in the scalar loops (ember.loopir.welford shifts the values by a row's first point)."""
+
+    def __init__(self, w: "_KernelWriter") -> None:
+        self.w = w
+        self.sections = []       # (section, statements with flat indices, x vars the section reads)
+
+    def ok(self) -> bool:
+        w, X = self.w, self.w.X
+        if not w.reduction or w.scatter or w.body.scratch or not (1 < X < w.width and w.width % X == 0):
+            return False
+        if w.parallel and X * w.R > FLAT_SERIAL_MAX:
+            return False
+        xvars = set()
+        for sec in w.body.sections:
+            if sec.level == "x":
+                xvars |= {st.var for st in sec.stmts if isinstance(st, Assign)}
+                continue
+            if any(rt not in ("sum", "welford") or dt != torch.float32 for _, rt, dt in sec.accumulators):
+                return False
+            stmts = [_flat(st, X) for st in sec.stmts]
+            if any(st is None for st in stmts):
+                return False
+            used = {a for st in stmts for a in _reads(st)} & xvars
+            if any(w.dtype(v) != torch.float32 for v in used):
+                return False
+            vec = cpp_vec.VecLoop(w, stmts, FINDEX, w.width, [(a, "sum", dt) for a, _, dt in sec.accumulators],
+                                  vectors=frozenset(used))
+            if not vec.ok():
+                return False
+            self.sections.append((sec, stmts, sorted(used)))
+            xvars |= {acc for acc, _, _ in sec.accumulators}
+        return bool(self.sections)
+
+    def lines(self) -> list[str]:
+        w, X, R = self.w, self.w.X, self.w.R
+        n = X * R
+        end = n - n % w.width
+        lines = [f"  // {X} outer points interleaved in one run of {n}"]
+        for sec in w.body.sections:
+            for acc, rt, dt in sec.accumulators:
+                lines.append(f"  float {acc}[{X}] = {{}};" + (f" float {acc}_s1[{X}] = {{}};" if rt == "welford" else ""))
+            for st in sec.stmts:
+                if isinstance(st, Assign) and sec.level == "x":
+                    lines.append(f"  {C.compute_type(st.dtype)} {st.var}[{X}];")
+        flat = {id(sec): (stmts, used) for sec, stmts, used in self.sections}
+        for sec in w.body.sections:
+            if sec.level == "x":
+                lines.append(f"  for (int64_t xi = 0; xi < {X}; ++xi) {{")
+                lines.append("    const int64_t xindex = xi;")
+                lines += [f"    {self._scalar(st, sec)}" for st in sec.stmts]
+                lines.append("  }")
+                continue
+            stmts, used = flat[id(sec)]
+            lines.append("  {")
+            lines += [f"    const float* const {v}_p = {v};" for v in used]
+            lines.append("    {")
+            lines += [f"      const vfloat {v} = ember_vperiodic({v}_p, {X});" for v in used]
+            vec = cpp_vec.VecLoop(w, stmts, FINDEX, w.width, vectors=frozenset(used))
+            for acc, rt, _ in sec.accumulators:
+                lines.append(f"      vfloat v{acc} = ember_vbf(0.0f);" +
+                             (f" vfloat v{acc}_s1 = ember_vbf(0.0f);" if rt == "welford" else ""))
+            lines.append(f"      for (int64_t findex = 0; findex < {end}; findex += EMBER_VW) {{")
+            for st in stmts:
+                if isinstance(st, Accumulate):
+                    v = vec._v(st.var)
+                    lines.append(f"        v{st.acc} += {v} * {v}; v{st.acc}_s1 += {v};" if st.reduce_type ==
+                                 "welford" else f"        v{st.acc} += {v};")
+                else:
+                    lines += [f"        {ln}" for ln in vec.stmt(st).split("\n")]
+            lines.append("      }")
+            for acc, rt, _ in sec.accumulators:
+                for sfx in ("", "_s1") if rt == "welford" else ("",):
+                    lines.append(f"      for (int l = 0; l < EMBER_VW; ++l) {acc}{sfx}[l % {X}] += v{acc}{sfx}[l];")
+            lines.append("    }")
+            if end < n:
+                lines.append(f"    for (int64_t findex = {end}; findex < {n}; ++findex) {{")
+                lines.append(f"      const int64_t xi = findex % {X}, xindex = xi, rindex = findex / {X};")
+                lines += [f"      {self._scalar(st, sec)}" for st in sec.stmts]
+                lines.append("    }")
+            lines.append("  }")
+        return lines
+
+    def _scalar(self, st: Any, sec: Any) -> str:
+        """A statement for one point: x-level values and the accumulators are per-point arrays."""
+        w = self.w
+        if isinstance(st, Accumulate):
+            v = self._ref(st.var, sec)
+            return f"{st.acc}[xi] += {v} * {v}; {st.acc}_s1[xi] += {v};" if st.reduce_type == "welford" else \
+                f"{st.acc}[xi] += {v};"
+        if isinstance(st, Assign) and st.kind == "reduced":
+            acc, rt = st.args
+            e = f"ember_m2_from_sums({acc}[xi], {acc}_s1[xi], (float){w.R})" if rt == "welford" else f"{acc}[xi]"
+            return f"{st.var}[xi] = {e};"
+        saved = w.xvars
+        w.xvars = self._xvars()
+        try:
+            return w.stmt(st)
+        finally:
+            w.xvars = saved
+
+    def _ref(self, var: str, sec: Any) -> str:
+        return f"{var}[xi]" if var in self._xvars() else var
+
+    def _xvars(self) -> set[str]:
+        return {st.var for sec in self.w.body.sections if sec.level == "x" for st in sec.stmts
+                if isinstance(st, Assign)}
+
+
+def coef(e: Any, sym: Any) -> Any:
+    """The coefficient of ``sym`` in ``e``'s terms linear in it (0 when none is)."""
+    for term in sympy.Add.make_args(e):
+        if term == sym:
+            return 1
+        if isinstance(term, sympy.Mul) and sym in term.args and all(a.is_Number for a in term.args if a != sym):
+            return term / sym
+    return 0
+
+
+FINDEX = sympy.Symbol("findex", integer=True, nonnegative=True)
+FLAT_SERIAL_MAX = 1 << 20       # points of a flat reduction run on one thread (no split of the run yet)
+
+
+def _flat_index(e: Any, X: int) -> Any:
+    """``e`` over ``findex`` (``xindex = findex % X``, ``rindex = findex // X``) when it is ``X * rindex +
+    xindex + c``, ``xindex + c`` or free of both; else None."""
+    if not isinstance(e, sympy.Basic) or not e.free_symbols & {XINDEX, RINDEX}:
+        return e
+    if not isinstance(e, sympy.Expr):
+        return None          # a condition on the point (the vector loops take conditions invariant per vector)
+    a, b = coef(e, RINDEX), coef(e, XINDEX)
+    rest = sympy.expand(e - a * RINDEX - b * XINDEX)
+    if rest.free_symbols & {XINDEX, RINDEX}:
+        return None
+    if b == 1 and a == X:
+        return FINDEX + rest
+    if b == 1 and a == 0:
+        return sympy.Mod(FINDEX, X) + rest
+    return rest if a == 0 and b == 0 else None
+
+
+def _flat(st: Any, X: int) -> Any:
+    """A statement of a reduction loop with its indices over ``findex``, or None."""
+    if isinstance(st, Accumulate):
+        return st
+    if isinstance(st, Store):
+        idx = _flat_index(st.index, X)
+        if idx is None or st.mask is not None or st.scatter:
+            return None
+        return dataclasses.replace(st, index=idx)
+    if st.kind == "load":
+        buf, idx, mask = st.args
+        idx = _flat_index(idx, X)
+        if idx is None or (mask is not None and getattr(mask, "free_symbols", set()) & {XINDEX, RINDEX}):
+            return None
+        return dataclasses.replace(st, args=(buf, idx, mask))
+    if st.kind == "index":
+        idx = _flat_index(st.args[0], X)
+        return None if idx is None else dataclasses.replace(st, args=(idx,))
+    return st
+
+
+def _reads(st: Any) -> list[str]:
+    if isinstance(st, Accumulate) or isinstance(st, Store):
+        return [st.var]
+    if st.kind == "op":
+        return list(st.args[1:])
+    if st.kind == "cast":
+        return [st.args[0]]
+    return []
