@@ -31,8 +31,9 @@ PERSISTENT_MAX = 4096      # largest power-of-two row a persistent reduction kee
 OUTER_PERSISTENT_MAX = 128  # rows with non-contiguous reduced points: keep XBLOCK wide instead
 TILE = 4096                # XBLOCK * RBLOCK of a persistent reduction
 WIDE_ROWS_MIN_X = 1024    # looped inner reductions of at least this many rows ...
-WIDE_ROWS_MIN_R = 16384   # ... this long take the four-rows-per-program tile
+WIDE_ROWS_MIN_R = 16384   # ... this long take a row per program, 4096 points per step
 ONLINE_SOFTMAX = True      # looped max-then-sum-of-exp kernels read their rows once (ember.loopir.online)
+ONLINE_PER_ROW = True      # ... with a running max and sum per row, not per lane (``_Gen.online``)
 
 
 def next_pow2(n: int) -> int:
@@ -67,11 +68,10 @@ def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, i
         xb = min(next_pow2(xnumel), max(1, TILE // rb), 128)
         warps = max(1, min(8, xb * rb // 256))
     elif inner and xnumel >= WIDE_ROWS_MIN_X and rnumel >= WIDE_ROWS_MIN_R:
-        # many long rows (cross-entropy over a 32k vocabulary for 4096 tokens): four rows per program, 1024 points
-        # of each per step, no pipelining: max-autotune's pick there on the H100, 7-8% faster (120 us against
-        # 129 us for 4096 x 32768 bf16, in two sessions)
-        xb, rb, warps, stages = min(4, next_pow2(xnumel)), 1024, 8, 1
-        return LaunchConfig(((xnumel + xb - 1) // xb, 1, 1), xb, rb, warps, persistent, int64, stages)
+        # many long rows (cross-entropy over a 32k vocabulary for 4096 tokens): a row per program, 4096 points
+        # per step (with the online softmax's running max and sum per row: 88% of the H100's copy bandwidth for
+        # 4096 x 32768 bf16 against 73% for four rows of 1024 points per step; bench/ce_variants.py)
+        xb, rb, warps = 1, 4096, 8
     elif inner:
         xb, rb, warps = 1, 2048, 8
     else:
@@ -95,7 +95,8 @@ def candidate_configs(xnumel: int, rnumel: int, reduction: bool, persistent: boo
             xb = min(xmax, max(1, tile // rb), 128)
             shapes.append((xb, rb, max(1, min(w, xb * rb // 64)), 0))
     elif inner:
-        for xb, rb, w, st in ((1, 1024, 4, 1), (1, 2048, 8, 2), (1, 4096, 8, 2), (4, 1024, 8, 1)):
+        for xb, rb, w, st in ((1, 1024, 4, 1), (1, 2048, 8, 2), (1, 4096, 8, 2), (4, 1024, 8, 1), (1, 2048, 8, 0),
+                              (1, 8192, 16, 0)):
             shapes.append((min(xb, xmax), min(rb, next_pow2(rnumel)), w, st))
     else:
         for xb, rb, w in ((64, 64, 8), (32, 128, 8), (128, 32, 8), (16, 256, 8)):
@@ -197,6 +198,7 @@ class _Gen:
         self.levels: dict[str, str] = {}
         self.dtypes: dict[str, torch.dtype] = dict(body.dtypes)
         self.accs: dict[str, tuple[str, torch.dtype]] = {}
+        self.row_accs: set[str] = set()       # accumulators of one value per row (``online``)
         self.scalar_shape = "[1, 1]" if self.red else "[1]"
 
     def emit(self, line: str) -> None:
@@ -274,7 +276,7 @@ class _Gen:
     def _reduced(self, st: Assign) -> str:
         acc, rt = st.args
         _, dt = self.accs[acc]
-        if self.cfg.persistent or not self.red:
+        if self.cfg.persistent or not self.red or acc in self.row_accs:
             return _finish(rt, acc, dt)
         if rt == "welford":
             shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
@@ -284,10 +286,18 @@ class _Gen:
 
     def _reduced_online(self, st: Assign) -> str:
         acc_m, acc_s = st.args
+        if ONLINE_PER_ROW:       # NaN for a row of -inf only, as exp(-inf - -inf) gives in the two-pass form
+            return f"tl.where({acc_m} == float('-inf'), float('nan'), {acc_s})"
         return f"_h.online_sumexp_finish({acc_m}, {acc_s})"
 
     def online(self, st: OnlineAccumulate) -> None:
-        """Running max and rescaled sum of exp in one looped pass (ember.loopir.online)."""
+        """Running max and rescaled sum of exp in one looped pass (ember.loopir.online).
+
+        ``ONLINE_PER_ROW``: one running max and sum per row, updated once per step from the step's block: its
+        max (a reduction across the program's threads), then ``s * exp(m - m') + sum(exp(g - m'))``: per point
+        a subtraction, an exp and an add. Per lane (``_h.online_sumexp_same``), every point also updates its
+        lane's max and rescales its sum: twice the ALU work per point, which bound a bf16 cross-entropy over
+        32k logits at ~73% of the H100's copy bandwidth (88% per row; ``bench/ce_variants.py``)."""
         self.accs[st.acc_max] = ("amax", st.dtype)
         self.accs[st.acc_sum] = ("sum", st.dtype)
         vals = []
@@ -297,11 +307,16 @@ class _Gen:
             vals.append(f"tl.where(rmask, {v}, float('-inf'))" if self.rmask else v)
         shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
         vals = [f"tl.broadcast_to({v}, {shape})" for v in vals]
-        if st.var_max == st.var_sum:
-            self.emit(f"{st.acc_max}, {st.acc_sum} = _h.online_sumexp_same({st.acc_max}, {st.acc_sum}, {vals[0]})")
+        m, s = st.acc_max, st.acc_sum
+        if ONLINE_PER_ROW:
+            self.emit(f"{m}_new = _h.maximum({m}, tl.reduce({vals[0]}, 1, _h.maximum)[:, None])")
+            self.emit(f"{m}_base = tl.where({m}_new == float('-inf'), 0.0, {m}_new)")
+            self.emit(f"{s} = {s} * tl.exp({m} - {m}_base) + tl.sum(tl.exp({vals[1]} - {m}_base), 1)[:, None]")
+            self.emit(f"{m} = {m}_new")
+        elif st.var_max == st.var_sum:
+            self.emit(f"{m}, {s} = _h.online_sumexp_same({m}, {s}, {vals[0]})")
         else:
-            self.emit(f"{st.acc_max}, {st.acc_sum} = _h.online_sumexp({st.acc_max}, {st.acc_sum}, {vals[0]}, "
-                      f"{vals[1]})")
+            self.emit(f"{m}, {s} = _h.online_sumexp({m}, {s}, {vals[0]}, {vals[1]})")
 
     def accumulate(self, st: Accumulate) -> None:
         rt, dt = st.reduce_type, st.dtype
@@ -382,9 +397,13 @@ class _Gen:
         looped = sec.level == "r" and not self.cfg.persistent
         if looped:
             shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
+            if ONLINE_PER_ROW:
+                self.row_accs |= {a for st in sec.stmts if isinstance(st, OnlineAccumulate)
+                                  for a in (st.acc_max, st.acc_sum)}
             for acc, rt, dt in sec.accumulators:
                 adt = _acc_dtype(rt, dt)
-                self.emit(f"{acc} = tl.full({shape}, {_identity(rt, dt)}, {tl_dtype(adt)})")
+                ashape = f"[{self.cfg.xblock}, 1]" if acc in self.row_accs else shape
+                self.emit(f"{acc} = tl.full({ashape}, {_identity(rt, dt)}, {tl_dtype(adt)})")
                 if rt == "welford":
                     self.emit(f"{acc}_mean = tl.zeros({shape}, {tl_dtype(adt)})")
                     if self.rmask:
