@@ -471,3 +471,55 @@ def test_immutable_constants_are_checked_by_identity_first(counter):
     m.mode = "reflect"
     assert_same(compiled(x), m(x))
     assert stat("recompiles") == before + 2
+
+
+def test_inference_weights_are_checked_by_identity_and_version(counter):
+    """Under no_grad a module's parameters and buffers are checked in full once, then by identity and version
+    counter (``ember.capture.torch.fastguard``): every way of changing a weight's metadata is still caught:
+    ``.data =`` (no version bump: an epoch instead), in-place shape changes (a version bump),
+    ``torch.utils.swap_tensors`` (which refuses tensors with weak references: the records drop theirs), a new
+    Parameter object, ``requires_grad_``, and a weight made in inference mode (no version counter)."""
+    from ember.capture.torch import fastguard
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.Linear(5, 3)).eval()
+    compiled = ember.compile(model, backend=counter)
+    x = rand(4, 6, seed=0)
+
+    def check(grad=False):
+        with torch.set_grad_enabled(grad):
+            assert_same(compiled(x), model(x))
+
+    check()
+    check()
+    assert counter.count == 1
+    seen = [s for s in fastguard._ALL if s[0] is not fastguard._dead]
+    assert {s[0]() for s in seen} >= set(model.parameters()) | {model[1].running_mean, model[1].running_var}
+    lin = model[2]
+    lin.weight.data = lin.weight.data[:2].clone()       # .data =: smaller, same object, same version
+    lin.bias.data = lin.bias.data[:2].clone()
+    check()
+    assert counter.count == 2
+    with torch.no_grad():
+        lin.weight.t_()                                  # in place: a version bump
+        lin.weight.t_()
+    check()                                              # same metadata again: no recompile
+    assert counter.count == 2
+    with torch.no_grad():
+        model[1].running_var.resize_(2)
+        model[1].running_var.fill_(1.0)
+        model[1].running_mean.resize_(2)
+        model[1].weight.data, model[1].bias.data = model[1].weight.data[:2], model[1].bias.data[:2]
+        model[0].weight.data, model[0].bias.data = model[0].weight.data[:2], model[0].bias.data[:2]
+        lin.weight.data = lin.weight.data[:, :2].clone()
+    model[1].num_features = 2
+    check()
+    torch.utils.swap_tensors(lin.weight, nn.Parameter(rand(4, 2, seed=1)))
+    lin.bias = nn.Parameter(rand(4, seed=2))
+    check()
+    lin.weight.requires_grad_(False)
+    check()
+    check(grad=True)                                     # grad mode: another entry, checked in full
+    with torch.inference_mode():
+        lin.weight = nn.Parameter(rand(4, 2, seed=3))
+    check()
+    check()

@@ -9,13 +9,21 @@ import torch
 import torch.fx as fx
 
 from ...errors import BackendCompilerFailed
-from ..sources import ConstSource, Source
+from ..sources import AttrSource, ConstSource, ItemSource, Source
 from ..values import IMMUTABLE_TYPES, Const, MethodOf
 from . import ctx as _ctx
+from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
 from .modules import NNModuleVar, _has_hooks, construct_module
 from .ops import record
+
+
+def _module_weight(source: Source) -> bool:
+    """Whether ``source`` is a module's parameter or buffer (``m._parameters['w']``, ``m._buffers['b']``)."""
+    return isinstance(source, ItemSource) and isinstance(source.base, AttrSource) and \
+        source.base.name in ("_parameters", "_buffers")
+
 
 IMMUTABLE_TYPES.update({torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format})
 _CTX = _ctx.ctx_classes()
@@ -152,8 +160,18 @@ class TorchPlugin:
             dev_check = f"{e}.device == {cg.bind(dev, 'device')}"
         layout = f"{e}.is_contiguous()" if t.is_contiguous() else f"{e}.stride() == {t.stride()!r}"
         rg = f"{e}.requires_grad" if t.requires_grad else f"not {e}.requires_grad"
-        expr = (f"{first}.__class__ is {cg.bind(type(t), type(t).__name__)} and {e}.dtype is {cg.bind(t.dtype, 'dtype')}"
-                f" and {dev_check} and {e}.shape == {tuple(t.shape)!r} and {layout} and {rg}")
+        meta = (f"{e}.dtype is {cg.bind(t.dtype, 'dtype')} and {dev_check} and {e}.shape == {tuple(t.shape)!r} "
+                f"and {layout}")
+        cls = cg.bind(type(t), type(t).__name__)
+        if _module_weight(source) and not torch.is_grad_enabled() and not t.is_inference():
+            # the same tensor with the same version as at its last full check (ember.capture.torch.fastguard)
+            fastguard.install()
+            seen, ep = cg.bind(fastguard.new_seen(), "seen"), cg.bind(fastguard.EPOCH, "data_epoch")
+            expr = (f"(({first}) is {seen}[0]() and {e}._version == {seen}[1] and {seen}[2] == {ep}[0] or "
+                    f"({e}.__class__ is {cls} and {meta} and {cg.bind(fastguard.record, 'record')}({e}, {seen}))) "
+                    f"and {rg}")
+        else:
+            expr = f"{first}.__class__ is {cls} and {meta} and {rg}"
         d.guards.add(expr, f"{cg.plain(source)}: {type(t).__name__} {str(t.dtype).replace('torch.', '')} {tuple(t.shape)} "
                            f"stride {t.stride()} on {dev}, requires_grad={t.requires_grad}")
 

@@ -1,0 +1,82 @@
+"""Cheaper guards for the parameters and buffers of modules run without gradients (inference).
+
+A tensor's guard checks its class, dtype, device, shape, strides and requires_grad on every call: ~0.3 us in
+Python, which for a ResNet-50's ~320 parameters and buffers is more than a CUDA graph replay of the whole model
+costs. For a module's parameter or buffer in an entry compiled under ``no_grad``/``inference_mode`` (weights
+that do not change between calls), the guard remembers the tensor it last checked in full, with its version
+counter: the same tensor object with the same ``_version`` has the same metadata, because every in-place op
+that changes a tensor's shape, strides or storage (``resize_``, ``set_``, ``t_``, ``as_strided_``, ...) bumps
+its version, in and out of inference mode. Two things change metadata without a version bump:
+``t.data = other`` and ``torch.utils.swap_tensors``; both are wrapped here (once, when the first such guard is
+made) to bump ``EPOCH``, which every remembered check also compares. ``requires_grad`` changes without a bump
+too, so it is still checked on every call. The fast check is then ~0.12 us:
+
+    ((__s4 := m._parameters['weight']) is __seen[0]() and __s4._version == __seen[1] and __seen[2] == __epoch[0]
+     or (<the full check of __s4> and __record(__s4, __seen))) and __s4.requires_grad
+
+``__seen`` holds a weak reference, so a remembered tensor is not kept alive, and a new tensor at a freed one's
+address is never taken for it (``swap_tensors``, which refuses tensors with weak references, drops them all
+first). A tensor without a version counter (made in inference mode) is checked in full on every call.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+EPOCH = [0]          # bumped by every ``tensor.data = ...`` and ``torch.utils.swap_tensors``
+_installed = [False]
+
+
+def _dead() -> None:
+    return None
+
+
+_ALL: list[list] = []        # every record made: ``swap_tensors`` drops their weak references
+
+
+def new_seen() -> list:
+    """The record one guarded tensor keeps: [weak reference, version, EPOCH]; matches no tensor at first."""
+    seen = [_dead, -1, -1]
+    _ALL.append(seen)
+    return seen
+
+
+def record(t: torch.Tensor, seen: list) -> bool:
+    """After ``t`` passed its full check: remember it (always True: the guard's result is the check's)."""
+    try:
+        seen[:] = [weakref.ref(t), t._version, EPOCH[0]]
+    except (RuntimeError, TypeError):       # an inference tensor has no version counter: stay unremembered
+        seen[:] = [_dead, -1, -1]
+    return True
+
+
+def install() -> None:
+    """Make ``tensor.data = x`` and ``torch.utils.swap_tensors`` bump ``EPOCH`` (idempotent)."""
+    if _installed[0]:
+        return
+    _installed[0] = True
+    base = torch._C.TensorBase.__dict__["data"]
+
+    def get_data(self: torch.Tensor) -> torch.Tensor:
+        return base.__get__(self, type(self))
+
+    def set_data(self: torch.Tensor, value: Any) -> None:
+        base.__set__(self, value)
+        EPOCH[0] += 1
+
+    torch.Tensor.data = property(get_data, set_data, doc=base.__doc__)  # type: ignore[assignment]
+    swap = torch.utils.swap_tensors
+
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        # swap_tensors refuses tensors with weak references: forget every remembered tensor first (all guards
+        # then check in full once)
+        EPOCH[0] += 1
+        for seen in _ALL:
+            seen[:] = [_dead, -1, -1]
+        return swap(t1, t2)
+
+    swap_tensors.__doc__ = swap.__doc__
+    swap_tensors.__wrapped__ = swap  # type: ignore[attr-defined]
+    torch.utils.swap_tensors = swap_tensors
