@@ -80,7 +80,9 @@ class Flat:
 
     def __init__(self, w: "_KernelWriter") -> None:
         self.w = w
-        self.sections = []       # (section, statements with flat indices, x vars the section reads)
+        self.sections: list = []        # (section, statements with flat indices, x vars the section reads)
+        self.xvars = {st.var for sec in w.body.sections if sec.level == "x" for st in sec.stmts
+                      if isinstance(st, Assign)}     # per-point arrays
 
     def ok(self) -> bool:
         w, X = self.w, self.w.X
@@ -125,7 +127,7 @@ class Flat:
             if sec.level == "x":
                 lines.append(f"  for (int64_t xi = 0; xi < {X}; ++xi) {{")
                 lines.append("    const int64_t xindex = xi;")
-                lines += [f"    {self._scalar(st, sec)}" for st in sec.stmts]
+                lines += [f"    {self._scalar(st)}" for st in sec.stmts]
                 lines.append("  }")
                 continue
             stmts, used = flat[id(sec)]
@@ -153,35 +155,27 @@ class Flat:
             if end < n:
                 lines.append(f"    for (int64_t findex = {end}; findex < {n}; ++findex) {{")
                 lines.append(f"      const int64_t xi = findex % {X}, xindex = xi, rindex = findex / {X};")
-                lines += [f"      {self._scalar(st, sec)}" for st in sec.stmts]
+                lines += [f"      {self._scalar(st)}" for st in sec.stmts]
                 lines.append("    }")
             lines.append("  }")
         return lines
 
-    def _scalar(self, st: Any, sec: Any) -> str:
+    def _scalar(self, st: Any) -> str:
         """A statement for one point: x-level values and the accumulators are per-point arrays."""
         w = self.w
         if isinstance(st, Accumulate):
-            v = self._ref(st.var, sec)
+            v = f"{st.var}[xi]" if st.var in self.xvars else st.var
             return f"{st.acc}[xi] += {v} * {v}; {st.acc}_s1[xi] += {v};" if st.reduce_type == "welford" else \
                 f"{st.acc}[xi] += {v};"
         if isinstance(st, Assign) and st.kind == "reduced":
             acc, rt = st.args
             e = f"ember_m2_from_sums({acc}[xi], {acc}_s1[xi], (float){w.R})" if rt == "welford" else f"{acc}[xi]"
             return f"{st.var}[xi] = {e};"
-        saved = w.xvars
-        w.xvars = self._xvars()
+        saved, w.xvars = w.xvars, self.xvars
         try:
             return w.stmt(st)
         finally:
             w.xvars = saved
-
-    def _ref(self, var: str, sec: Any) -> str:
-        return f"{var}[xi]" if var in self._xvars() else var
-
-    def _xvars(self) -> set[str]:
-        return {st.var for sec in self.w.body.sections if sec.level == "x" for st in sec.stmts
-                if isinstance(st, Assign)}
 
 
 def coef(e: Any, sym: Any) -> Any:
