@@ -5,7 +5,8 @@ the inner dimension are multiples of 8 (bf16/fp16) or 4 (fp32). GPT-2's vocabula
 the LM head and both its gradients, which then ran "align1" kernels 3-7x slower than aligned ones
 (bench/mm_alignment.py: 3.3 ms against 0.45 ms on an H100; an aligned row stride alone does not help).
 
-So for mm/addmm/bmm on CUDA with enough work:
+So for mm/addmm/bmm on CUDA with enough work (and, for float32, a computed right operand written row-major:
+``align_matmul``):
 - a misaligned inner dimension K is padded with zeros in both operands (the products gain zero terms);
 - misaligned output columns N are padded with zeros in the second operand (and the bias); the result is a
   view of the first N columns of the padded product. A forward or inference graph returns that view as it is
@@ -58,6 +59,12 @@ def _aligned(lay: Layout, align: int) -> bool:
         return False
     lead += [s for s, n in zip(st[:-2], sh[:-2]) if n > 1]
     return all(s % align == 0 for s in lead)
+
+
+def _column_major(lay: Layout) -> bool:
+    """A matrix (or batch of them) stored by columns: a transposed view of a row-major one."""
+    st, sh = lay.stride, lay.shape
+    return len(sh) >= 2 and sh[-1] > 1 and sh[-2] > 1 and st[-2] == 1 and st[-1] != 1
 
 
 def _padded_layout(lay: Layout, align: int) -> Layout:
@@ -201,6 +208,14 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
             ref = L.realize(x, _dense_like(src, tuple(x.shape)))
             new_args[i] = x = buffer_view(ref.name, ref.layout)
         lay = _current_layout(x, traced[i] if x is args[i] and i < len(traced) else None)
+        if i == mats[1] and x.view is None and a.dtype == torch.float32 and _column_major(lay):
+            # a float32 right operand computed here (attention's keys cast up to float32 for the scores) is
+            # written row-major: cuBLAS's float32 kernels take a transposed right operand ~19% slower (bmm of
+            # 96 x 512 x 64 by 64 x 512 on an H100: 125.8 against 106.0 us; bench/bmm_layouts.py), and its
+            # kernel writes either layout at the same cost. bf16/fp16 (tensor cores) do not care.
+            ref = L.realize(x, Layout.contiguous(tuple(x.shape), x.dtype, x.device))
+            new_args[i] = x = buffer_view(ref.name, ref.layout)
+            lay, changed = ref.layout, True
         if not _aligned(lay, align):
             ref: BufferRef = L.realize(x, _padded_layout(lay, align))
             new_args[i] = buffer_view(ref.name, ref.layout)

@@ -107,3 +107,38 @@ def test_gradient_of_logits_is_stored_once_padded(case, on_cpu):
     bwd = src.split("def backward")[1]
     assert bwd.count("empty_strided((8, 40), (40, 1)") + bwd.count("empty_strided((2, 4, 40), (160, 40, 1)") == 1, bwd
     assert "copy" not in bwd and "empty_strided((37, 8)" not in bwd and "as_strided(buf1, (37, 8), (1, 40)" in bwd, bwd
+
+
+def test_float32_computed_right_operand_is_written_row_major(on_cpu):
+    """Attention's scores in float32 (keys cast up, then transposed): the cast's kernel writes the keys'
+    transpose row-major, as cuBLAS's float32 kernels take it faster; a bf16 product, or a right operand that
+    is an input's transposed view (which would need a copy), keep their layouts. Values equal eager's."""
+    def scores(q, k):
+        return torch.bmm(q.float(), k.float().transpose(1, 2)).softmax(-1)
+
+    def scores_bf16(q, k):
+        return torch.bmm(q, k.transpose(1, 2)).float().softmax(-1)
+
+    def scores_input(q, k):
+        return torch.bmm(q, k.transpose(1, 2)).softmax(-1)
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(6, 32, 16, generator=g).bfloat16() for _ in range(2))
+    for fn, args, row_major in ((scores, (q, k), True), (scores_bf16, (q, k), False),
+                                (scores_input, (q.float(), k.float()), False)):
+        ember.reset()
+        torch.testing.assert_close(ember.compile(fn)(*args), fn(*args), atol=1e-2 if fn is scores_bf16 else 1e-5,
+                                   rtol=1e-2 if fn is scores_bf16 else 1e-5)
+        src = _source_of(fn, args)
+        assert ("empty_strided((6, 16, 32), (512, 32, 1)" in src) == row_major, src
+
+
+def _source_of(fn, args):
+    from ember.autograd.aot import aot_compile
+    from ember.codegen import compile_graph
+    built = []
+
+    def hook(gr, kind):
+        built.append(compile_graph(gr, kind, None))
+        return built[-1]
+    aot_compile(torch.fx.symbolic_trace(fn), list(args), decompose=True, compile_graph=hook)
+    return "\n".join(b.source for b in built)
