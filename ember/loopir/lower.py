@@ -261,6 +261,11 @@ class Lowerer:
         target = node.target
         impl = target.impl if name else target
         arg_metas = fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+        if name == "convolution" and not kwargs:
+            from .conv_patchify import patchify_conv
+            out = patchify_conv(self, args)
+            if out is not None:
+                return out
         if self.channels_last and (name == "convolution" or target is _CONV_BACKWARD):
             from .conv_layout import channels_last_conv, channels_last_conv_backward
             rule = channels_last_conv if name == "convolution" else channels_last_conv_backward
