@@ -237,6 +237,7 @@ class VecLoop:
         self.vec: set[str] = set(vectors)   # vars that are vectors inside the loop
         self.lane_vars = {st.var for st in stmts if isinstance(st, Assign)}
         self.suffix = ""                    # the accumulator set the statements being written update
+        self.hoisted: set[str] = set()      # vars computed before the loop (``_hoisted``)
 
     # -- can this loop be vectorized? -----------------------------------------------------------------------
     def ok(self) -> bool:
@@ -385,8 +386,9 @@ class VecLoop:
         were 3% slower for softmax's sum of exps)."""
         v = self.var.name
         if not self.accumulators or self._heavy():
-            return (self._decls(ind, "") + [f"{ind}{header}"] * bool(header) + self._loop(ind, v, lo, hi, [""])
-                    + self._folds(ind, ""))
+            hoisted = self._hoisted(ind) if lo == "0" and not self.accumulators else []
+            return (self._decls(ind, "") + hoisted + [f"{ind}{header}"] * bool(header)
+                    + self._loop(ind, v, lo, hi, [""]) + self._folds(ind, ""))
         end = f"{v}_end2_{self.accumulators[0][0]}"
         lines = self._decls(ind, "") + self._decls(ind, "_u1")
         lines.append(f"{ind}const int64_t {end} = ({lo}) + (({hi}) - ({lo})) / (2 * EMBER_VW) * (2 * EMBER_VW);")
@@ -395,6 +397,41 @@ class VecLoop:
         lines += self._loop(ind, f"{v}_s", lo, end, ["", "_u1"])
         lines += self._loop(ind, v, end, hi, [""])
         return lines + self._folds(ind, "") + self._folds(ind, "_u1")
+
+    def _hoisted(self, ind: str) -> list[str]:
+        """Statements the same in every step of a loop from 0 (steps of whole vectors), emitted before it:
+        per-channel parameters over rows of fewer channels than lanes (``p[xindex % 8]``: lane ``l`` always
+        holds ``p[l % 8]``) and what is computed from them alone (a batch norm's ``rsqrt(var + eps)``), which
+        the loop otherwise rebuilt lane by lane in every step. Loads only from buffers the kernel does not
+        write."""
+        body = self.w.body
+        written = {st.buf for sec in body.sections for st in sec.stmts if isinstance(st, Store)} | body.aliased
+        inv: set[str] = set()
+        lines: list[str] = []
+        for st in self.stmts:
+            if not isinstance(st, Assign):
+                continue
+            if st.kind == "const":
+                inv.add(st.var)
+                lines.append(f"{ind}{self.stmt(st)}")
+                continue
+            if st.kind == "load":
+                buf, idx, mask = st.args
+                m = self._period(st)
+                terms = sympy.Add.make_args(idx)
+                rest = [t for t in terms if not (isinstance(t, sympy.Mod) and t.args[0] == self.var)]
+                if m and buf not in written and all(not getattr(t, "free_symbols", ()) for t in rest):
+                    self.vec.add(st.var)
+                    inv.add(st.var)
+                    lines.append(f"{ind}const vfloat {st.var} = ember_vperiodic({_ptr(buf)} + "
+                                 f"{C.index(sum(rest, sympy.Integer(0)))}, {m});")
+                continue
+            if st.kind in ("op", "cast") and any(a in self.vec for a in _operands(st)) and \
+                    all(a in inv for a in _operands(st)):
+                inv.add(st.var)
+                lines += [f"{ind}{ln}" for ln in self.stmt(st).split("\n")]
+        self.hoisted = inv
+        return lines
 
     def _heavy(self) -> bool:
         return any(isinstance(st, Assign) and st.kind == "op" and st.args[0] in HEAVY_OPS for st in self.stmts)
@@ -407,7 +444,8 @@ class VecLoop:
         lines = [f"{ind}for (int64_t {var} = {lo}; {var} < {hi}; {var} += {step}) {{"]
         for k, suffix in enumerate(sets):
             self.suffix = suffix
-            body = [ln for st in self.stmts for ln in self.stmt(st).split("\n")]
+            body = [ln for st in self.stmts if not (isinstance(st, Assign) and st.var in self.hoisted)
+                    for ln in self.stmt(st).split("\n")]
             if var == v:
                 lines += [f"{ind}  {ln}" for ln in body]
                 continue

@@ -493,3 +493,19 @@ def test_column_reductions_vectorize_across_outer_points(shape) -> None:
         assert "xindex += EMBER_VW" in src, src
     elif vw % c == 0 and c > 1:
         assert "outer points interleaved" in src, src
+
+
+def test_per_channel_parameters_are_built_once_before_the_loop() -> None:
+    """An NHWC batch norm over 8 channels (16 float lanes): ``w[x % 8]`` holds the same lanes in every step of
+    the vector loop, so it and what is computed from it alone (``rsqrt(var + eps) * w``) are built once before
+    the loop; with a scalar tail (rows not a multiple of the width) the values stay eager's."""
+    from ember.codegen.cpp import vector_width
+    fn = lambda x, w, v: torch.relu((x - 1.0) * (torch.rsqrt(v + 1e-5) * w))     # noqa: E731
+    for n in (64, 67):
+        ins = [_rn(n, 8), _rn(8), _rn(8).abs()]
+        compiled, built = _compile(fn, ins)
+        _close(_flat(compiled(*ins))[0], fn(*ins), 1e-5, "per-channel rows of 8")
+    src = "\n".join(s for b in built for s in b.kernel_sources)
+    if vector_width() > 8:
+        head = src.split("for (int64_t xindex")[0]
+        assert head.count("ember_vperiodic(") == 2 and "sqrtf(" in head, src
