@@ -60,10 +60,15 @@ static inline void ember_vstore_bf16(uint16_t* p, vfloat v) {
 static inline void ember_vstore_bf16_exact(uint16_t* p, vfloat v) {   // v already bf16 values: the high halves
   const vu16 h = __builtin_convertvector((vu32)v >> 16, vu16); std::memcpy(p, &h, sizeof h);
 }
+/* bools are bytes of 0 or 1: widened to 32-bit lanes and negated (0 / -1), and back, as whole vectors (a lane
+   loop of byte loads was most of a short masked softmax row's work) */
+typedef uint8_t vu8 __attribute__((vector_size(EMBER_VW)));
 static inline vmask ember_vload_mask(const bool* p) {
-  vmask m; for (int l = 0; l < EMBER_VW; ++l) m[l] = p[l] ? -1 : 0; return m;
+  vu8 b; std::memcpy(&b, p, sizeof b); return -__builtin_convertvector(b, vmask);
 }
-static inline void ember_vstore_mask(bool* p, vmask m) { for (int l = 0; l < EMBER_VW; ++l) p[l] = m[l] != 0; }
+static inline void ember_vstore_mask(bool* p, vmask m) {
+  const vu8 b = __builtin_convertvector(m & 1, vu8); std::memcpy(p, &b, sizeof b);
+}
 static inline vfloat ember_vmaximum(vfloat a, vfloat b) { return ((a > b) | (a != a)) ? a : b; }
 static inline vfloat ember_vminimum(vfloat a, vfloat b) { return ((a < b) | (a != a)) ? a : b; }
 static inline vfloat ember_vabs(vfloat a) { return (vfloat)((vmask)a & 0x7fffffff); }

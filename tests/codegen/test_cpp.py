@@ -509,3 +509,16 @@ def test_per_channel_parameters_are_built_once_before_the_loop() -> None:
     if vector_width() > 8:
         head = src.split("for (int64_t xindex")[0]
         assert head.count("ember_vperiodic(") == 2 and "sqrtf(" in head, src
+
+
+def test_bool_vectors_load_and_store_whole_vectors() -> None:
+    """Bool inputs and outputs of vector loops (a masked softmax's mask, a comparison's result) are loaded and
+    stored as whole vectors of bytes: values equal eager's, with a scalar tail (rows of 37)."""
+    fn = lambda s, m: (torch.softmax(s.masked_fill(m, float("-inf")), -1), s > 0, m & (s < 1))   # noqa: E731
+    s, m = _rn(64, 37), torch.rand(64, 37) > 0.7
+    m[:, 0] = False
+    compiled, built = _compile(fn, [s, m])
+    for i, (a, b) in enumerate(zip(_flat(compiled(s, m)), fn(s, m))):
+        _close(a, b, 1e-5, f"output {i}")
+    src = "\n".join(x for b in built for x in b.kernel_sources)
+    assert "ember_vload_mask(" in src and "ember_vstore_mask(" in src, src
