@@ -4,9 +4,10 @@ bandwidth (a diagnosis for the kernel compiler's online softmax; not a benchmark
     python bench/ce_variants.py [--dtype bfloat16] [--rows 4096] [--vocab 32768]
 
 Variants, each per (XBLOCK, RBLOCK, num_warps):
-- ``lane``: ember's online softmax, a running max and sum per lane (``online_sumexp_same``: one exp per point);
-- ``block``: a running max and sum per row, updated once per block from the block's max (``tl.max``) and its
-  sum of exps: one exp per point and fewer ALU ops per point, two cross-thread reductions per block;
+- ``lane``: a running max and sum per lane (ember's online softmax before this comparison; one exp per point);
+- ``block``: a running max and sum per row (ember's since), updated once per block from the block's max
+  (``tl.max``) and its sum of exps: one exp per point and fewer ALU ops per point, two cross-thread reductions
+  per block;
 - ``twopass``: the max in one loop, the sum of exps in a second loop over the same row (L2 may hold it);
 - ``read``: the row's sum alone, the read bandwidth a row kernel reaches.
 Prints the median time (triton.testing.do_bench), bytes / time, and that as a fraction of the device's copy
@@ -24,6 +25,23 @@ from ember.codegen import triton_helpers as _h
 
 
 @triton.jit
+def _lane_step(m, s, x):
+    """The per-lane online softmax step ember used before (one exp per point: with ``d = x - m``, ``exp(-|d|)``
+    is both the term added when ``x`` is not a new maximum and the rescale of ``s`` when it is)."""
+    d = x - m
+    e = tl.exp(-tl.abs(d))
+    s_new = tl.where(d > 0, s * e + 1.0, s + e)
+    return _h.maximum(m, x), tl.where(x == float("-inf"), s, s_new)
+
+
+@triton.jit
+def _lane_finish(m, s):
+    """The row's sum of exp(g - M) from the lanes' (m, s), M the row's max."""
+    big = tl.reduce(m, 1, _h.maximum)[:, None]
+    return tl.sum(s * tl.exp(m - big), 1)[:, None]
+
+
+@triton.jit
 def lane_kernel(p_x, p_t, p_out, V: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):
     xi = tl.program_id(0) * XB + tl.arange(0, XB)[:, None]
     rb = tl.arange(0, RB)[None, :]
@@ -33,9 +51,9 @@ def lane_kernel(p_x, p_t, p_out, V: tl.constexpr, XB: tl.constexpr, RB: tl.const
     s = tl.full([XB, RB], 0.0, tl.float32)
     for r0 in range(0, V, RB):
         x = tl.load(p_x + xi * V + r0 + rb).to(tl.float32)
-        m, s = _h.online_sumexp_same(m, s, x)
+        m, s = _lane_step(m, s, x)
     big = tl.reduce(m, 1, _h.maximum)[:, None]
-    tot = _h.online_sumexp_finish(m, s)
+    tot = _lane_finish(m, s)
     tl.store(p_out + xi, big + tl.log(tot) - xt)
 
 

@@ -35,8 +35,8 @@ class XVec:
     def __init__(self, w: "_KernelWriter") -> None:
         self.w = w
         body = w.body
-        self.stmts = [st for sec in body.sections for st in sec.stmts]
-        self.accumulators = [a for sec in body.sections for a in sec.accumulators]
+        self.vec = cpp_vec.VecLoop(w, [st for sec in body.sections for st in sec.stmts], XINDEX, w.width,
+                                   [a for sec in body.sections for a in sec.accumulators], per_lane=True)
         self.blocks = w.X // w.width
 
     def ok(self) -> bool:
@@ -45,11 +45,10 @@ class XVec:
             return False
         if w.parallel and self.blocks < torch.get_num_threads() and w.X * w.R > FLAT_SERIAL_MAX:
             return False      # fewer blocks than threads, and long rows: the scalar kernel's threads do better
-        return cpp_vec.VecLoop(w, self.stmts, XINDEX, w.width, self.accumulators, per_lane=True).ok()
+        return self.vec.ok()
 
     def lines(self) -> list[str]:
-        w = self.w
-        vec = cpp_vec.VecLoop(w, self.stmts, XINDEX, w.width, self.accumulators, per_lane=True)
+        w, vec = self.w, self.vec
         end = self.blocks * w.width
         lines = []
         if w.parallel:
@@ -231,11 +230,5 @@ def _flat(st: Any, X: int) -> Any:
     return st
 
 
-def _reads(st: Any) -> list[str]:
-    if isinstance(st, Accumulate) or isinstance(st, Store):
-        return [st.var]
-    if st.kind == "op":
-        return list(st.args[1:])
-    if st.kind == "cast":
-        return [st.args[0]]
-    return []
+def _reads(st: Any) -> tuple:
+    return (st.var,) if isinstance(st, (Accumulate, Store)) else cpp_vec._operands(st)

@@ -33,7 +33,6 @@ TILE = 4096                # XBLOCK * RBLOCK of a persistent reduction
 WIDE_ROWS_MIN_X = 1024    # looped inner reductions of at least this many rows ...
 WIDE_ROWS_MIN_R = 16384   # ... this long take a row per program, 4096 points per step
 ONLINE_SOFTMAX = True      # looped max-then-sum-of-exp kernels read their rows once (ember.loopir.online)
-ONLINE_PER_ROW = True      # ... with a running max and sum per row, not per lane (``_Gen.online``)
 
 
 def next_pow2(n: int) -> int:
@@ -285,19 +284,16 @@ class _Gen:
         return _finish(rt, _reduce(rt, acc, dt), dt)
 
     def _reduced_online(self, st: Assign) -> str:
-        acc_m, acc_s = st.args
-        if ONLINE_PER_ROW:       # NaN for a row of -inf only, as exp(-inf - -inf) gives in the two-pass form
-            return f"tl.where({acc_m} == float('-inf'), float('nan'), {acc_s})"
-        return f"_h.online_sumexp_finish({acc_m}, {acc_s})"
+        acc_m, acc_s = st.args      # NaN for a row of -inf only, as exp(-inf - -inf) gives in the two-pass form
+        return f"tl.where({acc_m} == float('-inf'), float('nan'), {acc_s})"
 
     def online(self, st: OnlineAccumulate) -> None:
-        """Running max and rescaled sum of exp in one looped pass (ember.loopir.online).
-
-        ``ONLINE_PER_ROW``: one running max and sum per row, updated once per step from the step's block: its
-        max (a reduction across the program's threads), then ``s * exp(m - m') + sum(exp(g - m'))``: per point
-        a subtraction, an exp and an add. Per lane (``_h.online_sumexp_same``), every point also updates its
-        lane's max and rescales its sum: twice the ALU work per point, which bound a bf16 cross-entropy over
-        32k logits at ~73% of the H100's copy bandwidth (88% per row; ``bench/ce_variants.py``)."""
+        """Running max and rescaled sum of exp in one looped pass (ember.loopir.online): one running max and
+        sum per row, updated once per step from the step's block: its max (a reduction across the program's
+        threads), then ``s * exp(m - m') + sum(exp(g - m'))``: per point a subtraction, an exp and an add. A
+        max and sum per lane, updated at every point, did twice the ALU work per point, which bound a bf16
+        cross-entropy over 32k logits at ~73% of the H100's copy bandwidth (88% per row;
+        ``bench/ce_variants.py``)."""
         self.accs[st.acc_max] = ("amax", st.dtype)
         self.accs[st.acc_sum] = ("sum", st.dtype)
         vals = []
@@ -308,15 +304,13 @@ class _Gen:
         shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
         vals = [f"tl.broadcast_to({v}, {shape})" for v in vals]
         m, s = st.acc_max, st.acc_sum
-        if ONLINE_PER_ROW:
-            self.emit(f"{m}_new = _h.maximum({m}, tl.reduce({vals[0]}, 1, _h.maximum)[:, None])")
-            self.emit(f"{m}_base = tl.where({m}_new == float('-inf'), 0.0, {m}_new)")
-            self.emit(f"{s} = {s} * tl.exp({m} - {m}_base) + tl.sum(tl.exp({vals[1]} - {m}_base), 1)[:, None]")
-            self.emit(f"{m} = {m}_new")
-        elif st.var_max == st.var_sum:
-            self.emit(f"{m}, {s} = _h.online_sumexp_same({m}, {s}, {vals[0]})")
-        else:
-            self.emit(f"{m}, {s} = _h.online_sumexp({m}, {s}, {vals[0]}, {vals[1]})")
+        if st.var_max == st.var_sum:        # both fold the one value: name it once
+            self.emit(f"{m}_x = {vals[0]}")
+            vals = [f"{m}_x"] * 2
+        self.emit(f"{m}_new = _h.maximum({m}, tl.reduce({vals[0]}, 1, _h.maximum)[:, None])")
+        self.emit(f"{m}_base = tl.where({m}_new == float('-inf'), 0.0, {m}_new)")
+        self.emit(f"{s} = {s} * tl.exp({m} - {m}_base) + tl.sum(tl.exp({vals[1]} - {m}_base), 1)[:, None]")
+        self.emit(f"{m} = {m}_new")
 
     def accumulate(self, st: Accumulate) -> None:
         rt, dt = st.reduce_type, st.dtype
@@ -397,9 +391,8 @@ class _Gen:
         looped = sec.level == "r" and not self.cfg.persistent
         if looped:
             shape = f"[{self.cfg.xblock}, {self.cfg.rblock}]"
-            if ONLINE_PER_ROW:
-                self.row_accs |= {a for st in sec.stmts if isinstance(st, OnlineAccumulate)
-                                  for a in (st.acc_max, st.acc_sum)}
+            self.row_accs |= {a for st in sec.stmts if isinstance(st, OnlineAccumulate)
+                              for a in (st.acc_max, st.acc_sum)}
             for acc, rt, dt in sec.accumulators:
                 adt = _acc_dtype(rt, dt)
                 ashape = f"[{self.cfg.xblock}, 1]" if acc in self.row_accs else shape

@@ -95,38 +95,6 @@ def maximum(a, b):
 
 
 @triton.jit
-def online_sumexp(m, s, xm, xs):
-    """One step of an online softmax: running max ``m`` and sum ``s`` of exp(. - m), per lane, folding the
-    max input ``xm`` and the exp input ``xs`` (both -inf where masked)."""
-    m_new = maximum(m, xm)
-    base = tl.where(m_new == float("-inf"), 0.0, m_new)
-    return m_new, s * tl.exp(m - base) + tl.exp(xs - base)
-
-
-@triton.jit
-def online_sumexp_same(m, s, x):
-    """``online_sumexp`` where the max and the exp fold the same value ``x`` (-inf where masked), with one exp
-    per point instead of two: with ``d = x - m``, ``exp(-|d|)`` is both the term added when ``x`` is not a new
-    maximum (``exp(x - m)``) and the rescale of ``s`` when it is (``exp(m - x)``, the new term then being 1). A
-    cross-entropy over a 32k vocabulary was bound by the exps (two per bf16 logit, ~72 us of the SFUs' time on an
-    H100 for 90 us of memory traffic)."""
-    d = x - m
-    e = tl.exp(-tl.abs(d))
-    s_new = tl.where(d > 0, s * e + 1.0, s + e)
-    return maximum(m, x), tl.where(x == float("-inf"), s, s_new)
-
-
-@triton.jit
-def online_sumexp_finish(m, s):
-    """The row's sum of exp(g - M) from the lanes' (m, s), M the row's max; NaN for a row of -inf only, as
-    exp(-inf - -inf) gives in the two-pass form."""
-    big = tl.reduce(m, 1, maximum)[:, None]
-    base = tl.where(big == float("-inf"), 0.0, big)
-    total = tl.sum(s * tl.exp(m - base), 1)[:, None]
-    return tl.where(big == float("-inf"), float("nan"), total)
-
-
-@triton.jit
 def welford_update(mean, m2, n, x, valid):
     """One step of Welford's running mean and M2 (sum of squared deviations) per lane, where ``valid``."""
     n_new = tl.where(valid, n + 1.0, n)

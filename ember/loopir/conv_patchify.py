@@ -44,13 +44,13 @@ def patchify_conv(L: Any, args: tuple) -> TV | None:
         return None
     if bias is not None and not (isinstance(bias, TV) and bias.dtype == x.dtype):
         return None
-    view = LOWERINGS
+    ops = LOWERINGS
     if (oh * kh, ow * kw) != (h, wd):       # the points past the last whole patch are never read
-        x = view["slice"](L, view["slice"](L, x, 2, 0, oh * kh), 3, 0, ow * kw)
-    patches = view["reshape"](L, x, (n, c, oh, kh, ow, kw))
-    patches = view["permute"](L, patches, (0, 2, 4, 1, 3, 5))
-    patches = view["reshape"](L, patches, (n * oh * ow, c * kh * kw))
-    wt = view["permute"](L, view["reshape"](L, w, (o, c * kh * kw)), (1, 0))
+        x = ops["slice"](L, ops["slice"](L, x, 2, 0, oh * kh), 3, 0, ow * kw)
+    patches = ops["reshape"](L, x, (n, c, oh, kh, ow, kw))
+    patches = ops["permute"](L, patches, (0, 2, 4, 1, 3, 5))
+    patches = ops["reshape"](L, patches, (n * oh * ow, c * kh * kw))
+    wt = ops["permute"](L, ops["reshape"](L, w, (o, c * kh * kw)), (1, 0))
     name, impl, mm_args = ("mm", torch.ops.aten.mm.default, (patches, wt)) if bias is None else \
         ("addmm", torch.ops.aten.addmm.default, (bias, patches, wt))
     out = None
@@ -60,5 +60,5 @@ def patchify_conv(L: Any, args: tuple) -> TV | None:
     if out is None:
         out = L.extern(impl, mm_args, {}, None, fresh=True, op=name)
     L.padded_results.add(out.view[0])       # returned as a graph output: copied into eager's layout
-    out = view["reshape"](L, out, (n, oh, ow, o))
-    return view["permute"](L, out, (0, 3, 1, 2))
+    out = ops["reshape"](L, out, (n, oh, ow, o))
+    return ops["permute"](L, out, (0, 3, 1, 2))

@@ -73,7 +73,7 @@ def _fuse_one(body: KernelBody, fresh: list[int]) -> bool:
             if s_var is None:
                 continue
             # copy g's statements into the first loop under new names, reusing what the loop already computes
-            # (the max's own load of the row: then both fold one value, ``online_sumexp_same``)
+            # (the max's own load of the row: then both fold one value)
             existing = {(a.kind, a.args, a.dtype): a.var for a in r1.stmts if isinstance(a, Assign)}
             rename: dict[str, str] = {}
             copies = []

@@ -258,10 +258,10 @@ class CudaGraphed:
         self.count = 0
         self.disabled: str | None = None             # why this graph runs without CUDA graphs
         self.bad_sigs: set[tuple] = set()
-        # the fast path: the first recording of the signature replayed last, a getter of its static inputs,
-        # their addresses, and the indices of the other inputs (whose signature entries are compared)
-        # (and, for _PTRS_EQUAL, an address per input and the static inputs' indices)
-        self.last: tuple[Recording, Callable[..., tuple], list[int], list[int], list[int], list[int]] | None = None
+        # the fast path: the first recording of the signature replayed last, a check of its static inputs'
+        # addresses (``_same_addresses``), and the indices of the other inputs (whose signature entries are
+        # compared)
+        self.last: tuple[Recording, Callable[[Sequence[Any]], bool], list[int]] | None = None
 
     # -- the per-call path
     def __call__(self, *args: Any) -> Any:
@@ -316,14 +316,11 @@ class CudaGraphed:
         """Does this call have the signature and static addresses of the recording replayed last? Static inputs
         are compared by address only: parameters and buffers keep their metadata while their address holds
         (the frame's guards check it), and a pool output's address is that of one recorded tensor."""
-        rec, static_idx, static_ptrs, others, ptr_list, idx = last
+        rec, same_addresses, others = last
         if len(args) != len(rec.sig):
             return False
         try:
-            if _PTRS_EQUAL is not None:     # one C++ loop (a ResNet-50 has ~320 static inputs)
-                if not _PTRS_EQUAL(args, ptr_list, idx):
-                    return False
-            elif list(map(_data_ptr, static_idx(args))) != static_ptrs:
+            if not same_addresses(args):
                 return False
         except (AttributeError, TypeError, RuntimeError):
             return False
@@ -443,10 +440,8 @@ class CudaGraphed:
         pool.ops.replay(rec.graph)
         rec.replays += 1
         if (self.last is None or self.last[0] is not rec) and self.records[rec.sig][0] is rec:
-            idx = sorted(rec.static_ptrs)
-            self.last = (rec, _getter(idx), [rec.static_ptrs[i] for i in idx],
-                         [i for i in range(len(rec.sig)) if i not in rec.static_ptrs],
-                         [rec.static_ptrs.get(i, 0) for i in range(len(rec.sig))], idx)
+            self.last = (rec, _same_addresses(rec.static_ptrs, len(rec.sig)),
+                         [i for i in range(len(rec.sig)) if i not in rec.static_ptrs])
         fresh = [s for s in rec.storages] if pool.copy_out else [pool.ops.alias_storage(s) for s in rec.storages]
         result: list[Any] = []
         for entry in rec.out_plan:
@@ -474,19 +469,19 @@ _data_ptr = torch.Tensor.data_ptr
 _PTRS_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 
-def _ptrs_equal_of_tuples() -> Callable[..., bool] | None:
-    """``_PTRS_EQUAL`` taking the call's argument tuple (as a list where the binding wants one)."""
-    f = _PTRS_EQUAL
-    if f is None:
-        return None
-    try:
-        f((), [], [])
-        return f
-    except TypeError:
-        return lambda args, ptrs, idx: f(list(args), ptrs, idx)
-
-
-_PTRS_EQUAL = _ptrs_equal_of_tuples()
+def _same_addresses(static_ptrs: dict[int, int], n: int) -> Callable[[Sequence[Any]], bool]:
+    """``args -> whether args[i].data_ptr() == static_ptrs[i] for every i``: one C++ loop where torch has one
+    (a ResNet-50 has ~320 static inputs), else the addresses of an ``itemgetter``'s tensors."""
+    idx = sorted(static_ptrs)
+    if _PTRS_EQUAL is not None:
+        ptrs = [static_ptrs.get(i, 0) for i in range(n)]
+        try:
+            _PTRS_EQUAL((), [], [])
+            return lambda args: _PTRS_EQUAL(args, ptrs, idx)
+        except TypeError:           # a binding that wants a list
+            return lambda args: _PTRS_EQUAL(list(args), ptrs, idx)
+    get, want = _getter(idx), [static_ptrs[i] for i in idx]
+    return lambda args: list(map(_data_ptr, get(args))) == want
 
 
 def _getter(idx: list[int]) -> Callable[[Sequence[Any]], tuple]:
