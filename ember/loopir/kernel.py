@@ -330,7 +330,11 @@ def stash_recomputed(body: KernelBody, scratch_room: int = 0) -> KernelBody:
         if any(u in same and var in _uses(defs[u]) for u in defs):
             continue                                  # a larger equivalent value is stashed instead
         dt = defs[var].dtype
-        st = next((t for t in targets if body.buffers[t.buf][0] == dt), None)
+        # the output's final store must come after the load that replaces ``var`` (two equal values in the last
+        # loop, each for its own output: the second may not read the first output's final value as the stash)
+        at = next(i for i, s in enumerate(last.stmts) if s is defs[var])
+        st = next((t for t in targets if body.buffers[t.buf][0] == dt and
+                   next(i for i, s in enumerate(last.stmts) if s is t) > at), None)
         if st is not None:
             targets.remove(st)
             buf, index = st.buf, st.index

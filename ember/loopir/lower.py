@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -38,6 +39,24 @@ REUSE_READS = 4
 REUSE_OPS = 24
 EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
                           "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
+
+
+@dataclass(frozen=True)
+class ReusePolicy:
+    """How a device weighs recomputing a reused value against storing it. ``expensive_stored``: an expensive op
+    makes it stored. ``count_broadcast_reads``: reads of broadcast rows and columns (a norm's per-row statistics
+    and per-column weights) count towards ``REUSE_READS`` like reads of a full buffer."""
+    expensive_stored: bool
+    count_broadcast_reads: bool
+
+
+# A CPU core's exp costs about what its share of a memory pass does. A GPU computes one per point in the shadow
+# of the loads, and reads broadcast rows and columns from cache: recomputing there saves a store and a load of
+# the value per user (the handwritten encoder's training step at batch 16 x 512 on an H100: its attention
+# backward stored the recomputed float32 probabilities for their second user, a 424 us kernel per layer, and
+# its backward stored every layer norm's float32 output rather than recomputing it from the bf16 input)
+REUSE_POLICY = {"cpu": ReusePolicy(expensive_stored=True, count_broadcast_reads=True)}
+GPU_REUSE_POLICY = ReusePolicy(expensive_stored=False, count_broadcast_reads=False)
 # a value stored anyway (for an ATen call, or as an output) is loaded by its other users rather than recomputed
 # from two or more buffers of its size (bench/reuse_stored_ab.py measures the difference)
 REUSE_STORED = True
@@ -292,7 +311,9 @@ class Lowerer:
         if isinstance(out, TV) and out.view is None:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
-            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
+            policy = REUSE_POLICY.get(torch.device(out.device).type, GPU_REUSE_POLICY)
+            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape,
+                                                                                     policy)):
                 out = self.realized_narrow(out, body)
         return out
 
@@ -383,7 +404,8 @@ def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
     return tree_map(fix, out)
 
 
-def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()) -> bool:
+def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = (),
+                      policy: ReusePolicy = REUSE_POLICY["cpu"]) -> bool:
     reads, expensive = set(), False
     full: set[str] = set()       # buffers read at every point of the value (not a broadcast row or column)
     need = {x for x, n in zip(xvars(len(shape)), shape) if n != 1}
@@ -393,7 +415,7 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
             if need <= getattr(e.index, "free_symbols", set()):
                 full.add(e.buf)
         elif isinstance(e, Op) and e.name in EXPENSIVE_OPS:
-            expensive = True
+            expensive = policy.expensive_stored
     if expensive or not reads:
         return expensive
     externs = sum(1 for u in node.users if _stores(u))
@@ -402,7 +424,8 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
     # layer's matmul and its residual add)
     if REUSE_STORED and externs and externs < len(node.users) and len(full) >= 2:
         return True
-    return externs > 1 or len(reads) > REUSE_READS or n_ops >= REUSE_OPS
+    n_reads = len(reads) if policy.count_broadcast_reads else len(full)
+    return externs > 1 or n_reads > REUSE_READS or n_ops >= REUSE_OPS
 
 
 def prim_name(node: fx.Node) -> str | None:
@@ -445,10 +468,6 @@ def _widens(src: torch.dtype, dst: torch.dtype) -> bool:
         return dst in (torch.float32, torch.float64)
     ints = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
     return src in ints and dst in ints and dst.itemsize > src.itemsize and (dst.is_signed or not src.is_signed)
-
-
-def _expensive(body: Any) -> bool:
-    return any(isinstance(e, Op) and e.name in EXPENSIVE_OPS for e in walk(body))
 
 
 def _complex(args: tuple, kwargs: dict, meta: Any) -> bool:

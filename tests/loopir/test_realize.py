@@ -3,11 +3,14 @@ them unless recomputing costs more than a memory pass, and one that is stored is
 dtype (a 16-bit value before its float32 upcast, a byte before its int64 widening)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ember.autograd.aot import decompose_graph
 from ember.loopir import lower as lower_mod
 from ember.loopir.ir import Pointwise
+
+from .backends import CPU_BACKENDS
 
 
 def _lowered(fn, *args):
@@ -141,3 +144,80 @@ def _matmul_reads_output(g) -> bool:
 def ember_run(f, x):
     import ember
     return ember.compile(f)(x), f(x)
+
+
+def _attention(q, k, v, mask):
+    s = (q @ k.transpose(-2, -1) / 8.0).masked_fill(mask, float("-inf"))
+    return torch.softmax(s.float(), dim=-1).to(v.dtype) @ v
+
+
+@pytest.mark.parametrize("gpu_rule", [False, True])
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_recomputed_probabilities_are_not_stored_on_gpus(gpu_rule, cpu_backend, monkeypatch):
+    """A value with an exp used twice is stored once on the CPU (a core's exp costs about its share of a memory
+    pass) but recomputed by each user on a GPU (``GPU_REUSE_POLICY``, applied to the CPU here):
+    the attention backward then stores no float32 buffer of the scores' size. Values and gradients equal
+    eager's either way."""
+    import ember
+    if gpu_rule:
+        monkeypatch.setattr(lower_mod, "REUSE_POLICY", {"cpu": lower_mod.GPU_REUSE_POLICY})
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, generator=g, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    mask = torch.zeros(2, 1, 1, 16, dtype=torch.bool)
+    mask[1, ..., -4:] = True
+    stored = []
+    real = lower_mod.Lowerer.realized
+
+    def spy(self, tv):
+        stored.append((tuple(tv.shape), tv.dtype))
+        return real(self, tv)
+    monkeypatch.setattr(lower_mod.Lowerer, "realized", spy)
+    fn = ember.compile(_attention, options={"cpu_backend": cpu_backend})
+    out = fn(q, k, v, mask)
+    grad = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want_out = _attention(q, k, v, mask)
+    want = torch.autograd.grad(want_out, (q, k, v), grad)
+    torch.testing.assert_close(out, want_out)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    fp32_scores = [s for s in stored if s == ((2, 3, 16, 16), torch.float32)]
+    assert bool(fp32_scores) != gpu_rule, stored
+
+
+@pytest.mark.parametrize("gpu_rule", [False, True])
+def test_norm_output_reading_one_full_buffer_is_recomputed_on_gpus(gpu_rule, monkeypatch):
+    """A layer norm's float32 output from a bf16 input, used by two users: five reads, but four of them are
+    broadcast rows and columns (mean, rstd, weight, bias). The CPU counts them all and stores the value; a GPU
+    counts the one full read and recomputes it per user."""
+    if gpu_rule:
+        monkeypatch.setattr(lower_mod, "REUSE_POLICY", {"cpu": lower_mod.GPU_REUSE_POLICY})
+
+    def f(x, mean, rstd, w, b):
+        y = (x.float() - mean) * rstd * w + b
+        return y.sum(-1), y.to(torch.bfloat16) * 2
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(64, 32, generator=g).bfloat16(), torch.randn(64, 1, generator=g),
+            torch.rand(64, 1, generator=g), torch.randn(32, generator=g), torch.randn(32, generator=g))
+    graph = _lowered(f, *args)
+    assert len(_stored(graph)) == (0 if gpu_rule else 1), graph.python()
+
+
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_softmax_for_a_matmul_and_returned_with_gpu_rule(cpu_backend, monkeypatch):
+    """The GPU rule recomputes the probabilities' exp for both users (the matmul's 3-d operand and the returned
+    4-d value): in C++'s looped softmax both outputs then hold an ``exp`` equal to loop 2's, and only one of them
+    may be the stash the last loop reads back (the other output's final value is not the exp)."""
+    import ember
+    monkeypatch.setattr(lower_mod, "REUSE_POLICY", {"cpu": lower_mod.GPU_REUSE_POLICY})
+    mask = torch.zeros(2, 1, 1, 6, dtype=torch.bool)
+    mask[1, ..., -1] = True
+
+    def f(x, v):
+        p = torch.softmax(x.masked_fill(mask, float("-inf")) / 2.0, -1)
+        return torch.matmul(p, v), p
+    g = torch.Generator().manual_seed(0)
+    x, v = torch.randn(2, 4, 6, 6, generator=g), torch.randn(2, 4, 6, 8, generator=g)
+    got = ember.compile(f, options={"cpu_backend": cpu_backend})(x, v)
+    for a, b in zip(got, f(x, v)):
+        torch.testing.assert_close(a, b)
