@@ -13,7 +13,6 @@ thrown away), substituting the reduction's identity.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -485,8 +484,7 @@ def generate(body: KernelBody, persistent: bool, name: str = "",
         return HEADER + _Gen(body, cfg, name).generate(), name, cfg
     text = canonical(_Gen(body, cfg, _PLACEHOLDER).generate(), list(body.buffers))
     fn_text = text[text.index("@triton.jit"):]
-    # the text's hash in the name: a forward's and a backward's ``kernel27`` are told apart in a profile
-    fname = _SHARED.setdefault(fn_text, f"ember_{k.name}_{hashlib.sha1(fn_text.encode()).hexdigest()[:6]}")
+    fname = _SHARED.setdefault(fn_text, f"ember_{k.name}")
     return HEADER + text.replace(_PLACEHOLDER, fname), fname, cfg
 
 
