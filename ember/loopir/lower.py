@@ -43,20 +43,19 @@ EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin 
 
 @dataclass(frozen=True)
 class ReusePolicy:
-    """How a device weighs recomputing a reused value against storing it. ``expensive_stored``: an expensive op
+    """How the lowering weighs recomputing a reused value against storing it. ``expensive_stored``: an expensive op
     makes it stored. ``count_broadcast_reads``: reads of broadcast rows and columns (a norm's per-row statistics
     and per-column weights) count towards ``REUSE_READS`` like reads of a full buffer."""
     expensive_stored: bool
     count_broadcast_reads: bool
 
 
-# A CPU core's exp costs about what its share of a memory pass does. A GPU computes one per point in the shadow
-# of the loads, and reads broadcast rows and columns from cache: recomputing there saves a store and a load of
-# the value per user (the handwritten encoder's training step at batch 16 x 512 on an H100: its attention
-# backward stored the recomputed float32 probabilities for their second user, a 424 us kernel per layer, and
-# its backward stored every layer norm's float32 output rather than recomputing it from the bf16 input)
-REUSE_POLICY = {"cpu": ReusePolicy(expensive_stored=True, count_broadcast_reads=True)}
-GPU_REUSE_POLICY = ReusePolicy(expensive_stored=False, count_broadcast_reads=False)
+# One policy for every device. Recomputing on a GPU what the CPU stores was measured and lost: the handwritten
+# encoder's training step at batch 16 x 512 on an H100 (bench/reuse_policy_ab.py, generated kernels' device
+# time per step): 7.31 ms storing both kinds, 7.58 ms not counting broadcast reads, 8.91 ms recomputing exps,
+# 9.17 ms both (bench/results/2026-11-25-h100-i/ab_*.log). The other policies stay for such measurements and
+# for the tests of the recomputing paths.
+REUSE_POLICY = ReusePolicy(expensive_stored=True, count_broadcast_reads=True)
 # a value stored anyway (for an ATen call, or as an output) is loaded by its other users rather than recomputed
 # from two or more buffers of its size (bench/reuse_stored_ab.py measures the difference)
 REUSE_STORED = True
@@ -311,9 +310,8 @@ class Lowerer:
         if isinstance(out, TV) and out.view is None:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
-            policy = REUSE_POLICY.get(torch.device(out.device).type, GPU_REUSE_POLICY)
             if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape,
-                                                                                     policy)):
+                                                                                     REUSE_POLICY)):
                 out = self.realized_narrow(out, body)
         return out
 
@@ -405,7 +403,7 @@ def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = (),
-                      policy: ReusePolicy = REUSE_POLICY["cpu"]) -> bool:
+                      policy: ReusePolicy = REUSE_POLICY) -> bool:
     reads, expensive = set(), False
     full: set[str] = set()       # buffers read at every point of the value (not a broadcast row or column)
     need = {x for x, n in zip(xvars(len(shape)), shape) if n != 1}
