@@ -492,7 +492,7 @@ def test_inference_weights_are_checked_by_identity_and_version(counter):
     check()
     check()
     assert counter.count == 1
-    seen = [s for s in fastguard._ALL if s[0] is not fastguard._dead]
+    seen = [s for s in fastguard._ALL.values() if s[0] is not fastguard._dead]
     assert {s[0]() for s in seen} >= set(model.parameters()) | {model[1].running_mean, model[1].running_var}
     lin = model[2]
     lin.weight.data = lin.weight.data[:2].clone()       # .data =: smaller, same object, same version
@@ -523,3 +523,10 @@ def test_inference_weights_are_checked_by_identity_and_version(counter):
         lin.weight = nn.Parameter(rand(4, 2, seed=3))
     check()
     check()
+    # the records live as long as their guards: dropping the compiled entries frees them
+    import gc
+    before = len(fastguard._ALL)
+    ember.reset()
+    del compiled
+    gc.collect()
+    assert len(fastguard._ALL) < before, (len(fastguard._ALL), before)

@@ -20,6 +20,7 @@ first). A tensor without a version counter (made in inference mode) is checked i
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 from typing import Any
 
@@ -33,13 +34,21 @@ def _dead() -> None:
     return None
 
 
-_ALL: list[list] = []        # every record made: ``swap_tensors`` drops their weak references
+class _Seen(list):
+    """A record: a list (the guard indexes it) that can be weakly referenced, so ``_ALL`` does not keep the
+    records of guards that were dropped (a recompiled or evicted entry's)."""
+    __slots__ = ("__weakref__",)
+
+
+# the live records (a list is unhashable, so not a WeakSet): ``swap_tensors`` drops their references
+_ALL: "weakref.WeakValueDictionary[int, _Seen]" = weakref.WeakValueDictionary()
+_serial = itertools.count()
 
 
 def new_seen() -> list:
     """The record one guarded tensor keeps: [weak reference, version, EPOCH]; matches no tensor at first."""
-    seen = [_dead, -1, -1]
-    _ALL.append(seen)
+    seen = _Seen([_dead, -1, -1])
+    _ALL[next(_serial)] = seen
     return seen
 
 
@@ -73,7 +82,7 @@ def install() -> None:
         # swap_tensors refuses tensors with weak references: forget every remembered tensor first (all guards
         # then check in full once)
         EPOCH[0] += 1
-        for seen in _ALL:
+        for seen in list(_ALL.values()):
             seen[:] = [_dead, -1, -1]
         return swap(t1, t2)
 
