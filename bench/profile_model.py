@@ -41,7 +41,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--batch", type=int, help="batch size (default: the model's own)")
+    p.add_argument("--unique-names", action="store_true",
+                   help="suffix each generated Triton kernel's name with its source's hash, so that a forward's and "
+                        "a backward's kernel27 are apart in the profile (with EMBER_LOGS=output_code in the same "
+                        "run, the printed sources carry the same names)")
     a = p.parse_args()
+    if a.unique_names:
+        _unique_kernel_names()
     device = torch.device(a.device)
     (entry,), _ = select_models(a.suite, [a.model])
     if a.batch:
@@ -80,6 +86,19 @@ def main() -> None:
             if t <= 0:
                 break
             print(f"   {t:9.1f} us  x{e.count // a.steps:<4d} {e.key[:110]}")
+
+
+def _unique_kernel_names() -> None:
+    import hashlib
+
+    from ember.codegen import triton as tb
+    gen = tb.generate
+
+    def generate(body, persistent, name="", cfg=None):
+        src, fname, cfg = gen(body, persistent, name=name, cfg=cfg)
+        new = f"{fname}_{hashlib.sha1(src.encode()).hexdigest()[:5]}"
+        return re.sub(rf"\b{fname}\b", new, src), new, cfg
+    tb.generate = generate
 
 
 _LIBRARY = re.compile(r"gemm|conv|xmma|cutlass|nvjet|cudnn|wgrad|dgrad|fprop|flash|fmha|attention", re.I)
