@@ -33,6 +33,14 @@ MAX_KERNEL_NODES = 64
 HORIZONTAL_MAX_NUMEL = 1 << 16   # independent pointwise kernels up to this size fuse horizontally
 HORIZONTAL_MAX_POINTS = 1 << 20  # ... while buffers x points stays below this (past it, more memory streams
                                  # than a core's prefetchers follow only divide the bandwidth)
+# A node of more than HORIZONTAL_MAX_NUMEL points joins a kernel for reading the same input only when that input
+# has at least 1/SHARED_READ_FRACTION of its points: sharing a small one (an attention's [batch, keys] padding
+# mask, a norm's weight) saves nothing, and the joined kernel holds two unrelated computations at once. The
+# handwritten encoder's attention backward on an H100 took the previous layer's probabilities, recomputed in
+# float32 and bf16, into the softmax backward's kernel for the mask they both read: 425 us per layer, against
+# 140 us for the softmax backward alone (bench/results/2026-11-25-h100-i/uprof_encoder.log.gz) and about as
+# much for the recomputation, a pass over the same bytes.
+SHARED_READ_FRACTION = 8
 
 
 @dataclass
@@ -245,6 +253,7 @@ def schedule(graph: LoopGraph) -> Schedule:
     groups: list[_Group] = []
     steps: list[Any] = []               # _Group | Extern | ExternOutput, in order
     log = logs.enabled("schedule")
+    numel = {n.name: prod(n.layout.shape) for n in graph.nodes if getattr(n, "layout", None) is not None}
     for node in _hoisted(graph.nodes):
         if isinstance(node, InputBuffer):
             where[node.name] = -1
@@ -259,13 +268,13 @@ def schedule(graph: LoopGraph) -> Schedule:
         for g in reversed(groups):
             why = _why_not(g, node, where, node_loads)
             if why is None:
-                score = (len(deps & g.by_name.keys()), len(g.reads & deps))
+                score = (len(deps & g.by_name.keys()), len(_shared(g, node, deps, numel)))
                 if best is None or score > best[0]:
                     best = (score, g)
             elif log and deps & g.by_name.keys():
                 reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
         if best is None:
-            best = _sunk(groups, steps, where, node, node_loads, deps)
+            best = _sunk(groups, steps, where, node, node_loads, deps, numel)
         if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node, deps)):
             g = best[1]
             if isinstance(node, Reduction) and g.rnumel == 1:
@@ -285,15 +294,27 @@ def schedule(graph: LoopGraph) -> Schedule:
 
 
 def _sunk(groups: list[_Group], steps: list[Any], where: dict[str, int], node: Node, node_loads: list,
-          deps: set[str]) -> tuple | None:
+          deps: set[str], numel: dict[str, Any]) -> tuple | None:
     """A kernel holding a producer of ``node``, or reading what ``node`` reads, that ``node`` could join but
     for buffers computed after the kernel starts, moved down past them (``_sink``): (score, kernel), or None."""
     for g in reversed(groups):
         late: list[str] = []
-        if deps & (g.by_name.keys() | g.reads) and _why_not(g, node, where, node_loads, late) is None and late \
+        shared = _shared(g, node, deps, numel)
+        if (deps & g.by_name.keys() or shared) and _why_not(g, node, where, node_loads, late) is None and late \
                 and _sink(g, late, steps, where, groups):
-            return (len(deps & g.by_name.keys()), len(g.reads & deps)), g
+            return (len(deps & g.by_name.keys()), len(shared)), g
     return None
+
+
+def _shared(g: _Group, node: Node, deps: set[str], numel: dict[str, Any]) -> set[str]:
+    """The buffers ``node`` reads that ``g`` reads too and that count towards joining it (see
+    ``SHARED_READ_FRACTION``)."""
+    shared = g.reads & deps
+    xn, rn = _shape_of(node)
+    if not shared or not isinstance(xn, int) or not isinstance(rn, int) or xn * rn <= HORIZONTAL_MAX_NUMEL:
+        return shared
+    points = xn * rn
+    return {b for b in shared if not isinstance(numel.get(b), int) or numel[b] * SHARED_READ_FRACTION >= points}
 
 
 def _step_io(s: Any) -> tuple[set[str], set[str]]:

@@ -115,3 +115,27 @@ def test_long_odd_rows_run_row_tiled(cpu_backend, classes, row_tiled_on_cpu):
     aot_compile(gm, [h, w, y], decompose=True, compile_graph=hook)(h, w, y).backward()
     big = [k for k in scheds[0].steps if isinstance(k, Kernel) and k.xnumel * k.rnumel >= 16 * classes]
     assert big and all((k.xnumel, k.rnumel) == (16, classes) for k in big), scheds[0].python()
+
+
+def test_large_nodes_sharing_only_a_small_input_stay_apart():
+    """Large nodes join a kernel for reading the same input only when that input is large too (a fraction of
+    their points): sharing a small one (the encoder's padding mask, read by one layer's softmax backward and by
+    the recomputation of another layer's probabilities) saves no memory pass. Small nodes still share a launch."""
+    from ember.loopir import schedule as sched
+
+    def small_shared(a, b, m):
+        return (a * m).exp(), (b + m).sin()
+
+    def big_shared(a, b, m):
+        return (a * m).exp(), (a + b).sin()
+
+    def kernels(fn, rows):
+        args = (torch.randn(rows, 256), torch.randn(rows, 256), torch.randn(256))
+        got, want = ember.compile(fn)(*args), fn(*args)
+        for x, y in zip(got, want):
+            torch.testing.assert_close(x, y)
+        return [k for k in _schedule(fn, *args).steps if isinstance(k, Kernel)]
+    rows = 4 * sched.HORIZONTAL_MAX_NUMEL // 256
+    assert len(kernels(small_shared, rows)) == 2
+    assert len(kernels(big_shared, rows)) == 1
+    assert len(kernels(small_shared, 16)) == 1
