@@ -265,16 +265,17 @@ def schedule(graph: LoopGraph) -> Schedule:
         node_loads = loads(node.body)  # type: ignore[attr-defined]
         deps = node.reads() if isinstance(node, Scatter) else {ld.buf for ld in node_loads}
         best, reasons = None, []
+        big = _big_reads(node, numel)
         for g in reversed(groups):
             why = _why_not(g, node, where, node_loads)
             if why is None:
-                score = (len(deps & g.by_name.keys()), len(_shared(g, node, deps, numel)))
+                score = (len(deps & g.by_name.keys()), len(g.reads & deps & big))
                 if best is None or score > best[0]:
                     best = (score, g)
             elif log and deps & g.by_name.keys():
                 reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
         if best is None:
-            best = _sunk(groups, steps, where, node, node_loads, deps, numel)
+            best = _sunk(groups, steps, where, node, node_loads, deps, big)
         if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node, deps)):
             g = best[1]
             if isinstance(node, Reduction) and g.rnumel == 1:
@@ -294,27 +295,27 @@ def schedule(graph: LoopGraph) -> Schedule:
 
 
 def _sunk(groups: list[_Group], steps: list[Any], where: dict[str, int], node: Node, node_loads: list,
-          deps: set[str], numel: dict[str, Any]) -> tuple | None:
-    """A kernel holding a producer of ``node``, or reading what ``node`` reads, that ``node`` could join but
-    for buffers computed after the kernel starts, moved down past them (``_sink``): (score, kernel), or None."""
+          deps: set[str], big: set[str]) -> tuple | None:
+    """A kernel holding a producer of ``node``, or reading what ``node`` reads (of ``big``), that ``node`` could
+    join but for buffers computed after the kernel starts, moved down past them (``_sink``): (score, kernel), or
+    None."""
     for g in reversed(groups):
         late: list[str] = []
-        shared = _shared(g, node, deps, numel)
+        shared = g.reads & deps & big
         if (deps & g.by_name.keys() or shared) and _why_not(g, node, where, node_loads, late) is None and late \
                 and _sink(g, late, steps, where, groups):
             return (len(deps & g.by_name.keys()), len(shared)), g
     return None
 
 
-def _shared(g: _Group, node: Node, deps: set[str], numel: dict[str, Any]) -> set[str]:
-    """The buffers ``node`` reads that ``g`` reads too and that count towards joining it (see
-    ``SHARED_READ_FRACTION``)."""
-    shared = g.reads & deps
+def _big_reads(node: Node, numel: dict[str, Any]) -> set[str]:
+    """The buffers ``node`` reads whose sharing counts towards joining a kernel (see ``SHARED_READ_FRACTION``):
+    all of them for a node of at most ``HORIZONTAL_MAX_NUMEL`` points or of a symbolic size."""
     xn, rn = _shape_of(node)
-    if not shared or not isinstance(xn, int) or not isinstance(rn, int) or xn * rn <= HORIZONTAL_MAX_NUMEL:
-        return shared
-    points = xn * rn
-    return {b for b in shared if not isinstance(numel.get(b), int) or numel[b] * SHARED_READ_FRACTION >= points}
+    deps = node.reads()
+    if not isinstance(xn, int) or not isinstance(rn, int) or xn * rn <= HORIZONTAL_MAX_NUMEL:
+        return deps
+    return {b for b in deps if not isinstance(numel.get(b), int) or numel[b] * SHARED_READ_FRACTION >= xn * rn}
 
 
 def _step_io(s: Any) -> tuple[set[str], set[str]]:
