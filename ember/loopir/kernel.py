@@ -324,6 +324,7 @@ def stash_recomputed(body: KernelBody, scratch_room: int = 0) -> KernelBody:
         rnumel = int(body.kernel.rnumel)
     except TypeError:
         rnumel = None
+    order = {id(st): i for i, st in enumerate(last.stmts)}     # a replaced statement keeps its place
     for var in reversed(list(defs)):
         if var not in same or not _costly(var, defs):
             continue
@@ -332,9 +333,8 @@ def stash_recomputed(body: KernelBody, scratch_room: int = 0) -> KernelBody:
         dt = defs[var].dtype
         # the output's final store must come after the load that replaces ``var`` (two equal values in the last
         # loop, each for its own output: the second may not read the first output's final value as the stash)
-        at = next(i for i, s in enumerate(last.stmts) if s is defs[var])
-        st = next((t for t in targets if body.buffers[t.buf][0] == dt and
-                   next(i for i, s in enumerate(last.stmts) if s is t) > at), None)
+        st = next((t for t in targets if body.buffers[t.buf][0] == dt and order[id(t)] > order[id(defs[var])]),
+                  None)
         if st is not None:
             targets.remove(st)
             buf, index = st.buf, st.index

@@ -310,8 +310,7 @@ class Lowerer:
         if isinstance(out, TV) and out.view is None:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
-            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape,
-                                                                                     REUSE_POLICY)):
+            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
                 out = self.realized_narrow(out, body)
         return out
 
@@ -402,8 +401,8 @@ def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
     return tree_map(fix, out)
 
 
-def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = (),
-                      policy: ReusePolicy = REUSE_POLICY) -> bool:
+def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()) -> bool:
+    policy = REUSE_POLICY
     reads, expensive = set(), False
     full: set[str] = set()       # buffers read at every point of the value (not a broadcast row or column)
     need = {x for x, n in zip(xvars(len(shape)), shape) if n != 1}
