@@ -37,6 +37,12 @@ MISSING_LOWERINGS: Counter = Counter()
 # (iota-based positions, window bounds), which reads nothing, is always recomputed
 REUSE_READS = 4
 REUSE_OPS = 24
+# ... or when REUSE_MANY_USERS users would each recompute it from REUSE_MANY_FULL buffers of its size: every
+# kernel holding a user reads all of them, where a stored value costs one store and one load per user (a
+# residual block's output gradient, (g1 + g2) * (out > 0), feeds a batch norm's two sums, its input gradient and
+# the residual path: three kernels reading three full buffers each, against one store and three loads)
+REUSE_MANY_USERS = 3
+REUSE_MANY_FULL = 3
 EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
                           "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
 
@@ -420,6 +426,8 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
     # recomputing it from two or more of the same size (a post-norm layer's output, which feeds the next
     # layer's matmul and its residual add)
     if REUSE_STORED and externs and externs < len(node.users) and len(full) >= 2:
+        return True
+    if len(full) >= REUSE_MANY_FULL and len(node.users) - externs >= REUSE_MANY_USERS:
         return True
     n_reads = len(reads) if policy.count_broadcast_reads else len(full)
     return externs > 1 or n_reads > REUSE_READS or n_ops >= REUSE_OPS
