@@ -3,6 +3,7 @@
 the kernels'). A diagnosis tool: the timing wrappers add a few microseconds per kernel.
 
     python bench/cpu_kernel_times.py --model encoder --task train [--suite quick] [--top 25]
+    python bench/cpu_kernel_times.py --model resnet --config res=96 --config width=16   # the suite's config, changed
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the model's suite config (an int), e.g. res=96")
     p.add_argument("--code", default="", help="comma-separated kernels (graph.kernel) whose C++ source to print")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -54,6 +57,9 @@ def main() -> None:
     cpp.compile_kernels = timed_compile
 
     (entry,), _ = select_models(a.suite, [a.model])
+    for kv in a.config:
+        k, v = kv.split("=", 1)
+        entry.configs[a.suite][k] = int(v)
     torch.manual_seed(0)
     w = entry.build(a.suite, torch.device("cpu"))
     model = w.model

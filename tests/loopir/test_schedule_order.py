@@ -139,3 +139,28 @@ def test_large_nodes_sharing_only_a_small_input_stay_apart():
     assert len(kernels(small_shared, rows)) == 2
     assert len(kernels(big_shared, rows)) == 1
     assert len(kernels(small_shared, 16)) == 1
+
+
+def _channel_sum_and_pointwise(g, x, y):
+    """A per-channel sum and a pointwise value reading the same channels-last gradient (a downsample block's
+    batch norm sums and the other branch's input gradient)."""
+    return (g * x).sum((0, 2, 3)), g * y + 1
+
+
+@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+def test_channels_last_pointwise_stays_out_of_a_per_channel_reduction(cpu_backend):
+    """The pointwise value would sit on the per-channel reduction's rows in flat order while the sums read across
+    rows: neither runs contiguously (9.6-11 ms against about 2 ms for the sums alone, on the CPU). It gets a
+    kernel of its own; a contiguous one over the same rows still joins a row reduction."""
+    args = [torch.randn(4, 16, 12, 12).to(memory_format=torch.channels_last) for _ in range(3)]
+    kernels = [k for k in _schedule(_channel_sum_and_pointwise, *args).steps if isinstance(k, Kernel)]
+    assert len(kernels) == 2 and all(len(k.nodes) == 1 for k in kernels), [k.fused() for k in kernels]
+    got = ember.compile(_channel_sum_and_pointwise, options={"cpu_backend": cpu_backend})(*args)
+    for a, b in zip(got, _channel_sum_and_pointwise(*args)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+    def rows(g, x, y):
+        return (g * x).sum(-1), g * y + 1
+    flat = [torch.randn(64, 128) for _ in range(3)]
+    kernels = [k for k in _schedule(rows, *flat).steps if isinstance(k, Kernel)]
+    assert len(kernels) == 1, [k.fused() for k in kernels]
