@@ -116,12 +116,12 @@ def reduced_load_indices(kernel: Any) -> list:
     from ember.loopir.expr import loads
     from ember.loopir.indexing import place
     from ember.loopir.ir import Reduction
-    from ember.loopir.schedule import placement
+    from ember.loopir.schedule import kernel_placement
     own = {n.name for n in kernel.nodes}
     nodes = [n for n in kernel.nodes if isinstance(n, Reduction)] or list(kernel.nodes)
     out = []
     for n in nodes:
-        groups = placement(n, kernel.xnumel, kernel.rnumel)
+        groups = kernel_placement(kernel, n)
         if groups is None:
             continue
         for ld in loads(n.body):  # type: ignore[attr-defined]

@@ -79,12 +79,18 @@ def fold_divmod(expr: sympy.Expr) -> sympy.Expr:
         terms = list(sympy.Add.make_args(expr))
         parts = [_divmod_parts(t) for t in terms]
         mods = {(p[1], p[2]): i for i, p in enumerate(parts) if p and p[0] == "mod"}
+        # Mod(a // k, m) pairs with a // (k*m) too, which is (a // k) // m: the nested split of a flat index into
+        # three dims or more (n, h, w of an NHWC row) folds back to the flat index
+        for (a, m), i in list(mods.items()):
+            inner = _divmod_parts(a) if isinstance(a, sympy.floor) else None
+            if inner is not None and inner[3] == 1:
+                mods.setdefault((inner[1], inner[2] * m), i)
         hit = None
         for i, p in enumerate(parts):
             if p and p[0] == "floor" and (p[1], p[2]) in mods:
                 j = mods[(p[1], p[2])]
-                if p[3] == parts[j][3] * p[2]:  # type: ignore[index]
-                    hit = (i, j, parts[j][3] * p[1])  # type: ignore[index]
+                if p[3] == parts[j][3] * parts[j][2]:  # type: ignore[index]
+                    hit = (i, j, parts[j][3] * parts[j][1])  # type: ignore[index]
                     break
         if hit is None:
             return expr

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from .expr import Load, loads, xvars
 from .indexing import place
 from .ir import BufferRef, Extern, InputBuffer, LoopGraph, Pointwise, Reduction, Scatter
-from .schedule import Kernel, Schedule, placement, store_index
+from .schedule import Kernel, Schedule, kernel_placement, store_index
 
 
 def inplace_stores(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tuple[int, int]]) -> dict[str, str]:
@@ -86,9 +86,9 @@ def _only_read_at_store(kernel: Kernel, node: Any, buf: str) -> bool:
     the one load of that point comes before the store in the kernel's body)."""
     if not _needs(kernel, node, buf):
         return False
-    target = store_index(node, placement(node, kernel.xnumel, kernel.rnumel))
+    target = store_index(node, kernel_placement(kernel, node))
     for m in kernel.nodes:
-        g = placement(m, kernel.xnumel, kernel.rnumel)
+        g = kernel_placement(kernel, m)
         for ld in loads(m.body):  # type: ignore[attr-defined]
             if ld.buf == buf and (place(ld.index, g) != target or ld.mask is not None):
                 return False

@@ -26,7 +26,7 @@ import torch
 from .expr import Bind, Const, Expr, IndexValue, Load, Op, bound_symbol, loads, substitute, walk
 from .indexing import RINDEX, place
 from .ir import Pointwise, Reduction, Scatter
-from .schedule import Kernel, placement, store_index
+from .schedule import Kernel, kernel_placement, store_index
 
 
 @dataclass
@@ -113,7 +113,7 @@ class _Builder:
         self.k = kernel
         self.persistent = persistent
         self.by_name = {n.name: n for n in kernel.nodes}
-        self.groups = {n.name: placement(n, kernel.xnumel, kernel.rnumel) for n in kernel.nodes}
+        self.groups = {n.name: kernel_placement(kernel, n) for n in kernel.nodes}
         self.sections: list[Section] = [Section("x")]
         self.xcache: dict = {}
         self.rcache: dict = {}

@@ -26,7 +26,7 @@ import sympy
 from ember import logs
 
 from .expr import loads, rvars, xvars
-from .indexing import RINDEX, XINDEX, place, split_point, steps_by_one
+from .indexing import RINDEX, XINDEX, _linear, fold_divmod, place, split_point, steps_by_one
 from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, Scatter, prod
 
 MAX_KERNEL_NODES = 64
@@ -51,6 +51,8 @@ class Kernel:
     nodes: list[Node] = field(default_factory=list)
     stores: list[str] = field(default_factory=list)     # buffers written to memory
     reads: list[str] = field(default_factory=list)      # buffers read from memory
+    # a node placed otherwise than ``placement`` would (a producer placed by its reduction's load: ``_derived``)
+    placed: dict[str, list] = field(default_factory=dict)
 
     @property
     def device(self) -> Any:
@@ -122,6 +124,11 @@ def placement(node: Node, xnumel: Any, rnumel: Any) -> list | None:
     return None
 
 
+def kernel_placement(kernel: "Kernel", node: Node) -> list | None:
+    """``node``'s placement in ``kernel``: the one the scheduler chose, else ``placement``'s."""
+    return kernel.placed.get(node.name) or placement(node, kernel.xnumel, kernel.rnumel)
+
+
 def store_index(node: Node, groups: list) -> sympy.Expr:
     return place(node.store_index(), groups)  # type: ignore[attr-defined]
 
@@ -186,10 +193,13 @@ def _shape_of(node: Node) -> tuple[Any, Any]:
     return prod(node.ranges), 1  # type: ignore[attr-defined]
 
 
-def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, late: list | None = None) -> str | None:
+def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, late: list | None = None,
+             derived: dict | None = None) -> str | None:
     """None when ``node`` (whose body loads ``node_loads``) may join ``g``; else the reason (for
     EMBER_LOGS=schedule). With ``late`` given, buffers produced after the kernel starts are collected there
-    instead of refusing (the caller may move the kernel down past them: ``_sink``)."""
+    instead of refusing (the caller may move the kernel down past them: ``_sink``). With ``derived`` given, a
+    reduction may join a pointwise kernel by placing its nodes on the reduction's order (``_derived``): their
+    placements are put there."""
     if node.device != g.nodes[0].device:
         return "different device"
     if len(g.nodes) >= MAX_KERNEL_NODES:
@@ -198,11 +208,19 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, lat
         return "a scatter runs in a kernel of its own (every point of its target must be written first, and " \
                "any point of its result may come from any of its points)"
     xn, rn = g.xnumel, g.rnumel
+    placed = g.placed
     if isinstance(node, Reduction) and g.rnumel == 1:
         xn, rn = _shape_of(node)
         if any(placement(m, xn, rn) is None for m in g.nodes):
             return f"reduction over {rn} does not fit pointwise kernel of {g.xnumel}"
-        if any(_out_of_order(m, xn, rn, [node]) for m in g.nodes):
+        placed = {m.name: placement(m, xn, rn) for m in g.nodes}
+        mismatch = any(_out_of_order(m, xn, rn, [node]) for m in g.nodes) or any(
+            ld.buf in g.by_name and place(ld.index, placement(node, xn, rn)) !=
+            store_index(g.by_name[ld.buf], placed[ld.buf]) for ld in node_loads)
+        alt = _derived(g, node, xn, rn, node_loads) if mismatch and derived is not None else None
+        if alt is not None:
+            placed = alt
+        elif any(_out_of_order(m, xn, rn, [node]) for m in g.nodes):
             return OUT_OF_ORDER
     groups = placement(node, xn, rn)
     if groups is None:
@@ -212,7 +230,7 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, lat
     for ld in node_loads:
         prod_node = g.by_name.get(ld.buf)
         if prod_node is not None:
-            pg = placement(prod_node, xn, rn)
+            pg = placed.get(prod_node.name)
             if pg is None:
                 return "producer does not fit"
             if isinstance(prod_node, Reduction) and isinstance(node, Reduction) and \
@@ -224,7 +242,49 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, lat
             if late is None:
                 return f"reads {ld.buf}, produced after the kernel starts"
             late.append(ld.buf)
+    if derived is not None and placed is not g.placed:
+        derived.update(placed)
     return None
+
+
+def _derived(g: _Group, red: Node, xn: Any, rn: Any, red_loads: list) -> dict[str, list] | None:
+    """Placements of a pointwise kernel's nodes on the rows of reduction ``red`` that reads one of them, P, at
+    every point once: each node's flat index becomes ``red``'s placed index of P (so P is computed, and stored,
+    at the point the reduction reads it, and the other nodes at the points they were computed with P). A
+    channels-last value feeding a per-channel reduction (a batch norm backward's output gradient, stored for
+    its input gradient too, feeding its sums; on CUDA the split sums' partials) is then computed in the sums'
+    kernel in their order instead of being stored by one kernel and read back by the next. None when ``red``
+    reads no such node: the read is masked, broadcast or not a permutation of P's contiguous points."""
+    if any(not isinstance(m, Pointwise) or prod(m.ranges) != xn * rn for m in g.nodes):
+        return None
+    groups = placement(red, xn, rn)
+    rvars_, sizes = xvars(len(red.ranges)) + rvars(len(red.reduction_ranges)), \
+        list(red.ranges) + list(red.reduction_ranges)  # type: ignore[attr-defined]
+    for ld in red_loads:
+        p = g.by_name.get(ld.buf)
+        if p is None or ld.mask is not None or not p.layout.is_contiguous() or \
+                not _permutes(ld.index, rvars_, sizes, prod(p.ranges)):  # type: ignore[attr-defined]
+            continue
+        flat = place(ld.index, groups)
+        return {m.name: [(flat, xvars(len(m.ranges)), list(m.ranges))] for m in g.nodes}  # type: ignore
+    return None
+
+
+def _permutes(index: Any, syms: list, sizes: list, numel: Any) -> bool:
+    """Whether ``index`` (linear in ``syms`` of ``sizes``) visits each of ``0..numel-1`` exactly once: its
+    coefficients, ordered, are the contiguous strides of the sizes taken in that order."""
+    if not isinstance(index, sympy.Basic) or any(not isinstance(n, int) for n in sizes):
+        return False
+    coeffs = _linear(fold_divmod(sympy.expand(index)), syms)
+    if coeffs is None or coeffs.pop(None, 0) != 0:
+        return False
+    runs = sorted((c, n) for v, n in zip(syms, sizes) if n != 1 for c in [coeffs.get(v, 0)])
+    stride = 1
+    for c, n in runs:
+        if c != stride:
+            return False
+        stride *= n
+    return stride == numel
 
 
 OUT_OF_ORDER = ("its points would be visited in flat order on the rows of a reduction reading its input across "
@@ -296,9 +356,12 @@ def schedule(graph: LoopGraph) -> Schedule:
         deps = node.reads() if isinstance(node, Scatter) else {ld.buf for ld in node_loads}
         best, reasons = None, []
         big = _big_reads(node, numel)
+        derived: dict[int, dict] = {}     # placements of a kernel's nodes on the joining reduction's order
         for g in reversed(groups):
-            why = _why_not(g, node, where, node_loads)
+            d: dict = {}
+            why = _why_not(g, node, where, node_loads, derived=d)
             if why is None:
+                derived[id(g)] = d
                 score = (len(deps & g.by_name.keys()), len(g.reads & deps & big))
                 if best is None or score > best[0]:
                     best = (score, g)
@@ -310,7 +373,7 @@ def schedule(graph: LoopGraph) -> Schedule:
             g = best[1]
             if isinstance(node, Reduction) and g.rnumel == 1:
                 g.xnumel, g.rnumel = _shape_of(node)
-                g.placed = {m.name: placement(m, g.xnumel, g.rnumel) for m in g.nodes}
+                g.placed = derived.get(id(g)) or {m.name: placement(m, g.xnumel, g.rnumel) for m in g.nodes}
             g.add(node, deps)
             where[node.name] = g.pos
         else:
@@ -404,6 +467,7 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
     for i, s in enumerate(steps):
         if isinstance(s, _Group):
             kern = Kernel(f"kernel{k}", s.xnumel, s.rnumel, s.nodes)
+            kern.placed = {m: pl for m, pl in s.placed.items() if pl != placement(s.by_name[m], s.xnumel, s.rnumel)}
             k += 1
             names = {m.name for m in s.nodes}
             kern.stores = [m.name for m in s.nodes if m.name in outputs or users[m.name] - names
@@ -433,4 +497,4 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
     return Schedule(graph, kernels, frees, input_frees)
 
 
-__all__ = ["Kernel", "Schedule", "schedule", "placement", "store_index"]
+__all__ = ["Kernel", "Schedule", "schedule", "placement", "kernel_placement", "store_index"]

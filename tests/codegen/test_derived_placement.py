@@ -1,0 +1,100 @@
+"""A pointwise producer computed, and stored, in the kernel of the reduction that reads it, placed on the
+reduction's order (``ember.loopir.schedule._derived``): a channels-last batch norm backward's output gradient,
+stored for its other users, feeds the per-channel sums (on CUDA, the split sums' partials). Compiled values
+and gradients equal eager's on every CPU backend (Triton interpreted), with the split forced as on a GPU."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+import pytest
+import torch
+
+import ember
+import ember.loopir.lowerings as lowerings
+from ember.autograd.aot import decompose_graph
+from ember.autograd.trace import trace_aten
+from ember.loopir import lower as lower_mod
+from ember.loopir.schedule import Kernel, _permutes, schedule
+
+BACKENDS = ["python"] + (["cpp"] if shutil.which("g++") or shutil.which("c++") else []) + \
+    (["triton"] if importlib.util.find_spec("triton") else [])
+
+
+def _block_grad(g1, g2, out, x):
+    dy = (g1 + g2) * (out > 0)          # three full reads, three users: stored once
+    return dy.sum((0, 2, 3)), (dy * x).sum((0, 2, 3)), dy * 2 + x
+
+
+def _args(seed=0, shape=(4, 16, 12, 12)):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g).to(memory_format=torch.channels_last) for _ in range(4)]
+
+
+def _kernels(fn, args):
+    gm = decompose_graph(trace_aten(fn, args, training=False).gm)
+    return [k for k in schedule(lower_mod.lower(gm, "graph")).steps if isinstance(k, Kernel)]
+
+
+def test_stored_producer_joins_the_per_channel_sums():
+    """The output gradient is computed and stored by the sums' kernel: two kernels, not three."""
+    kernels = _kernels(_block_grad, _args())
+    assert len(kernels) == 2, [k.fused() for k in kernels]
+    sums = kernels[0]
+    assert sums.is_reduction and len(sums.nodes) == 3 and sums.placed, sums.fused()
+    (name, groups), = sums.placed.items()
+    assert name in sums.stores
+
+
+@pytest.mark.parametrize("split", [1, 4, 5])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stored_producer_in_sums_matches_eager(backend, split, monkeypatch):
+    """Values equal eager's, unsplit and split into 4 or 5 chunks of the 576 points (5: a masked last chunk)."""
+    if split > 1:
+        monkeypatch.setattr(lowerings, "_split_factor", lambda dev, x, r, outer=False: split if r >= 64 else 1)
+    ember.reset()
+    args = _args(split)
+    got = ember.compile(_block_grad, options={"cpu_backend": backend})(*args)
+    for a, b in zip(got, _block_grad(*args)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("split", [1, 4, 7])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_channels_last_residual_blocks_train_like_eager(backend, split, monkeypatch):
+    """Two residual blocks (batch norm, ReLU, a strided shortcut) in channels-last float32, the GPU's split of
+    per-channel sums forced into 4 chunks (dividing the rows: the partials' kernel computes and stores the
+    block's output gradient) or 7 (masked: it does not): values and every gradient equal eager's."""
+    from ember.bench.models_handwritten import BasicBlock
+    import ember.loopir.schedule as sched
+    if split > 1:
+        monkeypatch.setattr(lowerings, "_split_factor", lambda dev, x, r, outer=False: split if r >= 256 else 1)
+    derived: list = []
+    real = sched._finish
+
+    def spy(graph, steps):
+        out = real(graph, steps)
+        derived.extend(k for k in out.steps if isinstance(k, Kernel) and k.placed)
+        return out
+    monkeypatch.setattr(sched, "_finish", spy)
+    ember.reset()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)).to(memory_format=torch.channels_last)
+    x = torch.randn(4, 8, 16, 16).to(memory_format=torch.channels_last).requires_grad_()
+    ref = m(x)
+    want = torch.autograd.grad(ref.square().sum(), [x, *m.parameters()])
+    got_out = ember.compile(m, options={"cpu_backend": backend})(x)
+    got = torch.autograd.grad(got_out.square().sum(), [x, *m.parameters()])
+    torch.testing.assert_close(got_out, ref, rtol=1e-4, atol=1e-4)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+    assert bool(derived) == (split != 7), [k.fused() for k in derived]
+
+
+def test_permutes():
+    import sympy
+    x, r0, r1 = sympy.symbols("x r0 r1", integer=True, nonnegative=True)
+    assert _permutes(r0 * 48 + r1 * 16 + x, [x, r0, r1], [16, 4, 3], 192)
+    assert not _permutes(r0 * 48 + r1 * 16, [x, r0, r1], [16, 4, 3], 192)           # broadcast over x
+    assert not _permutes(r0 * 48 + r1 * 16 + x + 1, [x, r0, r1], [16, 4, 3], 192)   # offset
+    assert not _permutes(r0 * 64 + r1 * 16 + x, [x, r0, r1], [16, 4, 3], 192)       # a gap
