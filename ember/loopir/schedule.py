@@ -28,6 +28,7 @@ from ember import logs
 from .expr import loads, rvars, xvars
 from .indexing import RINDEX, XINDEX, _linear, fold_divmod, place, split_point, steps_by_one
 from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, Scatter, prod
+from .remat import rematerialize
 
 MAX_KERNEL_NODES = 64
 HORIZONTAL_MAX_NUMEL = 1 << 16   # independent pointwise kernels up to this size fuse horizontally
@@ -461,6 +462,9 @@ def _horizontal(g: _Group, node: Node, reads: set[str]) -> bool:
 def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
     outputs = graph.output_names()
     users = graph.users()
+    by_name = {n.name: n for n in graph.nodes}
+    log = logs.enabled("schedule")
+    stored = {n.name for n in graph.nodes if isinstance(n, InputBuffer)}     # buffers in memory so far
     kernels: list[Any] = []
     owner: dict[str, int] = {}
     k = 0
@@ -472,12 +476,20 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
             names = {m.name for m in s.nodes}
             kern.stores = [m.name for m in s.nodes if m.name in outputs or users[m.name] - names
                            or isinstance(m, Scatter)]
-            kern.reads = sorted(set().union(*(m.reads() for m in s.nodes)) - names)
+            reads = set().union(*(m.reads() for m in s.nodes)) - names
+            gone = rematerialize(s.nodes, reads, by_name, stored)
+            if gone:
+                reads = set().union(*(m.reads() for m in s.nodes)) - names
+                if log:
+                    logs.log("schedule", f"{kern.name} recomputes {gone} from buffers it reads, not loading them")
+            kern.reads = sorted(reads)
+            stored |= set(kern.stores)
             for m in s.nodes:
                 owner[m.name] = i
             kernels.append(kern)
         else:
             owner[s.name] = i
+            stored.add(s.name)
             kernels.append(s)
     # memory: a buffer dies after its last reading step (graph outputs and inputs live on)
     last: dict[str, int] = {}
