@@ -15,7 +15,7 @@ from collections import defaultdict
 import torch
 
 from ember.bench.runner import make_step
-from ember.bench.zoo import select_models
+from ember.bench.zoo import configured_workload
 
 
 def main() -> None:
@@ -56,12 +56,7 @@ def main() -> None:
         return out
     cpp.compile_kernels = timed_compile
 
-    (entry,), _ = select_models(a.suite, [a.model])
-    for kv in a.config:
-        k, v = kv.split("=", 1)
-        entry.configs[a.suite][k] = int(v)
-    torch.manual_seed(0)
-    w = entry.build(a.suite, torch.device("cpu"))
+    w = configured_workload(a.suite, a.model, a.config, torch.device("cpu"))
     model = w.model
     model.train(a.task == "train")
     inputs = w.make_inputs(0, torch.device("cpu"))

@@ -13,7 +13,7 @@ import math
 import torch
 
 from ember.bench.runner import make_step
-from ember.bench.zoo import select_models
+from ember.bench.zoo import configured_workload
 
 
 def main() -> None:
@@ -37,12 +37,7 @@ def main() -> None:
         seen.append(out)
         return out
     S._finish = spy
-    (entry,), _ = select_models(a.suite, [a.model])
-    for kv in a.config:
-        k, v = kv.split("=", 1)
-        entry.configs[a.suite][k] = int(v)
-    torch.manual_seed(0)
-    w = entry.build(a.suite, torch.device("cpu"))
+    w = configured_workload(a.suite, a.model, a.config, torch.device("cpu"))
     w.model.train(a.task == "train")
     inputs = w.make_inputs(0, torch.device("cpu"))
     make_step(parse_engine("ember"), w.model, w, inputs, a.task, a.dtype, torch.device("cpu"))()

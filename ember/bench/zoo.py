@@ -176,6 +176,17 @@ def probe(package: str) -> str | None:
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
+def configured_workload(suite: str, name: str, overrides: list[str], device: torch.device) -> Workload:
+    """One model's workload built (seed 0) with ``KEY=VALUE`` integer overrides of its suite config (``res=64``):
+    the diagnosis scripts' way to run a model at a size between the suites'."""
+    (entry,), _ = select_models(suite, [name])
+    for kv in overrides:
+        k, v = kv.split("=", 1)
+        entry.configs[suite][k] = int(v)
+    torch.manual_seed(0)
+    return entry.build(suite, device)
+
+
 def select_models(suite: str, names: list[str] | None) -> tuple[list[ZooEntry], list[str]]:
     """The entries to run, and one line for each optional package whose models are skipped."""
     wanted = expand_names(names, suite)
