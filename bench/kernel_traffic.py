@@ -26,8 +26,8 @@ def main() -> None:
                    help="override a key of the model's suite config (an int), e.g. res=64")
     p.add_argument("-v", action="store_true", help="each kernel's bytes and what it fuses")
     a = p.parse_args()
-    from ember.bench.engines import parse_engine
     import ember.loopir.schedule as S
+    from ember.bench.engines import parse_engine
 
     seen: list = []
     real = S._finish

@@ -177,6 +177,11 @@ def substitute(e: Expr, fn: Callable[[sympy.Expr], sympy.Expr], load: Callable[[
     return go(e)
 
 
+# ops costing far more than a load or an add: a value holding one is stored rather than recomputed per user
+EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
+                          "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
+
+
 def size(e: Expr) -> int:
     return sum(1 for n in walk(e) if isinstance(n, Op))
 

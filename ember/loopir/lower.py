@@ -24,7 +24,7 @@ from ember import logs
 from ember.decomp.meta import TensorMeta
 from ember.errors import EmberError
 
-from .expr import Load, Op, cast, size, walk, xvars
+from .expr import EXPENSIVE_OPS, Load, Op, cast, size, walk, xvars
 from .indexing import steps_by_one
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .values import TV, buffer_view, contiguous_layout
@@ -43,8 +43,6 @@ REUSE_OPS = 24
 # the residual path: three kernels reading three full buffers each, against one store and three loads)
 REUSE_MANY_USERS = 3
 REUSE_MANY_FULL = 3
-EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
-                          "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
 
 
 @dataclass(frozen=True)

@@ -17,20 +17,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .expr import Bind, Load, Op, loads, size, substitute, walk, xvars
+from .expr import EXPENSIVE_OPS, Bind, Load, Op, loads, size, substitute, walk, xvars
 from .indexing import place
 from .ir import Node, Pointwise, Scatter
 
 REMAT_MAX_OPS = 24
-EXPENSIVE = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh "
-                      "atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())
 
 
 def full_reads(v: Pointwise) -> set[str] | None:
     """The buffers ``v`` reads at every one of its points (not a broadcast row or column); None when its body is
     not one to recompute (expensive, large, or a gather)."""
     body = v.body
-    if size(body) >= REMAT_MAX_OPS or any(isinstance(e, Bind) or (isinstance(e, Op) and e.name in EXPENSIVE)
+    if size(body) >= REMAT_MAX_OPS or any(isinstance(e, Bind) or (isinstance(e, Op) and e.name in EXPENSIVE_OPS)
                                           for e in walk(body)):
         return None
     need = {x for x, n in zip(xvars(len(v.ranges)), v.ranges) if n != 1}

@@ -125,7 +125,7 @@ def placement(node: Node, xnumel: Any, rnumel: Any) -> list | None:
     return None
 
 
-def kernel_placement(kernel: "Kernel", node: Node) -> list | None:
+def kernel_placement(kernel: Kernel, node: Node) -> list | None:
     """``node``'s placement in ``kernel``: the one the scheduler chose, else ``placement``'s."""
     return kernel.placed.get(node.name) or placement(node, kernel.xnumel, kernel.rnumel)
 
@@ -209,19 +209,21 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, lat
         return "a scatter runs in a kernel of its own (every point of its target must be written first, and " \
                "any point of its result may come from any of its points)"
     xn, rn = g.xnumel, g.rnumel
-    placed = g.placed
+    placed, alt = g.placed, None
     if isinstance(node, Reduction) and g.rnumel == 1:
         xn, rn = _shape_of(node)
         if any(placement(m, xn, rn) is None for m in g.nodes):
             return f"reduction over {rn} does not fit pointwise kernel of {g.xnumel}"
+        groups = placement(node, xn, rn)
         placed = {m.name: placement(m, xn, rn) for m in g.nodes}
-        mismatch = any(_out_of_order(m, xn, rn, [node]) for m in g.nodes) or any(
-            ld.buf in g.by_name and place(ld.index, placement(node, xn, rn)) !=
-            store_index(g.by_name[ld.buf], placed[ld.buf]) for ld in node_loads)
-        alt = _derived(g, node, xn, rn, node_loads) if mismatch and derived is not None else None
+        disorder = any(_out_of_order(m, xn, rn, [node]) for m in g.nodes)
+        if derived is not None and (disorder or any(
+                ld.buf in g.by_name and place(ld.index, groups) != store_index(g.by_name[ld.buf], placed[ld.buf])
+                for ld in node_loads)):
+            alt = _derived(g, node, xn, rn, node_loads)
         if alt is not None:
             placed = alt
-        elif any(_out_of_order(m, xn, rn, [node]) for m in g.nodes):
+        elif disorder:
             return OUT_OF_ORDER
     groups = placement(node, xn, rn)
     if groups is None:
@@ -243,8 +245,8 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, lat
             if late is None:
                 return f"reads {ld.buf}, produced after the kernel starts"
             late.append(ld.buf)
-    if derived is not None and placed is not g.placed:
-        derived.update(placed)
+    if alt is not None:
+        derived.update(alt)  # type: ignore[union-attr]
     return None
 
 
@@ -259,12 +261,12 @@ def _derived(g: _Group, red: Node, xn: Any, rn: Any, red_loads: list) -> dict[st
     if any(not isinstance(m, Pointwise) or prod(m.ranges) != xn * rn for m in g.nodes):
         return None
     groups = placement(red, xn, rn)
-    rvars_, sizes = xvars(len(red.ranges)) + rvars(len(red.reduction_ranges)), \
-        list(red.ranges) + list(red.reduction_ranges)  # type: ignore[attr-defined]
+    syms = xvars(len(red.ranges)) + rvars(len(red.reduction_ranges))  # type: ignore[attr-defined]
+    sizes = list(red.ranges) + list(red.reduction_ranges)  # type: ignore[attr-defined]
     for ld in red_loads:
         p = g.by_name.get(ld.buf)
         if p is None or ld.mask is not None or not p.layout.is_contiguous() or \
-                not _permutes(ld.index, rvars_, sizes, prod(p.ranges)):  # type: ignore[attr-defined]
+                not _permutes(ld.index, syms, sizes, prod(p.ranges)):  # type: ignore[attr-defined]
             continue
         flat = place(ld.index, groups)
         return {m.name: [(flat, xvars(len(m.ranges)), list(m.ranges))] for m in g.nodes}  # type: ignore
@@ -509,4 +511,4 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
     return Schedule(graph, kernels, frees, input_frees)
 
 
-__all__ = ["Kernel", "Schedule", "schedule", "placement", "kernel_placement", "store_index"]
+__all__ = ["Kernel", "Schedule", "kernel_placement", "placement", "schedule", "store_index"]

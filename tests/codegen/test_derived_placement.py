@@ -42,7 +42,7 @@ def test_stored_producer_joins_the_per_channel_sums():
     assert len(kernels) == 2, [k.fused() for k in kernels]
     sums = kernels[0]
     assert sums.is_reduction and len(sums.nodes) == 3 and sums.placed, sums.fused()
-    (name, groups), = sums.placed.items()
+    (name,) = sums.placed
     assert name in sums.stores
 
 
@@ -65,8 +65,8 @@ def test_channels_last_residual_blocks_train_like_eager(backend, split, monkeypa
     """Two residual blocks (batch norm, ReLU, a strided shortcut) in channels-last float32, the GPU's split of
     per-channel sums forced into 4 chunks (dividing the rows: the partials' kernel computes and stores the
     block's output gradient) or 7 (masked: it does not): values and every gradient equal eager's."""
-    from ember.bench.models_handwritten import BasicBlock
     import ember.loopir.schedule as sched
+    from ember.bench.models_handwritten import BasicBlock
     if split > 1:
         monkeypatch.setattr(lowerings, "_split_factor", lambda dev, x, r, outer=False: split if r >= 256 else 1)
     derived: list = []

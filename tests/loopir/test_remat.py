@@ -33,8 +33,10 @@ def _without_x(g, x, mean, rstd, w, b, m):
 
 def _args():
     gen = torch.Generator().manual_seed(0)
-    r = lambda *s: torch.randn(*s, generator=gen)       # noqa: E731
-    return [r(256, 32), r(256, 32), r(32), r(32).abs() + 0.5, r(32), r(32), r(32, 8)]
+    shapes = [(256, 32), (256, 32), (32,), (32,), (32,), (32,), (32, 8)]
+    out = [torch.randn(*s, generator=gen) for s in shapes]
+    out[3] = out[3].abs() + 0.5
+    return out
 
 
 def _loads_of(kernels, buf):
