@@ -98,3 +98,15 @@ def test_permutes():
     assert not _permutes(r0 * 48 + r1 * 16, [x, r0, r1], [16, 4, 3], 192)           # broadcast over x
     assert not _permutes(r0 * 48 + r1 * 16 + x + 1, [x, r0, r1], [16, 4, 3], 192)   # offset
     assert not _permutes(r0 * 64 + r1 * 16 + x, [x, r0, r1], [16, 4, 3], 192)       # a gap
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_relu_recomputed_by_the_sums_matches_eager(backend):
+    """The batch norm's ReLU output, stored for the matmul (a convolution's weight gradient), is recomputed by
+    the sums from the input they read (``ember.loopir.remat``): values equal eager's on every backend."""
+    from tests.loopir.test_remat import _args, _with_x
+    ember.reset()
+    args = _args()
+    got = ember.compile(_with_x, options={"cpu_backend": backend})(*args)
+    for a, b in zip(got, _with_x(*args)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
