@@ -433,6 +433,19 @@ def _index_copy(x: Any, dim: int, index: Any, source: Any) -> Any:
     return P.index_put(x, [None] * d + [P.reshape(index, (prod(index.shape),))], to(source, x.dtype), False)
 
 
+@register_decomposition(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def _index_fill(x: Any, dim: int, index: Any, value: Any) -> Any:
+    # x's slices index[k] along dim take the value: an index_put of the value broadcast over those slices
+    k = prod(index.shape)
+    if x.ndim == 0 or k == 0:
+        op = aten.index_fill.int_Tensor if is_tensorlike(value) else aten.index_fill.int_Scalar
+        return P.aten_extern(op, (x, dim, index, value), {})
+    d = canonical_dim(dim, x.ndim)
+    shape = (*x.shape[:d], k, *x.shape[d + 1:])
+    vals = broadcast_to(to(value, x.dtype), shape) if is_tensorlike(value) else P.full(shape, value, x.dtype, x.device)
+    return P.index_put(x, [None] * d + [P.reshape(index, (k,))], vals, False)
+
+
 @register_decomposition(aten.index_select.default)
 def _index_select(x: Any, dim: int, index: Any) -> Any:
     return P.index_select(x, canonical_dim(dim, x.ndim), index)
