@@ -31,10 +31,15 @@ def alias_groups(flat: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
     Paid on every call of a graph that mutates inputs (an optimizer step passes hundreds of tensors): the
     common case, no two storages alike, is decided with C-level maps over the tensors."""
     T = torch.Tensor
-    idx = [i for i, a in enumerate(flat) if isinstance(a, T)]
-    ts = [flat[i] for i in idx]
+    idx: Sequence[int] = range(len(flat))
+    ts = flat
     try:
-        ptrs = list(map(T.data_ptr, ts))
+        try:
+            ptrs = list(map(T.data_ptr, ts))    # every input a tensor (an optimizer step's lists): no filtering
+        except TypeError:                       # some inputs are not tensors
+            idx = [i for i, a in enumerate(flat) if isinstance(a, T)]
+            ts = [flat[i] for i in idx]
+            ptrs = list(map(T.data_ptr, ts))
         if any(map(T.storage_offset, ts)):
             ptrs = [p - o * e for p, o, e in zip(ptrs, map(T.storage_offset, ts), map(T.element_size, ts))]
         if len(set(ptrs)) == len(ptrs) and all(ptrs):

@@ -397,12 +397,18 @@ def _sets_grad_mode(gm: fx.GraphModule) -> bool:
     return any(n.op == "call_function" and n.target in _GRAD_MODE_SETTERS for n in gm.graph.nodes)
 
 
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+
+
 def _grad_key(args: Sequence[Any], sets_grad: bool) -> tuple[bool, ...] | bool:
     """The variant for ``args``: requires_grad flags and grad mode (training) or the grad mode (inference)."""
     grad = torch.is_grad_enabled()
     if not (grad or sets_grad):
         return False
-    key = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    try:
+        key = tuple(map(_REQUIRES_GRAD, args))      # every argument a tensor: no filtering
+    except AttributeError:
+        key = tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     return key + (grad,) if any(key) else grad
 
 
