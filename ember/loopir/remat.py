@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .expr import EXPENSIVE_OPS, Bind, Load, Op, loads, size, substitute, walk, xvars
+from .expr import EXPENSIVE_OPS, Bind, Load, Op, cast, loads, size, substitute, walk, xvars
 from .indexing import place
 from .ir import Node, Pointwise, Scatter
 
@@ -66,5 +66,6 @@ def rematerialize(nodes: list[Node], reads: set[str], graph_nodes: dict[str, Nod
 
 
 def _inline(v: Pointwise, ld: Load) -> Any:
+    """``v``'s value at ``ld``'s point, rounded as its store rounds it (a float32 body stored bf16)."""
     groups = [(ld.index, xvars(len(v.ranges)), list(v.ranges))]
-    return substitute(v.body, lambda e: place(e, groups))
+    return cast(cast(substitute(v.body, lambda e: place(e, groups)), v.layout.dtype), ld.dtype)
