@@ -415,6 +415,25 @@ def _scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
     return P.scatter_add(x, canonical_dim(dim, x.ndim), index, to(src, x.dtype))
 
 
+@register_decomposition(aten.scatter_reduce.two)
+def _scatter_reduce(x: Any, dim: int, index: Any, src: Any, reduce: str, *, include_self: bool = True) -> Any:
+    # sum and mean of floats: scatter-adds (of the values, and for a mean of ones: the count per position), into x
+    # or, without include_self, into x with the reached positions zeroed. prod/amax/amin and integer means (a floor
+    # division) stay ATen calls.
+    if reduce not in ("sum", "mean") or not x.dtype.is_floating_point or x.ndim == 0:
+        return P.aten_extern(aten.scatter_reduce.two, (x, dim, index, src, reduce), {"include_self": include_self})
+    d = canonical_dim(dim, x.ndim)
+    src = to(src, x.dtype)
+    shape = tuple(index.shape)
+    base = x if include_self else P.scatter(x, d, index, P.full(shape, 0.0, x.dtype, x.device))
+    total = P.scatter_add(base, d, index, src)
+    if reduce == "sum":
+        return total
+    start = P.full(tuple(x.shape), 1.0 if include_self else 0.0, x.dtype, x.device)
+    count = P.scatter_add(start, d, index, P.full(shape, 1.0, x.dtype, x.device))
+    return P.div(total, P.maximum(count, 1.0))     # unreached positions (count 0) keep x
+
+
 @register_decomposition(aten.index_add.default)
 def _index_add(x: Any, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
     # x[..., index[k], ...] += alpha * source[..., k, ...]: an index_put over dim with the others whole

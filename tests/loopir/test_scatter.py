@@ -75,6 +75,17 @@ CASES = {
     "index_fill_tensor": (lambda x, i, v: x.index_fill(0, i, v).sin(),
                           lambda g: (torch.randn(9, 4, generator=g), torch.randint(0, 9, (5,), generator=g),
                                      torch.randn((), generator=g))),
+    # sums and means: scatter-adds of the values (and of ones, the counts), into x or into x with the reached
+    # positions zeroed (include_self=False); unreached positions keep x
+    "scatter_reduce_sum": (lambda x, i, s: x.scatter_reduce(1, i, s, "sum", include_self=False) * 2,
+                           lambda g: (torch.randn(4, 9, generator=g), torch.randint(0, 9, (4, 12), generator=g),
+                                      torch.randn(4, 12, generator=g))),
+    "scatter_reduce_mean": (lambda x, i, s: x.scatter_reduce(0, i, s, "mean").cos(),
+                            lambda g: (torch.randn(6, 5, generator=g), torch.randint(0, 6, (9, 4), generator=g),
+                                       torch.randn(9, 4, generator=g))),
+    "scatter_reduce_mean_no_self": (lambda x, i, s: x.scatter_reduce(0, i, s, "mean", include_self=False),
+                                    lambda g: (torch.randn(8, 3, generator=g), torch.randint(0, 5, (7, 3), generator=g),
+                                               torch.randn(7, 3, generator=g))),
     "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=1).sin(),
                               lambda g: (torch.randn(30, 16, generator=g), torch.randint(0, 30, (7, 9), generator=g))),
 }
