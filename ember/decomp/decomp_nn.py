@@ -444,6 +444,23 @@ def _index_add(x: Any, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> 
     return P.index_put(x, [None] * d + [P.reshape(index, (prod(index.shape),))], to(src, x.dtype), True)
 
 
+@register_decomposition(aten.index_reduce.default)
+def _index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, include_self: bool = True) -> Any:
+    # a mean of floats: index_puts adding the sources and ones (the counts), as scatter_reduce's mean; prod, amax
+    # and amin stay ATen calls
+    if reduce != "mean" or not x.dtype.is_floating_point or x.ndim == 0 or prod(index.shape) == 0:
+        return P.aten_extern(aten.index_reduce.default, (x, dim, index, source, reduce), {"include_self": include_self})
+    d = canonical_dim(dim, x.ndim)
+    k = prod(index.shape)
+    pos = [None] * d + [P.reshape(index, (k,))]
+    slices = (*x.shape[:d], k, *x.shape[d + 1:])
+    base = x if include_self else P.index_put(x, pos, P.full(slices, 0.0, x.dtype, x.device), False)
+    total = P.index_put(base, pos, to(source, x.dtype), True)
+    start = P.full(tuple(x.shape), 1.0 if include_self else 0.0, x.dtype, x.device)
+    count = P.index_put(start, pos, P.full(slices, 1.0, x.dtype, x.device), True)
+    return P.div(total, P.maximum(count, 1.0))
+
+
 @register_decomposition(aten.index_copy.default)
 def _index_copy(x: Any, dim: int, index: Any, source: Any) -> Any:
     d = canonical_dim(dim, x.ndim)

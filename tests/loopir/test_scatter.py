@@ -86,6 +86,12 @@ CASES = {
     "scatter_reduce_mean_no_self": (lambda x, i, s: x.scatter_reduce(0, i, s, "mean", include_self=False),
                                     lambda g: (torch.randn(8, 3, generator=g), torch.randint(0, 5, (7, 3), generator=g),
                                                torch.randn(7, 3, generator=g))),
+    "index_reduce_mean": (lambda x, i, s: x.index_reduce(1, i, s, "mean") * x,
+                          lambda g: (torch.randn(3, 7, 2, generator=g), torch.randint(0, 7, (9,), generator=g),
+                                     torch.randn(3, 9, 2, generator=g))),
+    "index_reduce_mean_no_self": (lambda x, i, s: x.index_reduce(0, i, s, "mean", include_self=False),
+                                  lambda g: (torch.randn(6, 4, generator=g), torch.tensor([0, 2, 2, 5]),
+                                             torch.randn(4, 4, generator=g))),
     "embedding_padding_idx": (lambda w, i: F.embedding(i, w, padding_idx=1).sin(),
                               lambda g: (torch.randn(30, 16, generator=g), torch.randint(0, 30, (7, 9), generator=g))),
 }
