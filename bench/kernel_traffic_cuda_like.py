@@ -1,0 +1,15 @@
+"""bench/kernel_traffic.py with two of the CUDA lowering decisions forced on the CPU, to read a GPU graph's traffic
+without a GPU: bf16 convolutions run channels-last (as cuDNN's do), and long reductions split as on CUDA. Other
+CUDA-only decisions (matmul operand padding, patch embeddings as matmuls, row-tiled pointwise) are not applied.
+
+    python bench/kernel_traffic_cuda_like.py --model resnet --suite full --config batch=2 --dtype bf16
+"""
+import sys, runpy
+import torch
+import ember.loopir.conv_layout as CL
+import ember.loopir.lowerings as LW
+CL.DTYPES["cpu"] = (torch.float32, torch.bfloat16)
+real = LW._split_factor
+LW._split_factor = lambda dev, x, r, outer=False: real(torch.device("cuda"), x, r, outer)
+sys.argv = ["kernel_traffic.py"] + sys.argv[1:]
+runpy.run_path("bench/kernel_traffic.py", run_name="__main__")
