@@ -19,14 +19,16 @@ from typing import Any
 
 from .expr import EXPENSIVE_OPS, Bind, Load, Op, cast, loads, size, substitute, walk, xvars
 from .indexing import place
-from .ir import Node, Pointwise, Scatter
+from .ir import Node, Pointwise, Scatter, prod
 
 REMAT_MAX_OPS = 24
+SMALL_FRACTION = 8       # a buffer this many times smaller than the value may be read in addition
 
 
-def full_reads(v: Pointwise) -> set[str] | None:
-    """The buffers ``v`` reads at every one of its points (not a broadcast row or column); None when its body is
-    not one to recompute (expensive, large, or a gather)."""
+def full_reads(v: Pointwise, graph_nodes: dict[str, Node]) -> set[str] | None:
+    """The buffers ``v`` reads that are not small (a broadcast row or column, a per-channel vector: under
+    1/``SMALL_FRACTION`` of ``v``'s points); None when its body is not one to recompute (expensive, large, or a
+    gather)."""
     body = v.body
     if size(body) >= REMAT_MAX_OPS or any(isinstance(e, Bind) or (isinstance(e, Op) and e.name in EXPENSIVE_OPS)
                                           for e in walk(body)):
@@ -36,7 +38,10 @@ def full_reads(v: Pointwise) -> set[str] | None:
     for ld in loads(body):
         if not hasattr(ld.index, "free_symbols"):
             return None
-        if need <= ld.index.free_symbols:
+        lay = getattr(graph_nodes.get(ld.buf), "layout", None)
+        small = lay is not None and isinstance(lay.numel(), int) and isinstance(prod(v.ranges), int) and \
+            lay.numel() * SMALL_FRACTION <= prod(v.ranges)
+        if need <= ld.index.free_symbols or not small:
             out.add(ld.buf)
     return out
 
@@ -54,7 +59,7 @@ def rematerialize(nodes: list[Node], reads: set[str], graph_nodes: dict[str, Nod
         v = graph_nodes.get(name)
         if not isinstance(v, Pointwise) or name in own or not v.layout.is_contiguous():
             continue
-        full = full_reads(v)
+        full = full_reads(v, graph_nodes)
         if not full or not full <= reads - {name} or not v.reads() <= stored:
             continue
         if any(ld.buf == name and ld.mask is not None for m in nodes for ld in loads(m.body)):  # type: ignore
