@@ -392,19 +392,28 @@ def _attr(obj: Any, path: str) -> Any:
 _GRAD_MODE_SETTERS = (torch._C._set_grad_enabled, torch.set_grad_enabled, torch.enable_grad)
 
 
-def _sets_grad_mode(gm: fx.GraphModule) -> bool:
-    """Whether ``gm`` switches grad mode itself (a graph that resumes inside ``torch.no_grad()`` and leaves it)."""
-    return any(n.op == "call_function" and n.target in _GRAD_MODE_SETTERS for n in gm.graph.nodes)
+def _sets_grad_mode(gm: fx.GraphModule) -> bool | None:
+    """Whether ``gm`` switches grad mode itself (a graph that resumes inside ``torch.no_grad()`` and leaves it);
+    None when its first op switches grad off and its last op on again, with nothing else switching it (a step
+    wrapped whole in ``with torch.no_grad():``, an optimizer's): no input's requires_grad can then matter."""
+    ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    setters = [i for i, n in enumerate(ops) if n.op == "call_function" and n.target in _GRAD_MODE_SETTERS]
+    if not setters:
+        return False
+    whole = setters == [0, len(ops) - 1] and len(ops) > 2 and [(ops[i].target, ops[i].args) for i in setters] == \
+        [(torch._C._set_grad_enabled, (False,)), (torch._C._set_grad_enabled, (True,))]
+    return None if whole else True
 
 
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
-def _grad_key(args: Sequence[Any], sets_grad: bool) -> tuple[bool, ...] | bool:
-    """The variant for ``args``: requires_grad flags and grad mode (training) or the grad mode (inference)."""
+def _grad_key(args: Sequence[Any], sets_grad: bool | None) -> tuple[bool, ...] | bool:
+    """The variant for ``args``: requires_grad flags and grad mode (training) or the grad mode (inference, also
+    for a graph run whole under no_grad: ``sets_grad`` None)."""
     grad = torch.is_grad_enabled()
-    if not (grad or sets_grad):
-        return False
+    if sets_grad is None or not (grad or sets_grad):
+        return grad if sets_grad is None else False
     try:
         key = tuple(map(_REQUIRES_GRAD, args))      # every argument a tensor: no filtering
     except AttributeError:
@@ -474,6 +483,9 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
             flat = bases.args(flat)
         if isinstance(built, CompiledGraphs):
             outs = run_training(built, flat)
+        elif sets_grad is None:     # run whole under no_grad: so are its write-backs and the views it returns
+            with torch.no_grad():
+                outs = run_inference(built.fwd, built.num_user_outputs, built.write_backs, built.aliases, flat)
         else:
             outs = run_inference(built.fwd, built.num_user_outputs, built.write_backs, built.aliases, flat)
         if built.grad_after is not torch.is_grad_enabled():
