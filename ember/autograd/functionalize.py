@@ -198,14 +198,18 @@ class _Functionalizer:
         _fill_defaults(node.target, func, args, kwargs)
         new = self.graph.call_function(func, tuple(args), kwargs)
         new.meta = dict(node.meta)
-        if len(written) == 1:
-            self._write(_arg(node, *written[0]), new)
-        else:
-            for k, w in enumerate(written):
-                self._write(_arg(node, *w), self.graph.call_function(operator.getitem, (new, k)))
-        # The in-place node's result is the mutated tensor itself (or a tuple of them for multi-out ops).
-        if len(written) == 1:
-            self.alias[node] = self.alias[_arg(node, *written[0])]
+        targets = [_arg(node, *w) for w in written]
+        for k, target in enumerate(targets):
+            piece = new if len(written) == 1 else self.graph.call_function(operator.getitem, (new, k))
+            if isinstance(target, (list, tuple)):       # a foreach op writes every tensor of a list
+                for j, t in enumerate(target):
+                    self._write(t, self.graph.call_function(operator.getitem, (piece, j)))
+            else:
+                self._write(target, piece)
+        # The in-place node's result is the mutated tensor itself (or a tuple of them for multi-out ops; nothing
+        # for a foreach op).
+        if len(written) == 1 and isinstance(targets[0], fx.Node):
+            self.alias[node] = self.alias[targets[0]]
         else:
             self._new_root(node, new)
 
