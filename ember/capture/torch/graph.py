@@ -245,6 +245,11 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
                                 "outside the compiled function") from None
         if "meta" in msg.lower() and ("not implemented" in msg.lower() or "could not run" in msg.lower()):
             raise d.unsupported(f, f"{_name(fn)} has no meta implementation, so ember cannot trace it") from None
+        if "meta" in msg.lower():   # a check of the meta stand-ins' device (a foreach op's CPU scalars): run natively,
+            # where a genuine error is raised again
+            first = msg.splitlines()[0] if msg else ""
+            raise d.unsupported(f, f"{_name(fn)} cannot run on ember's meta tensors ({first})",
+                                "call it outside the compiled function") from None
         raise UserException(e) from None
     except Exception as e:      # noqa: BLE001 - a shape/dtype error is the program's own error
         raise UserException(e) from None
