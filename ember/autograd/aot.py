@@ -412,8 +412,10 @@ def _grad_key(args: Sequence[Any], sets_grad: bool | None) -> tuple[bool, ...] |
     """The variant for ``args``: requires_grad flags and grad mode (training) or the grad mode (inference, also
     for a graph run whole under no_grad: ``sets_grad`` None)."""
     grad = torch.is_grad_enabled()
-    if sets_grad is None or not (grad or sets_grad):
-        return grad if sets_grad is None else False
+    if sets_grad is None:
+        return grad
+    if not (grad or sets_grad):
+        return False
     try:
         key = tuple(map(_REQUIRES_GRAD, args))      # every argument a tensor: no filtering
     except AttributeError:

@@ -415,23 +415,30 @@ def _scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
     return P.scatter_add(x, canonical_dim(dim, x.ndim), index, to(src, x.dtype))
 
 
+def _sum_or_mean(x: Any, src: Any, reduce: str, include_self: bool, shape: tuple, write: Any) -> Any:
+    """A scatter's sum or mean of floats by adds: ``write(t, values, accumulate)`` stores or adds ``values`` (of
+    ``shape``) at the scatter's positions of ``t``. The values add into x, or without include_self into x with
+    the reached positions zeroed; a mean divides by the count of values (ones added) at each position, and an
+    unreached position (count 0) keeps x."""
+    full = lambda shp, v: P.full(shp, v, x.dtype, x.device)      # noqa: E731
+    base = x if include_self else write(x, full(shape, 0.0), False)
+    total = write(base, to(src, x.dtype), True)
+    if reduce == "sum":
+        return total
+    count = write(full(tuple(x.shape), 1.0 if include_self else 0.0), full(shape, 1.0), True)
+    return P.div(total, P.maximum(count, 1.0))
+
+
 @register_decomposition(aten.scatter_reduce.two)
 def _scatter_reduce(x: Any, dim: int, index: Any, src: Any, reduce: str, *, include_self: bool = True) -> Any:
-    # sum and mean of floats: scatter-adds (of the values, and for a mean of ones: the count per position), into x
-    # or, without include_self, into x with the reached positions zeroed. prod/amax/amin and integer means (a floor
-    # division) stay ATen calls.
+    # sums and means of floats (``_sum_or_mean``); prod/amax/amin and integer means (a floor division) stay ATen
     if reduce not in ("sum", "mean") or not x.dtype.is_floating_point or x.ndim == 0:
         return P.aten_extern(aten.scatter_reduce.two, (x, dim, index, src, reduce), {"include_self": include_self})
     d = canonical_dim(dim, x.ndim)
-    src = to(src, x.dtype)
-    shape = tuple(index.shape)
-    base = x if include_self else P.scatter(x, d, index, P.full(shape, 0.0, x.dtype, x.device))
-    total = P.scatter_add(base, d, index, src)
-    if reduce == "sum":
-        return total
-    start = P.full(tuple(x.shape), 1.0 if include_self else 0.0, x.dtype, x.device)
-    count = P.scatter_add(start, d, index, P.full(shape, 1.0, x.dtype, x.device))
-    return P.div(total, P.maximum(count, 1.0))     # unreached positions (count 0) keep x
+
+    def write(t: Any, v: Any, add: bool) -> Any:
+        return P.scatter_add(t, d, index, v) if add else P.scatter(t, d, index, v)
+    return _sum_or_mean(x, src, reduce, include_self, tuple(index.shape), write)
 
 
 @register_decomposition(aten.index_add.default)
@@ -446,19 +453,14 @@ def _index_add(x: Any, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> 
 
 @register_decomposition(aten.index_reduce.default)
 def _index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, include_self: bool = True) -> Any:
-    # a mean of floats: index_puts adding the sources and ones (the counts), as scatter_reduce's mean; prod, amax
-    # and amin stay ATen calls
-    if reduce != "mean" or not x.dtype.is_floating_point or x.ndim == 0 or prod(index.shape) == 0:
+    # means of floats by index_put adds (``_sum_or_mean``); prod, amax and amin stay ATen calls
+    k = prod(index.shape)
+    if reduce != "mean" or not x.dtype.is_floating_point or x.ndim == 0 or k == 0:
         return P.aten_extern(aten.index_reduce.default, (x, dim, index, source, reduce), {"include_self": include_self})
     d = canonical_dim(dim, x.ndim)
-    k = prod(index.shape)
     pos = [None] * d + [P.reshape(index, (k,))]
-    slices = (*x.shape[:d], k, *x.shape[d + 1:])
-    base = x if include_self else P.index_put(x, pos, P.full(slices, 0.0, x.dtype, x.device), False)
-    total = P.index_put(base, pos, to(source, x.dtype), True)
-    start = P.full(tuple(x.shape), 1.0 if include_self else 0.0, x.dtype, x.device)
-    count = P.index_put(start, pos, P.full(slices, 1.0, x.dtype, x.device), True)
-    return P.div(total, P.maximum(count, 1.0))
+    return _sum_or_mean(x, source, reduce, include_self, (*x.shape[:d], k, *x.shape[d + 1:]),
+                        lambda t, v, add: P.index_put(t, pos, v, add))
 
 
 @register_decomposition(aten.index_copy.default)

@@ -239,13 +239,14 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
             return fn(*margs, **mkwargs)
     except (NotImplementedError, RuntimeError) as e:
         msg = str(e)
+        low = msg.lower()
         if _data_dependent(msg):
             raise d.unsupported(f, f"{_name(fn)} depends on tensor values (data-dependent output)",
                                 "keep the computation in tensors (e.g. masks with torch.where) or move it "
                                 "outside the compiled function") from None
-        if "meta" in msg.lower() and ("not implemented" in msg.lower() or "could not run" in msg.lower()):
+        if "meta" in low and ("not implemented" in low or "could not run" in low):
             raise d.unsupported(f, f"{_name(fn)} has no meta implementation, so ember cannot trace it") from None
-        if "meta" in msg.lower():   # a check of the meta stand-ins' device (a foreach op's CPU scalars): run natively,
+        if "meta" in low:   # a check of the meta stand-ins' device (a foreach op's CPU scalars): run natively,
             # where a genuine error is raised again
             first = msg.splitlines()[0] if msg else ""
             raise d.unsupported(f, f"{_name(fn)} cannot run on ember's meta tensors ({first})",
