@@ -400,8 +400,9 @@ def _sets_grad_mode(gm: fx.GraphModule) -> bool | None:
     setters = [i for i, n in enumerate(ops) if n.op == "call_function" and n.target in _GRAD_MODE_SETTERS]
     if not setters:
         return False
-    whole = setters == [0, len(ops) - 1] and len(ops) > 2 and [(ops[i].target, ops[i].args) for i in setters] == \
-        [(torch._C._set_grad_enabled, (False,)), (torch._C._set_grad_enabled, (True,))]
+    switches = [(ops[i].target, ops[i].args) for i in setters]
+    whole = setters == [0, len(ops) - 1] and len(ops) > 2 and \
+        switches == [(torch._C._set_grad_enabled, (False,)), (torch._C._set_grad_enabled, (True,))]
     return None if whole else True
 
 
@@ -409,8 +410,8 @@ _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
 def _grad_key(args: Sequence[Any], sets_grad: bool | None) -> tuple[bool, ...] | bool:
-    """The variant for ``args``: requires_grad flags and grad mode (training) or the grad mode (inference, also
-    for a graph run whole under no_grad: ``sets_grad`` None)."""
+    """The variant for ``args``: requires_grad flags and grad mode (training) or the grad mode (inference,
+    also for a graph run whole under no_grad: ``sets_grad`` None)."""
     grad = torch.is_grad_enabled()
     if sets_grad is None:
         return grad

@@ -416,8 +416,8 @@ def _scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
 
 
 def _sum_or_mean(x: Any, src: Any, reduce: str, include_self: bool, shape: tuple, write: Any) -> Any:
-    """A scatter's sum or mean of floats by adds: ``write(t, values, accumulate)`` stores or adds ``values`` (of
-    ``shape``) at the scatter's positions of ``t``. The values add into x, or without include_self into x with
+    """A scatter's sum or mean of floats by adds: ``write(t, values, accumulate)`` stores or adds ``values``
+    (of ``shape``) at the scatter's positions of ``t``. The values add into x, or without include_self into x with
     the reached positions zeroed; a mean divides by the count of values (ones added) at each position, and an
     unreached position (count 0) keeps x."""
     full = lambda shp, v: P.full(shp, v, x.dtype, x.device)      # noqa: E731
@@ -431,9 +431,11 @@ def _sum_or_mean(x: Any, src: Any, reduce: str, include_self: bool, shape: tuple
 
 @register_decomposition(aten.scatter_reduce.two)
 def _scatter_reduce(x: Any, dim: int, index: Any, src: Any, reduce: str, *, include_self: bool = True) -> Any:
-    # sums and means of floats (``_sum_or_mean``); prod/amax/amin and integer means (a floor division) stay ATen
+    # sums and means of floats (``_sum_or_mean``); prod/amax/amin and integer means (a floor division) stay
+    # ATen calls
     if reduce not in ("sum", "mean") or not x.dtype.is_floating_point or x.ndim == 0:
-        return P.aten_extern(aten.scatter_reduce.two, (x, dim, index, src, reduce), {"include_self": include_self})
+        return P.aten_extern(aten.scatter_reduce.two, (x, dim, index, src, reduce),
+                             {"include_self": include_self})
     d = canonical_dim(dim, x.ndim)
 
     def write(t: Any, v: Any, add: bool) -> Any:
@@ -452,11 +454,13 @@ def _index_add(x: Any, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> 
 
 
 @register_decomposition(aten.index_reduce.default)
-def _index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, include_self: bool = True) -> Any:
+def _index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *,
+                  include_self: bool = True) -> Any:
     # means of floats by index_put adds (``_sum_or_mean``); prod, amax and amin stay ATen calls
     k = prod(index.shape)
     if reduce != "mean" or not x.dtype.is_floating_point or x.ndim == 0 or k == 0:
-        return P.aten_extern(aten.index_reduce.default, (x, dim, index, source, reduce), {"include_self": include_self})
+        return P.aten_extern(aten.index_reduce.default, (x, dim, index, source, reduce),
+                             {"include_self": include_self})
     d = canonical_dim(dim, x.ndim)
     pos = [None] * d + [P.reshape(index, (k,))]
     return _sum_or_mean(x, source, reduce, include_self, (*x.shape[:d], k, *x.shape[d + 1:]),
@@ -480,7 +484,8 @@ def _index_fill(x: Any, dim: int, index: Any, value: Any) -> Any:
         return P.aten_extern(op, (x, dim, index, value), {})
     d = canonical_dim(dim, x.ndim)
     shape = (*x.shape[:d], k, *x.shape[d + 1:])
-    vals = broadcast_to(to(value, x.dtype), shape) if is_tensorlike(value) else P.full(shape, value, x.dtype, x.device)
+    vals = (broadcast_to(to(value, x.dtype), shape) if is_tensorlike(value)
+            else P.full(shape, value, x.dtype, x.device))
     return P.index_put(x, [None] * d + [P.reshape(index, (k,))], vals, False)
 
 

@@ -246,8 +246,8 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
                                 "outside the compiled function") from None
         if "meta" in low and ("not implemented" in low or "could not run" in low):
             raise d.unsupported(f, f"{_name(fn)} has no meta implementation, so ember cannot trace it") from None
-        if "meta" in low:   # a check of the meta stand-ins' device (a foreach op's CPU scalars): run natively,
-            # where a genuine error is raised again
+        if "meta" in low:   # a check of the meta stand-ins' device (a foreach op's CPU scalars): run
+            # natively, where a genuine error is raised again
             first = msg.splitlines()[0] if msg else ""
             raise d.unsupported(f, f"{_name(fn)} cannot run on ember's meta tensors ({first})",
                                 "call it outside the compiled function") from None
