@@ -17,9 +17,10 @@ for part in ${PARTS:-tests}; do
     tail -1 "$OUT/pytest_gpu.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -20 ;;
   uprof)
     for p in ${POLICIES:-exp,bcast}; do
+      n=${M:-resnet}_${p//,/-}
       EMBER_LOGS=output_code timeout 150 python3 bench/reuse_policy_ab.py --policy $p --model ${M:-resnet} \
-        --task train --engines ember --unique-names --top 400 > "$OUT/uprof_${M:-resnet}_$p.log" 2>&1
-      grep -E "^==|total|by kind" "$OUT/uprof_${M:-resnet}_$p.log"; gzip -f "$OUT/uprof_${M:-resnet}_$p.log"
+        --task train --engines ember --unique-names --top 400 > "$OUT/uprof_$n.log" 2>&1
+      grep -E "^==|total|by kind" "$OUT/uprof_$n.log"; gzip -f "$OUT/uprof_$n.log"
     done
     if [ -n "${INDUCTOR:-1}" ]; then
       TORCH_LOGS=output_code timeout 200 python3 bench/profile_model.py --model ${M:-resnet} --task train \
