@@ -6,6 +6,7 @@ realized buffer (then reshapes of contiguous views, externs and outputs need no 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -60,9 +61,29 @@ def index_value(shape: tuple, fn: Callable[[Sequence[sympy.Expr]], sympy.Expr], 
     return TV(tuple(shape), dtype, device, lambda idx: IndexValue(fn(idx), dtype))
 
 
+def _exact_reciprocal(c: Any, dtype: torch.dtype) -> float | None:
+    """1/c when c is a constant power of two whose reciprocal is a normal number of ``dtype``: then x / c and
+    x * (1/c) round the same exact value, so they are equal bit for bit (a multiply is much cheaper than an
+    IEEE-rounded division on GPUs)."""
+    if isinstance(c, TV):
+        if c.ndim:
+            return None
+        e = c.loader([])
+        c = e.value if isinstance(e, Const) and e.dtype == dtype else None
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not c or not math.isfinite(c):
+        return None
+    m, k = math.frexp(abs(c))          # |c| = m * 2**k, 0.5 <= m < 1
+    limit = 14 if dtype == torch.float16 else 126
+    return 1.0 / c if m == 0.5 and abs(k - 1) <= limit else None
+
+
 def pointwise(name: str, args: Sequence[Any], dtype: torch.dtype, out_dtype: torch.dtype | None = None) -> TV:
     t0 = next(a for a in args if isinstance(a, TV))
     out = out_dtype or dtype
+    if name == "div" and dtype.is_floating_point and out == dtype and len(args) == 2:
+        r = _exact_reciprocal(args[1], dtype)
+        if r is not None:
+            name, args = "mul", [args[0], r]
 
     def load(idx: Sequence[sympy.Expr]) -> Expr:
         ops = [a.loader(idx) if isinstance(a, TV) else Const(_py_cast(a, dtype), dtype) for a in args]
