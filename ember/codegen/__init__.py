@@ -65,7 +65,8 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
 
     name = f"{kind}_{next(_COUNTER)}"
     try:
-        graph = lower(gm, name, align_matmuls=not getattr(options, "max_autotune", False))
+        graph = lower(gm, name, align_matmuls=not getattr(options, "max_autotune", False),
+                      hoists=lambda dev: kernel_backend(dev, options) == "triton")
     except (LoweringError, NotImplementedError) as e:
         logs.log("perf_hints", f"ember: {name} runs as an FX graph: {e}")
         return gm

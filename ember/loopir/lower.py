@@ -10,6 +10,7 @@ and shown in ``EMBER_LOGS=perf_hints``.
 """
 from __future__ import annotations
 
+import math
 import operator
 from collections import Counter
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ from ember import logs
 from ember.decomp.meta import TensorMeta
 from ember.errors import EmberError
 
-from .expr import EXPENSIVE_OPS, Load, Op, cast, size, walk, xvars
+from .expr import COSTLY_OPS, EXPENSIVE_OPS, HOIST_FRACTION, Load, Op, cast, size, walk, xvars
 from .indexing import steps_by_one
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .values import TV, buffer_view, contiguous_layout
@@ -63,6 +64,11 @@ REUSE_POLICY = ReusePolicy(expensive_stored=True, count_broadcast_reads=True)
 # a value stored anyway (for an ATen call, or as an output) is loaded by its other users rather than recomputed
 # from two or more buffers of its size (bench/reuse_stored_ab.py measures the difference)
 REUSE_STORED = True
+# a small value computing a COSTLY_OPS or EXPENSIVE_OPS op from a buffer is stored when a user broadcasts it
+# over at least HOIST_FRACTION times its points (expr.py): computing a batch norm's per-channel mean and rsqrt(var /
+# n + eps) once per element (two IEEE divisions and a rsqrt) made its normalize kernels on the H100 run at 2.4
+# TB/s against 2.9 TB/s for Inductor's, which loads them (bench/results/2026-11-26-h100-j)
+HOIST_MAX_NUMEL = 1 << 16
 # any value whose body grew beyond this many ops is realized (bounds the size of inlined bodies)
 MAX_INLINE_OPS = 200
 
@@ -104,9 +110,13 @@ def _is_dense(layout: Layout) -> bool:
     return layout.offset == 0
 
 
+def _on_gpu(device: Any) -> bool:
+    return torch.device(device).type == "cuda"
+
+
 class Lowerer:
     def __init__(self, gm: fx.GraphModule, name: str = "graph", channels_last: bool = False,
-                 align_matmuls: bool = True) -> None:
+                 align_matmuls: bool = True, hoists: Callable[[Any], bool] = _on_gpu) -> None:
         self.gm, self.name = gm, name
         self.nodes: list[Node] = []
         self.constants: dict[str, torch.Tensor] = {}
@@ -115,6 +125,7 @@ class Lowerer:
         self.padded_results: set[str] = set()
         self.channels_last = channels_last        # ember.loopir.conv_layout
         self.align_matmuls = align_matmuls        # ember.loopir.matmul_align (max-autotune pads at run time)
+        self.hoists = hoists                      # whether kernels on a device get small costly values stored
         self._count = 0
         self._stored: dict[tuple, str] = {}       # (memory layout, expression) -> the buffer storing it
         self.zero_padded: dict[str, Layout] = {}  # buffers stored with zero-padded rows for matmuls (matmul_align)
@@ -261,7 +272,8 @@ class Lowerer:
         target = node.target
         meta = node.meta.get("val")
         if target is operator.getitem or getattr(target, "__name__", "") == "_getitem":
-            return args[0][args[1]]
+            out = args[0][args[1]]
+            return self._hoisted(node, out) if isinstance(out, TV) else out
         name = prim_name(node)
         fn = LOWERINGS.get(name) if name else None
         if fn is not None and _complex(args, kwargs, meta):
@@ -316,7 +328,19 @@ class Lowerer:
             n_ops = size(body)
             if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
                 out = self.realized_narrow(out, body)
+            else:
+                out = self._hoisted(node, out, body)
         return out
+
+    def _hoisted(self, node: fx.Node, tv: TV, body: Any = None) -> TV:
+        """``tv`` realized when it is a small value with a costly op that a user broadcasts over many more
+        points (a batch norm's per-channel ``rsqrt(var / n + eps)``), so that the user loads it rather than
+        computing it again at each of its points; ``tv`` itself otherwise. Only for Triton kernels
+        (``hoists``): the C++ loops build such values once per row, or before the vector loop."""
+        if tv.view is not None or not self.hoists(tv.device):
+            return tv
+        body = tv.loader(xvars(tv.ndim)) if body is None else body
+        return self.realized(tv) if _hoist(node, body, tv.shape) else tv
 
     def realized_narrow(self, tv: TV, body: Any) -> TV:
         """``tv`` realized; a value that is a widening cast (a 16-bit value its users compute with in float32, a
@@ -431,6 +455,28 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
     return externs > 1 or n_reads > REUSE_READS or n_ops >= REUSE_OPS
 
 
+def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
+    """Whether a value is small against a lowered user (at most 1/HOIST_FRACTION of its points) and computes a
+    costly op (``COSTLY_OPS``) from a buffer: see ``Lowering._hoisted``."""
+    n = math.prod(shape) if all(isinstance(d, int) for d in shape) else None
+    if n is None or n > HOIST_MAX_NUMEL:
+        return False
+    costly = reads = False
+    for e in walk(body):
+        if isinstance(e, Load):
+            reads = True
+        elif isinstance(e, Op) and (e.name in COSTLY_OPS or e.name in EXPENSIVE_OPS) and e.dtype.is_floating_point:
+            costly = True
+    if not (costly and reads):
+        return False
+    for u in node.users:
+        val = u.meta.get("val") if _lowered(u) else None
+        shp = getattr(val, "shape", None)
+        if shp is not None and all(isinstance(d, int) for d in shp) and math.prod(shp) >= HOIST_FRACTION * max(n, 1):
+            return True
+    return False
+
+
 def prim_name(node: fx.Node) -> str | None:
     """The name of the prim ``node`` calls (``"mm"``, ``"reshape"``...), or None when it calls something else."""
     t = getattr(node, "target", None)
@@ -489,15 +535,16 @@ def _attr(obj: Any, target: str) -> Any:
 
 
 def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = None,
-          align_matmuls: bool = True) -> LoopGraph:
+          align_matmuls: bool = True, hoists: Callable[[Any], bool] = _on_gpu) -> LoopGraph:
     """``channels_last``: store 4-D activations NHWC (``ember.loopir.conv_layout``); None decides from the
     graph (graphs heavy in 2-D convolutions of ``conv_layout.DTYPES``). ``align_matmuls``: pad misaligned CUDA matmuls
-    (``ember.loopir.matmul_align``); max-autotune times padding at run time instead."""
+    (``ember.loopir.matmul_align``); max-autotune times padding at run time instead. ``hoists(device)``: whether
+    the kernels of a device get small costly values stored (``Lowerer._hoisted``; the Triton ones)."""
     from . import lowerings, scatter, welford  # noqa: F401  (register the table)
     if channels_last is None:
         from .conv_layout import wants_channels_last
         channels_last = wants_channels_last(gm)
-    return Lowerer(gm, name, channels_last, align_matmuls).run()
+    return Lowerer(gm, name, channels_last, align_matmuls, hoists).run()
 
 
 __all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer", "UseExtern"]

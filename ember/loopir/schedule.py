@@ -32,6 +32,7 @@ from .remat import rematerialize
 
 MAX_KERNEL_NODES = 64
 HORIZONTAL_MAX_NUMEL = 1 << 16   # independent pointwise kernels up to this size fuse horizontally
+TINY_NUMEL = 1 << 12              # ... and those up to this size join any earlier one of their shape (_tiny)
 HORIZONTAL_MAX_POINTS = 1 << 20  # ... while buffers x points stays below this (past it, more memory streams
                                  # than a core's prefetchers follow only divide the bandwidth)
 # A node of more than HORIZONTAL_MAX_NUMEL points joins a kernel for reading the same input only when that input
@@ -360,6 +361,8 @@ def schedule(graph: LoopGraph) -> Schedule:
         best, reasons = None, []
         big = _big_reads(node, numel)
         derived: dict[int, dict] = {}     # placements of a kernel's nodes on the joining reduction's order
+        side = None       # for a tiny node, the latest kernel it may join horizontally, sharing nothing
+        tiny = _tiny(node)
         for g in reversed(groups):
             d: dict = {}
             why = _why_not(g, node, where, node_loads, derived=d)
@@ -368,10 +371,14 @@ def schedule(graph: LoopGraph) -> Schedule:
                 score = (len(deps & g.by_name.keys()), len(g.reads & deps & big))
                 if best is None or score > best[0]:
                     best = (score, g)
+                if tiny and side is None and _horizontal(g, node, deps):
+                    side = g
             elif log and deps & g.by_name.keys():
                 reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
         if best is None:
             best = _sunk(groups, steps, where, node, node_loads, deps, big)
+        if side is not None and (best is None or not (best[0][0] or best[0][1])):
+            best = ((0, 0), side)
         if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node, deps)):
             g = best[1]
             if isinstance(node, Reduction) and g.rnumel == 1:
@@ -402,6 +409,13 @@ def _sunk(groups: list[_Group], steps: list[Any], where: dict[str, int], node: N
                 and _sink(g, late, steps, where, groups):
             return (len(deps & g.by_name.keys()), len(shared)), g
     return None
+
+
+def _tiny(node: Node) -> bool:
+    """A node of at most ``TINY_NUMEL`` points (a per-channel vector): it may join any earlier kernel of its shape
+    horizontally, not only the latest one, so that a graph's per-channel values take one launch, not one each."""
+    xn, rn = _shape_of(node)
+    return isinstance(xn, int) and isinstance(rn, int) and xn * rn <= TINY_NUMEL
 
 
 def _big_reads(node: Node, numel: dict[str, Any]) -> set[str]:
