@@ -60,6 +60,21 @@ EXPENSIVE: frozenset[str] = frozenset("""
     _softmax _log_softmax native_layer_norm native_batch_norm _native_batch_norm_legit
     _native_batch_norm_legit_functional native_group_norm
 """.split())
+# Ops that read their inputs from memory (library kernels: matmuls, convolutions, attention). A value one of
+# them reads in the forward is stored there anyway; when one reads it in the backward too, the backward would
+# store it again after recomputing it, so it is saved instead (the bf16 attention probabilities of an autocast
+# softmax, which the backward's value-gradient bmm reads: one load instead of a recomputation, a store and a
+# load). Views between the value and such a reader are followed.
+MATERIALIZING: frozenset[str] = frozenset("""
+    mm addmm bmm baddbmm matmul convolution _convolution convolution_backward
+    _scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention
+    _scaled_dot_product_cudnn_attention _scaled_dot_product_flash_attention_backward
+    _scaled_dot_product_efficient_attention_backward _scaled_dot_product_cudnn_attention_backward
+""".split())
+VIEWS: frozenset[str] = frozenset("""
+    view _unsafe_view reshape permute expand t transpose unsqueeze squeeze slice select as_strided narrow
+    alias detach
+""".split())
 RNG: frozenset[str] = frozenset("""
     native_dropout bernoulli rand rand_like randn randn_like randint randint_like randperm normal uniform
     exponential multinomial dropout poisson
@@ -138,6 +153,55 @@ def can_recompute(node: fx.Node) -> bool:
         return True
     name = op_name(node)
     return name in RECOMPUTABLE and name not in EXPENSIVE
+
+
+def _is_view(node: fx.Node) -> bool:
+    kind = _prim_kind(node)
+    return kind in ("view", "movement") if kind is not None else op_name(node) in VIEWS
+
+
+def _reads_memory(node: fx.Node) -> bool:
+    kind = _prim_kind(node)
+    return kind == "extern" if kind is not None else op_name(node) in MATERIALIZING
+
+
+def _library_readers(node: fx.Node, tangent_dep: set[fx.Node]) -> tuple[bool, bool]:
+    """Whether a library kernel (``MATERIALIZING``) reads ``node``, through views, in the forward; in the
+    backward."""
+    fwd = bwd = False
+    todo, seen = [node], {node}
+    while todo:
+        for u in todo.pop().users:
+            if u in seen or u.op != "call_function":
+                continue
+            seen.add(u)
+            if _is_view(u):
+                todo.append(u)
+            elif _reads_memory(u):
+                if u in tangent_dep:
+                    bwd = True
+                else:
+                    fwd = True
+    return fwd, bwd
+
+
+def stored_both_ways(node: fx.Node, tangent_dep: set[fx.Node]) -> bool:
+    """Whether ``node`` (not a view) is read through views by a library kernel (``MATERIALIZING``) in the forward
+    and by one in the backward: then saving it costs no store the forward does not make anyway, and recomputing
+    it would cost the backward a store and a load."""
+    if node.op != "call_function" or _is_view(node):
+        return False
+    return all(_library_readers(node, tangent_dep))
+
+
+def in_memory_forward(node: fx.Node, tangent_dep: set[fx.Node], outputs: set[fx.Node]) -> bool:
+    """Whether the forward has ``node``'s value in memory anyway: an input, a library kernel's result, a forward
+    output, or a value a library kernel reads. Saving any other value (one fused into the kernels that use it)
+    costs the forward a store it would not make, so the cut weighs it twice (as Inductor's partitioner does):
+    a post-norm layer's residual sum, fused into its layer norm, is recomputed from the layer's input and the
+    attention output, both in memory, rather than stored in float32."""
+    return node.op == "placeholder" or node in outputs or _reads_memory(node) or (
+        not _is_view(node) and _library_readers(node, tangent_dep)[0])
 
 
 def node_bytes(node: fx.Node, _cache: dict[fx.Node, Any] | None = None) -> int | None:
@@ -346,10 +410,13 @@ def _min_cut(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
     scale = len(region) + 1   # bytes first, then fewer saved values: cost = bytes * scale + 1
     net = FlowNetwork(2 * len(region) + 2)
     primals, cache = set(j.primals), {}
+    outputs = set(j.fwd_outs)
     for n, i in index.items():
         size = node_bytes(n, cache)
+        if size is not None and not in_memory_forward(n, j.tangent_dep, outputs):
+            size *= 2
         net.add_edge(2 * i, 2 * i + 1, _INF if size is None else size * scale + 1)
-        if n in primals or not can_recompute(n):
+        if n in primals or not can_recompute(n) or stored_both_ways(n, j.tangent_dep):
             net.add_edge(src, 2 * i, _INF)
         for a in n.all_input_nodes:
             if a in index:
