@@ -23,7 +23,8 @@ for part in ${PARTS:-tests}; do
   prof)
     m=${PROF_MODEL:-encoder}
     EMBER_LOGS=output_code timeout 150 python3 bench/reuse_policy_ab.py --policy exp,bcast --model $m \
-      --task ${TASK:-train} --engines ember --unique-names --top 400 > "$OUT/uprof_$m.log" 2>&1
+      --task ${TASK:-train} --engines ember --unique-names --top 400 \
+      > "$OUT/uprof_$m.log" 2>&1
     grep -E "^==|total|by kind" "$OUT/uprof_$m.log"; gzip -f "$OUT/uprof_$m.log" ;;
   esac
 done

@@ -1,5 +1,5 @@
-"""bench/kernel_traffic.py with two of the CUDA lowering decisions forced on the CPU, to read a GPU graph's traffic
-without a GPU: bf16 convolutions run channels-last (as cuDNN's do), long reductions split as on CUDA, and softmax runs in
+"""bench/kernel_traffic.py with CUDA's lowering decisions forced on the CPU, to read a GPU graph's traffic without
+a GPU: bf16 convolutions run channels-last (as cuDNN's do), long reductions split as on CUDA, and softmax runs in
 float32 under bf16 autocast (CUDA's autocast lists softmax as a float32 op; the CPU's keeps it in bf16). Other
 CUDA-only decisions (matmul operand padding, patch embeddings as matmuls, row-tiled pointwise) are not applied.
 

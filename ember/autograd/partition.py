@@ -13,14 +13,17 @@ Invariants:
 - A joint node is *forward-computable* when it does not depend on a tangent. The backward graph computes every
   tangent-dependent node it needs; the forward-computable nodes it needs are either saved (outputs of ``fwd``)
   or, with ``recompute=True``, recomputed in ``bwd`` from saved values.
-- The saved set is a minimum cut (bytes from ``node.meta["val"]``) between the primals plus every op that may
-  not be recomputed, and the values the tangent-dependent nodes read. Only ops in ``RECOMPUTABLE`` (cheap
+- The saved set is a minimum cut (bytes from ``node.meta["val"]``; a value the forward does not hold in memory
+  weighs twice, and a value library kernels read in both passes is never recomputed: ``in_memory_forward``,
+  ``stored_both_ways``) between the primals plus every op that may not be recomputed, and the values the
+  tangent-dependent nodes read. Only ops in ``RECOMPUTABLE`` (cheap
   pointwise, view and factory ops) and ember prims of the cheap kinds (``PRIM_RECOMPUTABLE_KINDS``: pointwise,
   cast, view, movement, constant) are ever recomputed; matmul/convolution/attention, reductions, RNG ops and
   any op not in the table are not, so a dropout mask is computed once, in the forward, and saved.
 - ``recompute=False`` is the baseline: every forward-computable node the backward needs runs in the forward,
   and every one the tangent-dependent nodes read directly is saved. Its byte count is a feasible cut of the
-  same network, so ``recompute=True`` never saves more bytes.
+  same network, so ``recompute=True`` never saves more bytes (past it, the weighted cut gives way to the plain
+  one).
 - Both graphs are dead-code-eliminated (RNG ops of the forward are kept, so the RNG stream advances as in
   eager); copied nodes keep their ``meta``; ``get_attr`` constants are copied into whichever graph uses them.
 """
@@ -402,7 +405,15 @@ def _analyse(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd
 
 
 def _min_cut(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
-    """The cheapest set of forward-computable values from which the backward can recompute what it reads."""
+    """The cheapest set of forward-computable values from which the backward can recompute what it reads: by
+    bytes, a value the forward does not hold in memory weighing twice (``in_memory_forward``); by plain bytes
+    when that cut would save more bytes than saving every value the backward reads."""
+    cut = _weighted_cut(graph, j, weigh=True)
+    base = sum(node_bytes(n) or 0 for n in j.boundary)
+    return cut if sum(node_bytes(n) or 0 for n in cut) <= base else _weighted_cut(graph, j, weigh=False)
+
+
+def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool) -> list[fx.Node]:
     anc = _ancestors(j.boundary)
     region = [n for n in graph.nodes if n in anc and n not in j.tangent_dep and n.op != "get_attr"]
     index = {n: i for i, n in enumerate(region)}
@@ -413,7 +424,7 @@ def _min_cut(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
     outputs = set(j.fwd_outs)
     for n, i in index.items():
         size = node_bytes(n, cache)
-        if size is not None and not in_memory_forward(n, j.tangent_dep, outputs):
+        if weigh and size is not None and not in_memory_forward(n, j.tangent_dep, outputs):
             size *= 2
         net.add_edge(2 * i, 2 * i + 1, _INF if size is None else size * scale + 1)
         if n in primals or not can_recompute(n) or stored_both_ways(n, j.tangent_dep):

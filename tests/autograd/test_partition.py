@@ -224,3 +224,61 @@ def test_max_flow_equals_brute_force_min_cut():
         side = net.min_cut_source_side(0)
         assert n - 1 not in side
         assert sum(c for u, v, c in edges if u in side and v not in side) == flow
+
+
+def _prim_partition(fn, args):
+    from ember.autograd.aot import decompose_graph
+    traced = _joint(fn, args)
+    res = partition_joint(decompose_graph(traced.gm), traced.num_inputs, traced.num_tangents,
+                          traced.num_forward_outputs, grad_input_indices=traced.grad_input_indices)
+    return traced, res
+
+
+def _check_grads(fn, args, traced, res):
+    want, tangent, want_grads, _ = _eager(fn, args)
+    fwd_outs, grads, _ = _run(res, traced, args, tangent)
+    torch.testing.assert_close(fwd_outs[0], want.detach(), rtol=2e-2, atol=2e-2)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+
+
+def _attention_bf16(q, k, v):
+    s = q.bfloat16() @ k.bfloat16().transpose(-2, -1)
+    p = torch.softmax(s.float(), -1)           # CUDA autocast's float32 softmax of bf16 scores
+    return (p.bfloat16() @ v.bfloat16()).float()
+
+
+def test_a_value_matmuls_read_in_both_passes_is_saved_not_recomputed():
+    """The bf16 probabilities go to the forward's bmm and to the backward's value-gradient bmm: the forward
+    stores them anyway, so they are saved; recomputing them would cost the backward a store and a load."""
+    torch.manual_seed(0)
+    args = [torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3)]
+    traced, res = _prim_partition(_attention_bf16, args)
+    casts = [n for n in _tangent_free(res.bwd) if "convert_element_type" in str(n.target) and
+             tuple(n.meta["val"].shape) == (2, 3, 16, 16) and n.meta["val"].dtype == torch.bfloat16]
+    assert not casts, [n.name for n in casts]
+    saved = [n for n in res.fwd.graph.nodes if n.name in res.saved_names]
+    assert [n for n in saved if tuple(n.meta["val"].shape) == (2, 3, 16, 16) and n.meta["val"].dtype ==
+            torch.bfloat16 and "convert_element_type" in str(n.target)], res.saved_names
+    _check_grads(_attention_bf16, args, traced, res)
+
+
+def _post_norm(x, w, g, b):
+    h = (x.bfloat16() @ w.bfloat16()).float()
+    return F.layer_norm(x + h, (x.shape[-1],), g, b)
+
+
+def test_a_value_fused_away_in_the_forward_weighs_twice():
+    """A post-norm residual sum is fused into its layer norm in the forward: saving it (4 bytes a point) would
+    add a store there, so the cut saves the layer's input and the matmul's bf16 output (6 bytes a point, both in
+    memory anyway) and the backward recomputes the sum."""
+    torch.manual_seed(0)
+    args = [torch.randn(4, 16, 32, requires_grad=True), torch.randn(32, 32, requires_grad=True),
+            torch.randn(32, requires_grad=True), torch.randn(32, requires_grad=True)]
+    traced, res = _prim_partition(_post_norm, args)
+    saved = {n.name: n for n in res.fwd.graph.nodes if n.name in res.saved_names}
+    added = [n for n, v in saved.items() if v.op == "call_function" and "add" in str(v.target) and
+             tuple(v.meta["val"].shape) == (4, 16, 32)]
+    assert not added and any(v.op == "placeholder" and tuple(v.meta["val"].shape) == (4, 16, 32)
+                             for v in saved.values()), res.saved_names
+    _check_grads(_post_norm, args, traced, res)
