@@ -88,6 +88,10 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
     inplace.update(inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ())))
     if set(by_backend) == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
         inplace.update(reused_buffers(graph, sched, inplace))
+    elif set(by_backend) == {"triton"} and not (getattr(options, "max_autotune", False) and
+                                                _has_templates(sched, options)):
+        # GPU: less memory held (a CUDA graph's pool keeps its peak); matmul templates fuse their epilogues instead
+        inplace.update(reused_buffers(graph, sched, inplace, reductions=True))
     scatter_in_place(graph, sched, gm.meta.get("ember_write_backs", ()), inplace)
     kept = {id(s) for s in sched.steps}
     for backend in by_backend:

@@ -53,24 +53,31 @@ def _safe(graph: LoopGraph, sched: Schedule, step_of: dict, inp: InputBuffer, re
     return not reads_inp or _only_read_at_store(kernel, node, inp.name)
 
 
-def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str]) -> dict[str, str]:
+def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str],
+                   reductions: bool = False) -> dict[str, str]:
     """{buffer: dead buffer whose memory it is stored into}: an output of a pointwise kernel takes the memory of
     a buffer of the same layout that dies at that kernel (allocated by the wrapper or a fresh extern: never a
     graph input), when the kernel reads that buffer only at the points it stores (a fresh allocation of a large
     tensor costs page faults on the CPU; GELU after a matmul then writes over the matmul's result, as eager's
-    in-place ops do)."""
+    in-place ops do). ``reductions``: also the last node of a reduction kernel, when it is pointwise (Triton:
+    a softmax writes its probabilities over the scores, one buffer of [batch, heads, rows, rows] fewer alive);
+    every load of the buffer comes before that node's store in the kernel's body, whether the rows are held
+    in registers or looped over (its stores are then the last loop's, each after its block's loads)."""
     owned = {n.name for n in graph.nodes if isinstance(n, (Pointwise, Reduction)) or
              (isinstance(n, Extern) and n.fresh and not n.multi)} - set(taken)
     out: dict[str, str] = {}
     used: set[str] = set(taken.values())
     for k, step in enumerate(sched.steps):
-        # pointwise kernels only: a reduction kernel's loops may store a point in one loop and read it in the next
-        if not isinstance(step, Kernel) or step.rnumel != 1:
+        # without ``reductions``, pointwise kernels only: a reduction kernel's loops may store a point in one loop
+        # and read it in the next
+        if not isinstance(step, Kernel) or (step.rnumel != 1 and not reductions):
             continue
         dead = [d for d in sched.frees[k] if d in owned and d not in used and d in step.reads]
         for name in step.stores:
             node = graph.node(name)
             if name in taken or name in out or not isinstance(node, (Pointwise, Reduction)):
+                continue
+            if step.rnumel != 1 and (node is not step.nodes[-1] or not isinstance(node, Pointwise)):
                 continue
             for d in dead:
                 if graph.node(d).layout == node.layout and _only_read_at_store(step, node, d):

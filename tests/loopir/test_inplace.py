@@ -2,12 +2,16 @@
 results, mutations and autograd version counters equal eager's."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
 import ember
 
 from .backends import CPU_BACKENDS
+
+BACKENDS = CPU_BACKENDS + (["triton"] if importlib.util.find_spec("triton") else [])
 
 
 def sgd_momentum(params, grads, bufs):
@@ -47,6 +51,17 @@ def dead_buffer_read_after_store(x):
     return torch.sigmoid(x[:, :1]).expand_as(h) + 0, h * 2
 
 
+def softmax_over_scores(q, k):
+    s = q @ k.t()                # dies at the softmax kernel: on Triton its probabilities take its memory
+    return torch.softmax(s * 0.125, -1) * 3
+
+
+def reduction_reads_after_a_store(a, w):
+    h = a @ w
+    # one kernel: h * 2 stored first, then the rows' sums of exp(h), then their product with h stored last
+    return h * 2, h.exp().sum(-1, keepdim=True) * h
+
+
 CASES = {
     "sgd_momentum": (sgd_momentum, lambda g: ([torch.randn(5, 7, generator=g) for _ in range(3)],
                                               [torch.randn(5, 7, generator=g) for _ in range(3)],
@@ -59,6 +74,11 @@ CASES = {
     "gelu_after_matmul": (gelu_after_matmul, lambda g: (torch.randn(8, 16, generator=g),
                                                         torch.randn(16, 32, generator=g))),
     "dead_buffer_read_after_store": (dead_buffer_read_after_store, lambda g: (torch.randn(16, 16, generator=g),)),
+    "softmax_over_scores": (softmax_over_scores, lambda g: (torch.randn(64, 16, generator=g),
+                                                            torch.randn(48, 16, generator=g))),
+    "reduction_reads_after_a_store": (reduction_reads_after_a_store,
+                                      lambda g: (torch.randn(8, 16, generator=g) * 0.3,
+                                                 torch.randn(16, 40, generator=g) * 0.3)),
 }
 
 
@@ -68,7 +88,7 @@ def _clone(x):
     return type(x)(_clone(v) for v in x)
 
 
-@pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
+@pytest.mark.parametrize("cpu_backend", BACKENDS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_mutated_inputs(name, cpu_backend):
     fn, make = CASES[name]
@@ -115,3 +135,4 @@ def test_dead_matmul_result_is_reused_by_its_epilogue():
     gm = torch.fx.symbolic_trace(lambda a, w: torch.nn.functional.gelu(a @ w))
     aot_compile(gm, [torch.randn(8, 16), torch.randn(16, 32)], decompose=True, compile_graph=hook)
     assert "new value stored in place" in built[0].source, built[0].source
+
