@@ -59,10 +59,13 @@ def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str],
     a buffer of the same layout that dies at that kernel (allocated by the wrapper or a fresh extern: never a
     graph input), when the kernel reads that buffer only at the points it stores (a fresh allocation of a large
     tensor costs page faults on the CPU; GELU after a matmul then writes over the matmul's result, as eager's
-    in-place ops do). ``reductions``: also the last node of a reduction kernel, when it is pointwise (Triton:
-    a softmax writes its probabilities over the scores, one buffer of [batch, heads, rows, rows] fewer alive);
-    every load of the buffer comes before that node's store in the kernel's body, whether the rows are held
-    in registers or looped over (its stores are then the last loop's, each after its block's loads)."""
+    in-place ops do). ``reductions``: also the last node of a reduction kernel, when it is pointwise and needs
+    every reduction of the kernel (Triton: a softmax writes its probabilities over the scores, one buffer of
+    [batch, heads, rows, rows] fewer alive). Every load of the buffer then comes before that node's store,
+    whether the rows are held in registers or looped over: a looped kernel computes a pointwise
+    node in the loop after the reductions it needs (``kernel._Builder.times``), so this node's loop is the last,
+    and every earlier loop's loads of the buffer come before its stores (a node needing none would be computed
+    in the first loop, before later loops load the buffer again)."""
     owned = {n.name for n in graph.nodes if isinstance(n, (Pointwise, Reduction)) or
              (isinstance(n, Extern) and n.fresh and not n.multi)} - set(taken)
     out: dict[str, str] = {}
@@ -77,7 +80,8 @@ def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str],
             node = graph.node(name)
             if name in taken or name in out or not isinstance(node, (Pointwise, Reduction)):
                 continue
-            if step.rnumel != 1 and (node is not step.nodes[-1] or not isinstance(node, Pointwise)):
+            if step.rnumel != 1 and (node is not step.nodes[-1] or not isinstance(node, Pointwise) or
+                                     not _after_every_reduction(step, node)):
                 continue
             for d in dead:
                 if graph.node(d).layout == node.layout and _only_read_at_store(step, node, d):
@@ -86,6 +90,18 @@ def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str],
                     dead.remove(d)
                     break
     return out
+
+
+def _after_every_reduction(kernel: Kernel, node: Any) -> bool:
+    """Whether ``node`` needs, through the kernel's nodes, every reduction the kernel computes."""
+    inside = {m.name: m for m in kernel.nodes}
+    todo, seen = [node], set()
+    while todo:
+        for ld in loads(todo.pop().body):
+            if ld.buf in inside and ld.buf not in seen:
+                seen.add(ld.buf)
+                todo.append(inside[ld.buf])
+    return all(m.name in seen for m in kernel.nodes if isinstance(m, Reduction))
 
 
 def _only_read_at_store(kernel: Kernel, node: Any, buf: str) -> bool:

@@ -219,6 +219,7 @@ class LoopGraph:
     outputs: list[Any]          # BufferRef (a buffer seen through a layout) or a Python constant
     name: str = "graph"
     constants: dict = field(default_factory=dict)   # buffer name -> tensor held by the graph (get_attr)
+    hoisted: set = field(default_factory=set)       # small values stored so large kernels load them (lower._hoist)
 
     def node(self, name: str) -> Node:
         return self._by_name()[name]

@@ -126,6 +126,7 @@ class Lowerer:
         self.channels_last = channels_last        # ember.loopir.conv_layout
         self.align_matmuls = align_matmuls        # ember.loopir.matmul_align (max-autotune pads at run time)
         self.hoists = hoists                      # whether kernels on a device get small costly values stored
+        self.hoisted: set[str] = set()            # ... and the buffers stored so
         self._count = 0
         self._stored: dict[tuple, str] = {}       # (memory layout, expression) -> the buffer storing it
         self.zero_padded: dict[str, Layout] = {}  # buffers stored with zero-padded rows for matmuls (matmul_align)
@@ -256,7 +257,7 @@ class Lowerer:
                     outputs.append(o)
             else:
                 raise LoweringError(f"ember.loopir: unsupported node {node.op} {node.target}")
-        return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants)
+        return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants, self.hoisted)
 
     def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
         """The layout a graph output is stored in: the traced one where it is dense (a padded matmul result
@@ -340,7 +341,11 @@ class Lowerer:
         if tv.view is not None or not self.hoists(tv.device):
             return tv
         body = tv.loader(xvars(tv.ndim)) if body is None else body
-        return self.realized(tv) if _hoist(node, body, tv.shape) else tv
+        if not _hoist(node, body, tv.shape):
+            return tv
+        out = self.realized(tv)
+        self.hoisted.add(out.view[0])       # type: ignore[index]
+        return out
 
     def realized_narrow(self, tv: TV, body: Any) -> TV:
         """``tv`` realized; a value that is a widening cast (a 16-bit value its users compute with in float32, a

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .expr import COSTLY_OPS, EXPENSIVE_OPS, HOIST_FRACTION, Bind, Load, Op, cast, loads, size, substitute, walk, xvars
+from .expr import EXPENSIVE_OPS, Bind, Load, Op, cast, loads, size, substitute, walk, xvars
 from .indexing import place
 from .ir import Node, Pointwise, Scatter, prod
 
@@ -46,19 +46,20 @@ def full_reads(v: Pointwise, graph_nodes: dict[str, Node]) -> set[str] | None:
     return out
 
 
-def rematerialize(nodes: list[Node], reads: set[str], graph_nodes: dict[str, Node], stored: set[str]) -> list[str]:
+def rematerialize(nodes: list[Node], reads: set[str], graph_nodes: dict[str, Node], stored: set[str],
+                  hoisted: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """Recompute in ``nodes`` (one kernel, reading ``reads`` from memory) each stored value they load whose
     full-size inputs the kernel reads anyway, and whose every input is in memory by then (in ``stored``: not a
     value an earlier kernel kept in registers, such as a norm's row statistics); returns the values no longer
-    loaded."""
+    loaded. Values in ``hoisted`` (stored by the lowering so that large kernels load them: ``lower._hoist``) are
+    not recomputed."""
     if any(isinstance(m, Scatter) for m in nodes):
         return []
     own = {m.name for m in nodes}
-    points = max((_points(m) for m in nodes), default=0)
     done = []
     for name in sorted(reads):
         v = graph_nodes.get(name)
-        if not isinstance(v, Pointwise) or name in own or not v.layout.is_contiguous() or _hoisted(v, points):
+        if not isinstance(v, Pointwise) or name in own or not v.layout.is_contiguous() or name in hoisted:
             continue
         full = full_reads(v, graph_nodes)
         if not full or not full <= reads - {name} or not v.reads() <= stored:
@@ -69,19 +70,6 @@ def rematerialize(nodes: list[Node], reads: set[str], graph_nodes: dict[str, Nod
             m.body = substitute(m.body, lambda e: e, load=lambda ld, v=v: _inline(v, ld) if ld.buf == v.name else ld)
         done.append(name)
     return done
-
-
-def _points(m: Node) -> int:
-    n = prod(m.ranges) * prod(getattr(m, "reduction_ranges", ()) or (1,))
-    return n if isinstance(n, int) else 0
-
-
-def _hoisted(v: Pointwise, points: int) -> bool:
-    """Whether ``v`` is a small value the lowering stored so that large kernels load it rather than compute its
-    costly ops at each point (``lower.HOIST_FRACTION``): such a value is not recomputed."""
-    n = prod(v.ranges)
-    return isinstance(n, int) and n * HOIST_FRACTION <= points and any(
-        isinstance(e, Op) and (e.name in COSTLY_OPS or e.name in EXPENSIVE_OPS) for e in walk(v.body))
 
 
 def _inline(v: Pointwise, ld: Load) -> Any:

@@ -493,7 +493,7 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
             kern.stores = [m.name for m in s.nodes if m.name in outputs or users[m.name] - names
                            or isinstance(m, Scatter)]
             reads = set().union(*(m.reads() for m in s.nodes)) - names
-            gone = rematerialize(s.nodes, reads, by_name, stored)
+            gone = rematerialize(s.nodes, reads, by_name, stored, graph.hoisted)
             if gone:
                 reads = set().union(*(m.reads() for m in s.nodes)) - names
                 if log:

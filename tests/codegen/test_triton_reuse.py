@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from ember.options import make_options
-from tests.loopir.test_inplace import reduction_reads_after_a_store, softmax_over_scores
+from tests.loopir.test_inplace import (looped_rows_with_a_store_needing_no_reduction, looped_softmax_over_scores,
+                                      reduction_reads_after_a_store, softmax_over_scores)
 
 
 def _built_source(fn, args, options):
@@ -29,4 +30,16 @@ def test_triton_softmax_writes_over_its_dead_scores():
     src = _built_source(softmax_over_scores, [torch.randn(64, 16), torch.randn(48, 16)], opts)
     assert src.count("new value stored in place") == 1, src
     src = _built_source(reduction_reads_after_a_store, [torch.randn(8, 16), torch.randn(16, 40)], opts)
+    assert src.count("new value stored in place") == 1, src
+
+
+def test_a_store_in_an_earlier_loop_than_loads_of_the_buffer_takes_no_memory():
+    """Looped rows: a last node needing no reduction is computed in the first loop, before the reductions' loops
+    load the dead buffer again, so it gets its own memory; a softmax's probabilities, stored in the last loop,
+    still take the scores' memory."""
+    opts = make_options(None, {"cpu_backend": "triton"})
+    src = _built_source(looped_rows_with_a_store_needing_no_reduction, [torch.randn(4, 16), torch.randn(16, 8192)],
+                        opts)
+    assert "new value stored in place" not in src, src
+    src = _built_source(looped_softmax_over_scores, [torch.randn(4, 16), torch.randn(16, 8192)], opts)
     assert src.count("new value stored in place") == 1, src

@@ -33,9 +33,10 @@ def _ops(nodes):
 
 
 def _bn_nhwc(x, var, w, b):
-    """A batch norm's normalize over NHWC rows: per-channel statistics broadcast over 2 x 4 x 4 points."""
+    """A batch norm's normalize over NHWC rows: per-channel statistics broadcast over 2 x 4 x 4 points (the
+    normalize also reads ``var`` itself, so ``remat`` could recompute the stored rsqrt from what it reads)."""
     rstd = torch.rsqrt(var / 3.0 + 1e-5)
-    return torch.relu((x - x.mean((0, 1, 2))) * rstd * w + b)
+    return torch.relu((x - x.mean((0, 1, 2))) * rstd * w + b + var)
 
 
 def _bn_args():

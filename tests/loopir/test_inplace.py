@@ -62,6 +62,16 @@ def reduction_reads_after_a_store(a, w):
     return h * 2, h.exp().sum(-1, keepdim=True) * h
 
 
+def looped_rows_with_a_store_needing_no_reduction(a, b):
+    x = a @ b                    # rows of 8192: looped on Triton; x dies at the one kernel below
+    var = ((x - x.sum(-1, keepdim=True) / x.shape[-1]) ** 2).sum(-1)
+    return var, x * 2            # x * 2, the kernel's last node, needs no reduction: its loop comes first
+
+
+def looped_softmax_over_scores(a, b):
+    return torch.softmax(a @ b, -1) * 3      # the last node needs both reductions: stored in the last loop
+
+
 CASES = {
     "sgd_momentum": (sgd_momentum, lambda g: ([torch.randn(5, 7, generator=g) for _ in range(3)],
                                               [torch.randn(5, 7, generator=g) for _ in range(3)],
@@ -76,6 +86,11 @@ CASES = {
     "dead_buffer_read_after_store": (dead_buffer_read_after_store, lambda g: (torch.randn(16, 16, generator=g),)),
     "softmax_over_scores": (softmax_over_scores, lambda g: (torch.randn(64, 16, generator=g),
                                                             torch.randn(48, 16, generator=g))),
+    "looped_rows_with_a_store_needing_no_reduction": (
+        looped_rows_with_a_store_needing_no_reduction,
+        lambda g: (torch.randn(4, 16, generator=g), torch.randn(16, 8192, generator=g))),
+    "looped_softmax_over_scores": (looped_softmax_over_scores, lambda g: (torch.randn(4, 16, generator=g),
+                                                                          torch.randn(16, 8192, generator=g))),
     "reduction_reads_after_a_store": (reduction_reads_after_a_store,
                                       lambda g: (torch.randn(8, 16, generator=g) * 0.3,
                                                  torch.randn(16, 40, generator=g) * 0.3)),
