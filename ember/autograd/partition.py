@@ -159,8 +159,12 @@ def can_recompute(node: fx.Node) -> bool:
 
 
 def _is_view(node: fx.Node) -> bool:
+    """A view, or a reshape (one of contiguous data, as a matmul's operands mostly are, is a view when lowered);
+    not the copying movement prims (cat, pad, flip, clone), whose results are other buffers."""
     kind = _prim_kind(node)
-    return kind in ("view", "movement") if kind is not None else op_name(node) in VIEWS
+    if kind is not None:
+        return kind == "view" or (kind == "movement" and node.target.name == "reshape")
+    return op_name(node) in VIEWS
 
 
 def _reads_memory(node: fx.Node) -> bool:

@@ -282,3 +282,19 @@ def test_a_value_fused_away_in_the_forward_weighs_twice():
     assert not added and any(v.op == "placeholder" and tuple(v.meta["val"].shape) == (4, 16, 32)
                              for v in saved.values()), res.saved_names
     _check_grads(_post_norm, args, traced, res)
+
+
+def _cat_into_matmul(a, b, w):
+    return torch.cat([a * 2, b * 3], -1) @ w        # the matmul's operand is a copy of two computed parts
+
+
+def test_a_copy_matmuls_read_in_both_passes_is_saved_not_its_parts():
+    """A cat (a copy, not a view) that a matmul reads in both passes is saved itself: the backward does not
+    recompute it from its parts (which would write the copy again)."""
+    torch.manual_seed(0)
+    args = [torch.randn(8, 16, requires_grad=True), torch.randn(8, 16, requires_grad=True),
+            torch.randn(32, 24, requires_grad=True)]
+    traced, res = _prim_partition(_cat_into_matmul, args)
+    copies = [n.name for n in _tangent_free(res.bwd) if "cat" in str(n.target)]
+    assert not copies, (copies, res.saved_names)
+    _check_grads(_cat_into_matmul, args, traced, res)
