@@ -343,9 +343,9 @@ class Lowerer:
         body = tv.loader(xvars(tv.ndim)) if body is None else body
         if not _hoist(node, body, tv.shape):
             return tv
-        out = self.realized(tv)
-        self.hoisted.add(out.view[0])       # type: ignore[index]
-        return out
+        ref = self.realize(tv)
+        self.hoisted.add(ref.name)
+        return buffer_view(ref.name, ref.layout)
 
     def realized_narrow(self, tv: TV, body: Any) -> TV:
         """``tv`` realized; a value that is a widening cast (a 16-bit value its users compute with in float32, a
@@ -462,7 +462,7 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
 
 def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
     """Whether a value is small against a lowered user (at most 1/HOIST_FRACTION of its points) and computes a
-    costly op (``COSTLY_OPS``) from a buffer: see ``Lowering._hoisted``."""
+    costly op (``COSTLY_OPS`` or ``EXPENSIVE_OPS``) from a buffer: see ``Lowerer._hoisted``."""
     n = math.prod(shape) if all(isinstance(d, int) for d in shape) else None
     if n is None or n > HOIST_MAX_NUMEL:
         return False
