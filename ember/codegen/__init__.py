@@ -56,7 +56,8 @@ def _has_templates(sched: Any, options: Any) -> bool:
 
 
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
-    from ember.loopir.ir import BufferRef
+    from ember.loopir.combo import Combo, ComboBody
+    from ember.loopir.ir import BufferRef, Layout
     from ember.loopir.kernel import kernel_body
     from ember.loopir.lower import LoweringError, lower
     from ember.loopir.schedule import Kernel, schedule
@@ -72,7 +73,10 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         return gm
     gm.meta["ember_output_strides"] = [tuple(int(v) for v in o.layout.stride) if isinstance(o, BufferRef) else None
                                        for o in graph.outputs]
-    sched = schedule(graph)
+    # GPU kernels: independent ones launch together as combo kernels (ember.loopir.combo)
+    spread = any(kernel_backend(n.layout.device, options) == "triton" for n in graph.nodes
+                 if isinstance(getattr(n, "layout", None), Layout))
+    sched = schedule(graph, spread=spread)
     if logs.enabled("schedule"):
         logs.log("schedule", f"{name}:\n{sched.python()}")
     kernels: dict[str, tuple[Callable, Any]] = {}
@@ -93,15 +97,23 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         # GPU: less memory held (a CUDA graph's pool keeps its peak); matmul templates fuse their epilogues instead
         inplace.update(reused_buffers(graph, sched, inplace, reductions=True))
     scatter_in_place(graph, sched, gm.meta.get("ember_write_backs", ()), inplace)
-    kept = {id(s) for s in sched.steps}
-    for backend in by_backend:
-        by_backend[backend] = [s for s in by_backend[backend] if id(s) in kept]
+    if "triton" in by_backend and not (getattr(options, "max_autotune", False) and _has_templates(sched, options)):
+        from ember.loopir.combo import combine
+        sched = combine(sched, inplace, lambda k: kernel_backend(k.device, options) == "triton")
+    by_backend = {}
+    for step in sched.steps:
+        if isinstance(step, Kernel):
+            by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
+
+    def body(s: Kernel, mod: Any) -> Any:
+        if isinstance(s, Combo):
+            return ComboBody(s, [body(p, mod) for p in s.parts])
+        b = kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
+        b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}  # read and written by 2 names
+        return b
     for backend, steps in by_backend.items():
         mod = _backend_module(backend)
-        bodies = [kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
-                  for s in steps]
-        for b in bodies:        # buffers one kernel reads and writes through two names
-            b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}
+        bodies = [body(s, mod) for s in steps]
         if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
             fns = mod.compile_kernels(bodies, options, name)
         else:

@@ -25,9 +25,11 @@ from typing import Any
 
 import torch
 
+from ember.loopir.combo import ComboBody
 from ember.loopir.kernel import KernelBody
 from ember.loopir.schedule import Kernel
 
+from .triton_combo import generate_combo
 from .triton_gen import LaunchConfig, generate, inner_reduction, is_persistent, reduced_load_indices
 
 _MODULES: dict[str, Any] = {}
@@ -48,9 +50,13 @@ def persistent(kernel: Kernel, options: Any = None) -> bool:
     return is_persistent(int(kernel.rnumel), inner_reduction(reduced_load_indices(kernel)))
 
 
-def source(body: KernelBody) -> str:
+def source(body: KernelBody | ComboBody) -> str:
     text = getattr(body, "_triton_source", None)     # the heuristic configuration's, kept by _build
-    return text if text is not None else generate(body, persistent(body.kernel))[0]
+    if text is not None:
+        return text
+    if isinstance(body, ComboBody):
+        return generate_combo(body)[0]
+    return generate(body, persistent(body.kernel))[0]
 
 
 def load_module(src: str) -> Any:
@@ -279,13 +285,18 @@ def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., N
         return None
 
 
-def _build(body: KernelBody, cfg: LaunchConfig | None = None, is_persistent: bool | None = None) -> TritonKernel:
+def _build(body: KernelBody | ComboBody, cfg: LaunchConfig | None = None,
+           is_persistent: bool | None = None) -> TritonKernel:
     from .triton_helpers import interpreting
     interp = interpreting()
     if body.kernel.device.type != "cuda" and not interp:
         raise RuntimeError(f"ember.codegen.triton: kernel {body.name} is on {body.kernel.device}; Triton runs CPU "
                            "tensors only under TRITON_INTERPRET=1, set before triton is first imported "
                            "(or use cpu_backend='cpp')")
+    if isinstance(body, ComboBody):        # its parts' configurations are the heuristic ones
+        src, fname, cfg = generate_combo(body)
+        body._triton_source = src  # type: ignore[attr-defined]
+        return TritonKernel(src, fname, cfg, body.name, interp)
     pers = persistent(body.kernel) if is_persistent is None else is_persistent
     heuristic = cfg is None and is_persistent is None
     src, fname, cfg = generate(body, pers, cfg=cfg)
@@ -360,7 +371,7 @@ def _autotuned_kernels(bodies: list[KernelBody]) -> list[Callable[..., None]]:
     out: list[Callable[..., None]] = []
     every: list[tuple[Any, list[torch.dtype]]] = []
     for b in bodies:
-        cands = _candidates(b)
+        cands = _candidates(b) if isinstance(b, KernelBody) else [("combo", _build(b))]
         kernels = [c for _, c in cands]
         every += [(c, _dtypes(b)) for c in kernels]
         if len(kernels) == 1:

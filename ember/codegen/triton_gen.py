@@ -183,8 +183,9 @@ def _finish(rt: str, x: str, dt: torch.dtype) -> str:
 
 
 class _Gen:
-    def __init__(self, body: KernelBody, cfg: LaunchConfig, name: str) -> None:
-        self.body, self.cfg, self.name = body, cfg, name
+    def __init__(self, body: KernelBody, cfg: LaunchConfig, name: str, part: bool = False) -> None:
+        """``part``: a function of a combo kernel (``triton_combo``), taking its program id as ``pid``."""
+        self.body, self.cfg, self.name, self.part = body, cfg, name, part
         k = body.kernel
         self.xnumel, self.rnumel = int(k.xnumel), int(k.rnumel)
         self.red = k.is_reduction
@@ -372,7 +373,8 @@ class _Gen:
     # -- the kernel ----------------------------------------------------------------------------------------
     def prologue(self) -> None:
         c = self.cfg
-        pid = "tl.program_id(0).to(tl.int64)" if c.int64 else "tl.program_id(0)"
+        pid = "pid" if self.part else "tl.program_id(0)"
+        pid = f"{pid}.to(tl.int64)" if c.int64 else pid
         if self.red:
             self.emit(f"xindex = {pid} * {c.xblock} + tl.arange(0, {c.xblock})[:, None]")
         else:
@@ -419,7 +421,7 @@ class _Gen:
             self.ind -= 1
 
     def generate(self) -> str:
-        params = ", ".join(self.ptr(b) for b in self.body.buffers)
+        params = ", ".join([self.ptr(b) for b in self.body.buffers] + (["pid"] if self.part else []))
         k = self.body.kernel
         kind = "persistent" if self.cfg.persistent else "looped"
         head = [(f"# ember triton kernel {k.name}: xnumel={self.xnumel} rnumel={self.rnumel} {kind}"

@@ -319,7 +319,7 @@ class Lowerer:
         if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
             lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout
             return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,
-                                                                             "device": lay.device}, meta)
+                                                                             "device": lay.device}, meta, fresh=True)
         out = fn(self, *args, **kwargs)
         if self.align_matmuls and isinstance(out, TV) and out.view is None:
             from .matmul_align import padded_for_matmuls

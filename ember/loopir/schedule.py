@@ -35,6 +35,12 @@ HORIZONTAL_MAX_NUMEL = 1 << 16   # independent pointwise kernels up to this size
 TINY_NUMEL = 1 << 12              # ... and those up to this size join any earlier one of their shape (_tiny)
 HORIZONTAL_MAX_POINTS = 1 << 20  # ... while buffers x points stays below this (past it, more memory streams
                                  # than a core's prefetchers follow only divide the bandwidth)
+# With ``spread`` (GPU kernels, where independent kernels launch together as combo kernels, ``loopir.combo``):
+# a kernel's programs run on many cores at once, and independent work joined into one kernel runs in sequence in
+# each program. Horizontal joins stop at this many buffer points: 40 Adam updates of 4096 points in one kernel
+# ran on 4 programs, each streaming 600 KB, where as parts of a combo kernel they take 160 programs. Pointwise
+# nodes only: combo kernels take pointwise kernels.
+SPREAD_MAX_POINTS = 1 << 16
 # A node of more than HORIZONTAL_MAX_NUMEL points joins a kernel for reading the same input only when that input
 # has at least 1/SHARED_READ_FRACTION of its points: sharing a small one (an attention's [batch, keys] padding
 # mask, a norm's weight) saves nothing, and the joined kernel holds two unrelated computations at once. The
@@ -342,7 +348,9 @@ def _hoisted(nodes: list[Node]) -> list[Node]:
     return out
 
 
-def schedule(graph: LoopGraph) -> Schedule:
+def schedule(graph: LoopGraph, spread: bool = False) -> Schedule:
+    """``spread``: the kernels run on a GPU (see ``SPREAD_MAX_POINTS``)."""
+    spread_cap = SPREAD_MAX_POINTS if spread else HORIZONTAL_MAX_POINTS
     where: dict[str, int] = {}          # buffer -> position of the step producing it
     groups: list[_Group] = []
     steps: list[Any] = []               # _Group | Extern | ExternOutput, in order
@@ -363,6 +371,8 @@ def schedule(graph: LoopGraph) -> Schedule:
         derived: dict[int, dict] = {}     # placements of a kernel's nodes on the joining reduction's order
         side = None       # for a tiny node, the latest kernel it may join horizontally, sharing nothing
         tiny = _tiny(node)
+        # reductions keep the wide cap: combo kernels take pointwise kernels only
+        cap = spread_cap if isinstance(node, Pointwise) else HORIZONTAL_MAX_POINTS
         for g in reversed(groups):
             d: dict = {}
             why = _why_not(g, node, where, node_loads, derived=d)
@@ -371,7 +381,7 @@ def schedule(graph: LoopGraph) -> Schedule:
                 score = (len(deps & g.by_name.keys()), len(g.reads & deps & big))
                 if best is None or score > best[0]:
                     best = (score, g)
-                if tiny and side is None and _horizontal(g, node, deps):
+                if tiny and side is None and _horizontal(g, node, deps, cap):
                     side = g
             elif log and deps & g.by_name.keys():
                 reasons.append(f"{node.name} not fused into kernel with {[m.name for m in g.nodes]}: {why}")
@@ -379,7 +389,7 @@ def schedule(graph: LoopGraph) -> Schedule:
             best = _sunk(groups, steps, where, node, node_loads, deps, big)
         if side is not None and (best is None or not (best[0][0] or best[0][1])):
             best = ((0, 0), side)
-        if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node, deps)):
+        if best is not None and (best[0][0] or best[0][1] or _horizontal(best[1], node, deps, cap)):
             g = best[1]
             if isinstance(node, Reduction) and g.rnumel == 1:
                 g.xnumel, g.rnumel = _shape_of(node)
@@ -462,8 +472,8 @@ def _sink(g: _Group, late: list[str], steps: list[Any], where: dict[str, int], g
     return True
 
 
-def _horizontal(g: _Group, node: Node, reads: set[str]) -> bool:
-    """Small independent kernels of one iteration space share a launch, up to a total of buffer points:
+def _horizontal(g: _Group, node: Node, reads: set[str], cap: int) -> bool:
+    """Small independent kernels of one iteration space share a launch, up to a total of ``cap`` buffer points:
     pointwise ones, and reductions (the final sums of split reductions, per-channel statistics)."""
     xn, rn = _shape_of(node)
     points = xn * rn if isinstance(xn, int) and isinstance(rn, int) else None
@@ -472,7 +482,7 @@ def _horizontal(g: _Group, node: Node, reads: set[str]) -> bool:
     if not (isinstance(node, Pointwise) or (isinstance(node, Reduction) and rn != 1)):
         return False
     streams = g.reads | reads | g.by_name.keys() | {node.name}
-    return len(streams) * points <= HORIZONTAL_MAX_POINTS
+    return len(streams) * points <= cap
 
 
 def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:

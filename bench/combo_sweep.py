@@ -1,0 +1,57 @@
+"""Combo kernels on the Adam-like update of bench/kernels.py: ember's cold compile and kernel time for a cap on
+parts per combo kernel (``ember.loopir.combo.COMBO_MAX_PARTS``; 1: no combos), and optionally torch.compile's.
+
+    EMBER_CACHE_DIR=$(mktemp -d) TRITON_CACHE_DIR=$(mktemp -d) python bench/combo_sweep.py --parts 16 [--torch]
+
+Run each cap in a fresh process with fresh caches, so the compile time is a cold one. Prints one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", type=int, default=32)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--reps", type=int, default=50)
+    a = ap.parse_args()
+    import kernels as kb
+
+    import ember
+    import ember.loopir.combo as combo
+    combo.COMBO_MAX_PARTS = a.parts
+    dtype = getattr(torch, a.dtype)
+    name, fn, args, nbytes = next(c for c in kb.cases("cuda", dtype, False) if c[0] == "adam_update")
+    engines = {"eager": fn, "ember": ember.compile(fn)}
+    if a.torch:
+        engines["torch"] = torch.compile(fn)
+    row: dict = {"parts": a.parts, "dtype": a.dtype, "bytes": nbytes}
+    for k, f in engines.items():
+        t0 = time.perf_counter()
+        f(*kb._clone(args))
+        torch.cuda.synchronize()
+        row[f"compile_s_{k}"] = round(time.perf_counter() - t0, 3)
+        row[f"correct_{k}"] = kb._inplace_ok(fn, f, args, 1e-3)
+    sets = [args] + [kb._clone(args) for _ in range(3)]
+    for s in sets:
+        for f in engines.values():
+            f(*s)
+    row.update({f"ms_{k}": round(t, 4) for k, t in kb.time_queued(engines, sets, a.reps).items()})
+    bw = kb.copy_bandwidth("cuda")
+    row["copy_gbs"] = round(bw / 1e9)
+    row["bw_frac_ember"] = round(nbytes / (row["ms_ember"] * 1e-3) / bw, 3)
+    print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

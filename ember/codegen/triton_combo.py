@@ -1,0 +1,56 @@
+"""Triton source of a combo kernel (``ember.loopir.combo``): consecutive independent pointwise kernels in one
+launch.
+
+Each part is generated as its kernel alone would be, as a ``@triton.jit`` function taking its program id
+``pid``; parts with the same text (the same update on parameters of one shape) share one function. The kernel
+gives each part the program ids its own grid would have had, in order::
+
+    @triton.jit
+    def ember_combo0_kernel0(p0, p1, p2, p3, p4, p5):
+        pid = tl.program_id(0)
+        if pid < 4:
+            part0(p0, p1, p2, pid)           # kernel0: buf0=add+mul
+        elif pid < 68:
+            part1(p3, p4, p5, pid - 4)       # kernel1: buf1=add+mul
+
+so the parts run side by side, each on as many programs as alone. The launch takes the largest of the parts'
+``num_warps``.
+"""
+from __future__ import annotations
+
+from ember.loopir.combo import ComboBody
+
+from .triton_gen import _PLACEHOLDER, _SHARED, HEADER, LaunchConfig, _Gen, _sizes, canonical, launch_config
+
+
+def generate_combo(body: ComboBody) -> tuple[str, str, LaunchConfig]:
+    """(module source, kernel function name, launch configuration) of a combo kernel."""
+    fns: dict[str, str] = {}          # a part function's text -> its name
+    position = {b: i for i, b in enumerate(body.buffers)}
+    calls: list[str] = []
+    start, warps, int64 = 0, 1, False
+    for part in body.parts:
+        cfg = launch_config(*_sizes(part, True))
+        assert cfg.grid[1:] == (1, 1) and not part.kernel.is_reduction, part.name
+        text = canonical(_Gen(part, cfg, _PLACEHOLDER, part=True).generate(), list(part.buffers))
+        fn_text = text[text.index("@triton.jit"):]
+        fname = fns.setdefault(fn_text, f"part{len(fns)}")
+        args = ", ".join([f"p{position[b]}" for b in part.buffers] + ["pid" if start == 0 else f"pid - {start}"])
+        end = start + cfg.grid[0]
+        test = "if" if start == 0 else "elif"
+        calls.append(f"    {test} pid < {end}:")
+        calls.append(f"        {fname}({args})  # {part.kernel.name}: {part.kernel.fused()}")
+        start, warps, int64 = end, max(warps, cfg.num_warps), int64 or cfg.int64
+    k = body.kernel
+    params = ", ".join(f"p{i}" for i in range(len(body.buffers)))
+    parts_src = "".join(t.replace(_PLACEHOLDER, n) + "\n\n" for t, n in fns.items())
+    kernel = "\n".join([f"@triton.jit", f"def {_PLACEHOLDER}({params}):", "    pid = tl.program_id(0)"] + calls)
+    text = parts_src + kernel + "\n"
+    fname = _SHARED.setdefault(text, f"ember_{k.name}")
+    head = (f"# ember triton combo kernel {k.name}: {len(body.parts)} parts, grid={start} num_warps={warps}\n"
+            f"# parameters: {', '.join(f'p{i}={b}' for i, b in enumerate(body.buffers))}\n")
+    cfg = LaunchConfig((start, 1, 1), 1, 1, warps, True, int64)
+    return HEADER + head + text.replace(_PLACEHOLDER, fname), fname, cfg
+
+
+__all__ = ["generate_combo"]

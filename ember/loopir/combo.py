@@ -1,0 +1,165 @@
+"""Combo kernels: consecutive independent pointwise kernels launched as one (GPU).
+
+A GPU spends a couple of microseconds between one kernel and the next, whatever their size. An optimizer step
+over 120 parameters is 120 small kernels, bound by those gaps rather than by memory bandwidth. A combo kernel
+gives each of its parts its own range of program ids (``if pid < 4: part 0 ... elif pid < 8: part 1 ...``),
+so the parts run side by side in one launch, each on as many programs as it had alone.
+
+``combine(sched, inplace, eligible)`` replaces runs of consecutive eligible kernels by ``Combo`` steps. Parts
+of one combo run in no particular order, so a part may not read or write memory another part writes:
+buffers are compared by the memory they end up in (``inplace``: an output stored into an input or a dead
+buffer), not by name. A combo is one step for memory planning: what its parts free dies after all of them,
+so no part's output takes the memory of a buffer another part still reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .kernel import Assign, KernelBody
+from .ir import Extern
+from .schedule import Kernel, Schedule
+
+COMBO_MAX_PARTS = 32       # each part is a branch of the kernel: its compile time grows with them
+COMBO_MAX_ARGS = 256       # kernel parameters (pointers): CUDA's limit is 4 KB of them
+COMBO_MAX_NUMEL = 1 << 20  # larger kernels take longer than a launch gap by far: nothing to gain
+
+
+@dataclass
+class Combo(Kernel):
+    """One launch of ``parts``, each over its own programs. ``nodes``, ``stores`` and ``reads`` are the
+    parts' together."""
+    parts: list[Kernel] = field(default_factory=list)
+
+    def fused(self) -> str:
+        return " | ".join(f"{p.name}: {p.fused()}" for p in self.parts)
+
+
+@dataclass
+class ComboBody:
+    """A combo's parts' bodies; ``buffers`` are theirs together (one parameter each), in order."""
+    kernel: Combo
+    parts: list[KernelBody]
+    buffers: dict = field(default_factory=dict)
+    aliased: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        for b in self.parts:
+            for name, v in b.buffers.items():
+                self.buffers.setdefault(name, v)
+            self.aliased |= b.aliased
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def loads(self) -> list[Assign]:
+        return [st for b in self.parts for st in b.loads()]
+
+
+def _root(b: str, inplace: dict[str, str]) -> str:
+    seen = set()
+    while b in inplace and b not in seen:
+        seen.add(b)
+        b = inplace[b]
+    return b
+
+
+def _eligible(step: Any) -> bool:
+    return isinstance(step, Kernel) and not isinstance(step, Combo) and step.rnumel == 1 and \
+        isinstance(step.xnumel, int) and 0 < step.xnumel <= COMBO_MAX_NUMEL
+
+
+class _Run:
+    """Consecutive steps becoming one combo: its kernels, and the ATen calls between them that move before it."""
+
+    def __init__(self) -> None:
+        self.kernels: list[int] = []
+        self.moved: list[int] = []
+        self.writes: set[str] = set()       # memory the kernels write
+        self.touched: set[str] = set()      # ... or read
+        self.args: set[str] = set()
+
+    def take(self, i: int, step: Kernel, inplace: dict[str, str]) -> bool:
+        w = {_root(b, inplace) for b in step.stores}
+        r = {_root(b, inplace) for b in step.reads}
+        args = self.args | set(step.stores) | set(step.reads)
+        if self.kernels and (len(self.kernels) >= COMBO_MAX_PARTS or len(args) > COMBO_MAX_ARGS or w & self.touched
+                             or r & self.writes):
+            return False
+        self.kernels.append(i)
+        self.writes |= w
+        self.touched |= w | r
+        self.args = args
+        return True
+
+    def skips(self, i: int, step: Any, inplace: dict[str, str]) -> bool:
+        """An ATen call returning a new tensor (a matmul, an empty tensor), reading nothing the kernels so far
+        write, moves before the combo: the kernels after it may then read its result."""
+        if not (self.kernels and isinstance(step, Extern) and step.fresh and not step.multi):
+            return False
+        if {_root(b, inplace) for b in step.reads()} & self.writes:
+            return False
+        self.moved.append(i)
+        return True
+
+
+def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel], bool]) -> Schedule:
+    """``sched`` with runs of consecutive independent pointwise kernels (those ``eligible`` takes: the
+    Triton ones) as ``Combo`` steps; ``inplace`` as ``ember.loopir.inplace`` made it."""
+    order: list[list[int]] = []           # new steps: [i] a step as it was, [i, j, ...] a combo of kernels
+    run = _Run()
+    moved: set[int] = set()
+
+    def close() -> None:
+        if len(run.kernels) > 1:
+            moved.update(run.moved)
+            order.extend([m] for m in run.moved)
+            order.append(run.kernels)
+        else:
+            order.extend([i] for i in sorted(run.kernels + run.moved))
+
+    for i, step in enumerate(sched.steps):
+        if _eligible(step) and eligible(step):
+            if run.take(i, step, inplace):
+                continue
+            close()
+            run = _Run()
+            run.take(i, step, inplace)
+        elif not run.skips(i, step, inplace):
+            close()
+            run = _Run()
+            order.append([i])
+    close()
+    if all(len(o) == 1 for o in order):
+        return sched
+    steps, frees, input_frees = [], [], []
+    late: list[str] = []            # what moved ATen calls free: dies after the combo, whose parts may read it
+    late_inputs: list[str] = []
+    for o in order:
+        if len(o) == 1 and o[0] not in moved:
+            steps.append(sched.steps[o[0]])
+            frees.append(list(sched.frees[o[0]]))
+            input_frees.append(list(sched.input_frees[o[0]]) if sched.input_frees else [])
+            continue
+        if len(o) == 1:             # a moved ATen call
+            steps.append(sched.steps[o[0]])
+            frees.append([])
+            input_frees.append([])
+            late += sched.frees[o[0]]
+            late_inputs += sched.input_frees[o[0]] if sched.input_frees else []
+            continue
+        parts = [sched.steps[j] for j in o]
+        combo = Combo(f"combo{len(steps)}_{parts[0].name}", sum(p.xnumel for p in parts), 1,
+                      [n for p in parts for n in p.nodes], parts=parts)
+        combo.stores = [b for p in parts for b in p.stores]
+        combo.reads = sorted({b for p in parts for b in p.reads})
+        steps.append(combo)
+        frees.append([b for j in o for b in sched.frees[j]] + late)
+        input_frees.append([b for j in o for b in (sched.input_frees[j] if sched.input_frees else [])] +
+                           late_inputs)
+        late, late_inputs = [], []
+    return Schedule(sched.graph, steps, frees, input_frees if sched.input_frees else [])
+
+
+__all__ = ["COMBO_MAX_ARGS", "COMBO_MAX_NUMEL", "COMBO_MAX_PARTS", "Combo", "ComboBody", "combine"]

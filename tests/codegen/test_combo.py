@@ -1,0 +1,169 @@
+"""Combo kernels (``ember.loopir.combo``, ``ember.codegen.triton_combo``): consecutive independent pointwise Triton
+kernels launched as one, each part on its own program ids. Run here under ``TRITON_INTERPRET=1``, which runs a
+grid's programs one after another: values are checked against eager, and the refusals (a part reading or
+writing memory another part writes) structurally, since the interpreter would not show the race."""
+from __future__ import annotations
+
+import copy
+import re
+
+import torch
+
+from ember.options import make_options
+
+TRITON = make_options(None, {"cpu_backend": "triton"})
+
+
+def _built(fn, args, options=TRITON):
+    from ember.autograd.aot import aot_compile
+    from ember.codegen import compile_graph
+    built = []
+
+    def hook(g, kind):
+        built.append(compile_graph(g, kind, options))
+        return built[-1]
+    out = aot_compile(torch.fx.symbolic_trace(fn), args, decompose=True, compile_graph=hook)
+    return out, built[0]
+
+
+def adam_update(params, grads, m, v):
+    with torch.no_grad():
+        for p, g, mi, vi in zip(params, grads, m, v):
+            mi.mul_(0.9).add_(g, alpha=0.1)
+            vi.mul_(0.999).addcmul_(g, g, value=0.001)
+            p.addcdiv_(mi, vi.sqrt().add_(1e-8), value=-1e-3)
+
+
+def _launches(src: str) -> int:
+    return len(re.findall(r"^    .*\)  # ", src, re.M))
+
+
+def test_adam_update_over_many_tensors_takes_few_launches_and_equals_eager(monkeypatch):
+    import ember
+    import ember.backends.compiler as backend
+    built = []
+    real = backend.compile_graph
+
+    def keep(gm, kind="inference", options=None):
+        built.append(real(gm, kind, options))
+        return built[-1]
+    monkeypatch.setattr(backend, "compile_graph", keep)
+    sizes = [(64, 64), (256,), (128, 512), (7, 13), (0,), (3000,)] * 6
+    state = [[torch.randn(*s) for s in sizes], [torch.randn(*s) for s in sizes],
+             [torch.zeros(*s) for s in sizes], [torch.rand(*s) for s in sizes]]
+    ref = copy.deepcopy(state)
+    f = ember.compile(adam_update, options={"cpu_backend": "triton"})
+    for _ in range(2):
+        f(*state)
+        adam_update(*ref)
+    for got, want in zip(state, ref):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+    assert len(built) == 1
+    fn = built[0]
+    src = "\n".join([fn.source] + fn.kernel_sources)
+    assert "combo kernel" in src, src
+    assert _launches(fn.source) <= 3, fn.source     # 30 nonempty updates, at most 32 parts per combo
+
+
+def transposed_reader(x):
+    y = x * 2
+    return y.t() + 1, y          # the second kernel reads y at other points than the first computes
+
+
+def test_a_kernel_reading_another_ones_output_is_not_its_part():
+    x = torch.randn(64, 64)
+    out, fn = _built(transposed_reader, [x])
+    assert "combo kernel" not in "\n".join(fn.kernel_sources), fn.source
+    torch.testing.assert_close(out(x)[0], transposed_reader(x)[0])
+
+
+def read_then_mutated(x):
+    a = x[:32] * 2               # reads x (2048 points) ...
+    x.mul_(3)                     # ... then x's new value is stored into x (4096 points)
+    return a
+
+
+def test_a_part_may_not_write_memory_an_earlier_part_reads():
+    """Alone, the mutation stores into ``x`` (the kernel reading ``x`` is done by then); as parts of one launch
+    the two would race, so they stay two launches."""
+    x = torch.randn(64, 64)
+    out, fn = _built(read_then_mutated, [x.clone()])
+    assert "new value stored in place" in fn.source, fn.source
+    assert "combo kernel" not in "\n".join(fn.kernel_sources), fn.source
+    got_x, want_x = x.clone(), x.clone()
+    got = out(got_x)
+    torch.testing.assert_close(got[0] if isinstance(got, (tuple, list)) else got, read_then_mutated(want_x))
+    torch.testing.assert_close(got_x, want_x)
+
+
+def test_combine_refuses_parts_sharing_written_memory():
+    """``combine`` directly on three independent kernels: together they are one combo; when the third stores
+    (in place) into the memory the first reads, the first two are a combo and the third a step of its own, and
+    every buffer is still freed once."""
+    from ember.autograd.aot import aot_compile
+    from ember.loopir.combo import Combo, combine
+    from ember.loopir.lower import lower
+    from ember.loopir.schedule import Kernel, schedule
+
+    def f(x, y, z):
+        return x[:32] * 2, y + 1, z * 3
+    graphs = []
+
+    def hook(g, kind):
+        graphs.append(g)
+        return g
+    aot_compile(torch.fx.symbolic_trace(f), [torch.randn(64, 64), torch.randn(100), torch.randn(64, 64)],
+                decompose=True, compile_graph=hook)
+    sched = schedule(lower(graphs[0], "g"), spread=True)
+    kernels = [s for s in sched.steps if isinstance(s, Kernel)]
+    assert [k.xnumel for k in kernels] == [2048, 100, 4096], sched.python()
+    plain = combine(sched, {}, lambda k: True)
+    assert len(plain.steps) == 1 and isinstance(plain.steps[0], Combo) and plain.steps[0].parts == kernels
+    clash = combine(sched, {kernels[2].stores[0]: kernels[0].reads[0]}, lambda k: True)
+    assert len(clash.steps) == 2 and clash.steps[0].parts == kernels[:2] and clash.steps[1] is kernels[2], \
+        clash.python()
+    assert sorted(b for fr in clash.frees for b in fr) == sorted(b for fr in sched.frees for b in fr)
+    none = combine(sched, {}, lambda k: k is not kernels[1])     # not eligible: breaks the run
+    assert not any(isinstance(s, Combo) for s in none.steps), none.python()
+
+
+def test_an_aten_call_between_parts_moves_before_the_combo_and_what_it_frees_dies_after():
+    """A fresh ATen call between two parts, reading what the first part reads, goes before the combo; the buffer
+    whose last reader it was is freed after the combo (the first part still reads it there). One reading what
+    the first part writes ends the run instead."""
+    from ember.autograd.aot import aot_compile
+    from ember.loopir.combo import Combo, combine
+    from ember.loopir.ir import BufferRef, Extern
+    from ember.loopir.lower import lower
+    from ember.loopir.schedule import Schedule, schedule
+
+    def f(x, y, z):
+        return x[:32] * 2, y + 1, z * 3
+    graphs = []
+    aot_compile(torch.fx.symbolic_trace(f), [torch.randn(64, 64), torch.randn(100), torch.randn(64, 64)],
+                decompose=True, compile_graph=lambda g, kind: graphs.append(g) or g)
+    sched = schedule(lower(graphs[0], "g"), spread=True)
+    k0, k1, k2 = sched.steps
+    x = k0.reads[0]
+    lay = sched.graph.node(x).layout
+    mm = Extern("mm0", lay, torch.mm, (BufferRef(x, lay), BufferRef(x, lay)), fresh=True, op="mm")
+    steps = Schedule(sched.graph, [k0, mm, k1, k2], [[], ["dying"], [], []], [])
+    out = combine(steps, {}, lambda k: True)
+    assert [type(s) for s in out.steps] == [Extern, Combo] and out.steps[1].parts == [k0, k1, k2], out.python()
+    assert out.frees == [[], ["dying"]]
+    reads_k0_output = Extern("mm1", lay, torch.mm, (BufferRef(k0.stores[0], lay),), fresh=True, op="mm")
+    out = combine(Schedule(sched.graph, [k0, reads_k0_output, k1, k2], [[], [], [], []], []), {}, lambda k: True)
+    assert out.steps[:2] == [k0, reads_k0_output] and out.steps[2].parts == [k1, k2], out.python()
+
+
+def two_updates(p, g, q, h):
+    return p - 0.1 * g, q - 0.1 * h
+
+
+def test_cpp_kernels_are_not_combined():
+    args = [torch.randn(64, 64), torch.randn(64, 64), torch.randn(300), torch.randn(300)]
+    _, fn = _built(two_updates, args, make_options(None, {}))
+    assert "combo" not in fn.source
+    _, fn = _built(two_updates, args)
+    assert "combo" in fn.source, fn.source
