@@ -23,19 +23,22 @@ def main() -> None:
     ap.add_argument("--parts", type=int, default=32)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--noinline", action="store_true", help="part functions called by several parts: noinline")
     ap.add_argument("--reps", type=int, default=50)
     a = ap.parse_args()
     import kernels as kb
 
     import ember
-    import ember.loopir.combo as combo
+    from ember.loopir import combo
     combo.COMBO_MAX_PARTS = a.parts
+    from ember.codegen import triton_combo
+    triton_combo.NOINLINE_SHARED = a.noinline
     dtype = getattr(torch, a.dtype)
-    name, fn, args, nbytes = next(c for c in kb.cases("cuda", dtype, False) if c[0] == "adam_update")
+    _, fn, args, nbytes = next(c for c in kb.cases("cuda", dtype, False) if c[0] == "adam_update")
     engines = {"eager": fn, "ember": ember.compile(fn)}
     if a.torch:
         engines["torch"] = torch.compile(fn)
-    row: dict = {"parts": a.parts, "dtype": a.dtype, "bytes": nbytes}
+    row: dict = {"parts": a.parts, "noinline": a.noinline, "dtype": a.dtype, "bytes": nbytes}
     for k, f in engines.items():
         t0 = time.perf_counter()
         f(*kb._clone(args))
@@ -47,6 +50,13 @@ def main() -> None:
         for f in engines.values():
             f(*s)
     row.update({f"ms_{k}": round(t, 4) for k, t in kb.time_queued(engines, sets, a.reps).items()})
+    row.update({f"host_ms_{k}": round(t, 4) for k, t in kb.host_ms(engines, sets).items()})
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        engines["ember"](*args)
+        torch.cuda.synchronize()
+    kern = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    row["ember_launches"] = len(kern)
+    row["ember_kernel_us"] = round(sum(e.device_time for e in kern), 1)
     bw = kb.copy_bandwidth("cuda")
     row["copy_gbs"] = round(bw / 1e9)
     row["bw_frac_ember"] = round(nbytes / (row["ms_ember"] * 1e-3) / bw, 3)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The eighteenth session's device calls (combo kernels). PARTS picks, in order:
 #   tests     the full tests/gpu (log: pytest_gpu.log)
-#   sweep     bench/combo_sweep.py for each cap in CAPS (fresh caches each: cold compiles), torch.compile once
+#   sweep     bench/combo_sweep.py for each cap in CAPS and INLINE (plain, noinline) (fresh caches each: cold
+#             compiles), torch.compile with cap TORCH_CAP
 #   kernels   bench/kernels.py --queued in bf16 and float32 (logs kernels_D.log)
 #   bench     default-mode bf16 TASK of each of MODELS in its own bench process (fresh caches), LIMIT s each
 set -uo pipefail
@@ -17,8 +18,11 @@ for part in ${PARTS:-tests}; do
   sweep)
     for cap in ${CAPS:-1 8 16 32}; do
       extra=""; [ "$cap" = "${TORCH_CAP:-32}" ] && extra="--torch"
-      EMBER_CACHE_DIR=$(mktemp -d) TRITON_CACHE_DIR=$(mktemp -d) timeout 150 python3 bench/combo_sweep.py \
-        --parts $cap --dtype ${DTYPE:-float32} $extra 2>&1 | tail -2 | tee -a "$OUT/combo_sweep.txt"
+      for ni in ${INLINE:-plain}; do      # plain and/or noinline
+        flag=""; [ "$ni" = noinline ] && flag="--noinline"
+        EMBER_CACHE_DIR=$(mktemp -d) TRITON_CACHE_DIR=$(mktemp -d) timeout 150 python3 bench/combo_sweep.py \
+          --parts $cap --dtype ${DTYPE:-float32} $extra $flag 2>&1 | tail -2 | tee -a "$OUT/combo_sweep.txt"
+      done
     done ;;
   kernels)
     for d in ${DTYPES:-bfloat16 float32}; do

@@ -107,7 +107,10 @@ def time_queued(fns: dict[str, Callable], sets: list[tuple], reps: int) -> dict[
     import statistics
 
     from ember.bench.measure import sleep_cycles_per_ms
-    cycles = int(sleep_cycles_per_ms() * 0.5)      # 0.5 ms: longer than any call's host work here
+    host = host_ms(fns, sets)
+    # at least 0.5 ms, and twice the slowest call's host work (an update over 480 tensors takes ~0.5 ms of
+    # guards and launches): the sleep must outlast it, or the host time shows in the measured interval
+    cycles = int(sleep_cycles_per_ms() * max(0.5, 2 * max(host.values())))
     samples: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for r in range(reps):
@@ -124,6 +127,21 @@ def time_queued(fns: dict[str, Callable], sets: list[tuple], reps: int) -> dict[
         for name, s, e in events:
             samples[name].append(s.elapsed_time(e))
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def host_ms(fns: dict[str, Callable], sets: list[tuple], reps: int = 7) -> dict[str, float]:
+    """Median host milliseconds of each ``fn(*args)`` call (guards, wrapper, launches; the device is idle
+    before each, so queueing does not block)."""
+    import statistics
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(reps):
+        for name, fn in fns.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn(*sets[r % len(sets)])
+            out[name].append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 def copy_bandwidth(device: str) -> float:
@@ -202,6 +220,7 @@ def main() -> None:
                 for f in ok.values():
                     f(*s)
             row.update({f"ms_{k}": t for k, t in time_queued(ok, sets, a.reps).items()})
+            row.update({f"host_ms_{k}": t for k, t in host_ms(ok, sets).items()})
         else:
             runnable = {k: (lambda f=f: f(*args)) for k, f in engines.items() if f"error_{k}" not in row}
             for f in runnable.values():
@@ -218,6 +237,8 @@ def main() -> None:
               f"{row.get('ms_ember', float('nan')):>10.3f}{row.get('ratio', float('nan')):>13.2f}"
               f"{100 * row.get('bw_frac', float('nan')):>10.0f}%"
               f"{row.get('compile_s_torch', float('nan')):>12.2f}/{row.get('compile_s_ember', float('nan')):.2f}"
+              + (f"  host ms torch/ember {row['host_ms_torch']:.3f}/{row['host_ms_ember']:.3f}"
+                 if "host_ms_torch" in row and "host_ms_ember" in row else "")
               + ("" if row.get("correct_ember", False) else "  EMBER WRONG")
               + "".join(f"  {k}: {v}" for k, v in row.items() if k.startswith("error_")))
     ratios = [r["ratio"] for r in results if "ratio" in r and r.get("correct_ember")]

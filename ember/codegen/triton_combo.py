@@ -22,10 +22,13 @@ from ember.loopir.combo import ComboBody
 
 from .triton_gen import _PLACEHOLDER, _SHARED, HEADER, LaunchConfig, _Gen, _sizes, canonical, launch_config
 
+NOINLINE_SHARED = False     # a part function called by several parts is compiled once, not inlined into each
+
 
 def generate_combo(body: ComboBody) -> tuple[str, str, LaunchConfig]:
     """(module source, kernel function name, launch configuration) of a combo kernel."""
     fns: dict[str, str] = {}          # a part function's text -> its name
+    uses: dict[str, int] = {}
     position = {b: i for i, b in enumerate(body.buffers)}
     calls: list[str] = []
     start, warps, int64 = 0, 1, False
@@ -35,6 +38,7 @@ def generate_combo(body: ComboBody) -> tuple[str, str, LaunchConfig]:
         text = canonical(_Gen(part, cfg, _PLACEHOLDER, part=True).generate(), list(part.buffers))
         fn_text = text[text.index("@triton.jit"):]
         fname = fns.setdefault(fn_text, f"part{len(fns)}")
+        uses[fname] = uses.get(fname, 0) + 1
         args = ", ".join([f"p{position[b]}" for b in part.buffers] + ["pid" if start == 0 else f"pid - {start}"])
         end = start + cfg.grid[0]
         test = "if" if start == 0 else "elif"
@@ -43,7 +47,7 @@ def generate_combo(body: ComboBody) -> tuple[str, str, LaunchConfig]:
         start, warps, int64 = end, max(warps, cfg.num_warps), int64 or cfg.int64
     k = body.kernel
     params = ", ".join(f"p{i}" for i in range(len(body.buffers)))
-    parts_src = "".join(t.replace(_PLACEHOLDER, n) + "\n\n" for t, n in fns.items())
+    parts_src = "".join(_noinline(t, uses[n] > 1).replace(_PLACEHOLDER, n) + "\n\n" for t, n in fns.items())
     kernel = "\n".join([f"@triton.jit", f"def {_PLACEHOLDER}({params}):", "    pid = tl.program_id(0)"] + calls)
     text = parts_src + kernel + "\n"
     fname = _SHARED.setdefault(text, f"ember_{k.name}")
@@ -51,6 +55,12 @@ def generate_combo(body: ComboBody) -> tuple[str, str, LaunchConfig]:
             f"# parameters: {', '.join(f'p{i}={b}' for i, b in enumerate(body.buffers))}\n")
     cfg = LaunchConfig((start, 1, 1), 1, 1, warps, True, int64)
     return HEADER + head + text.replace(_PLACEHOLDER, fname), fname, cfg
+
+
+def _noinline(fn_text: str, shared: bool) -> str:
+    if not (NOINLINE_SHARED and shared):
+        return fn_text
+    return fn_text.replace("@triton.jit\n", "@triton.jit(noinline=True)\n", 1)
 
 
 __all__ = ["generate_combo"]
