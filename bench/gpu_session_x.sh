@@ -3,6 +3,7 @@
 #   tests     the full tests/gpu (log: pytest_gpu.log)
 #   sweep     bench/combo_sweep.py for each cap in CAPS and INLINE (plain, noinline) (fresh caches each: cold
 #             compiles), torch.compile with cap TORCH_CAP
+#   adam      bench/adam_shapes.py for each cap in CAPS
 #   kernels   bench/kernels.py --queued in bf16 and float32 (logs kernels_D.log)
 #   bench     default-mode bf16 TASK of each of MODELS in its own bench process (fresh caches), LIMIT s each
 set -uo pipefail
@@ -23,6 +24,10 @@ for part in ${PARTS:-tests}; do
         EMBER_CACHE_DIR=$(mktemp -d) TRITON_CACHE_DIR=$(mktemp -d) timeout 150 python3 bench/combo_sweep.py \
           --parts $cap --dtype ${DTYPE:-float32} $extra $flag 2>&1 | tail -2 | tee -a "$OUT/combo_sweep.txt"
       done
+    done ;;
+  adam)
+    for cap in ${CAPS:-1 32}; do
+      timeout 120 python3 bench/adam_shapes.py --parts $cap 2>&1 | grep "^{" | tee -a "$OUT/adam_shapes.txt"
     done ;;
   kernels)
     for d in ${DTYPES:-bfloat16 float32}; do
