@@ -28,7 +28,7 @@ def main() -> None:
     import ember.loopir.schedule as S
     from ember.bench.engines import parse_engine
     if a.mode == "old":
-        S.SPREAD_MAX_POINTS = S.HORIZONTAL_MAX_POINTS
+        S.SPREAD_MAX_POINTS, S.SPREAD_MAX_STREAMS = S.HORIZONTAL_MAX_POINTS, 1 << 30
         C.COMBO_MAX_PARTS = 1
     counts: list[tuple[str, int, int]] = []
     real = W.make_wrapper

@@ -55,6 +55,15 @@ def _has_templates(sched: Any, options: Any) -> bool:
                "triton" for s in sched.steps)
 
 
+def _memory_of(b: str, inplace: dict[str, str]) -> str:
+    """The buffer whose memory ``b`` is stored in (following in-place stores)."""
+    seen = set()
+    while b in inplace and b not in seen:
+        seen.add(b)
+        b = inplace[b]
+    return b
+
+
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
     from ember.loopir.combo import Combo, ComboBody
     from ember.loopir.ir import BufferRef, Layout
@@ -110,6 +119,7 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
             return ComboBody(s, [body(p, mod) for p in s.parts])
         b = kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
         b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}  # read and written by 2 names
+        b.memory = {n: _memory_of(n, inplace) for n in b.aliased}
         return b
     for backend, steps in by_backend.items():
         mod = _backend_module(backend)

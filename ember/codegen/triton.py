@@ -350,7 +350,7 @@ def _candidates(body: KernelBody) -> list[tuple[str, Any]]:
         out.append((_label(cfg), _build(body, cfg, pers)))
     if k.is_reduction and pers and int(k.rnumel) >= 512:
         looped = kernel_body(k, persistent=False)
-        looped.aliased = set(body.aliased)
+        looped.aliased, looped.memory = set(body.aliased), dict(body.memory)
         names = list(body.buffers)
         if set(looped.buffers) == set(names):
             perm = [names.index(b) for b in looped.buffers]

@@ -408,7 +408,7 @@ class _Gen:
             self.emit("rindex = roffset + rbase")
             if self.rmask:
                 self.emit(f"rmask = rindex < {self.rnumel}")
-        for st in sec.stmts:
+        for st in _stores_last(sec.stmts, self.body.memory):
             if isinstance(st, Assign):
                 self.assign(st)
             elif isinstance(st, Accumulate):
@@ -435,6 +435,24 @@ class _Gen:
         if len(self.lines) == 0:
             self.emit("pass")
         return "\n".join(head + self.lines) + "\n"
+
+
+def _stores_last(stmts: list, memory: dict[str, str]) -> list:
+    """A section's statements with its stores moved to its end, in their order (as Inductor's kernels do): a
+    program then issues every load before its first store. The compiler cannot move a load above a store that
+    may alias it, so a kernel interleaving them waits for memory once per store: an Adam update (load m, store m,
+    load v, store v, load p, store p) three times. Kept in order when a load reads, after a store, memory that
+    store wrote (``memory``: buffers stored in place -> the buffer whose memory they use)."""
+    stores = [st for st in stmts if isinstance(st, Store)]
+    if not stores or all(isinstance(st, Store) for st in stmts[len(stmts) - len(stores):]):
+        return stmts
+    written: set[str] = set()
+    for st in stmts:
+        if isinstance(st, Store):
+            written.add(memory.get(st.buf, st.buf))
+        elif isinstance(st, Assign) and st.kind == "load" and memory.get(st.args[0], st.args[0]) in written:
+            return stmts
+    return [st for st in stmts if not isinstance(st, Store)] + stores
 
 
 HEADER = ("import triton\nimport triton.language as tl\n"

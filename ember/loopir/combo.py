@@ -43,11 +43,14 @@ class ComboBody:
     buffers: dict = field(default_factory=dict)
     aliased: set[str] = field(default_factory=set)
 
+    memory: dict[str, str] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
         for b in self.parts:
             for name, v in b.buffers.items():
                 self.buffers.setdefault(name, v)
             self.aliased |= b.aliased
+            self.memory.update(b.memory)
 
     @property
     def name(self) -> str:

@@ -71,6 +71,7 @@ class KernelBody:
     buffers: dict[str, tuple[torch.dtype, str]]   # buffer -> (dtype, "in" | "out")
     dtypes: dict[str, torch.dtype]                # var -> dtype
     aliased: set[str] = field(default_factory=set)  # buffers sharing memory with another (stored in place)
+    memory: dict[str, str] = field(default_factory=dict)    # each of ``aliased`` -> the buffer whose memory it is
     extents: dict[str, int] = field(default_factory=dict)   # var bound as an index -> its dimension's size
     scratch: dict[str, torch.dtype] = field(default_factory=dict)  # per-row scratch rows (stash_recomputed)
 

@@ -37,10 +37,12 @@ HORIZONTAL_MAX_POINTS = 1 << 20  # ... while buffers x points stays below this (
                                  # than a core's prefetchers follow only divide the bandwidth)
 # With ``spread`` (GPU kernels, where independent kernels launch together as combo kernels, ``loopir.combo``):
 # a kernel's programs run on many cores at once, and independent work joined into one kernel runs in sequence in
-# each program. Horizontal joins stop at this many buffer points: 40 Adam updates of 4096 points in one kernel
-# ran on 4 programs, each streaming 600 KB, where as parts of a combo kernel they take 160 programs. Pointwise
-# nodes only: combo kernels take pointwise kernels.
+# each program, so horizontal joins of pointwise nodes stop at this many buffer points and this many buffers
+# (streams) per program. An Adam-like update over 120 float32 tensors on an H100 took 245 us in 56 kernels, 77 us
+# as 5 combo kernels while 36 updates of 256 points still shared one program (bench/adam_shapes.py, results in
+# bench/results/2026-11-26-h100-k); the same bytes in one tensor take 23 us.
 SPREAD_MAX_POINTS = 1 << 16
+SPREAD_MAX_STREAMS = 16
 # A node of more than HORIZONTAL_MAX_NUMEL points joins a kernel for reading the same input only when that input
 # has at least 1/SHARED_READ_FRACTION of its points: sharing a small one (an attention's [batch, keys] padding
 # mask, a norm's weight) saves nothing, and the joined kernel holds two unrelated computations at once. The
@@ -350,7 +352,6 @@ def _hoisted(nodes: list[Node]) -> list[Node]:
 
 def schedule(graph: LoopGraph, spread: bool = False) -> Schedule:
     """``spread``: the kernels run on a GPU (see ``SPREAD_MAX_POINTS``)."""
-    spread_cap = SPREAD_MAX_POINTS if spread else HORIZONTAL_MAX_POINTS
     where: dict[str, int] = {}          # buffer -> position of the step producing it
     groups: list[_Group] = []
     steps: list[Any] = []               # _Group | Extern | ExternOutput, in order
@@ -372,7 +373,8 @@ def schedule(graph: LoopGraph, spread: bool = False) -> Schedule:
         side = None       # for a tiny node, the latest kernel it may join horizontally, sharing nothing
         tiny = _tiny(node)
         # reductions keep the wide cap: combo kernels take pointwise kernels only
-        cap = spread_cap if isinstance(node, Pointwise) else HORIZONTAL_MAX_POINTS
+        cap = (SPREAD_MAX_POINTS, SPREAD_MAX_STREAMS) if spread and isinstance(node, Pointwise) else \
+            (HORIZONTAL_MAX_POINTS, None)
         for g in reversed(groups):
             d: dict = {}
             why = _why_not(g, node, where, node_loads, derived=d)
@@ -472,9 +474,10 @@ def _sink(g: _Group, late: list[str], steps: list[Any], where: dict[str, int], g
     return True
 
 
-def _horizontal(g: _Group, node: Node, reads: set[str], cap: int) -> bool:
-    """Small independent kernels of one iteration space share a launch, up to a total of ``cap`` buffer points:
-    pointwise ones, and reductions (the final sums of split reductions, per-channel statistics)."""
+def _horizontal(g: _Group, node: Node, reads: set[str], cap: tuple[int, int | None]) -> bool:
+    """Small independent kernels of one iteration space share a launch, up to a total of ``cap[0]`` buffer points
+    and ``cap[1]`` buffers (None: any): pointwise ones, and reductions (the final sums of split reductions,
+    per-channel statistics)."""
     xn, rn = _shape_of(node)
     points = xn * rn if isinstance(xn, int) and isinstance(rn, int) else None
     if (xn, rn) != (g.xnumel, g.rnumel) or points is None or points > HORIZONTAL_MAX_NUMEL:
@@ -482,7 +485,7 @@ def _horizontal(g: _Group, node: Node, reads: set[str], cap: int) -> bool:
     if not (isinstance(node, Pointwise) or (isinstance(node, Reduction) and rn != 1)):
         return False
     streams = g.reads | reads | g.by_name.keys() | {node.name}
-    return len(streams) * points <= cap
+    return len(streams) * points <= cap[0] and (cap[1] is None or len(streams) <= cap[1])
 
 
 def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
