@@ -55,18 +55,9 @@ def _has_templates(sched: Any, options: Any) -> bool:
                "triton" for s in sched.steps)
 
 
-def _memory_of(b: str, inplace: dict[str, str]) -> str:
-    """The buffer whose memory ``b`` is stored in (following in-place stores)."""
-    seen = set()
-    while b in inplace and b not in seen:
-        seen.add(b)
-        b = inplace[b]
-    return b
-
-
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
-    from ember.loopir.combo import Combo, ComboBody
-    from ember.loopir.ir import BufferRef, Layout
+    from ember.loopir.combo import Combo, ComboBody, combine
+    from ember.loopir.ir import BufferRef, Extern, Layout
     from ember.loopir.kernel import kernel_body
     from ember.loopir.lower import LoweringError, lower
     from ember.loopir.schedule import Kernel, schedule
@@ -82,9 +73,13 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         return gm
     gm.meta["ember_output_strides"] = [tuple(int(v) for v in o.layout.stride) if isinstance(o, BufferRef) else None
                                        for o in graph.outputs]
-    # GPU kernels: independent ones launch together as combo kernels (ember.loopir.combo)
-    spread = any(kernel_backend(n.layout.device, options) == "triton" for n in graph.nodes
-                 if isinstance(getattr(n, "layout", None), Layout))
+    # GPU kernels: independent ones launch together as combo kernels (ember.loopir.combo), except under
+    # max-autotune with matmul templates (which take epilogue kernels instead)
+    templates = getattr(options, "max_autotune", False) and any(
+        isinstance(n, Extern) and n.op in ("mm", "addmm", "bmm") and kernel_backend(n.layout.device, options) ==
+        "triton" for n in graph.nodes)
+    spread = set() if templates else {n.layout.device for n in graph.nodes if isinstance(
+        getattr(n, "layout", None), Layout) and kernel_backend(n.layout.device, options) == "triton"}
     sched = schedule(graph, spread=spread)
     if logs.enabled("schedule"):
         logs.log("schedule", f"{name}:\n{sched.python()}")
@@ -94,7 +89,7 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
     for step in sched.steps:
         if isinstance(step, Kernel):
             by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
-    from ember.loopir.inplace import inplace_stores, reused_buffers, scatter_in_place
+    from ember.loopir.inplace import inplace_stores, memory_root, reused_buffers, scatter_in_place
     from ember.loopir.ir import Scatter
     # a scatter writes into its target's memory; its kernels read and write it (autotuning times them on copies)
     inplace = {n.name: n.target for n in graph.nodes if isinstance(n, Scatter)}
@@ -106,24 +101,23 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         # GPU: less memory held (a CUDA graph's pool keeps its peak); matmul templates fuse their epilogues instead
         inplace.update(reused_buffers(graph, sched, inplace, reductions=True))
     scatter_in_place(graph, sched, gm.meta.get("ember_write_backs", ()), inplace)
-    if "triton" in by_backend and not (getattr(options, "max_autotune", False) and _has_templates(sched, options)):
-        from ember.loopir.combo import combine
-        sched = combine(sched, inplace, lambda k: kernel_backend(k.device, options) == "triton")
+    if spread:
+        sched = combine(sched, inplace, lambda k: k.device in spread)
     by_backend = {}
     for step in sched.steps:
         if isinstance(step, Kernel):
             by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
 
-    def body(s: Kernel, mod: Any) -> Any:
+    def make_body(s: Kernel, mod: Any) -> Any:
         if isinstance(s, Combo):
-            return ComboBody(s, [body(p, mod) for p in s.parts])
+            return ComboBody(s, [make_body(p, mod) for p in s.parts])
         b = kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
         b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}  # read and written by 2 names
-        b.memory = {n: _memory_of(n, inplace) for n in b.aliased}
+        b.memory = {n: memory_root(n, inplace) for n in b.aliased}
         return b
     for backend, steps in by_backend.items():
         mod = _backend_module(backend)
-        bodies = [body(s, mod) for s in steps]
+        bodies = [make_body(s, mod) for s in steps]
         if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
             fns = mod.compile_kernels(bodies, options, name)
         else:

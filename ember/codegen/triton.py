@@ -305,11 +305,12 @@ def _build(body: KernelBody | ComboBody, cfg: LaunchConfig | None = None,
     return TritonKernel(src, fname, cfg, body.name, interp)
 
 
-def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]:
+def compile_kernel(body: KernelBody | ComboBody, options: Any = None) -> Callable[..., None]:
     return _build(body)
 
 
-def compile_kernels(bodies: list[KernelBody], options: Any = None, name: str = "") -> list[Callable[..., None]]:
+def compile_kernels(bodies: list[KernelBody | ComboBody], options: Any = None,
+                    name: str = "") -> list[Callable[..., None]]:
     if getattr(options, "max_autotune", False):
         return _autotuned_kernels(bodies)
     kernels, rest = [], []
@@ -366,7 +367,7 @@ def _label(cfg: LaunchConfig) -> str:
         else f"X{cfg.xblock} w{cfg.num_warps}"
 
 
-def _autotuned_kernels(bodies: list[KernelBody]) -> list[Callable[..., None]]:
+def _autotuned_kernels(bodies: list[KernelBody | ComboBody]) -> list[Callable[..., None]]:
     from .autotune import Autotuned, digest
     out: list[Callable[..., None]] = []
     every: list[tuple[Any, list[torch.dtype]]] = []
@@ -387,7 +388,7 @@ def _autotuned_kernels(bodies: list[KernelBody]) -> list[Callable[..., None]]:
     return out
 
 
-def _dtypes(body: KernelBody) -> list[torch.dtype]:
+def _dtypes(body: KernelBody | ComboBody) -> list[torch.dtype]:
     return [dt for dt, _ in body.buffers.values()]
 
 

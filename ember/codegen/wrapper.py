@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import torch
 from torch.utils._pytree import tree_flatten
 
+from ember.loopir.inplace import memory_root
 from ember.loopir.ir import (BufferRef, Extern, ExternOutput, InputBuffer, Layout, Pointwise, Reduction,
                              contiguous_stride)
 from ember.loopir.kernel import KernelBody
@@ -258,7 +259,7 @@ def _allocation_layouts(schedule: Schedule, inplace: dict[str, str]) -> dict[str
     graph = schedule.graph
 
     def root(b: str) -> str:
-        return _root(b, inplace)
+        return memory_root(b, inplace)
     layouts = {n.name: n.layout for n in graph.nodes}
     computed = {n.name for n in graph.nodes if isinstance(n, (Pointwise, Reduction))}
     groups: dict[str, list[str]] = {}
@@ -280,13 +281,6 @@ def _allocation_layouts(schedule: Schedule, inplace: dict[str, str]) -> dict[str
         if lay != layouts[r] and _same_memory(lay, layouts[r]):
             out.update({b: lay for b in names})
     return out
-
-
-def _root(b: str, inplace: dict[str, str]) -> str:
-    """The buffer whose memory ``b`` is stored in (following in-place stores)."""
-    while b in inplace:
-        b = inplace[b]
-    return b
 
 
 def _same_memory(a: Layout, b: Layout) -> bool:
@@ -333,7 +327,7 @@ def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, s
     layouts = {n.name: n.layout for n in graph.nodes}
 
     def root(b: str) -> str:
-        return _root(b, inplace)
+        return memory_root(b, inplace)
     names: dict[str, set[str]] = {}
     for n in graph.nodes:
         names.setdefault(root(n.name), set()).add(n.name)

@@ -7,8 +7,8 @@ so the parts run side by side in one launch, each on as many programs as it had 
 
 ``combine(sched, inplace, eligible)`` replaces runs of consecutive eligible kernels by ``Combo`` steps. Parts
 of one combo run in no particular order, so a part may not read or write memory another part writes:
-buffers are compared by the memory they end up in (``inplace``: an output stored into an input or a dead
-buffer), not by name. A combo is one step for memory planning: what its parts free dies after all of them,
+buffers are compared by the memory they may be (``inplace.memory_roots``: an output stored into an input or a
+dead buffer, an ATen call's result that may be a view of what it read), not by name. Parts are on one device. A combo is one step for memory planning: what its parts free dies after all of them,
 so no part's output takes the memory of a buffer another part still reads.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .kernel import Assign, KernelBody
+from .inplace import memory_roots, viewed_by_externs
 from .ir import Extern
 from .schedule import Kernel, Schedule
 
@@ -42,7 +43,6 @@ class ComboBody:
     parts: list[KernelBody]
     buffers: dict = field(default_factory=dict)
     aliased: set[str] = field(default_factory=set)
-
     memory: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -60,14 +60,6 @@ class ComboBody:
         return [st for b in self.parts for st in b.loads()]
 
 
-def _root(b: str, inplace: dict[str, str]) -> str:
-    seen = set()
-    while b in inplace and b not in seen:
-        seen.add(b)
-        b = inplace[b]
-    return b
-
-
 def _eligible(step: Any) -> bool:
     return isinstance(step, Kernel) and not isinstance(step, Combo) and step.rnumel == 1 and \
         isinstance(step.xnumel, int) and 0 < step.xnumel <= COMBO_MAX_NUMEL
@@ -76,19 +68,20 @@ def _eligible(step: Any) -> bool:
 class _Run:
     """Consecutive steps becoming one combo: its kernels, and the ATen calls between them that move before it."""
 
-    def __init__(self) -> None:
+    def __init__(self, roots: Callable[[str], frozenset]) -> None:
+        self.roots = roots
         self.kernels: list[int] = []
         self.moved: list[int] = []
         self.writes: set[str] = set()       # memory the kernels write
         self.touched: set[str] = set()      # ... or read
         self.args: set[str] = set()
 
-    def take(self, i: int, step: Kernel, inplace: dict[str, str]) -> bool:
-        w = {_root(b, inplace) for b in step.stores}
-        r = {_root(b, inplace) for b in step.reads}
+    def take(self, i: int, step: Kernel, device: Any) -> bool:
+        w = set().union(*map(self.roots, step.stores))
+        r = set().union(*map(self.roots, step.reads))
         args = self.args | set(step.stores) | set(step.reads)
         if self.kernels and (len(self.kernels) >= COMBO_MAX_PARTS or len(args) > COMBO_MAX_ARGS or w & self.touched
-                             or r & self.writes):
+                             or r & self.writes or step.device != device):
             return False
         self.kernels.append(i)
         self.writes |= w
@@ -96,12 +89,12 @@ class _Run:
         self.args = args
         return True
 
-    def skips(self, i: int, step: Any, inplace: dict[str, str]) -> bool:
+    def skips(self, i: int, step: Any) -> bool:
         """An ATen call returning a new tensor (a matmul, an empty tensor), reading nothing the kernels so far
         write, moves before the combo: the kernels after it may then read its result."""
         if not (self.kernels and isinstance(step, Extern) and step.fresh and not step.multi):
             return False
-        if {_root(b, inplace) for b in step.reads()} & self.writes:
+        if set().union(*map(self.roots, step.reads())) & self.writes:
             return False
         self.moved.append(i)
         return True
@@ -111,7 +104,11 @@ def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel
     """``sched`` with runs of consecutive independent pointwise kernels (those ``eligible`` takes: the
     Triton ones) as ``Combo`` steps; ``inplace`` as ``ember.loopir.inplace`` made it."""
     order: list[list[int]] = []           # new steps: [i] a step as it was, [i, j, ...] a combo of kernels
-    run = _Run()
+    views, memo = viewed_by_externs(sched), {}
+
+    def roots(b: str) -> frozenset:       # the memory ``b`` may be (an ATen call's view: its input's too)
+        return memory_roots(b, inplace, views, memo)
+    run = _Run(roots)
     moved: set[int] = set()
 
     def close() -> None:
@@ -124,14 +121,15 @@ def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel
 
     for i, step in enumerate(sched.steps):
         if _eligible(step) and eligible(step):
-            if run.take(i, step, inplace):
+            first = sched.steps[run.kernels[0]] if run.kernels else step
+            if run.take(i, step, first.device):
                 continue
             close()
-            run = _Run()
-            run.take(i, step, inplace)
-        elif not run.skips(i, step, inplace):
+            run = _Run(roots)
+            run.take(i, step, step.device)
+        elif not run.skips(i, step):
             close()
-            run = _Run()
+            run = _Run(roots)
             order.append([i])
     close()
     if all(len(o) == 1 for o in order):

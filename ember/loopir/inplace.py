@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from .expr import Load, loads, xvars
 from .indexing import place
-from .ir import BufferRef, Extern, InputBuffer, LoopGraph, Pointwise, Reduction, Scatter
+from .ir import BufferRef, Extern, ExternOutput, InputBuffer, LoopGraph, Pointwise, Reduction, Scatter
 from .schedule import Kernel, Schedule, kernel_placement, store_index
 
 
@@ -43,14 +43,23 @@ def _safe(graph: LoopGraph, sched: Schedule, step_of: dict, inp: InputBuffer, re
     for k, o in enumerate(graph.outputs):
         if isinstance(o, BufferRef) and k != j and o.name in (ref.name, inp.name):
             return False
+    views, memo = viewed_by_externs(sched), {}
+
+    def sees_inp(b: str) -> bool:       # ``b`` is the input, or an ATen call's possible view of it
+        return b == inp.name or (b in views and inp.name in memory_roots(b, {}, views, memo))
+    for k, o in enumerate(graph.outputs):
+        if isinstance(o, BufferRef) and k != j and sees_inp(o.name):
+            return False
     k = step_of[ref.name]
     kernel = sched.steps[k]
     for later in sched.steps[k + 1:]:
         reads = later.reads if isinstance(later, Kernel) else later.reads()
-        if inp.name in reads:
+        if any(map(sees_inp, reads)):
             return False
-    reads_inp = any(ld.buf == inp.name for m in kernel.nodes for ld in loads(m.body))
-    return not reads_inp or _only_read_at_store(kernel, node, inp.name)
+    kernel_loads = {ld.buf for m in kernel.nodes for ld in loads(m.body)}
+    if any(sees_inp(b) for b in kernel_loads - {inp.name}):
+        return False
+    return inp.name not in kernel_loads or _only_read_at_store(kernel, node, inp.name)
 
 
 def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str],
@@ -66,8 +75,9 @@ def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str],
     node in the loop after the reductions it needs (``kernel._Builder.times``), so this node's loop is the last,
     and every earlier loop's loads of the buffer come before its stores (a node needing none would be computed
     in the first loop, before later loops load the buffer again)."""
+    viewed = set().union(*viewed_by_externs(sched).values())     # a view of it may be read after its last use
     owned = {n.name for n in graph.nodes if isinstance(n, (Pointwise, Reduction)) or
-             (isinstance(n, Extern) and n.fresh and not n.multi)} - set(taken)
+             (isinstance(n, Extern) and n.fresh and not n.multi)} - set(taken) - viewed
     out: dict[str, str] = {}
     used: set[str] = set(taken.values())
     for k, step in enumerate(sched.steps):
@@ -90,6 +100,39 @@ def reused_buffers(graph: LoopGraph, sched: Schedule, taken: dict[str, str],
                     dead.remove(d)
                     break
     return out
+
+
+def memory_root(b: str, inplace: dict[str, str]) -> str:
+    """The buffer whose memory ``b`` is stored in, following ``inplace`` (buffer -> the one it is stored into)."""
+    seen = set()
+    while b in inplace and b not in seen:
+        seen.add(b)
+        b = inplace[b]
+    return b
+
+
+def viewed_by_externs(sched: Schedule) -> dict[str, set[str]]:
+    """{output of an ATen call that may return a view (any but a fresh single result: ``unfold``,
+    ``as_strided``, an item of a multi-output call): the buffers it reads}, whose memory it may share."""
+    out: dict[str, set[str]] = {}
+    for s in sched.steps:
+        if isinstance(s, Extern) and not (s.fresh and not s.multi):
+            out[s.name] = set(s.reads())
+        elif isinstance(s, ExternOutput):
+            out[s.name] = {s.source}
+    return out
+
+
+def memory_roots(b: str, inplace: dict[str, str], views: dict[str, set[str]],
+                 memo: dict[str, frozenset] | None = None) -> frozenset:
+    """Every buffer whose memory ``b`` may be: its ``memory_root``, and where that is an ATen call's possible
+    view (``viewed_by_externs``), the roots of what the call read too."""
+    memo = {} if memo is None else memo
+    r = memory_root(b, inplace)
+    if r not in memo:
+        memo[r] = frozenset([r])        # a cycle stops here
+        memo[r] = frozenset([r]).union(*(memory_roots(x, inplace, views, memo) for x in views.get(r, ())))
+    return memo[r]
 
 
 def _after_every_reduction(kernel: Kernel, node: Any) -> bool:
@@ -179,4 +222,5 @@ def scatter_in_place(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tu
         inplace[node.name] = inp.name
 
 
-__all__: list[Any] = ["inplace_stores", "reused_buffers", "scatter_in_place"]
+__all__: list[Any] = ["inplace_stores", "memory_root", "memory_roots", "reused_buffers", "scatter_in_place",
+                      "viewed_by_externs"]

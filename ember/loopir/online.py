@@ -32,8 +32,8 @@ class OnlineAccumulate:
 def online_softmax(body: KernelBody) -> KernelBody:
     """``body`` with every (max, sum of exp) pair of consecutive reduction loops fused into one loop."""
     secs = [Section(s.level, list(s.stmts), list(s.accumulators)) for s in body.sections]
-    out = KernelBody(body.kernel, secs, dict(body.buffers), dict(body.dtypes), set(body.aliased),
-                     dict(body.extents))
+    out = KernelBody(body.kernel, secs, dict(body.buffers), dict(body.dtypes), aliased=set(body.aliased),
+                     memory=dict(body.memory), extents=dict(body.extents), scratch=dict(body.scratch))
     fresh = [0]
     while _fuse_one(out, fresh):
         pass

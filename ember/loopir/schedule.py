@@ -18,6 +18,7 @@ after that kernel), the kernel itself moves down past the bmm (``_sink``), with 
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -350,8 +351,9 @@ def _hoisted(nodes: list[Node]) -> list[Node]:
     return out
 
 
-def schedule(graph: LoopGraph, spread: bool = False) -> Schedule:
-    """``spread``: the kernels run on a GPU (see ``SPREAD_MAX_POINTS``)."""
+def schedule(graph: LoopGraph, spread: Collection[Any] = ()) -> Schedule:
+    """``spread``: the devices whose kernels run on a GPU, independent ones launched together as combo
+    kernels (see ``SPREAD_MAX_POINTS``)."""
     where: dict[str, int] = {}          # buffer -> position of the step producing it
     groups: list[_Group] = []
     steps: list[Any] = []               # _Group | Extern | ExternOutput, in order
@@ -373,8 +375,8 @@ def schedule(graph: LoopGraph, spread: bool = False) -> Schedule:
         side = None       # for a tiny node, the latest kernel it may join horizontally, sharing nothing
         tiny = _tiny(node)
         # reductions keep the wide cap: combo kernels take pointwise kernels only
-        cap = (SPREAD_MAX_POINTS, SPREAD_MAX_STREAMS) if spread and isinstance(node, Pointwise) else \
-            (HORIZONTAL_MAX_POINTS, None)
+        cap = (SPREAD_MAX_POINTS, SPREAD_MAX_STREAMS) if isinstance(node, Pointwise) and node.device in spread \
+            else (HORIZONTAL_MAX_POINTS, None)
         for g in reversed(groups):
             d: dict = {}
             why = _why_not(g, node, where, node_loads, derived=d)

@@ -40,3 +40,15 @@ def test_a_load_of_memory_stored_before_it_keeps_the_order():
     # a load of the stored buffer itself
     again = [_load("a", "x"), Store("out", 0, "a", "x"), _load("b", "out"), Store("out2", 0, "b", "x")]
     assert _stores_last(again, {}) == again
+
+
+def test_online_softmax_keeps_a_bodys_fields():
+    """The looped-softmax rewrite copies every field of the body it rewrites (found in review: built
+    positionally, it put the index extents into ``memory`` once ``memory`` was added)."""
+    from ember.loopir.kernel import KernelBody
+    from ember.loopir.online import online_softmax
+    body = KernelBody(None, [], {"a": (torch.float32, "in")}, {}, aliased={"a", "b"}, memory={"a": "b", "b": "b"},
+                      extents={"tmp4": 8192}, scratch={"s": torch.float32})
+    out = online_softmax(body)
+    assert (out.aliased, out.memory, out.extents, out.scratch) == (body.aliased, body.memory, body.extents,
+                                                                   body.scratch)
