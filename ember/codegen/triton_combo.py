@@ -48,7 +48,7 @@ def generate_combo(body: ComboBody) -> tuple[str, str, LaunchConfig]:
     k = body.kernel
     params = ", ".join(f"p{i}" for i in range(len(body.buffers)))
     parts_src = "".join(_noinline(t, uses[n] > 1).replace(_PLACEHOLDER, n) + "\n\n" for t, n in fns.items())
-    kernel = "\n".join([f"@triton.jit", f"def {_PLACEHOLDER}({params}):", "    pid = tl.program_id(0)"] + calls)
+    kernel = "\n".join(["@triton.jit", f"def {_PLACEHOLDER}({params}):", "    pid = tl.program_id(0)"] + calls)
     text = parts_src + kernel + "\n"
     fname = _SHARED.setdefault(text, f"ember_{k.name}")
     head = (f"# ember triton combo kernel {k.name}: {len(body.parts)} parts, grid={start} num_warps={warps}\n"

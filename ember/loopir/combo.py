@@ -13,12 +13,13 @@ so no part's output takes the memory of a buffer another part still reads.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from .kernel import Assign, KernelBody
 from .inplace import memory_roots, viewed_by_externs
 from .ir import Extern
+from .kernel import Assign, KernelBody
 from .schedule import Kernel, Schedule
 
 COMBO_MAX_PARTS = 32       # each part is a branch of the kernel: its compile time grows with them

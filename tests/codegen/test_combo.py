@@ -35,7 +35,7 @@ def adam_update(params, grads, m, v):
 
 
 def _launches(src: str) -> int:
-    return len(re.findall(r"^    .*\)  # ", src, re.M))
+    return len(re.findall(r"^    .*\)  # ", src, re.MULTILINE))
 
 
 def test_adam_update_over_many_tensors_takes_few_launches_and_equals_eager(monkeypatch):
