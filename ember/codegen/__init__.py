@@ -49,15 +49,17 @@ def _backend_module(name: str) -> Any:
     return mod
 
 
-def _has_templates(sched: Any, options: Any) -> bool:
+def _has_templates(nodes: Any, options: Any) -> bool:
+    """Whether max-autotune runs matmul templates here: a CUDA matmul among ``nodes`` under max-autotune."""
     from ember.loopir.ir import Extern
-    return any(isinstance(s, Extern) and s.op in ("mm", "addmm", "bmm") and kernel_backend(s.device, options) ==
-               "triton" for s in sched.steps)
+    return getattr(options, "max_autotune", False) and any(
+        isinstance(s, Extern) and s.op in ("mm", "addmm", "bmm") and kernel_backend(s.device, options) == "triton"
+        for s in nodes)
 
 
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
     from ember.loopir.combo import Combo, ComboBody, combine
-    from ember.loopir.ir import BufferRef, Extern, Layout
+    from ember.loopir.ir import BufferRef, Layout
     from ember.loopir.kernel import kernel_body
     from ember.loopir.lower import LoweringError, lower
     from ember.loopir.schedule import Kernel, schedule
@@ -75,9 +77,7 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
                                        for o in graph.outputs]
     # GPU kernels: independent ones launch together as combo kernels (ember.loopir.combo), except under
     # max-autotune with matmul templates (which take epilogue kernels instead)
-    templates = getattr(options, "max_autotune", False) and any(
-        isinstance(n, Extern) and n.op in ("mm", "addmm", "bmm") and kernel_backend(n.layout.device, options) ==
-        "triton" for n in graph.nodes)
+    templates = _has_templates(graph.nodes, options)
     spread = set() if templates else {n.layout.device for n in graph.nodes if isinstance(
         getattr(n, "layout", None), Layout) and kernel_backend(n.layout.device, options) == "triton"}
     sched = schedule(graph, spread=spread)
@@ -85,25 +85,21 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         logs.log("schedule", f"{name}:\n{sched.python()}")
     kernels: dict[str, tuple[Callable, Any]] = {}
     sources: list[str] = []
-    by_backend: dict[str, list[Any]] = {}
-    for step in sched.steps:
-        if isinstance(step, Kernel):
-            by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
+    backends = {kernel_backend(s.device, options) for s in sched.steps if isinstance(s, Kernel)}
     from ember.loopir.inplace import inplace_stores, memory_root, reused_buffers, scatter_in_place
     from ember.loopir.ir import Scatter
     # a scatter writes into its target's memory; its kernels read and write it (autotuning times them on copies)
     inplace = {n.name: n.target for n in graph.nodes if isinstance(n, Scatter)}
     inplace.update(inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ())))
-    if set(by_backend) == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
+    if backends == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
         inplace.update(reused_buffers(graph, sched, inplace))
-    elif set(by_backend) == {"triton"} and not (getattr(options, "max_autotune", False) and
-                                                _has_templates(sched, options)):
+    elif backends == {"triton"} and not templates:
         # GPU: less memory held (a CUDA graph's pool keeps its peak); matmul templates fuse their epilogues instead
         inplace.update(reused_buffers(graph, sched, inplace, reductions=True))
     scatter_in_place(graph, sched, gm.meta.get("ember_write_backs", ()), inplace)
     if spread:
         sched = combine(sched, inplace, lambda k: k.device in spread)
-    by_backend = {}
+    by_backend: dict[str, list[Any]] = {}
     for step in sched.steps:
         if isinstance(step, Kernel):
             by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
@@ -125,7 +121,7 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         for body, fn in zip(bodies, fns):
             kernels[body.name] = (fn, body)
             sources.append(mod.source(body))
-    if getattr(options, "max_autotune", False) and _has_templates(sched, options):
+    if templates:
         from .triton_mm import use_templates
         sched = use_templates(sched, kernels, lambda d: kernel_backend(d, options) == "triton", sources,
                               epilogues=getattr(options, "epilogue_fusion", True))

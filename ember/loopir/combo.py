@@ -19,7 +19,7 @@ from typing import Any
 
 from .inplace import memory_roots, viewed_by_externs
 from .ir import Extern
-from .kernel import Assign, KernelBody
+from .kernel import KernelBody
 from .schedule import Kernel, Schedule
 
 COMBO_MAX_PARTS = 32       # each part is a branch of the kernel: its compile time grows with them
@@ -57,9 +57,6 @@ class ComboBody:
     def name(self) -> str:
         return self.kernel.name
 
-    def loads(self) -> list[Assign]:
-        return [st for b in self.parts for st in b.loads()]
-
 
 def _eligible(step: Any) -> bool:
     return isinstance(step, Kernel) and not isinstance(step, Combo) and step.rnumel == 1 and \
@@ -71,19 +68,21 @@ class _Run:
 
     def __init__(self, roots: Callable[[str], frozenset]) -> None:
         self.roots = roots
+        self.device: Any = None             # the first kernel's: every part's
         self.kernels: list[int] = []
         self.moved: list[int] = []
         self.writes: set[str] = set()       # memory the kernels write
         self.touched: set[str] = set()      # ... or read
         self.args: set[str] = set()
 
-    def take(self, i: int, step: Kernel, device: Any) -> bool:
+    def take(self, i: int, step: Kernel) -> bool:
         w = set().union(*map(self.roots, step.stores))
         r = set().union(*map(self.roots, step.reads))
         args = self.args | set(step.stores) | set(step.reads)
         if self.kernels and (len(self.kernels) >= COMBO_MAX_PARTS or len(args) > COMBO_MAX_ARGS or w & self.touched
-                             or r & self.writes or step.device != device):
+                             or r & self.writes or step.device != self.device):
             return False
+        self.device = step.device
         self.kernels.append(i)
         self.writes |= w
         self.touched |= w | r
@@ -122,12 +121,11 @@ def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel
 
     for i, step in enumerate(sched.steps):
         if _eligible(step) and eligible(step):
-            first = sched.steps[run.kernels[0]] if run.kernels else step
-            if run.take(i, step, first.device):
+            if run.take(i, step):
                 continue
             close()
             run = _Run(roots)
-            run.take(i, step, step.device)
+            run.take(i, step)
         elif not run.skips(i, step):
             close()
             run = _Run(roots)
@@ -135,21 +133,21 @@ def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel
     close()
     if all(len(o) == 1 for o in order):
         return sched
+    ifrees = sched.input_frees or [[] for _ in sched.steps]
     steps, frees, input_frees = [], [], []
     late: list[str] = []            # what moved ATen calls free: dies after the combo, whose parts may read it
     late_inputs: list[str] = []
     for o in order:
-        if len(o) == 1 and o[0] not in moved:
-            steps.append(sched.steps[o[0]])
-            frees.append(list(sched.frees[o[0]]))
-            input_frees.append(list(sched.input_frees[o[0]]) if sched.input_frees else [])
-            continue
-        if len(o) == 1:             # a moved ATen call
-            steps.append(sched.steps[o[0]])
-            frees.append([])
-            input_frees.append([])
-            late += sched.frees[o[0]]
-            late_inputs += sched.input_frees[o[0]] if sched.input_frees else []
+        if len(o) == 1:
+            j = o[0]
+            steps.append(sched.steps[j])
+            if j in moved:
+                late, late_inputs = late + sched.frees[j], late_inputs + ifrees[j]
+                frees.append([])
+                input_frees.append([])
+            else:
+                frees.append(list(sched.frees[j]))
+                input_frees.append(list(ifrees[j]))
             continue
         parts = [sched.steps[j] for j in o]
         combo = Combo(f"combo{len(steps)}_{parts[0].name}", sum(p.xnumel for p in parts), 1,
@@ -158,8 +156,7 @@ def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel
         combo.reads = sorted({b for p in parts for b in p.reads})
         steps.append(combo)
         frees.append([b for j in o for b in sched.frees[j]] + late)
-        input_frees.append([b for j in o for b in (sched.input_frees[j] if sched.input_frees else [])] +
-                           late_inputs)
+        input_frees.append([b for j in o for b in ifrees[j]] + late_inputs)
         late, late_inputs = [], []
     return Schedule(sched.graph, steps, frees, input_frees if sched.input_frees else [])
 

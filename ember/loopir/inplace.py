@@ -26,29 +26,29 @@ def inplace_stores(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tupl
     """{buffer: input buffer it may be stored into}."""
     inputs = {n.position: n for n in graph.nodes if isinstance(n, InputBuffer) and n.position >= 0}
     step_of = _step_of(sched)
+    views: dict[str, set[str]] = viewed_by_externs(sched)
+    memo: dict[str, frozenset] = {}
+
+    def sees(b: str, inp: str) -> bool:     # ``b`` is ``inp``, or an ATen call's possible view of it
+        return b == inp or (b in views and inp in memory_roots(b, {}, views, memo))
     out: dict[str, str] = {}
     for i, j in write_backs:
         if i not in inputs or j >= len(graph.outputs) or not isinstance(graph.outputs[j], BufferRef):
             continue
         inp, ref = inputs[i], graph.outputs[j]
-        if _safe(graph, sched, step_of, inp, ref, j) and ref.name not in out:
+        if _safe(graph, sched, step_of, inp, ref, j, lambda b: sees(b, inp.name)) and ref.name not in out:
             out[ref.name] = inp.name
     return out
 
 
-def _safe(graph: LoopGraph, sched: Schedule, step_of: dict, inp: InputBuffer, ref: BufferRef, j: int) -> bool:
+def _safe(graph: LoopGraph, sched: Schedule, step_of: dict, inp: InputBuffer, ref: BufferRef, j: int,
+          sees_inp: Any) -> bool:
+    """``sees_inp(b)``: buffer ``b`` is the input or may be a view of it."""
     node = graph.node(ref.name)
     if not isinstance(node, (Pointwise, Reduction)) or ref.layout != node.layout or node.layout != inp.layout:
         return False
     for k, o in enumerate(graph.outputs):
-        if isinstance(o, BufferRef) and k != j and o.name in (ref.name, inp.name):
-            return False
-    views, memo = viewed_by_externs(sched), {}
-
-    def sees_inp(b: str) -> bool:       # ``b`` is the input, or an ATen call's possible view of it
-        return b == inp.name or (b in views and inp.name in memory_roots(b, {}, views, memo))
-    for k, o in enumerate(graph.outputs):
-        if isinstance(o, BufferRef) and k != j and sees_inp(o.name):
+        if isinstance(o, BufferRef) and k != j and (o.name == ref.name or sees_inp(o.name)):
             return False
     k = step_of[ref.name]
     kernel = sched.steps[k]
