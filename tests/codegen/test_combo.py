@@ -10,6 +10,7 @@ import re
 import torch
 
 from ember.options import make_options
+from tests.autograd.test_no_grad_steps import _adam as adam_update  # the Adam-like update over many tensors
 
 TRITON = make_options(None, {"cpu_backend": "triton"})
 
@@ -26,12 +27,6 @@ def _built(fn, args, options=TRITON):
     return out, built[0]
 
 
-def adam_update(params, grads, m, v):
-    with torch.no_grad():
-        for p, g, mi, vi in zip(params, grads, m, v):
-            mi.mul_(0.9).add_(g, alpha=0.1)
-            vi.mul_(0.999).addcmul_(g, g, value=0.001)
-            p.addcdiv_(mi, vi.sqrt().add_(1e-8), value=-1e-3)
 
 
 def _launches(src: str) -> int:
