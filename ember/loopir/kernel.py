@@ -245,7 +245,7 @@ class _Builder:
             self.sections.append(after)
             self.xsec = after
             self._emit_x(times, loop, stores)
-        for n in stores:
+        for n in dict.fromkeys(self.k.stores):      # in the kernel's order: the source is the same every run
             self.buffers[n] = (self.by_name[n].dtype, "out")
         return KernelBody(self.k, [s for s in self.sections if s.stmts or s.accumulators],
                           self.buffers, self.dtypes, extents=self.extents)
