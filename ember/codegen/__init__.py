@@ -60,7 +60,7 @@ def _has_templates(nodes: Any, options: Any) -> bool:
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
     from ember.loopir.combo import Combo, ComboBody, combine
     from ember.loopir.ir import BufferRef, Layout
-    from ember.loopir.kernel import kernel_body
+    from ember.loopir.kernel import kernel_body, share_pointers
     from ember.loopir.lower import LoweringError, lower
     from ember.loopir.schedule import Kernel, schedule
 
@@ -104,16 +104,18 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         if isinstance(step, Kernel):
             by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
 
-    def make_body(s: Kernel, mod: Any) -> Any:
+    def make_body(s: Kernel, mod: Any, share: bool) -> Any:
         if isinstance(s, Combo):
-            return ComboBody(s, [make_body(p, mod) for p in s.parts])
+            return ComboBody(s, [make_body(p, mod, share) for p in s.parts])
         b = kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
         b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}  # read and written by 2 names
         b.memory = {n: memory_root(n, inplace) for n in b.aliased}
+        if share:       # Triton: one pointer per memory (C++ kernels keep theirs)
+            share_pointers(b)
         return b
     for backend, steps in by_backend.items():
         mod = _backend_module(backend)
-        bodies = [make_body(s, mod) for s in steps]
+        bodies = [make_body(s, mod, backend == "triton") for s in steps]
         if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
             fns = mod.compile_kernels(bodies, options, name)
         else:

@@ -22,7 +22,7 @@ from ember.loopir.combo import ComboBody
 
 from .triton_gen import _PLACEHOLDER, _SHARED, HEADER, LaunchConfig, _Gen, _sizes, canonical, launch_config
 
-NOINLINE_SHARED = False     # a part function called by several parts is compiled once, not inlined into each
+NOINLINE_SHARED = True      # a part function called by several parts is compiled once, not inlined into each
 
 
 def generate_combo(body: ComboBody) -> tuple[str, str, LaunchConfig]:

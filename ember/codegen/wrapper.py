@@ -211,6 +211,8 @@ class _Writer:
                 for b, (_, role) in body.buffers.items():
                     if role == "out":
                         self.alloc(b)
+                for b in body.shared:       # stored through another buffer's parameter, the same tensor
+                    self.alloc(b)
                 names = [host.get((b, step.device), b) for b in body.buffers]
                 self.lines.append(f"    {self._launch_line(step, fn, names)}  # {step.fused()}")
             elif isinstance(step, Extern):

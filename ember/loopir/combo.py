@@ -9,7 +9,9 @@ so the parts run side by side in one launch, each on as many programs as it had 
 of one combo run in no particular order, so a part may not read or write memory another part writes:
 buffers are compared by the memory they may be (``inplace.memory_roots``: an output stored into an input or a
 dead buffer, an ATen call's result that may be a view of what it read), not by name. Parts are on one device. A combo is one step for memory planning: what its parts free dies after all of them,
-so no part's output takes the memory of a buffer another part still reads.
+so no part's output takes the memory of a buffer another part still reads. Kernel parameters are counted as the
+Triton kernels take them (``kernel.share_pointers``: one per memory and dtype), up to what CUDA's 4 KB of
+parameters hold: an Adam update over 120 tensors (480 pointers) is one launch.
 """
 from __future__ import annotations
 
@@ -17,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .inplace import memory_roots, viewed_by_externs
-from .ir import Extern
+from .inplace import memory_root, memory_roots, viewed_by_externs
+from .ir import Extern, Layout
 from .kernel import KernelBody
 from .schedule import Kernel, Schedule
 
-COMBO_MAX_PARTS = 32       # each part is a branch of the kernel: its compile time grows with them
-COMBO_MAX_ARGS = 256       # kernel parameters (pointers): CUDA's limit is 4 KB of them
+COMBO_MAX_PARTS = 128      # each part is a branch of the kernel (parts doing the same work share a function)
+COMBO_MAX_ARGS = 500       # kernel parameters (pointers): CUDA's 4 KB hold 512, Triton adds two of its own
 COMBO_MAX_NUMEL = 1 << 20  # larger kernels take longer than a launch gap by far: nothing to gain
 
 
@@ -45,6 +47,7 @@ class ComboBody:
     buffers: dict = field(default_factory=dict)
     aliased: set[str] = field(default_factory=set)
     memory: dict[str, str] = field(default_factory=dict)
+    shared: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for b in self.parts:
@@ -52,6 +55,7 @@ class ComboBody:
                 self.buffers.setdefault(name, v)
             self.aliased |= b.aliased
             self.memory.update(b.memory)
+            self.shared += b.shared
 
     @property
     def name(self) -> str:
@@ -66,8 +70,9 @@ def _eligible(step: Any) -> bool:
 class _Run:
     """Consecutive steps becoming one combo: its kernels, and the ATen calls between them that move before it."""
 
-    def __init__(self, roots: Callable[[str], frozenset]) -> None:
+    def __init__(self, roots: Callable[[str], frozenset], param: Callable[[str], Any]) -> None:
         self.roots = roots
+        self.param = param
         self.device: Any = None             # the first kernel's: every part's
         self.kernels: list[int] = []
         self.moved: list[int] = []
@@ -78,7 +83,7 @@ class _Run:
     def take(self, i: int, step: Kernel) -> bool:
         w = set().union(*map(self.roots, step.stores))
         r = set().union(*map(self.roots, step.reads))
-        args = self.args | set(step.stores) | set(step.reads)
+        args = self.args | {self.param(b) for b in (*step.stores, *step.reads)}
         if self.kernels and (len(self.kernels) >= COMBO_MAX_PARTS or len(args) > COMBO_MAX_ARGS or w & self.touched
                              or r & self.writes or step.device != self.device):
             return False
@@ -108,7 +113,11 @@ def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel
 
     def roots(b: str) -> frozenset:       # the memory ``b`` may be (an ATen call's view: its input's too)
         return memory_roots(b, inplace, views, memo)
-    run = _Run(roots)
+    dtypes = {n.name: n.layout.dtype for n in sched.graph.nodes if isinstance(getattr(n, "layout", None), Layout)}
+
+    def param(b: str) -> Any:             # the kernel parameter ``b`` is passed as (``kernel.share_pointers``)
+        return memory_root(b, inplace), dtypes.get(b)
+    run = _Run(roots, param)
     moved: set[int] = set()
 
     def close() -> None:
@@ -124,11 +133,11 @@ def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel
             if run.take(i, step):
                 continue
             close()
-            run = _Run(roots)
+            run = _Run(roots, param)
             run.take(i, step)
         elif not run.skips(i, step):
             close()
-            run = _Run(roots)
+            run = _Run(roots, param)
             order.append([i])
     close()
     if all(len(o) == 1 for o in order):

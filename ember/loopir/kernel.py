@@ -17,6 +17,7 @@ before the loop that needs them. Indices are sympy expressions over ``xindex``/`
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,7 @@ class KernelBody:
     memory: dict[str, str] = field(default_factory=dict)    # each of ``aliased`` -> the buffer whose memory it is
     extents: dict[str, int] = field(default_factory=dict)   # var bound as an index -> its dimension's size
     scratch: dict[str, torch.dtype] = field(default_factory=dict)  # per-row scratch rows (stash_recomputed)
+    shared: list[str] = field(default_factory=list)  # stored through another buffer's parameter (share_pointers)
 
     def buffer_dtype(self, buf: str) -> torch.dtype:
         return self.scratch[buf] if buf in self.scratch else self.buffers[buf][0]
@@ -97,6 +99,32 @@ class KernelBody:
             for st in s.stmts:
                 out.append(ind + _fmt(st))
         return "\n".join(out)
+
+
+def share_pointers(body: KernelBody) -> None:
+    """One parameter for each memory the kernel reaches under several names of one dtype (``body.memory``: a
+    value stored in place into the input it reads, an optimizer's ``m``): the wrapper binds those names to one
+    tensor, so the kernel takes it once, under the name it meets first. Fewer parameters make launches cheaper
+    and let more parts into a combo kernel. ``body.shared`` keeps the stored names now reached through another
+    parameter: the wrapper still binds them."""
+    kept: dict[tuple, str] = {}
+    rename: dict[str, str] = {}
+    for b, (dt, _) in body.buffers.items():
+        if b in body.aliased and b not in body.scratch:
+            first = kept.setdefault((body.memory[b], dt), b)
+            if first != b:
+                rename[b] = first
+    if not rename:
+        return
+    for sec in body.sections:
+        for i, st in enumerate(sec.stmts):
+            if isinstance(st, Assign) and st.kind == "load" and st.args[0] in rename:
+                sec.stmts[i] = Assign(st.var, st.kind, (rename[st.args[0]], *st.args[1:]), st.dtype, st.level)
+            elif isinstance(st, Store) and st.buf in rename:
+                sec.stmts[i] = dataclasses.replace(st, buf=rename[st.buf])
+    body.shared += [b for b in rename if body.buffers[b][1] == "out"]
+    for b in rename:
+        del body.buffers[b]
 
 
 def _fmt(st: Any) -> str:

@@ -58,7 +58,59 @@ def test_adam_update_over_many_tensors_takes_few_launches_and_equals_eager(monke
     fn = built[0]
     src = "\n".join([fn.source] + fn.kernel_sources)
     assert "combo kernel" in src, src
-    assert _launches(fn.source) <= 3, fn.source     # 30 nonempty updates, at most 32 parts per combo
+    assert _launches(fn.source) == 1, fn.source     # 30 nonempty updates in one combo
+
+
+def _params(src: str) -> list[list[str]]:
+    """Each ``@triton.jit`` kernel's parameter names (part functions left out), in order."""
+    heads = re.findall(r"@triton\.jit\ndef (ember_\w+)\(([^)]*)\)", src)
+    return [[p.strip() for p in params.split(",")] for _, params in heads]
+
+
+def test_an_update_in_place_takes_one_pointer_per_tensor():
+    """A value stored in place into the input it reads is one kernel parameter, not two (the wrapper binds both
+    names to one tensor): fewer arguments per launch, more parts per combo."""
+    def step(p, m, g):
+        with torch.no_grad():
+            m.mul_(0.9).add_(g)
+            p.add_(m, alpha=-0.1)
+    p, m, g = (torch.randn(64, 64) for _ in range(3))
+    ref = copy.deepcopy((p, m, g))
+    out, fn = _built(step, [p, m, g])
+    out(p, m, g)
+    step(*ref)
+    torch.testing.assert_close((p, m), ref[:2])
+    (params,) = _params("\n".join(fn.kernel_sources))
+    assert len(params) == 3, fn.kernel_sources       # p, m, g: the new p and m are stored through p and m
+
+
+def test_a_120_tensor_adam_update_is_one_launch_within_cudas_parameter_space(monkeypatch):
+    """Shared pointers bring an Adam update to 4 parameters per tensor: 120 tensors fit in one combo kernel,
+    under the 4 KB of parameters CUDA takes (512 pointers, two of them Triton's)."""
+    import ember
+    import ember.backends.compiler as backend
+    from ember.loopir import combo
+    built = []
+    real = backend.compile_graph
+
+    def keep(gm, kind="inference", options=None):
+        built.append(real(gm, kind, options))
+        return built[-1]
+    monkeypatch.setattr(backend, "compile_graph", keep)
+    sizes = [(64, 64), (256,), (128, 512)] * 40
+    state = [[torch.randn(*s) for s in sizes], [torch.randn(*s) for s in sizes],
+             [torch.zeros(*s) for s in sizes], [torch.rand(*s) for s in sizes]]
+    ref = copy.deepcopy(state)
+    f = ember.compile(adam_update, options={"cpu_backend": "triton"})
+    f(*state)
+    adam_update(*ref)
+    for got, want in zip(state, ref):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+    fn = built[0]
+    assert _launches(fn.source) == 1, fn.source
+    (params,) = _params("\n".join(fn.kernel_sources))
+    assert len(params) == 480 <= combo.COMBO_MAX_ARGS < 510
 
 
 def transposed_reader(x):
