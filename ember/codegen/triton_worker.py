@@ -211,4 +211,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (BrokenPipeError, EOFError):     # the parent exited (or closed the pipe) first: nothing to report
+        os._exit(0)

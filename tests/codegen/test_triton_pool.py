@@ -23,6 +23,19 @@ def test_messages_round_trip():
     assert read_message(buf) is None        # end of stream
 
 
+def test_a_worker_whose_parent_is_gone_exits_quietly(tmp_path):
+    """A process that exits while its compile workers still start (a short script) closes their pipes: the
+    workers end with no traceback on the user's terminal."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "ember.codegen.triton_worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()         # the parent is gone: the worker's "ready" meets a closed pipe
+    proc.stdin.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_worker_count(monkeypatch):
     monkeypatch.setenv("EMBER_COMPILE_WORKERS", "3")
     assert triton_pool.worker_count() == 3
