@@ -341,7 +341,7 @@ class _Reordered:
 def _candidates(body: KernelBody) -> list[tuple[str, Any]]:
     """(label, kernel) for each configuration max-autotune tries; the heuristic one first. Reductions whose
     rows fit in registers also try the looped form (a body built with ``persistent=False``)."""
-    from ember.loopir.kernel import kernel_body
+    from ember.loopir.kernel import kernel_body, share_pointers
 
     from .triton_gen import configs
     k = body.kernel
@@ -352,6 +352,7 @@ def _candidates(body: KernelBody) -> list[tuple[str, Any]]:
     if k.is_reduction and pers and int(k.rnumel) >= 512:
         looped = kernel_body(k, persistent=False)
         looped.aliased, looped.memory = set(body.aliased), dict(body.memory)
+        share_pointers(looped)          # as ``body`` was (ember.codegen.compile_graph): the same parameters
         names = list(body.buffers)
         if set(looped.buffers) == set(names):
             perm = [names.index(b) for b in looped.buffers]

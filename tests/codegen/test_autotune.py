@@ -108,3 +108,24 @@ def test_failing_candidate_is_skipped(fresh_cache):
     tuned = autotune.Autotuned([bad, good], "b" * 32, "k", labels=["bad", "good"])
     tuned(x)
     assert tuned.chosen is good and torch.equal(x, torch.full((2,), 3.0))
+
+
+def test_a_reduction_stored_in_place_still_tries_the_looped_form(fresh_cache):
+    """A kernel taking one pointer for a value stored over its input (``share_pointers``) builds its looped
+    candidates with the same parameters, so they are tried, and compute what the persistent form does."""
+    from ember.codegen import triton as tb
+    from ember.loopir.kernel import share_pointers
+    (body,) = _bodies(lambda x: torch.softmax(x, -1), [_rn(2, 512)])
+    (x_name, _), (out_name, _) = body.buffers.items()
+    body.aliased = {x_name, out_name}           # the probabilities written over the scores they are made from
+    body.memory = {x_name: x_name, out_name: x_name}
+    share_pointers(body)
+    assert list(body.buffers) == [x_name] and body.shared == [out_name]
+    cands = tb._candidates(body)
+    assert any(lab.startswith("looped") for lab, _ in cands), [lab for lab, _ in cands]
+    x = _rn(2, 512)
+    want = torch.softmax(x, -1)
+    for lab, kernel in cands:
+        y = x.clone()
+        kernel(y)
+        torch.testing.assert_close(y, want, msg=lab)
