@@ -33,7 +33,9 @@ def _launches(src: str) -> int:
     return len(re.findall(r"^    .*\)  # ", src, re.MULTILINE))
 
 
-def test_adam_update_over_many_tensors_takes_few_launches_and_equals_eager(monkeypatch):
+def _adam_graph(monkeypatch, sizes: list, calls: int = 2):
+    """The Adam-like update over tensors of ``sizes``, compiled by ``ember.compile`` (Triton, interpreted) and
+    checked against eager after ``calls`` calls: its one compiled graph."""
     import ember
     import ember.backends.compiler as backend
     built = []
@@ -43,19 +45,22 @@ def test_adam_update_over_many_tensors_takes_few_launches_and_equals_eager(monke
         built.append(real(gm, kind, options))
         return built[-1]
     monkeypatch.setattr(backend, "compile_graph", keep)
-    sizes = [(64, 64), (256,), (128, 512), (7, 13), (0,), (3000,)] * 6
     state = [[torch.randn(*s) for s in sizes], [torch.randn(*s) for s in sizes],
              [torch.zeros(*s) for s in sizes], [torch.rand(*s) for s in sizes]]
     ref = copy.deepcopy(state)
     f = ember.compile(adam_update, options={"cpu_backend": "triton"})
-    for _ in range(2):
+    for _ in range(calls):
         f(*state)
         adam_update(*ref)
     for got, want in zip(state, ref):
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b)
     assert len(built) == 1
-    fn = built[0]
+    return built[0]
+
+
+def test_adam_update_over_many_tensors_takes_few_launches_and_equals_eager(monkeypatch):
+    fn = _adam_graph(monkeypatch, [(64, 64), (256,), (128, 512), (7, 13), (0,), (3000,)] * 6)
     src = "\n".join([fn.source] + fn.kernel_sources)
     assert "combo kernel" in src, src
     assert _launches(fn.source) == 1, fn.source     # 30 nonempty updates in one combo
@@ -87,27 +92,8 @@ def test_an_update_in_place_takes_one_pointer_per_tensor():
 def test_a_120_tensor_adam_update_is_one_launch_within_cudas_parameter_space(monkeypatch):
     """Shared pointers bring an Adam update to 4 parameters per tensor: 120 tensors fit in one combo kernel,
     under the 4 KB of parameters CUDA takes (512 pointers, two of them Triton's)."""
-    import ember
-    import ember.backends.compiler as backend
     from ember.loopir import combo
-    built = []
-    real = backend.compile_graph
-
-    def keep(gm, kind="inference", options=None):
-        built.append(real(gm, kind, options))
-        return built[-1]
-    monkeypatch.setattr(backend, "compile_graph", keep)
-    sizes = [(64, 64), (256,), (128, 512)] * 40
-    state = [[torch.randn(*s) for s in sizes], [torch.randn(*s) for s in sizes],
-             [torch.zeros(*s) for s in sizes], [torch.rand(*s) for s in sizes]]
-    ref = copy.deepcopy(state)
-    f = ember.compile(adam_update, options={"cpu_backend": "triton"})
-    f(*state)
-    adam_update(*ref)
-    for got, want in zip(state, ref):
-        for a, b in zip(got, want):
-            torch.testing.assert_close(a, b)
-    fn = built[0]
+    fn = _adam_graph(monkeypatch, [(64, 64), (256,), (128, 512)] * 40, calls=1)
     assert _launches(fn.source) == 1, fn.source
     (params,) = _params("\n".join(fn.kernel_sources))
     assert len(params) == 480 <= combo.COMBO_MAX_ARGS < 510
