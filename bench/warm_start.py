@@ -5,7 +5,8 @@ Python gives it. Prints each process's first-call time and how many kernel files
     python bench/warm_start.py --model nanogpt --task train [--device cpu] [--runs 3] [--engine ember]
 
 Before the nineteenth session a kernel's stored buffers came in a set's order, so its source, and its cache key,
-changed with the hash seed: warm processes recompiled every kernel storing two or more buffers."""
+changed with the hash seed: warm processes recompiled every kernel storing two or more buffers. The
+``dynamo`` field says whether torch._dynamo got imported (``--dynamo-import``: as before ``ember.dynamo_free``)."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,9 @@ import json, sys, time, torch
 from ember.bench.engines import parse_engine
 from ember.bench.runner import make_step, zoo_case
 a = json.loads(sys.argv[1])
+if a["dynamo_import"]:          # as before ember.dynamo_free: torch's meta kernels import torch._dynamo
+    import ember.dynamo_free
+    ember.dynamo_free._DONE[0] = True
 dev = torch.device(a["device"])
 torch.set_num_threads(a["threads"]) if a["threads"] else None
 w, model, inputs = zoo_case(a["model"], a["suite"], dev, a["task"])
@@ -29,7 +33,7 @@ t0 = time.perf_counter()
 step()
 if dev.type == "cuda":
     torch.cuda.synchronize()
-print(json.dumps({"first_call_s": round(time.perf_counter() - t0, 3)}))
+print(json.dumps({"first_call_s": round(time.perf_counter() - t0, 3), "dynamo": "torch._dynamo" in sys.modules}))
 """
 
 
@@ -47,6 +51,8 @@ def main() -> None:
     ap.add_argument("--engine", default="ember")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dynamo-import", action="store_true",
+                    help="let torch's meta kernels import torch._dynamo (ember.dynamo_free off), as before")
     a = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as d:

@@ -25,6 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ember.decomp.trees import tree_leaves, tree_map
+from ember.dynamo_free import avoid_dynamo_import
 from ember.errors import EmberError
 
 aten = torch.ops.aten
@@ -108,6 +109,7 @@ class FakeMode(TorchDispatchMode):
         self._storages: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
 
     def __enter__(self) -> "FakeMode":
+        avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free): once
         # Factories with device="cuda" run torch.cuda._lazy_init while parsing arguments, before any dispatch;
         # on a machine without CUDA that raises although no CUDA memory is touched. Skip it while faking.
         self._saved_lazy_init = None

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from ...dynamo_free import avoid_dynamo_import
 from ...errors import BackendCompilerFailed
 from ..sources import AttrSource, ConstSource, ItemSource, Source
 from ..values import IMMUTABLE_TYPES, Const, MethodOf
@@ -81,6 +82,7 @@ class TorchPlugin:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self, d) -> None:
+        avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free): once
         d.torch = TorchState()
         g, cg = d.guards, d.cg
         g.add(f"{cg.bind(torch.is_grad_enabled, 'is_grad_enabled')}() is {d.torch.grad_enabled}",
