@@ -82,13 +82,14 @@ def avoid_dynamo_import() -> int:
                 fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
             except ValueError:      # an empty cell
                 continue
-            if getattr(fn, "__dynamo_disable", None) is None:
-                try:
-                    setattr(fn, "__dynamo_disable", _UntilDynamo(fn, recursive))
-                    _PATCHED.append(fn)
-                    n += 1
-                except (AttributeError, TypeError):     # a callable without a __dict__
-                    pass
+            if getattr(fn, "__dynamo_disable", None) is not None:
+                continue
+            try:
+                setattr(fn, "__dynamo_disable", _UntilDynamo(fn, recursive))
+            except (AttributeError, TypeError):     # a callable without a __dict__: torch's wrapper as it is
+                continue
+            _PATCHED.append(fn)
+            n += 1
     return n
 
 
