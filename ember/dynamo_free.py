@@ -59,22 +59,15 @@ def _wrapper_code() -> types.CodeType | None:
 _PATCHED: list[Any] = []       # the functions given a stand-in (torch's own, alive anyway)
 
 
-def _patched() -> list[Any]:
-    return list(_PATCHED)
-
-
-def avoid_dynamo_import() -> int:
+def avoid_dynamo_import() -> None:
     """Give every function torch wrapped with ``_disable_dynamo`` (and did not call yet) the stand-in, once per
-    process, unless torch._dynamo is imported already. Returns how many functions got one."""
+    process, unless torch._dynamo is imported already."""
     if _DONE[0]:
-        return 0
+        return
     _DONE[0] = True
-    if "torch._dynamo" in sys.modules:
-        return 0
-    code = _wrapper_code()
+    code = None if "torch._dynamo" in sys.modules else _wrapper_code()
     if code is None:
-        return 0
-    n = 0
+        return
     for obj in gc.get_objects():
         if type(obj) is types.FunctionType and obj.__code__ is code and obj.__closure__ is not None:
             cells = dict(zip(code.co_freevars, obj.__closure__))
@@ -89,8 +82,6 @@ def avoid_dynamo_import() -> int:
             except (AttributeError, TypeError):     # a callable without a __dict__: torch's wrapper as it is
                 continue
             _PATCHED.append(fn)
-            n += 1
-    return n
 
 
 __all__ = ["avoid_dynamo_import"]

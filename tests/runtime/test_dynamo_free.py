@@ -43,7 +43,7 @@ from ember import dynamo_free
 f = ember.compile(lambda x: torch.relu(x + 1) * 2)
 x = torch.randn(4, 8)
 torch.testing.assert_close(f(x), torch.relu(x + 1) * 2)
-stand_ins = [fn for fn in dynamo_free._patched() if isinstance(getattr(fn, "__dynamo_disable"), dynamo_free._UntilDynamo)]
+stand_ins = [fn for fn in dynamo_free._PATCHED if isinstance(getattr(fn, "__dynamo_disable"), dynamo_free._UntilDynamo)]
 assert stand_ins, "no function got a stand-in"
 import torch._dynamo
 a = torch.empty(4, 8, device="meta")
