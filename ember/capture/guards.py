@@ -27,6 +27,7 @@ class Guard:
     expr: str       # Python expression, True when the fact still holds
     reason: str     # readable: what was assumed and where it came from
     number_at: str | None = None    # for a guarded int/float: its source (a candidate for automatic dynamic)
+    tag: str | None = None          # a kind a plugin may drop once the trace shows it is not needed
 
 
 class GuardSet:
@@ -35,10 +36,14 @@ class GuardSet:
         self.guards: list[Guard] = []
         self._seen: set[str] = set()
 
-    def add(self, expr: str, reason: str, number_at: str | None = None) -> None:
+    def add(self, expr: str, reason: str, number_at: str | None = None, tag: str | None = None) -> None:
         if expr not in self._seen:
             self._seen.add(expr)
-            self.guards.append(Guard(expr, reason, number_at))
+            self.guards.append(Guard(expr, reason, number_at, tag))
+
+    def drop(self, tag: str) -> None:
+        """Remove the guards of kind ``tag``. Only for guards that assign no name later ones read."""
+        self.guards = [g for g in self.guards if g.tag != tag]
 
     # -- common kinds ----------------------------------------------------------------------------------
     def type_match(self, src: Source, t: type) -> None:

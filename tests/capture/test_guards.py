@@ -530,3 +530,98 @@ def test_inference_weights_are_checked_by_identity_and_version(counter):
     del compiled
     gc.collect()
     assert len(fastguard._ALL) < before, (len(fastguard._ALL), before)
+
+
+class _GradReader(nn.Module):
+    """Branches on its weight's requires_grad (a read the guards must keep, even under no_grad)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y * 2 if self.lin.weight.requires_grad else y - 1
+
+
+def _enable_inside(x, w):
+    with torch.enable_grad():
+        return x * w
+
+
+def test_no_grad_graphs_do_not_guard_requires_grad(counter):
+    """Under no_grad, a graph that never turns gradients on and never reads a requires_grad does not depend on
+    which inputs require grad (its outputs require none either way): freezing a weight or passing an input that
+    requires grad does not recompile it. A trace that reads requires_grad, or turns grad mode on inside, keeps
+    those guards."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3)).eval()
+    compiled = ember.compile(model, backend=counter)
+    x = rand(2, 4, seed=0)
+    with torch.no_grad():
+        assert_same(compiled(x), model(x))
+        model[0].weight.requires_grad_(False)
+        assert_same(compiled(x), model(x))
+        xr = rand(2, 4, seed=1, requires_grad=True)
+        assert_same(compiled(xr), model(xr))
+    assert counter.count == 1
+    assert_same(compiled(xr), model(xr))                # grad mode on: its own entry, which guards them
+    model[2].weight.requires_grad_(False)
+    assert_same(compiled(xr), model(xr))
+    assert counter.count == 3
+
+    reader = _GradReader()
+    compiled_reader = ember.compile(reader, backend=counter)
+    with torch.no_grad():
+        assert_same(compiled_reader(x), reader(x))
+        reader.lin.weight.requires_grad_(False)         # the branch the trace took changes
+        assert_same(compiled_reader(x), reader(x))
+    assert counter.count == 5
+
+    inside = ember.compile(_enable_inside, backend=counter)
+    w = rand(4, seed=2)
+    with torch.no_grad():
+        for req in (False, True, False):
+            xi = rand(2, 4, seed=3, requires_grad=req)
+            assert_same(inside(xi, w), _enable_inside(xi, w))
+    assert counter.count == 7
+
+
+class _Scaled(nn.Module):
+    scale = 3.0         # a class attribute, shadowed by the instance's
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 2.0
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_module_attributes_read_through_the_instance_dict(counter):
+    """A module's attributes are read from its ``__dict__`` in the guards (one fetch per module per call, then
+    dict lookups): deleting an instance attribute (the class's shows through), writing a submodule or a
+    parameter into the module's dicts directly, are all still seen."""
+    torch.manual_seed(0)
+    m = _Scaled()
+    compiled = ember.compile(m, backend=counter)
+    x = rand(2, 4, seed=0)
+    assert_same(compiled(x), m(x))
+    del m.scale                                         # the class's 3.0 now: a new entry
+    assert_same(compiled(x), m(x))
+    assert counter.count == 2
+    m.scale = 2.0                                       # the first entry again
+    assert_same(compiled(x), m(x))
+    m._modules["lin"] = nn.Linear(4, 4, bias=False)     # written into the dict directly: no bias, a new entry
+    assert_same(compiled(x), m(x))
+    assert counter.count == 3
+    m.lin._parameters["weight"] = nn.Parameter(rand(4, 4, seed=1))     # same metadata: the same entry
+    assert_same(compiled(x), m(x))
+    with torch.no_grad():
+        assert_same(compiled(x), m(x))
+        m.lin._parameters["weight"] = nn.Parameter(rand(4, 4, seed=2))  # identity-checked under no_grad
+        assert_same(compiled(x), m(x))
+        m.lin.weight.data = rand(4, 4, seed=3)
+        assert_same(compiled(x), m(x))
+    assert counter.count == 4

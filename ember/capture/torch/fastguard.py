@@ -8,11 +8,16 @@ counter: the same tensor object with the same ``_version`` has the same metadata
 that changes a tensor's shape, strides or storage (``resize_``, ``set_``, ``t_``, ``as_strided_``, ...) bumps
 its version, in and out of inference mode. Two things change metadata without a version bump:
 ``t.data = other`` and ``torch.utils.swap_tensors``; both are wrapped here (once, when the first such guard is
-made) to bump ``EPOCH``, which every remembered check also compares. ``requires_grad`` changes without a bump
-too, so it is still checked on every call. The fast check is then ~0.12 us:
+made) to bump ``EPOCH``. An entry's guard compares ``EPOCH`` once, before its first remembered check, with the
+value it last saw; when it moved, the entry forgets every tensor it remembered (``Records.refresh``), so each is
+checked in full once more. ``requires_grad`` changes without a bump too: it is a guard of its own, dropped where
+the whole graph runs without gradients and the trace never read it (``TorchPlugin.graph_hook``). The fast check
+is then ~0.15 us:
 
-    ((__s4 := m._parameters['weight']) is __seen[0]() and __s4._version == __seen[1] and __seen[2] == __epoch[0]
-     or (<the full check of __s4> and __record(__s4, __seen))) and __s4.requires_grad
+    (__epoch[0] == __records.epoch or __records.refresh())
+    ...
+    ((__s4 := m._parameters['weight']) is __seen[0]() and __s4._version == __seen[1]
+     or (<the full check of __s4> and __record(__s4, __seen)))
 
 ``__seen`` holds a weak reference, so a remembered tensor is not kept alive, and a new tensor at a freed one's
 address is never taken for it (``swap_tensors``, which refuses tensors with weak references, drops them all
@@ -46,8 +51,8 @@ _serial = itertools.count()
 
 
 def new_seen() -> list:
-    """The record one guarded tensor keeps: [weak reference, version, EPOCH]; matches no tensor at first."""
-    seen = _Seen([_dead, -1, -1])
+    """The record one guarded tensor keeps: [weak reference, version]; matches no tensor at first."""
+    seen = _Seen([_dead, -1])
     _ALL[next(_serial)] = seen
     return seen
 
@@ -55,10 +60,31 @@ def new_seen() -> list:
 def record(t: torch.Tensor, seen: list) -> bool:
     """After ``t`` passed its full check: remember it (always True: the guard's result is the check's)."""
     try:
-        seen[:] = [weakref.ref(t), t._version, EPOCH[0]]
+        seen[:] = [weakref.ref(t), t._version]
     except (RuntimeError, TypeError):       # an inference tensor has no version counter: stay unremembered
-        seen[:] = [_dead, -1, -1]
+        seen[:] = [_dead, -1]
     return True
+
+
+class Records:
+    """The records of one entry's guard, and the ``EPOCH`` they were made under."""
+    __slots__ = ("epoch", "seen")
+
+    def __init__(self) -> None:
+        self.epoch = EPOCH[0]
+        self.seen: list[list] = []
+
+    def new(self) -> list:
+        seen = new_seen()
+        self.seen.append(seen)
+        return seen
+
+    def refresh(self) -> bool:
+        """``EPOCH`` moved (a ``.data`` assignment somewhere): forget every tensor (always True)."""
+        for seen in self.seen:
+            seen[:] = [_dead, -1]
+        self.epoch = EPOCH[0]
+        return True
 
 
 def install() -> None:
@@ -83,7 +109,7 @@ def install() -> None:
         # then check in full once)
         EPOCH[0] += 1
         for seen in list(_ALL.values()):
-            seen[:] = [_dead, -1, -1]
+            seen[:] = [_dead, -1]
         return swap(t1, t2)
 
     swap_tensors.__doc__ = swap.__doc__

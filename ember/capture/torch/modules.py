@@ -10,7 +10,7 @@ import torch
 from .. import rules as R
 from ..interpreter import NULL, UserException
 from ..objects import _descriptor_get, _is_data_descriptor, lookup_type_attr
-from ..sources import AttrSource, ItemSource
+from ..sources import InstAttrSource, ItemSource
 from ..values import BoundMethod, Const, ObjectVar
 
 _Module = torch.nn.Module
@@ -48,13 +48,17 @@ def _module_getattr(d, f, v: NNModuleVar, name: str):
         return _descriptor_get(d, f, v, cattr, name, t)
     inst = m.__dict__
     if name in inst:
-        return d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)
+        return d.wrap(inst[name], InstAttrSource(v.source, name) if v.source else None)
     if cattr is not NULL:
         return _descriptor_get(d, f, v, cattr, name, t)
     for dict_name in ("_parameters", "_buffers", "_modules"):
         dct = inst.get(dict_name)
         if dct is not None and name in dct:
-            src = ItemSource(AttrSource(v.source, dict_name), name) if v.source else None
+            src = None
+            if v.source:
+                holder = InstAttrSource(v.source, dict_name)
+                d.cg.hoist(holder)          # a module's _modules / _parameters dict: read once per call
+                src = ItemSource(holder, name)
             return d.wrap(dct[name], src)
     ga = lookup_type_attr(t, "__getattr__")
     if type(ga) is types.FunctionType and ga is not _Module.__getattr__:
@@ -82,7 +86,7 @@ def _module_call(d, f, v: NNModuleVar, args, kwargs):
         return d.inline(f, type(m)._call_impl, [v] + list(args), kwargs)
     fwd = m.__dict__.get("forward")
     if fwd is not None:
-        return d.call(f, d.wrap(fwd, AttrSource(v.source, "forward") if v.source else None), args, kwargs)
+        return d.call(f, d.wrap(fwd, InstAttrSource(v.source, "forward") if v.source else None), args, kwargs)
     forward = lookup_type_attr(type(m), "forward")
     if type(forward) is not types.FunctionType:
         raise d.unsupported(f, f"{type(m).__name__}.forward is not a Python function")

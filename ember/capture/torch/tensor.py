@@ -30,6 +30,8 @@ _META_METHODS = {"size", "dim", "stride", "numel", "nelement", "element_size", "
                  "is_floating_point", "is_complex", "storage_offset", "ndimension", "is_signed",
                  "is_inference", "has_names", "is_set_to", "is_pinned", "is_shared"}
 _TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag", "data"}
+# what depends on a tensor's requires_grad even under no_grad: reading one keeps the requires_grad guards
+_GRAD_STATE = {"requires_grad", "is_leaf", "grad", "grad_fn", "retains_grad", "requires_grad_"}
 _DATA_DEPENDENT = {
     "item": "Tensor.item() turns a tensor value into a Python number",
     "tolist": "Tensor.tolist() turns tensor values into Python numbers",
@@ -52,6 +54,8 @@ def data_dependent(d, f, what: str):
 
 @R.GETATTR.register(TensorVar)
 def _tensor_getattr(d, f, t: TensorVar, name: str):
+    if name in _GRAD_STATE:
+        d.torch.grad_observed = True
     if name in _META_ATTRS:
         return d.from_python(_META_ATTRS[name](t)) if name != "shape" else Const(t.meta.shape)
     if name in _TENSOR_ATTRS:
@@ -79,6 +83,8 @@ def _tensor_setattr(d, f, t, name, value):
 
 @R.METHOD.register(TensorVar)
 def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
+    if name in _GRAD_STATE:
+        d.torch.grad_observed = True
     if name in _META_METHODS:
         margs = [d.as_python(f, a) for a in args]
         mkw = {k: d.as_python(f, v) for k, v in kwargs.items()}
