@@ -164,11 +164,21 @@ def peak_memory_mb(fn: Callable[[], Any], device: torch.device) -> float | None:
 def held_memory_mb(device: torch.device) -> float | None:
     """Device memory (MB) the caching allocator holds for live tensors and CUDA graph pools, after returning
     its unused cached blocks; the difference across an engine's compile and warm-up is what the engine keeps
-    (its model copy, static buffers, graph pools). None off CUDA."""
+    (its model copy, static buffers, graph pools). None off CUDA.
+
+    cuBLAS's cached workspaces (32 MB per handle and stream on Hopper) are returned first: they are the
+    process's, made by whichever engine ran a matmul first, and freed by any engine that records a CUDA graph
+    (torch's CUDA graph trees and ember clear them around a capture). Left in, the first engine to record after
+    an eager one got credit for freeing the eager engine's workspace (ResNet-50, batch 1, after eager in one
+    process: torch.compile's reduce-overhead held 136 MB, its 100 MB model copy included, so 36 MB for pools
+    that take 76 MB in a process of their own, bench/held_memory.py)."""
     if device.type != "cuda":
         return None
     gc.collect()
     torch.cuda.synchronize(device)
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
     torch.cuda.empty_cache()
     return torch.cuda.memory_reserved(device) / 2**20
 
