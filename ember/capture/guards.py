@@ -7,6 +7,7 @@ global-state guards through ``GuardSet.add``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .sources import Codegen, Source, literal
@@ -27,7 +28,7 @@ class Guard:
     expr: str       # Python expression, True when the fact still holds
     reason: str     # readable: what was assumed and where it came from
     number_at: str | None = None    # for a guarded int/float: its source (a candidate for automatic dynamic)
-    tag: str | None = None          # a kind a plugin may drop once the trace shows it is not needed
+    tag: object = None              # what a plugin knows it by (to drop it once the trace shows it is not needed)
 
 
 class GuardSet:
@@ -36,14 +37,14 @@ class GuardSet:
         self.guards: list[Guard] = []
         self._seen: set[str] = set()
 
-    def add(self, expr: str, reason: str, number_at: str | None = None, tag: str | None = None) -> None:
+    def add(self, expr: str, reason: str, number_at: str | None = None, tag: object = None) -> None:
         if expr not in self._seen:
             self._seen.add(expr)
             self.guards.append(Guard(expr, reason, number_at, tag))
 
-    def drop(self, tag: str) -> None:
-        """Remove the guards of kind ``tag``. Only for guards that assign no name later ones read."""
-        self.guards = [g for g in self.guards if g.tag != tag]
+    def drop(self, which: Callable[[Guard], bool]) -> None:
+        """Remove the guards ``which`` selects. Only for guards that assign no name later ones read."""
+        self.guards = [g for g in self.guards if not which(g)]
 
     # -- common kinds ----------------------------------------------------------------------------------
     def type_match(self, src: Source, t: type) -> None:
@@ -65,18 +66,18 @@ class GuardSet:
         return f"({e} is {self.cg.bind(v, 'const')} or ({check}))"
 
     def equals(self, src: Source, v: object) -> None:
-        e = src.expr(self.cg)
+        e, plain = src.expr(self.cg), self.cg.plain(src)
         if v is None or type(v) is bool:
-            self.add(f"{e} is {v!r}", f"{e} is {v!r}")
+            self.add(f"{e} is {v!r}", f"{plain} is {v!r}")
         elif type(v) is complex or (type(v) is float and (math.isnan(v) or v == 0)):
             # == cannot tell -0.0 from 0.0 and is never true for nan: compare the exact repr instead
             t = type(v)
             self.add(self._same_or(e, v, f"type({e}) is {self.cg.bind(t, t.__name__)} and repr({e}) == {repr(v)!r}"),
-                     f"{e} is {v!r}")
+                     f"{plain} is {v!r}")
         else:
             t = type(v)
             self.add(self._same_or(e, v, f"type({e}) is {self.cg.bind(t, t.__name__)} and {e} == {literal(v, self.cg)}"),
-                     f"{e} == {v!r}", self.cg.plain(src) if t in (int, float) else None)
+                     f"{plain} == {v!r}", plain if t in (int, float) else None)
 
     def tuple_of_constants(self, src: Source, v: tuple) -> None:
         """``src`` is a tuple equal to ``v`` item by item, types included (one check instead of one per item)."""
@@ -96,12 +97,12 @@ class GuardSet:
 
     def length(self, src: Source, n: int) -> None:
         e = src.expr(self.cg)
-        self.add(f"len({e}) == {n}", f"len({e}) == {n}")
+        self.add(f"len({e}) == {n}", f"len({self.cg.plain(src)}) == {n}")
 
     def dict_keys(self, src: Source, keys: list) -> None:
         self.cg.hoist(src)        # its items are guarded next
         e = src.expr(self.cg)
-        self.add(f"tuple({e}) == {literal(tuple(keys), self.cg)}", f"keys of {e} are {keys!r}")
+        self.add(f"tuple({e}) == {literal(tuple(keys), self.cg)}", f"keys of {self.cg.plain(src)} are {keys!r}")
 
     def source(self, fn_name: str, params: str) -> str:
         body = "\n        and ".join(g.expr for g in self.guards) or "True"

@@ -625,3 +625,83 @@ def test_module_attributes_read_through_the_instance_dict(counter):
         m.lin.weight.data = rand(4, 4, seed=3)
         assert_same(compiled(x), m(x))
     assert counter.count == 4
+
+
+def _view_of_input(x):
+    return x[:, :2]
+
+
+def _same_or_view(x):
+    return x.contiguous(), x.float(), x.expand(3, 4), x.view(-1)
+
+
+def test_no_grad_outputs_that_alias_inputs_keep_their_requires_grad():
+    """Under no_grad a view of an input, or the input an op returns as is (``contiguous``, ``float``), still
+    requires grad when the input does: those inputs keep their requires_grad guards (the default backend records
+    which outputs alias which inputs, requires_grad included), and backward through them works."""
+    for fn in (_view_of_input, _same_or_view):
+        compiled = ember.compile(fn)
+        with torch.no_grad():
+            for req in (False, True, False, True):
+                x = rand(3, 4, seed=0, requires_grad=req)
+                assert_same(compiled(x), fn(x))
+        grads = []
+        for run in (compiled, fn):      # backward through the output works as in eager (a no_grad view is a leaf)
+            x = rand(3, 4, seed=1, requires_grad=True)
+            with torch.no_grad():
+                out = run(x)
+            first = out if isinstance(out, torch.Tensor) else out[0]
+            (first * 2).sum().backward()
+            grads.append((x.grad, first.grad))
+        assert_same(grads[0], grads[1])
+
+
+class _ReadsStep(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0
+
+    def forward(self, x):
+        n = int(x.sum().item())          # a graph break: the rest is a continuation
+        return x * self.step + n, self.step
+
+
+class _Rewrites(nn.Module):
+    """Rewrites its attribute reads (its own ``__getattribute__``): guards must read through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 2.0
+
+    def __getattribute__(self, name):
+        v = super().__getattribute__(name)
+        return v * 10 if name == "scale" else v
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def _reads_via_getattribute(x):
+    return x * 2 if x.__getattribute__("requires_grad") else x - 1
+
+
+def test_module_attribute_reads_after_a_break_and_through_custom_getattribute(counter):
+    """A module attribute that changes every call read after a graph break (automatic dynamic: a graph input,
+    not a guard) is read from the module's ``__dict__`` assigned in the guards, not first in the return line;
+    a module class with its own ``__getattribute__`` is read through it; ``x.__getattribute__('requires_grad')``
+    under no_grad keeps the requires_grad guard. Recompile messages show plain attribute paths."""
+    m = _ReadsStep()
+    compiled = ember.compile(m, backend="eager")
+    x = torch.ones(3)
+    for i in range(4):
+        m.step = i + 1
+        assert_same(compiled(x), m(x))
+    r = _Rewrites()
+    assert_same(ember.compile(r, backend="eager")(x), r(x))
+    reader = ember.compile(_reads_via_getattribute, backend=counter)
+    with torch.no_grad():
+        for req in (False, True):
+            xr = rand(2, seed=0, requires_grad=req)
+            assert_same(reader(xr), _reads_via_getattribute(xr))
+    reasons = [g.reason for g in ember.explain(_Scaled())(torch.zeros(2, 4)).guards]
+    assert "self.scale == 2.0" in reasons, reasons

@@ -10,7 +10,7 @@ import torch
 from .. import rules as R
 from ..interpreter import NULL, UserException
 from ..objects import _descriptor_get, _is_data_descriptor, lookup_type_attr
-from ..sources import InstAttrSource, ItemSource
+from ..sources import AttrSource, InstAttrSource, ItemSource
 from ..values import BoundMethod, Const, ObjectVar
 
 _Module = torch.nn.Module
@@ -32,6 +32,11 @@ def _has_hooks(m: _Module) -> bool:
                 or getattr(mm, "_global_backward_pre_hooks", None))
 
 
+def _own_getattribute(t: type) -> bool:
+    """Whether module class ``t`` defines its own ``__getattribute__`` (nn.Module inherits object's)."""
+    return lookup_type_attr(t, "__getattribute__") is not object.__getattribute__
+
+
 @R.GETATTR.register(NNModuleVar)
 def _module_getattr(d, f, v: NNModuleVar, name: str):
     m = v.obj
@@ -43,6 +48,13 @@ def _module_getattr(d, f, v: NNModuleVar, name: str):
         raise UserException(AttributeError(f"'{t.__name__}' object has no attribute '{name}'"))
     if name == "__class__":
         return Const(t)
+    if _own_getattribute(t) and v.source is not None:
+        # a class that rewrites attribute reads: read through it, as the guards then do on every call
+        try:
+            value = getattr(m, name)
+        except AttributeError as e:
+            raise UserException(e) from None
+        return d.wrap(value, AttrSource(v.source, name))
     cattr = lookup_type_attr(t, name)
     if cattr is not NULL and _is_data_descriptor(cattr):
         return _descriptor_get(d, f, v, cattr, name, t)

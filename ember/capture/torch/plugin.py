@@ -16,7 +16,7 @@ from . import ctx as _ctx
 from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
-from .modules import NNModuleVar, _has_hooks, construct_module
+from .modules import NNModuleVar, _has_hooks, _own_getattribute, construct_module
 from .ops import record
 
 
@@ -103,7 +103,6 @@ class TorchPlugin:
         if isinstance(obj, _ctx.GRAD_CTX_TYPES + (torch.autocast,)):
             return _ctx.wrap_ctx(d, obj, source)
         if type(obj) is types.MethodType and isinstance(obj.__self__, _ctx.GRAD_CTX_TYPES + (torch.autocast,)):
-            from ..sources import AttrSource
             recv = d.wrap(obj.__self__, AttrSource(source, "__self__") if source is not None else None)
             return MethodOf(recv, obj.__func__.__name__)
         if isinstance(obj, torch.nn.Module):
@@ -113,6 +112,12 @@ class TorchPlugin:
             # metadata, submodule types) is guarded where it is read, so identical layers share compiled code
             d.cg.hoist(source)
             d.guards.type_match(source, type(obj))
+            if not _own_getattribute(type(obj)):
+                # its attributes are read from its __dict__ (InstAttrSource), fetched here, once per call: the
+                # guards assign it before any later line (glue, graph call, return) reads it
+                inst = AttrSource(source, "__dict__")
+                d.cg.hoist(inst)
+                d.guards.add(f"{inst.expr(d.cg)} is not None", f"{d.cg.plain(source)} has a __dict__")
             return NNModuleVar(obj, source)
         if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
             if source is not None:
@@ -184,7 +189,7 @@ class TorchPlugin:
                            f"stride {t.stride()} on {dev}")
         # a guard of its own: dropped where the graph runs without gradients and never reads it (graph_hook)
         d.guards.add(f"{e}.requires_grad" if t.requires_grad else f"not {e}.requires_grad",
-                     f"{plain}.requires_grad is {t.requires_grad}", tag=REQUIRES_GRAD)
+                     f"{plain}.requires_grad is {t.requires_grad}", tag=(REQUIRES_GRAD, source))
 
     def const_getattr(self, d, f, v, name):
         return None
@@ -235,12 +240,14 @@ class TorchPlugin:
     # -- the graph -------------------------------------------------------------------------------------
     def graph_hook(self, d, glue):
         st: TorchState = d.torch
-        if not (st.grad_ever_enabled or st.grad_observed):
-            # the whole graph runs under no_grad and no code read a requires_grad: whether an input requires
-            # grad changes nothing (its outputs require none either way; ember.autograd picks its variant by
-            # grad mode at run time), so its guards go: ~0.08 us per parameter on every call
-            d.guards.drop(REQUIRES_GRAD)
         outs = glue.graph_outputs
+        if not (st.grad_ever_enabled or st.grad_observed or _sets_grad_mode(st.graph)):
+            # the whole graph runs under no_grad and no code read a requires_grad: an output requires grad only
+            # where it is an input or a view of one (no_grad keeps a view's requires_grad), so the other inputs'
+            # requires_grad guards go (ember.autograd picks its variant by grad mode at run time): ~0.08 us per
+            # parameter on every call
+            keep = _aliased_inputs(st, outs)
+            d.guards.drop(lambda g: type(g.tag) is tuple and g.tag[0] == REQUIRES_GRAD and g.tag[1] not in keep)
         if st.n_calls == 0 and not outs:
             return [], []
         st.graph.output(tuple(t.node for t in outs))
@@ -264,6 +271,22 @@ class TorchPlugin:
         line = f"__out = {name}({args})" if outs else f"{name}({args})"
         return [line], [{"gm": gm, "bindings": {name: compiled}, "n_inputs": len(st.inputs),
                          "n_ops": st.n_calls}]
+
+
+def _sets_grad_mode(graph: fx.Graph) -> bool:
+    """Whether the graph switches grad mode anywhere (a ``set_grad_enabled`` node, however it got there)."""
+    return any(n.op == "call_function" and n.target in (torch._C._set_grad_enabled, torch.set_grad_enabled)
+               for n in graph.nodes)
+
+
+def _aliased_inputs(st: TorchState, outs: list) -> set:
+    """Sources of the graph inputs that a graph output is, or views (meta tensors keep a view's ``_base``)."""
+    bases = set()
+    for o in outs:
+        meta = getattr(o, "meta", None)
+        if isinstance(meta, torch.Tensor):
+            bases.add(id(meta._base if meta._base is not None else meta))
+    return {src for src, _, node in st.inputs if id(node.meta.get("example_value")) in bases}
 
 
 def readable_graph(gm: fx.GraphModule) -> str:

@@ -31,7 +31,7 @@ _META_METHODS = {"size", "dim", "stride", "numel", "nelement", "element_size", "
                  "is_inference", "has_names", "is_set_to", "is_pinned", "is_shared"}
 _TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag", "data"}
 # what depends on a tensor's requires_grad even under no_grad: reading one keeps the requires_grad guards
-_GRAD_STATE = {"requires_grad", "is_leaf", "grad", "grad_fn", "retains_grad", "requires_grad_"}
+_GRAD_STATE = {"requires_grad", "is_leaf", "grad", "grad_fn", "retains_grad", "requires_grad_", "__getattribute__"}
 _DATA_DEPENDENT = {
     "item": "Tensor.item() turns a tensor value into a Python number",
     "tolist": "Tensor.tolist() turns tensor values into Python numbers",
