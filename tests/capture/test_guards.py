@@ -654,6 +654,13 @@ def test_no_grad_outputs_that_alias_inputs_keep_their_requires_grad():
             (first * 2).sum().backward()
             grads.append((x.grad, first.grad))
         assert_same(grads[0], grads[1])
+    # traced under inference_mode (whose views keep no _base), called later under no_grad: still an alias
+    compiled = ember.compile(_view_of_input)
+    with torch.inference_mode():
+        compiled(rand(3, 4, seed=2))
+    with torch.no_grad():
+        x = rand(3, 4, seed=3, requires_grad=True)
+        assert_same(compiled(x), _view_of_input(x))
 
 
 class _ReadsStep(nn.Module):

@@ -247,7 +247,8 @@ class TorchPlugin:
             # requires_grad guards go (ember.autograd picks its variant by grad mode at run time): ~0.08 us per
             # parameter on every call
             keep = _aliased_inputs(st, outs)
-            d.guards.drop(lambda g: type(g.tag) is tuple and g.tag[0] == REQUIRES_GRAD and g.tag[1] not in keep)
+            if keep is not None:
+                d.guards.drop(lambda g: type(g.tag) is tuple and g.tag[0] == REQUIRES_GRAD and g.tag[1] not in keep)
         if st.n_calls == 0 and not outs:
             return [], []
         st.graph.output(tuple(t.node for t in outs))
@@ -279,14 +280,16 @@ def _sets_grad_mode(graph: fx.Graph) -> bool:
                for n in graph.nodes)
 
 
-def _aliased_inputs(st: TorchState, outs: list) -> set:
-    """Sources of the graph inputs that a graph output is, or views (meta tensors keep a view's ``_base``)."""
-    bases = set()
-    for o in outs:
-        meta = getattr(o, "meta", None)
-        if isinstance(meta, torch.Tensor):
-            bases.add(id(meta._base if meta._base is not None else meta))
-    return {src for src, _, node in st.inputs if id(node.meta.get("example_value")) in bases}
+def _aliased_inputs(st: TorchState, outs: list) -> set | None:
+    """Sources of the graph inputs whose memory a graph output shares (the input itself, a view of it): their
+    meta tensors share a storage, also in inference mode, where a view's ``_base`` is not kept. None: unknown."""
+    def storage(t: Any) -> int | None:
+        return t.untyped_storage()._cdata if isinstance(t, torch.Tensor) else None
+    try:
+        shared = {storage(getattr(o, "meta", None)) for o in outs} - {None}
+        return {src for src, _, node in st.inputs if storage(node.meta.get("example_value")) in shared}
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
 
 
 def readable_graph(gm: fx.GraphModule) -> str:
