@@ -712,3 +712,30 @@ def test_module_attribute_reads_after_a_break_and_through_custom_getattribute(co
             assert_same(reader(xr), _reads_via_getattribute(xr))
     reasons = [g.reason for g in ember.explain(_Scaled())(torch.zeros(2, 4)).guards]
     assert "self.scale == 2.0" in reasons, reasons
+
+
+@torch.enable_grad()
+def _grad_helper(x):
+    return x * 2
+
+
+@torch.no_grad()
+def _no_grad_helper(x):
+    return x + 1
+
+
+def _calls_decorated(x):
+    return _grad_helper(x) + _no_grad_helper(x), torch.is_grad_enabled()
+
+
+def test_functions_decorated_with_grad_modes(counter):
+    """A helper decorated with ``@torch.enable_grad()`` / ``@torch.no_grad()`` (its decorator's context object is
+    never entered itself: each call enters a clone) compiles under either grad mode, and the caller's grad mode
+    is restored after it: the guard checks that the object was not entered, not the value it would restore."""
+    compiled = ember.compile(_calls_decorated, backend=counter)
+    for grad in (False, True, False, True):
+        x = rand(3, seed=0, requires_grad=True)
+        with torch.set_grad_enabled(grad):
+            assert_same(compiled(x), _calls_decorated(x))
+            assert torch.is_grad_enabled() is grad
+    assert counter.count == 2

@@ -185,12 +185,18 @@ def wrap_ctx(d, obj, source):
     from ..guards import GuardSet  # noqa: F401  (typing only)
     t = type(obj)
     if isinstance(obj, GRAD_CTX_TYPES):
+        # ``prev`` (the mode to restore) exists once the object was entered; a decorator's own context object
+        # (``@torch.enable_grad()``) never is (each call enters a clone): its mode is read when entered here
+        prev = getattr(obj, "prev", None)
         if source is not None:
             d.guards.type_match(source, t)
             from ..sources import AttrSource
-            d.guards.equals(AttrSource(source, "prev"), bool(getattr(obj, "prev", False)))
+            if prev is None:
+                d.guards.add(f"not hasattr({source.expr(d.cg)}, 'prev')", f"{d.cg.plain(source)} was not entered")
+            else:
+                d.guards.equals(AttrSource(source, "prev"), bool(prev))
         mode = {torch.no_grad: False, torch.enable_grad: True}.get(t, getattr(obj, "mode", True))
-        return GradModeCtx(mode, t, bool(getattr(obj, "prev", False)))
+        return GradModeCtx(mode, t, None if prev is None else bool(prev))
     if isinstance(obj, torch.autocast):
         if source is not None:
             d.guards.type_match(source, t)
