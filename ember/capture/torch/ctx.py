@@ -56,7 +56,6 @@ def set_grad(d, f, mode: bool) -> None:
         record(d, f, "call_function", torch._C._set_grad_enabled, [Const(mode)], {},
                meta_fn=lambda m: None)
         st.grad_enabled = mode
-        st.grad_ever_enabled |= mode
 
 
 @R.GETATTR.register(GradModeCtx, AutocastCtx)

@@ -54,7 +54,6 @@ class TorchState:
         self.graph = fx.Graph()
         self.inputs: list[tuple[Source, torch.Tensor, fx.Node]] = []
         self.grad_enabled = torch.is_grad_enabled()
-        self.grad_ever_enabled = self.grad_enabled   # grad mode was on at some point of the graph
         self.grad_observed = False      # the trace read or set a requires_grad (or what depends on it)
         self.records = None             # the entry's fastguard.Records, once a weight is checked by identity
         self.autocast: dict[str, tuple[bool, torch.dtype]] = {}

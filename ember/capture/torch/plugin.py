@@ -241,11 +241,11 @@ class TorchPlugin:
     def graph_hook(self, d, glue):
         st: TorchState = d.torch
         outs = glue.graph_outputs
-        if not (st.grad_ever_enabled or st.grad_observed or _sets_grad_mode(st.graph)):
-            # the whole graph runs under no_grad and no code read a requires_grad: an output requires grad only
-            # where it is an input or a view of one (no_grad keeps a view's requires_grad), so the other inputs'
-            # requires_grad guards go (ember.autograd picks its variant by grad mode at run time): ~0.08 us per
-            # parameter on every call
+        if not (torch.is_grad_enabled() or st.grad_observed or _sets_grad_mode(st.graph)):
+            # the whole graph runs under no_grad (the entry's mode, never switched) and no code read a
+            # requires_grad: an output requires grad only where it is an input or a view of one (no_grad keeps a
+            # view's requires_grad), so the other inputs' requires_grad guards go (ember.autograd picks its
+            # variant by grad mode at run time): ~0.08 us per parameter on every call
             keep = _aliased_inputs(st, outs)
             if keep is not None:
                 d.guards.drop(lambda g: type(g.tag) is tuple and g.tag[0] == REQUIRES_GRAD and g.tag[1] not in keep)
