@@ -75,31 +75,68 @@ class OptimizedModule(torch.nn.Module):
     """A compiled nn.Module. It shares everything with the original (``_orig_mod``): parameters, buffers,
     submodules, ``state_dict()`` keys, train/eval; calling it runs the compiled ``forward``."""
 
+    _OWN = frozenset(("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call", "_ember_key"))
+
     def __init__(self, mod: torch.nn.Module, cfg: _Config):
         super().__init__()
         self.__dict__["_orig_mod"] = mod
         self.__dict__["_ember_cfg"] = cfg
+        # `training` is the original's: reads and writes go through to it
+        self.__dict__.pop("training", None)
+        self._ember_select(mod)
+
+    def _ember_select(self, mod: torch.nn.Module):
+        """Compile what calling ``mod`` runs: an instance-level ``forward``, a ``__call__`` override, hooks'
+        ``_call_impl`` or the class's ``forward``. The choice is checked on every call (`_ember_key`), so a
+        ``forward`` assigned after compiling is compiled and run, as eager would run it."""
         fwd = mod.__dict__.get("forward")
-        if type(mod).__call__ is not torch.nn.Module.__call__ or _module_has_hooks(mod):
-            fn = type(mod).__call__ if type(type(mod).__call__) is types.FunctionType else torch.nn.Module._call_impl
-        else:
+        call = type(mod).__call__
+        d = self.__dict__
+        cfg = d["_ember_cfg"]
+        if call is not torch.nn.Module.__call__ or _module_has_hooks(mod):
+            fn = call if type(call) is types.FunctionType else torch.nn.Module._call_impl
+        elif fwd is None:
             fn = type(mod).forward
-        if fwd is not None and type(fwd) is types.MethodType:
+        elif type(fwd) is types.MethodType and fwd.__self__ is mod and type(fwd.__func__) is types.FunctionType:
             fn = fwd.__func__
+        else:                                   # a plain function or another object's method as `forward`
+            call_fwd = _compile(fwd, cfg, False)
+            d["_ember_cache"] = getattr(call_fwd, "__ember_cache__", None) or getattr(
+                getattr(call_fwd, "__func__", None), "__ember_cache__", None)
+            d["_ember_call"], d["_ember_key"] = call_fwd, (fwd, call)
+            return
         cache = cfg.frame_cache(fn, name=f"{type(mod).__name__}.{fn.__name__}")
-        self.__dict__["_ember_cache"] = cache
-        self.__dict__["_ember_call"] = types.MethodType(cache.dispatch, mod)
-        self.training = mod.training
+        d["_ember_cache"] = cache
+        d["_ember_call"] = types.MethodType(cache.dispatch, mod)
+        d["_ember_key"] = (fwd, call)
 
     def __call__(self, *args, **kwargs):
-        return self.__dict__["_ember_call"](*args, **kwargs)
+        d = self.__dict__
+        mod = d["_orig_mod"]
+        key = d["_ember_key"]
+        if mod.__dict__.get("forward") is not key[0] or type(mod).__call__ is not key[1]:
+            self._ember_select(mod)
+        return d["_ember_call"](*args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        return self.__dict__["_ember_call"](*args, **kwargs)
+        return self.__call__(*args, **kwargs)
+
+    def __setattr__(self, name: str, value):
+        # the wrapper shares its state with the original: attribute writes land there
+        if name in OptimizedModule._OWN:
+            self.__dict__[name] = value
+        else:
+            setattr(self.__dict__["_orig_mod"], name, value)
+
+    def __delattr__(self, name: str):
+        delattr(self.__dict__["_orig_mod"], name)
 
     def __getattr__(self, name: str):
-        if name in ("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call"):
-            return self.__dict__[name]
+        if name in OptimizedModule._OWN:
+            try:
+                return self.__dict__[name]
+            except KeyError:
+                raise AttributeError(name) from None
         return getattr(self.__dict__["_orig_mod"], name)
 
     def __dir__(self):
@@ -129,7 +166,6 @@ class OptimizedModule(torch.nn.Module):
 
     def train(self, mode: bool = True):
         self._orig_mod.train(mode)
-        self.training = mode
         return self
 
     def _apply(self, fn, *args, **kwargs):

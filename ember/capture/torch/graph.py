@@ -5,6 +5,8 @@ which meta tensors cannot hold. Ops run on the meta tensors under the trace's gr
 metadata is exact without touching real data or memory."""
 from __future__ import annotations
 
+import keyword
+
 import linecache
 import operator
 from typing import Any
@@ -69,6 +71,8 @@ class TorchState:
         base = "".join(c if c.isalnum() else "_" for c in source.name_hint()).strip("_") or "x"
         if base[0].isdigit():
             base = "t_" + base
+        if base == "self" or keyword.iskeyword(base):   # `self` is the GraphModule's own forward parameter
+            base += "_"
         name, i = base, 1
         while name in self._names:
             name, i = f"{base}_{i}", i + 1

@@ -94,6 +94,11 @@ def _module_setattr(d, f, v: NNModuleVar, name: str, value):
 @R.CALL.register(NNModuleVar)
 def _module_call(d, f, v: NNModuleVar, args, kwargs):
     m = v.obj
+    call = lookup_type_attr(type(m), "__call__")
+    if call is not _Module.__call__:            # the class overrides __call__: run it, as CPython does
+        if type(call) is not types.FunctionType:
+            raise d.unsupported(f, f"{type(m).__name__}.__call__ is not a Python function")
+        return d.inline(f, call, [v] + list(args), kwargs)
     if _has_hooks(m):
         return d.inline(f, type(m)._call_impl, [v] + list(args), kwargs)
     fwd = m.__dict__.get("forward")

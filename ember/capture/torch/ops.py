@@ -75,11 +75,14 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
     st.n_calls += 1
     if device is None:
         device = result_device(tens, kwargs)
-    # in-place ops return their (already known) input: keep its value, new node
-    if isinstance(out, torch.Tensor) and tens and out is tens[0].meta:
-        node.meta["example_value"] = out
-        node.meta["ember_device"] = tens[0].device
-        return TensorVar(node, out, tens[0].device, tens[0].cls if tens[0].cls is not torch.nn.Parameter else torch.Tensor)
+    # An op that returns its input object (in-place ops, `contiguous()` of a contiguous tensor) returns the
+    # same value: eager's `x.add_(1) is x` holds, and so must the trace's. The node stays in the graph (it
+    # runs the mutation); later uses read the input's node, which the graph's order puts after it.
+    for t in tens:
+        if isinstance(out, torch.Tensor) and out is t.meta:
+            node.meta["example_value"] = out
+            node.meta["ember_device"] = t.device
+            return t
     return wrap_result(d, f, st, node, out, device)
 
 

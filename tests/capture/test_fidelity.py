@@ -1,0 +1,134 @@
+"""Capture fidelity: object identity through in-place ops, the module-call protocol as CPython runs it, and
+the compiled module sharing its state with the original. Each case compares ember with eager."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+import ember
+
+BACKENDS = ["eager", "aot_eager", "ember"]
+
+
+def _inplace_is_receiver(x):
+    y = x.add_(1)
+    return x is y, y * 2
+
+
+def _inplace_chain_identity(x):
+    y = x.mul_(2).add_(1)
+    return y is x, x + 0
+
+
+def _set_of_inplace(x):
+    return len({x, x.add_(1)}), x * 1
+
+
+def _contiguous_is_self(x):
+    return x.contiguous() is x, x.relu_() is x, x
+
+
+def _out_is_out(x, y):
+    z = torch.add(x, 1, out=y)
+    return z is y, y + 0
+
+
+def _list_index_after_inplace(x):
+    items = [x]
+    x.sub_(3)
+    return items.index(x.mul_(2)), items[0] is x, x + 0
+
+
+IDENTITY_CASES = [
+    (_inplace_is_receiver, 1), (_inplace_chain_identity, 1), (_set_of_inplace, 1), (_contiguous_is_self, 1),
+    (_out_is_out, 2), (_list_index_after_inplace, 1),
+]
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.allclose(a, b)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn,n", IDENTITY_CASES, ids=[c[0].__name__ for c in IDENTITY_CASES])
+def test_inplace_returns_receiver(fresh_ember, fn, n, backend):
+    args = [torch.randn(3, 4) for _ in range(n)]
+    expected = fn(*[a.clone() for a in args])
+    mine = [a.clone() for a in args]
+    got = ember.compile(fn, backend=backend)(*mine)
+    assert _same(got, expected), (got, expected)
+
+
+class _Plus(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+class _CallOverride(_Plus):
+    def __call__(self, x):
+        return 5 * self.forward(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_call_override_direct_and_inlined(fresh_ember, backend):
+    m = _CallOverride()
+    x = torch.randn(3)
+    assert torch.allclose(ember.compile(m, backend=backend)(x), m(x))
+    assert torch.allclose(ember.compile(lambda t: m(t) * 2, backend=backend)(x), m(x) * 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_instance_forward_assigned_after_compile(fresh_ember, backend):
+    m = _Plus()
+    cm = ember.compile(m, backend=backend)
+    x = torch.randn(3)
+    assert torch.allclose(cm(x), x + 1)
+    m.forward = types.MethodType(lambda self, t: t * 10, m)
+    assert torch.allclose(cm(x), x * 10)
+    m.forward = lambda t: t - 4                 # a plain function: called without self, as eager does
+    assert torch.allclose(cm(x), m(x))
+    del m.forward
+    assert torch.allclose(cm(x), x + 1)
+
+
+class _Step(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.step = 10
+
+    def forward(self, x):
+        return x + self.step
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attribute_writes_reach_original(fresh_ember, backend):
+    m = _Step()
+    cm = ember.compile(m, backend=backend)
+    x = torch.zeros(2)
+    assert torch.equal(cm(x), x + 10)
+    cm.step = 11
+    assert m.step == 11 and cm.step == 11
+    assert torch.equal(cm(x), x + 11)
+    cm.eval()
+    assert not m.training and not cm.training
+    cm.training = True
+    assert m.training
+    cm.extra = 3
+    assert m.extra == 3
+    del cm.extra
+    assert not hasattr(m, "extra")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parameter_named_self(fresh_ember, backend):
+    def f(self, x):
+        return x + self
+
+    a, b = torch.randn(3), torch.randn(3)
+    assert torch.allclose(ember.compile(f, backend=backend)(a, b), f(a, b))
