@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from typing import Any, Callable
 
@@ -89,26 +90,17 @@ class OptimizedModule(torch.nn.Module):
         """Compile what calling ``mod`` runs: an instance-level ``forward``, a ``__call__`` override, hooks'
         ``_call_impl`` or the class's ``forward``. The choice is checked on every call (`_ember_key`), so a
         ``forward`` assigned after compiling is compiled and run, as eager would run it."""
-        fwd = mod.__dict__.get("forward")
-        call = type(mod).__call__
         d = self.__dict__
-        cfg = d["_ember_cfg"]
-        if call is not torch.nn.Module.__call__ or _module_has_hooks(mod):
-            fn = call if type(call) is types.FunctionType else torch.nn.Module._call_impl
-        elif fwd is None:
-            fn = type(mod).forward
-        elif type(fwd) is types.MethodType and fwd.__self__ is mod and type(fwd.__func__) is types.FunctionType:
-            fn = fwd.__func__
-        else:                                   # a plain function or another object's method as `forward`
-            call_fwd = _compile(fwd, cfg, False)
-            d["_ember_cache"] = getattr(call_fwd, "__ember_cache__", None) or getattr(
-                getattr(call_fwd, "__func__", None), "__ember_cache__", None)
-            d["_ember_call"], d["_ember_key"] = call_fwd, (fwd, call)
-            return
-        cache = cfg.frame_cache(fn, name=f"{type(mod).__name__}.{fn.__name__}")
-        d["_ember_cache"] = cache
-        d["_ember_call"] = types.MethodType(cache.dispatch, mod)
-        d["_ember_key"] = (fwd, call)
+        fwd, call = mod.__dict__.get("forward"), type(mod).__call__
+        fn, bound = _module_target(mod, fwd, call)
+        if bound:
+            cache = d["_ember_cfg"].frame_cache(fn, name=f"{type(mod).__name__}.{fn.__name__}")
+            d["_ember_call"] = types.MethodType(cache.dispatch, mod)
+        else:                                   # a static forward, or a plain function set as `forward`
+            d["_ember_call"] = _compile(fn, d["_ember_cfg"], False)
+            target = getattr(d["_ember_call"], "__func__", d["_ember_call"])
+            cache = getattr(target, "__ember_cache__", None)
+        d["_ember_cache"], d["_ember_key"] = cache, (fwd, call)
 
     def __call__(self, *args, **kwargs):
         d = self.__dict__
@@ -185,6 +177,19 @@ class OptimizedModule(torch.nn.Module):
 
     def __repr__(self):
         return f"OptimizedModule({self._orig_mod!r})"
+
+
+def _module_target(mod: torch.nn.Module, fwd: Any, call: Any) -> tuple[Callable, bool]:
+    """What calling ``mod`` runs, and whether it takes ``mod`` as its first argument."""
+    if call is not torch.nn.Module.__call__ or _module_has_hooks(mod):
+        return (call if type(call) is types.FunctionType else torch.nn.Module._call_impl), True
+    if fwd is None:
+        if isinstance(inspect.getattr_static(type(mod), "forward"), staticmethod):
+            return type(mod).forward, False
+        return type(mod).forward, True
+    if type(fwd) is types.MethodType and fwd.__self__ is mod and type(fwd.__func__) is types.FunctionType:
+        return fwd.__func__, True
+    return fwd, False
 
 
 def _restore_module(mod, fullgraph, dynamic, backend, mode, options):

@@ -132,3 +132,22 @@ def test_parameter_named_self(fresh_ember, backend):
 
     a, b = torch.randn(3), torch.randn(3)
     assert torch.allclose(ember.compile(f, backend=backend)(a, b), f(a, b))
+
+
+class _StaticForward(torch.nn.Module):
+    @staticmethod
+    def forward(x):
+        return x * 3 + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_static_forward(fresh_ember, backend):
+    m = _StaticForward()
+    x = torch.randn(4)
+    assert torch.allclose(ember.compile(m, backend=backend)(x), m(x))
+    assert torch.allclose(ember.compile(lambda t: m(t) - 1, backend=backend)(x), m(x) - 1)
+
+    def after_break(t):
+        print("break")
+        return m(t)
+    assert torch.allclose(ember.compile(after_break, backend=backend)(x), m(x))

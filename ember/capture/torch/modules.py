@@ -105,6 +105,8 @@ def _module_call(d, f, v: NNModuleVar, args, kwargs):
     if fwd is not None:
         return d.call(f, d.wrap(fwd, InstAttrSource(v.source, "forward") if v.source else None), args, kwargs)
     forward = lookup_type_attr(type(m), "forward")
+    if isinstance(forward, staticmethod) and type(forward.__func__) is types.FunctionType:
+        return d.inline(f, forward.__func__, list(args), kwargs)
     if type(forward) is not types.FunctionType:
         raise d.unsupported(f, f"{type(m).__name__}.forward is not a Python function")
     if forward is _Module.forward:

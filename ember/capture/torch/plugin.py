@@ -10,6 +10,7 @@ import torch.fx as fx
 
 from ...dynamo_free import avoid_dynamo_import
 from ...errors import BackendCompilerFailed
+from ..objects import lookup_type_attr
 from ..sources import AttrSource, ConstSource, ItemSource, Source
 from ..values import IMMUTABLE_TYPES, Const, MethodOf
 from . import ctx as _ctx
@@ -200,7 +201,8 @@ class TorchPlugin:
         if isinstance(obj, torch.nn.Module) and not _has_hooks(obj) and "forward" not in obj.__dict__:
             fwd = type(obj).forward
             if type(fwd) is types.FunctionType and fwd is not torch.nn.Module.forward \
-                    and type(obj).__call__ is torch.nn.Module.__call__:
+                    and type(obj).__call__ is torch.nn.Module.__call__ \
+                    and not isinstance(lookup_type_attr(type(obj), "forward"), staticmethod):
                 return fwd, obj
         return None
 
