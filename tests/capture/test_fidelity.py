@@ -151,3 +151,109 @@ def test_static_forward(fresh_ember, backend):
         print("break")
         return m(t)
     assert torch.allclose(ember.compile(after_break, backend=backend)(x), m(x))
+
+
+# -- process-wide state read by the trace: a constant of the trace and a guard of the entry ------------------
+class _SetGradOn:
+    def __enter__(self):
+        self.prev = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(True)
+
+    def __exit__(self, *exc):
+        torch._C._set_grad_enabled(self.prev)
+
+
+class _SetGradOnAfterBreak(_SetGradOn):
+    def __enter__(self):
+        print("entering")                       # a graph break before the mode changes
+        super().__enter__()
+
+
+def _branch_on_grad_in_ctx(cm_cls):
+    def f(x):
+        with cm_cls():
+            y = x + 1 if torch.is_grad_enabled() else x - 1
+        return y, torch.is_grad_enabled()
+    return f
+
+
+def _branch_on_profiler(x):
+    return x + 1 if torch.autograd._profiler_enabled() else x - 1
+
+
+def _branch_on_deterministic(x):
+    return x + 1 if torch.are_deterministic_algorithms_enabled() else x - 1
+
+
+def _branch_on_autocast_cpu(x):
+    return x + 1 if torch.is_autocast_cpu_enabled() else x - 1
+
+
+def _sets_grad_and_returns(x):
+    torch._C._set_grad_enabled(True)
+    return x * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cm_cls", [_SetGradOn, _SetGradOnAfterBreak])
+def test_user_context_sets_grad_mode(fresh_ember, backend, cm_cls):
+    f = _branch_on_grad_in_ctx(cm_cls)
+    cf = ember.compile(f, backend=backend)
+    x = torch.zeros(2)
+    for _ in range(2):
+        with torch.no_grad():
+            assert _same(cf(x), f(x))
+        assert _same(cf(x), f(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grad_mode_set_inside_stays_set(fresh_ember, backend):
+    x = torch.ones(2, requires_grad=True)
+    try:
+        with torch.no_grad():
+            r = ember.compile(_sets_grad_and_returns, backend=backend)(x)
+            assert torch.is_grad_enabled() and r.requires_grad
+    finally:
+        torch._C._set_grad_enabled(True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_profiler_state_is_guarded(fresh_ember, backend):
+    cf = ember.compile(_branch_on_profiler, backend=backend)
+    x = torch.zeros(2)
+    assert torch.equal(cf(x), x - 1)
+    with torch.autograd.profiler.profile():
+        assert torch.equal(cf(x), x + 1)
+    assert torch.equal(cf(x), x - 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deterministic_mode_is_guarded(fresh_ember, backend):
+    cf = ember.compile(_branch_on_deterministic, backend=backend)
+    x = torch.zeros(2)
+    assert torch.equal(cf(x), x - 1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert torch.equal(cf(x), x + 1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(cf(x), x - 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_autocast_state_reads(fresh_ember, backend):
+    cf = ember.compile(_branch_on_autocast_cpu, backend=backend)
+    x = torch.zeros(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(cf(x), x + 1)
+    assert torch.equal(cf(x), x - 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inference_mode_and_no_grad_entries_differ(fresh_ember, backend):
+    cf = ember.compile(lambda t: t * 2, backend=backend)
+    x = torch.ones(2)
+    with torch.inference_mode():
+        assert cf(x).is_inference()
+    with torch.no_grad():
+        assert not cf(x).is_inference()

@@ -53,7 +53,34 @@ def _constant_rules() -> dict[Any, Callable]:
     }
     if hasattr(torch.compiler, "is_dynamo_compiling"):
         out[torch.compiler.is_dynamo_compiling] = lambda d, f, a, k: Const(False)
+    for name, dev in (("is_autocast_cpu_enabled", "cpu"), ("is_autocast_cuda_enabled", "cuda")):
+        if hasattr(torch, name):
+            out[getattr(torch, name)] = lambda d, f, a, k, dev=dev: Const(d.torch.autocast_dtype(dev) is not None)
+    out[torch._C._set_grad_enabled] = _set_grad_call
+    for fn, what in _GLOBAL_STATE.items():
+        out[fn] = lambda d, f, a, k, fn=fn, what=what: _read_global_state(d, fn, what)
     return out
+
+
+# Process-wide state a trace may read: its value is a constant of the trace and a guard of the entry.
+_GLOBAL_STATE = {torch.autograd._profiler_enabled: "the autograd profiler is on",
+                 torch.are_deterministic_algorithms_enabled: "deterministic algorithms are on",
+                 torch.is_deterministic_algorithms_warn_only_enabled: "deterministic algorithms only warn",
+                 torch.get_default_dtype: "the default dtype"}
+
+
+def _read_global_state(d, fn: Callable, what: str):
+    value = fn()
+    d.guards.add(f"{d.cg.bind(fn, fn.__name__)}() is {d.cg.bind(value, 'state')}", f"{what}: {value}")
+    return Const(value)
+
+
+def _set_grad_call(d, f, args, kwargs):
+    """``torch._C._set_grad_enabled(mode)`` called directly (a user context manager's ``__enter__``): the trace's
+    grad mode follows it, so a later ``torch.is_grad_enabled()`` reads what eager reads."""
+    from .ctx import set_grad
+    set_grad(d, f, bool(d.as_python(f, args[0])))
+    return Const(None)
 
 
 _CONST_RULES = _constant_rules()
@@ -89,6 +116,14 @@ class TorchPlugin:
         g, cg = d.guards, d.cg
         g.add(f"{cg.bind(torch.is_grad_enabled, 'is_grad_enabled')}() is {d.torch.grad_enabled}",
               f"grad mode is {'on' if d.torch.grad_enabled else 'off'}")
+        # state that changes what the compiled code computes without the trace reading it: inference mode
+        # (tensors made under it), deterministic algorithms (ember's lowering keeps ATen scatters under it)
+        inf = torch.is_inference_mode_enabled()
+        g.add(f"{cg.bind(torch.is_inference_mode_enabled, 'is_inference_mode_enabled')}() is {inf}",
+              f"inference mode is {'on' if inf else 'off'}")
+        det = torch.are_deterministic_algorithms_enabled()
+        g.add(f"{cg.bind(torch.are_deterministic_algorithms_enabled, 'deterministic')}() is {det}",
+              f"deterministic algorithms are {'on' if det else 'off'}")
         any_on = getattr(torch._C, "_is_any_autocast_enabled", None)
         if any_on is not None and not any(on for on, _ in d.torch.autocast.values()):
             g.add(f"not {cg.bind(any_on, 'is_any_autocast_enabled')}()", "autocast is off")
