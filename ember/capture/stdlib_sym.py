@@ -106,6 +106,65 @@ def _zip_longest(d, f, *its, fillvalue=Const(None)):
         yield TupleVar(row)
 
 
+def _index_tuples(make):
+    """An itertools function over a pool's positions (combinations, permutations): the tuples of the pool's
+    values at the positions the real function yields, so the order is the real one's."""
+    def impl(d, f, it, *rest):
+        pool = d.unpack_all(f, it)
+        extra = [d.as_python(f, x) for x in rest]
+        for combo in make(range(len(pool)), *extra):
+            yield TupleVar([pool[i] for i in combo])
+    return impl
+
+
+def _starmap(d, f, func, it):
+    it = d.iter(f, it)
+    while True:
+        ok, v = d.next(f, it)
+        if not ok:
+            return
+        yield d.call(f, func, d.unpack_all(f, v), {})
+
+
+def _takewhile(d, f, pred, it, drop=False):
+    it = d.iter(f, it)
+    taking = not drop
+    while True:
+        ok, v = d.next(f, it)
+        if not ok:
+            return
+        if (drop and taking) or (not drop and not taking):
+            yield v
+            continue
+        holds = d.as_python(f, d.call(f, pred, [v], {}))
+        if drop and not holds:
+            taking = True
+            yield v
+        elif not drop:
+            if not holds:
+                return
+            yield v
+
+
+def _compress(d, f, data, selectors):
+    data, sel = d.iter(f, data), d.iter(f, selectors)
+    while True:
+        ok, v = d.next(f, data)
+        ok2, s = d.next(f, sel)
+        if not (ok and ok2):
+            return
+        if d.as_python(f, s):
+            yield v
+
+
+for _fn, _impl in ((itertools.combinations, _index_tuples(itertools.combinations)),
+                   (itertools.permutations, _index_tuples(itertools.permutations)),
+                   (itertools.combinations_with_replacement, _index_tuples(itertools.combinations_with_replacement)),
+                   (itertools.starmap, _starmap), (itertools.takewhile, _takewhile),
+                   (itertools.dropwhile, lambda d, f, p, it: _takewhile(d, f, p, it, drop=True)),
+                   (itertools.compress, _compress)):
+    BUILTIN_RULES[_fn] = _gen(_impl)
+
 for _fn, _impl in ((itertools.islice, _islice), (itertools.chain, _chain),
                    (itertools.chain.from_iterable, _chain_from_iterable), (itertools.count, _count),
                    (itertools.repeat, _repeat), (itertools.product, _product), (itertools.accumulate, _accumulate),
