@@ -14,6 +14,7 @@ from ..objects import lookup_type_attr
 from ..sources import AttrSource, ConstSource, ItemSource, Source
 from ..values import IMMUTABLE_TYPES, Const, MethodOf
 from . import ctx as _ctx
+from .autograd_fn import APPLY as _APPLY, call_function_apply, function_apply_class
 from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
@@ -254,6 +255,9 @@ class TorchPlugin:
             if fn in _CTX:
                 return special(d, f, fn, args, kwargs)
             return special(d, f, args, kwargs)
+        cls = function_apply_class(fn, args)
+        if cls is not None:
+            return call_function_apply(d, f, cls, args[1:] if fn is _APPLY else args, kwargs)
         if isinstance(fn, type):
             if issubclass(fn, torch.nn.Module):
                 return construct_module(d, f, fn, args, kwargs)
