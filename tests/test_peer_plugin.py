@@ -1,0 +1,72 @@
+"""The peer-suite harness (tools/peer): the plugin sends torch.compile and torch._dynamo.optimize to ember, and
+compare.py classes ember's failures among torch.compile's passes. Runs on a synthetic test file."""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools.peer import compare  # noqa: E402
+
+SYNTHETIC = '''
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+UNDER_EMBER = torch.compile.__module__ == "tools.peer.plugin"
+
+
+def test_compile_counts():
+    import ember
+    cnt = torch._dynamo.testing.CompileCounter()
+    f = torch.compile(lambda x: x.sin() + 1, backend=cnt)
+    x = torch.randn(4)
+    assert torch.allclose(f(x), x.sin() + 1)
+    assert cnt.frame_count == 1
+    assert (ember.stats()["frames_compiled"] > 0) == UNDER_EMBER
+
+
+def test_optimize_decorator():
+    cnt = torch._dynamo.testing.CompileCounter()
+    f = torch._dynamo.optimize(cnt, nopython=True)(lambda x: x * 2)
+    assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_values_differ_under_ember():
+    assert torch.equal(torch.ones(2) * (3 if UNDER_EMBER else 2), torch.full((2,), 2.0))
+
+
+def test_counts_differ_under_ember():
+    cnt = torch._dynamo.testing.CompileCounter()
+    cnt.frame_count = 2 if UNDER_EMBER else 1
+    assert cnt.frame_count == 1
+
+
+def test_crashes_under_ember():
+    if UNDER_EMBER:
+        raise KeyError("boom")
+'''
+
+
+def test_compare_classes_synthetic_file(tmp_path):
+    d = tmp_path / "dynamo"
+    d.mkdir()
+    (d / "test_synthetic.py").write_text(textwrap.dedent(SYNTHETIC))
+    rows = compare.compare_file(d / "test_synthetic.py", tmp_path, [], 600)
+    by_name = {tid.split("::")[-1]: r for tid, r in rows.items()}
+    assert {r["torch"] for r in by_name.values()} == {"passed"}
+    assert by_name["test_compile_counts"]["ember"] == "passed"
+    assert by_name["test_optimize_decorator"]["ember"] == "passed"
+    assert by_name["test_values_differ_under_ember"]["class"] == "wrong"
+    assert by_name["test_counts_differ_under_ember"]["class"] == "count"
+    assert by_name["test_crashes_under_ember"]["class"] == "crash"
+    table = compare.summarize({"test_synthetic.py": rows})
+    assert "ember passes 2 of the 5" in table
+
+
+def test_classify_break():
+    assert compare.classify("ember.errors.Unsupported: graph break in f: print") == "break"

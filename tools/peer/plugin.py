@@ -1,0 +1,90 @@
+"""A pytest plugin that runs PyTorch's Dynamo test files with ``torch.compile`` redirected to ``ember.compile``.
+
+    python -m pytest -p tools.peer.plugin .peer/dynamo/test_misc.py
+
+The test files are PyTorch's code: they are never committed here (see compare.py for where they go). The plugin
+patches, before the test modules are imported:
+- ``torch.compile`` -> ``ember.compile`` (backend names map: ``"inductor"``/None -> ``"ember"``, ``"eager"``,
+  ``"aot_eager"`` as themselves; a callable backend such as ``CompileCounter`` is passed through, since ember
+  takes torch.compile-contract backends; Inductor ``options`` are dropped);
+- ``torch._dynamo.optimize(backend, nopython=...)`` and ``optimize_assert`` -> a decorator compiling with ember
+  (``nopython`` is ``fullgraph``); used as a context manager it compiles nothing (the block runs eagerly);
+- ``torch._dynamo.reset()`` / ``torch.compiler.reset()`` also reset ember;
+- ``torch._dynamo.disable`` / ``torch.compiler.disable`` -> ``ember.disable``.
+Time limits per test come from ``tools.peer.timeout``, loaded for both runs by compare.py.
+"""
+from __future__ import annotations
+
+_BACKENDS = {None: "ember", "inductor": "ember", "eager": "eager", "aot_eager": "aot_eager",
+             "cudagraphs": "cudagraphs", "aot_eager_decomp_partition": "aot_eager", "ember": "ember"}
+
+
+def _backend(b):
+    if b is None or isinstance(b, str):
+        return _BACKENDS.get(b, "ember")
+    return b
+
+
+def _install() -> None:
+    import torch
+    import torch._dynamo
+    import torch._dynamo.eval_frame as ef
+
+    import ember
+
+    orig_reset = torch._dynamo.reset
+
+    def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None,
+                disable=False, **_ignored):
+        if mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+            mode = None
+        kw = dict(fullgraph=fullgraph, dynamic=dynamic, backend=_backend(backend), mode=mode, disable=disable)
+        return ember.compile(model, **kw) if model is not None else ember.compile(**kw)
+
+    class _Optimize:
+        def __init__(self, backend="inductor", nopython=False, dynamic=None, disable=False):
+            self.kw = dict(backend=_backend(backend), fullgraph=bool(nopython), dynamic=dynamic)
+            self.disable = disable
+
+        def __call__(self, fn):
+            return fn if self.disable else ember.compile(fn, **self.kw)
+
+        def __enter__(self):        # Dynamo compiles every frame run in the block; ember compiles none
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def optimize(*args, **kwargs):
+        backend = args[0] if args else kwargs.pop("backend", "inductor")
+        return _Optimize(backend, kwargs.get("nopython", False), kwargs.get("dynamic"), kwargs.get("disable", False))
+
+    def optimize_assert(*args, **kwargs):
+        backend = args[0] if args else kwargs.pop("backend", "inductor")
+        return _Optimize(backend, True, kwargs.get("dynamic"))
+
+    def reset():
+        orig_reset()
+        ember.reset()
+
+    def disable(fn=None, recursive=True, **_ignored):
+        return ember.disable(fn, recursive) if fn is not None else (lambda f: ember.disable(f, recursive))
+
+    torch.compile = compile
+    for mod in (torch._dynamo, ef):
+        mod.optimize = optimize
+        mod.optimize_assert = optimize_assert
+    torch._dynamo.reset = reset
+    torch.compiler.reset = reset
+    torch._dynamo.disable = disable
+    torch.compiler.disable = disable
+    try:
+        import torch._dynamo.testing as testing
+        testing.optimize_assert = optimize_assert
+        testing.reset = reset
+    except ImportError:
+        pass
+
+
+def pytest_configure(config):
+    _install()
