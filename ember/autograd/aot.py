@@ -23,6 +23,8 @@ Invariants:
 """
 from __future__ import annotations
 
+import contextlib
+
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -201,7 +203,13 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
 
     autocast_before = _autocast_state()
     try:
-        traced = trace_aten(fn, inputs, training=training)
+        # inference mode traced as no_grad: fake tensors made under inference mode lose requires_grad, and
+        # with it the record that an output viewing an input requires grad as the input does
+        with contextlib.ExitStack() as stack:
+            if torch.is_inference_mode_enabled():
+                stack.enter_context(torch.inference_mode(False))
+                stack.enter_context(torch.set_grad_enabled(grad_before))
+            traced = trace_aten(fn, inputs, training=training)
     finally:
         torch._C._set_grad_enabled(grad_before)
         _restore_autocast(autocast_before)
@@ -426,6 +434,20 @@ def _grad_key(args: Sequence[Any], sets_grad: bool | None) -> tuple[bool, ...] |
 
 _EAGER = object()      # a variant AOT tracing could not handle: the captured graph runs as is
 
+# Ops that change a tensor's metadata in place (or make it require grad): functionalization has no
+# functional form for them, so a graph calling one runs as captured
+_METADATA_INPLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "resize_",
+                               "resize_as_", "as_strided_", "set_", "requires_grad_", "share_memory_"})
+
+
+def _eager_only_reason(gm: fx.GraphModule) -> str | None:
+    for n in gm.graph.nodes:
+        name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "") if n.op == "call_function" \
+            else ""
+        if name in _METADATA_INPLACE:
+            return f"Tensor.{name} changes a tensor's metadata in place"
+    return None
+
 
 def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
                 decompose: bool | None = None, recompute: bool = True,
@@ -452,12 +474,16 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         return (_build_training(fn, args, decompose, recompute, compile_graph) if training
                 else _build_inference(fn, args, decompose, compile_graph))
 
+    eager_only = _eager_only_reason(gm)
+
     def variant(flat: Sequence[Any]) -> tuple[Any, Any, Any]:
         hit = variants.get(key_of(flat))
         if hit is not None:
             return hit
         training = isinstance(_grad_key(flat, sets_grad), tuple)
         try:
+            if eager_only:
+                raise AotError(eager_only)
             built, spec = build(training, lifted, flat)
             bases = None
             if built.write_backs:
