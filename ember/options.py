@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -78,3 +79,32 @@ def make_options(mode: str | None, options: dict | None) -> CompileOptions:
     if kv.get("cpu_backend", "cpp") not in ("cpp", "triton", "python"):
         raise ValueError("option 'cpu_backend' must be 'cpp', 'triton' or 'python'")
     return dataclasses.replace(CompileOptions(), **kv)
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """The on-disk kernel cache's limits (``ember.diskcache``); process-wide, not part of a compile's key."""
+    max_bytes: int = 2 << 30             # evict least-recently-used entries past this total ($EMBER_CACHE_MAX_BYTES)
+    keep_fraction: float = 0.8           # an eviction removes entries until the total is this fraction of max_bytes
+    check_fraction: float = 1 / 16       # the size is scanned on a process's first write, then after this
+    #                                      fraction of max_bytes more was written (never on loads)
+    temp_max_age_s: float = 3600.0       # a temporary file older than this is a dead writer's: removed on start
+
+
+def cache_options() -> CacheOptions:
+    """``CacheOptions`` with ``$EMBER_CACHE_MAX_BYTES`` applied (an unreadable value keeps the default, with a
+    warning)."""
+    raw = os.environ.get("EMBER_CACHE_MAX_BYTES", "").strip()
+    if not raw:
+        return CacheOptions()
+    try:
+        n = int(raw)
+        if n <= 0:
+            raise ValueError
+    except ValueError:
+        import warnings
+        warnings.warn(f"ember: EMBER_CACHE_MAX_BYTES={raw!r} is not a positive byte count; using the default "
+                      f"{CacheOptions.max_bytes}. Set it to an integer number of bytes, e.g. 2147483648.",
+                      stacklevel=2)
+        return CacheOptions()
+    return CacheOptions(max_bytes=n)

@@ -13,7 +13,6 @@ go one way: the runtime package may import codegen, not the reverse.
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,9 +25,10 @@ _COUNTER = itertools.count()
 
 
 def cache_root() -> Path:
-    """Where generated code and its artifacts are cached: ``$EMBER_CACHE_DIR``, default ``~/.cache/ember``."""
-    root = os.environ.get("EMBER_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "ember"
+    """Where generated code and its artifacts are cached: ``$EMBER_CACHE_DIR``, default ``~/.cache/ember``, or a
+    private temporary directory where that one is unsafe or unusable (``ember.diskcache.root``)."""
+    from ember import diskcache
+    return diskcache.root()
 
 
 def kernel_backend(device: torch.device, options: Any) -> str:

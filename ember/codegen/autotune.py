@@ -2,8 +2,8 @@
 arguments, keep the fastest, and remember the choice on disk.
 
 ``Autotuned(choices, key, name, scratch)`` is a kernel callable like the ones it chooses between (``fn(*args)``).
-On its first call it looks up ``key`` (a digest of every candidate's source and the device) in
-``$EMBER_CACHE_DIR/autotune`` (default ``~/.cache/ember/autotune``); without a recorded choice it times the
+On its first call it looks up ``key`` (a digest of every candidate's source and the device) in the ``diskcache``
+store ``$EMBER_CACHE_DIR/autotune`` (default ``~/.cache/ember/autotune``); without a recorded choice it times the
 candidates (one warm-up call each, then the median of samples taken in interleaved rounds, CUDA events on a
 GPU) and records the winner with all times. ``scratch`` names the argument positions a candidate both reads and writes (values stored in place):
 those are timed on copies, so the real tensors see exactly one run, the chosen one. A candidate that fails to
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ember import logs
+from ember import diskcache, logs
 
 REPS = 7                 # timed samples per candidate (median), in interleaved rounds, after one warm-up
 MIN_TIME_S = 5e-4        # each sample repeats the call until it lasts at least this long
@@ -34,6 +33,10 @@ _CHOICES: dict[str, int] = {}     # key -> chosen index, this process
 def cache_dir() -> Path:
     from . import cache_root
     return cache_root() / "autotune"
+
+
+def _store() -> diskcache.Store:
+    return diskcache.store_at(cache_dir(), scope=diskcache.root())
 
 
 def digest(sources: Sequence[str], device: torch.device) -> str:
@@ -54,10 +57,12 @@ def digest(sources: Sequence[str], device: torch.device) -> str:
 def _load(key: str) -> int | None:
     if key in _CHOICES:
         return _CHOICES[key]
-    path = cache_dir() / f"{key}.json"
     try:
-        choice = int(json.loads(path.read_text())["choice"])
+        data = _store().read(f"{key}.json")
+        choice = int(json.loads(data)["choice"]) if data is not None else None
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if choice is None:
         return None
     _CHOICES[key] = choice
     return choice
@@ -65,14 +70,10 @@ def _load(key: str) -> int | None:
 
 def _save(key: str, record: dict) -> None:
     _CHOICES[key] = record["choice"]
-    d = cache_dir()
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, d / f"{key}.json")
+        _store().write(f"{key}.json", json.dumps(record, indent=1).encode())
     except OSError as e:
-        logs.log("perf_hints", f"autotune: cannot record a choice under {d}: {e}")
+        logs.log("perf_hints", f"autotune: cannot record a choice under {cache_dir()}: {e}")
 
 
 def _sync(device: torch.device) -> None:

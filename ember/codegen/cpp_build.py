@@ -1,11 +1,12 @@
 """Building generated C++: the compiler command, the on-disk cache of shared objects, and loading with ctypes.
 
 A translation unit is keyed by sha256(source, compiler identity, flags, CPU features); ``<key>.cpp`` and
-``<key>.so`` live in ``$EMBER_CACHE_DIR/cpp`` (default ``~/.cache/ember/cpp``). A warm start finds the ``.so``
-and loads it without running the compiler. Compilation runs in a subprocess (``start`` returns at once, so
-several graphs can compile in parallel); the object is written under a temporary name and renamed, so
-concurrent processes never load a half-written file. A compiler failure raises ``CppCompileError`` naming the
-generated source file and the graph it came from.
+``<key>.so`` live in the ``diskcache`` store ``$EMBER_CACHE_DIR/cpp`` (default ``~/.cache/ember/cpp``). A warm
+start finds the ``.so``, verifies its signature and loads it without running the compiler; a corrupt or foreign
+one is deleted and rebuilt. Compilation runs in a subprocess (``start`` returns at once, so several graphs can
+compile in parallel) into a temporary file of the store, which this process loads and then publishes (signed,
+renamed atomically), so concurrent processes never load a half-written file. A compiler failure raises
+``CppCompileError`` naming the generated source file and the graph it came from.
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import os
 import platform
 import shlex
 import subprocess
-import tempfile
 from pathlib import Path
+
+from ember import diskcache, logs
 from ember.errors import EmberError
 
 from .cpp_prelude import vector_math_decls
@@ -71,11 +73,12 @@ def default_dir() -> Path:
 
 
 class Build:
-    """A compile in flight (or a cache hit); ``result()`` waits for it and loads the shared object."""
+    """A compile in flight (or a verified cache hit); ``result()`` waits for it and loads the shared object."""
 
-    def __init__(self, cache: "CppCache", key: str, graph: str, proc: subprocess.Popen | None,
+    def __init__(self, cache: "CppCache", key: str, source: str, graph: str, proc: subprocess.Popen | None,
                  tmp: Path | None, cmd: list[str]) -> None:
-        self.cache, self.key, self.graph, self.proc, self.tmp, self.cmd = cache, key, graph, proc, tmp, cmd
+        self.cache, self.key, self.source, self.graph = cache, key, source, graph
+        self.proc, self.tmp, self.cmd = proc, tmp, cmd
         self.lib: ctypes.CDLL | None = None
 
     @property
@@ -85,25 +88,44 @@ class Build:
     def result(self) -> ctypes.CDLL:
         if self.lib is not None:
             return self.lib
-        so = self.cache.dir / f"{self.key}.so"
-        if self.proc is not None:
-            _, err = self.proc.communicate()
-            if self.proc.returncode != 0:
-                if self.tmp is not None and self.tmp.exists():
-                    self.tmp.unlink()
-                tail = "\n".join(err.decode(errors="replace").splitlines()[-40:])
-                raise CppCompileError(
-                    f"ember.codegen.cpp: compiling the kernels of graph {self.graph} failed; generated source: "
-                    f"{self.source_path}\ncommand: {shlex.join(self.cmd)}\n{tail}")
-            os.replace(self.tmp, so)  # type: ignore[arg-type]
-            self.proc = None
-        self.lib = self.cache.load(self.key, so)
+        if self.proc is None:
+            self.lib = self.cache.load(self.key)
+            if self.lib is None:        # verified but not loadable: rebuild it once, now
+                rebuilt = self.cache.compile(self.key, self.source, self.graph)
+                self.proc, self.tmp, self.cmd = rebuilt.proc, rebuilt.tmp, rebuilt.cmd
+        if self.lib is None:
+            self.lib = self._finish()
         return self.lib
+
+    def _finish(self) -> ctypes.CDLL:
+        assert self.proc is not None and self.tmp is not None
+        _, err = self.proc.communicate()
+        if self.proc.returncode != 0:
+            self.tmp.unlink(missing_ok=True)
+            tail = "\n".join(err.decode(errors="replace").splitlines()[-40:])
+            raise CppCompileError(
+                f"ember.codegen.cpp: compiling the kernels of graph {self.graph} failed; generated source: "
+                f"{self.source_path}\ncommand: {shlex.join(self.cmd)}\n{tail}")
+        # load what this process built (a concurrent process may replace or reject the published file), then
+        # publish it: signed and renamed atomically
+        try:
+            lib = ctypes.CDLL(str(self.tmp))
+        except OSError as e:
+            self.tmp.unlink(missing_ok=True)
+            raise CppCompileError(f"ember.codegen.cpp: the shared object built for graph {self.graph} does not "
+                                  f"load ({e}); generated source: {self.source_path}") from e
+        self.cache.store.commit(self.tmp, f"{self.key}.so")
+        self.cache._libs[self.key] = lib
+        self.proc = None
+        return lib
 
 
 class CppCache:
+    """Shared objects keyed by their translation unit, in a ``diskcache.Store`` (verified before ``dlopen``)."""
+
     def __init__(self, directory: str | os.PathLike | None = None) -> None:
-        self.dir = Path(directory) if directory is not None else default_dir()
+        self.store = diskcache.store_at(directory) if directory is not None else diskcache.store("cpp")
+        self.dir = self.store.path          # the directory asked for, or a private one where it is unsafe
         self.compiler_runs = 0
         self.hits = 0
         self._libs: dict[str, ctypes.CDLL] = {}
@@ -118,39 +140,42 @@ class CppCache:
 
     def start(self, source: str, graph: str) -> Build:
         key = self.key(source)
-        so = self.dir / f"{key}.so"
-        if key in self._libs or so.exists():
+        if key in self._libs or self.store.check(f"{key}.so"):
             self.hits += 1
-            return Build(self, key, graph, None, None, [])
-        self.dir.mkdir(parents=True, exist_ok=True)
-        src = self.dir / f"{key}.cpp"
-        if not src.exists() or src.read_text() != source:
-            _write_atomic(src, source)
-        fd, tmp_name = tempfile.mkstemp(suffix=".so", prefix=f"{key}.", dir=self.dir)
-        os.close(fd)
-        cmd = [compiler(), *[f for f in flags() if f != "-lmvec"], str(src), "-o", tmp_name]
+            return Build(self, key, source, graph, None, None, [])
+        return self.compile(key, source, graph)
+
+    def compile(self, key: str, source: str, graph: str) -> Build:
+        """Start the compiler on ``source`` into a temporary file of the store (``Build.result`` publishes it)."""
+        name = f"{key}.cpp"
+        if self.store.read(name) != source.encode():
+            self.store.write(name, source.encode())
+        src = self.store.entry(name)
+        tmp = self.store.temp(".so")
+        cmd = [compiler(), *[f for f in flags() if f != "-lmvec"], str(src), "-o", str(tmp)]
         if "-lmvec" in flags():
             cmd.append("-lmvec")
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError as e:
+            tmp.unlink(missing_ok=True)
             raise CppCompileError(f"ember.codegen.cpp: cannot run {cmd[0]!r} for graph {graph} ({e}); generated "
                                   f"source: {src}") from e
         self.compiler_runs += 1
-        return Build(self, key, graph, proc, Path(tmp_name), cmd)
+        return Build(self, key, source, graph, proc, tmp, cmd)
 
-    def load(self, key: str, so: Path) -> ctypes.CDLL:
+    def load(self, key: str) -> ctypes.CDLL | None:
+        """The loaded shared object ``key`` (verified by ``start``); None when the loader rejects the file (then
+        it is deleted)."""
         lib = self._libs.get(key)
         if lib is None:
-            lib = self._libs[key] = ctypes.CDLL(str(so))
+            try:
+                lib = self._libs[key] = ctypes.CDLL(str(self.store.entry(f"{key}.so")))
+            except OSError as e:
+                logs.log("cache", f"ember cache: cannot load {self.store.entry(f'{key}.so')} ({e}); rebuilding it")
+                self.store.discard(f"{key}.so")
+                return None
         return lib
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(suffix=".tmp", prefix=path.name + ".", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 _CACHES: dict[Path, CppCache] = {}

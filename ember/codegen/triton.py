@@ -5,8 +5,8 @@ Interface used by ``ember.codegen.compile_graph``: ``persistent(kernel, options)
 options)`` / ``compile_kernels(bodies, options, name)`` -> ``callable(*tensors)`` (tensors in the order of
 ``body.buffers``), and ``source(body)``.
 
-Kernels are written to ``$EMBER_CACHE_DIR/triton`` (default ``~/.cache/ember/triton``) under the hash of their
-source and imported from there, so Triton's own on-disk cache (keyed by source) applies and a warm start
+Kernels are written to the ``diskcache`` store ``$EMBER_CACHE_DIR/triton`` (default ``~/.cache/ember/triton``)
+under the hash of their source and imported from there, so Triton's own on-disk cache (keyed by source) applies and a warm start
 compiles nothing. ``compile_kernels`` compiles a graph's kernels in a thread pool (Triton's async compile
 mode) before the first call. A launch binds only tensors: sizes and block sizes are literals in the source, the
 grid is precomputed, and after the first call a kernel launches through Triton's compiled launcher directly,
@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ember import diskcache
 from ember.loopir.combo import ComboBody
 from ember.loopir.kernel import KernelBody
 from ember.loopir.schedule import Kernel
@@ -60,24 +61,24 @@ def source(body: KernelBody | ComboBody) -> str:
 
 
 def load_module(src: str) -> Any:
-    """Import kernel source from the on-disk cache (written once, atomically)."""
-    h = hashlib.sha256(src.encode()).hexdigest()[:32]
+    """Import kernel source through the on-disk cache (a ``diskcache`` store: written once, atomically, signed).
+
+    The module runs ``src`` itself, not what the file holds (nor a ``__pycache__`` bytecode file): the file is
+    there for Triton, which reads a kernel's source back through ``inspect``, and it holds ``src`` (checked)."""
+    data = src.encode()
+    h = hashlib.sha256(data).hexdigest()[:32]
     mod = _MODULES.get(h)
     if mod is not None:
         return mod
-    d = cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"k{h}.py"
-    if not path.exists() or path.read_text() != src:
-        tmp = d / f".k{h}.{os.getpid()}.tmp"
-        tmp.write_text(src)
-        os.replace(tmp, path)
+    store = diskcache.store_at(cache_dir(), scope=diskcache.root())
+    fname = f"k{h}.py"
+    path = store.entry(fname) if store.read(fname) == data else store.write(fname, data)
     name = f"ember_triton_k{h}"
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
-    spec.loader.exec_module(mod)
+    exec(compile(src, str(path), "exec"), mod.__dict__)
     _MODULES[h] = mod
     return mod
 

@@ -70,12 +70,14 @@ def _invalidating_env() -> dict:
 def request_env() -> dict:
     """What a request carries of the parent's environment: every ``TRITON_*`` variable (torch.compile sets
     ``TRITON_PTXAS_PATH`` in the process it runs in, and a different ptxas is a different cache key), the
-    variables Triton's cache key depends on, ``EMBER_CACHE_DIR``, and the libdevice knob torch.compile may set
+    variables Triton's cache key depends on, ember's cache root, and the libdevice knob torch.compile may set
     without an environment variable."""
     env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}
     env |= {k: os.environ[k] for k in _invalidating_env() if k in os.environ}
-    if "EMBER_CACHE_DIR" in os.environ:
-        env["EMBER_CACHE_DIR"] = os.environ["EMBER_CACHE_DIR"]
+    # the directory this process caches in (a private temporary one where $EMBER_CACHE_DIR is unsafe), so that a
+    # worker neither warns again nor caches elsewhere
+    from ember import diskcache
+    env["EMBER_CACHE_DIR"] = str(diskcache.root())
     knobs: dict = {}
     try:
         from triton import knobs as tk
