@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 import pytest
@@ -58,6 +59,53 @@ def entries(compiled: Any) -> int:
     return len(cache.entries)
 
 
+def mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
+                               torch.nn.Linear(16, 4))
+
+
+def grads(out: torch.Tensor, wrt: list[torch.Tensor]) -> tuple:
+    """Gradients without accumulating into ``.grad`` (the threads share the parameters)."""
+    return torch.autograd.grad((out * out).sum(), wrt)
+
+
+# -- a plain function: the same one from every thread (first calls race to compile it), then cached --------
+def pointwise(x, y):
+    return (x * y + 1).sin().sum(-1) * 2 + y.cos().mean()
+
+
+def reduction(x, y):
+    return torch.softmax(x @ y.T, dim=-1).amax(0) - x.abs().sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [pointwise, reduction], ids=lambda f: f.__name__)
+def test_same_function_first_and_cached_calls(fn, backend):
+    compiled = ember.compile(fn, backend=backend)
+    inputs = [(torch.randn(4, 8), torch.randn(4, 8)) for _ in range(N)]
+    before = ember.stats()["graphs_compiled"]
+    for _ in range(2):      # the first round compiles (all threads miss at once), the second hits
+        outs = run_threads(lambda i: compiled(*inputs[i]))
+        for (x, y), out in zip(inputs, outs):
+            torch.testing.assert_close(out, fn(x, y))
+    assert entries(compiled) == 1
+    assert ember.stats()["graphs_compiled"] - before == 1
+    # every call but the one that compiled is a hit (those that waited for the compile too), none lost
+    assert ember.stats()["cache_hits"] == 2 * N - 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_distinct_guard_sets_compile_once_each(backend):
+    """Half the threads call with float32, half with float64: two entries, whatever the order."""
+    compiled = ember.compile(pointwise, backend=backend)
+    inputs = [tuple(torch.randn(4, 8, dtype=torch.float32 if i % 2 else torch.float64) for _ in range(2))
+              for i in range(N)]
+    outs = run_threads(lambda i: compiled(*inputs[i]))
+    for (x, y), out in zip(inputs, outs):
+        torch.testing.assert_close(out, pointwise(x, y))
+    assert entries(compiled) == 2
+
+
 # -- 8 different functions compiled at once ---------------------------------------------------------------
 def _make(i: int, w: torch.Tensor):
     def f(x):
@@ -77,3 +125,113 @@ def test_different_functions_compiled_at_once(backend):
         torch.testing.assert_close(out, f(x))
     assert [entries(c) for c in compiled] == [1] * N
     assert ember.stats()["graphs_compiled"] - before == N
+
+
+# -- nn.Modules: inference and training --------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_inference(backend):
+    torch.manual_seed(0)
+    m = mlp().eval()
+    cm = ember.compile(m, backend=backend)
+    xs = [torch.randn(5, 8) for _ in range(N)]
+    for _ in range(2):
+        with torch.no_grad():
+            outs = run_threads(lambda i: _no_grad(cm, xs[i]))
+            for x, out in zip(xs, outs):
+                torch.testing.assert_close(out, m(x))
+    assert entries(cm) == 1
+
+
+def _no_grad(f, *args):
+    with torch.no_grad():       # grad mode is per thread: each thread sets its own
+        return f(*args)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_training_shared(backend):
+    """One module, 8 threads: forward and backward at once; gradients (inputs and parameters) equal eager's."""
+    torch.manual_seed(0)
+    m = mlp()
+    cm = ember.compile(m, backend=backend)
+    params = list(m.parameters())
+    xs = [torch.randn(5, 8, requires_grad=True) for _ in range(N)]
+
+    def step(i):
+        out = cm(xs[i])
+        return out, grads(out, [xs[i], *params])
+
+    for _ in range(2):
+        results = run_threads(step)
+        for x, (out, g) in zip(xs, results):
+            ref = m(x)
+            torch.testing.assert_close(out, ref)
+            for a, b in zip(g, grads(ref, [x, *params])):
+                torch.testing.assert_close(a, b)
+    assert entries(cm) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_training_one_per_thread(backend):
+    """8 modules compiled at once, each trained a step in its own thread with .backward()."""
+    torch.manual_seed(0)
+    mods = [mlp() for _ in range(N)]
+    cms = [ember.compile(m, backend=backend) for m in mods]
+    xs = [torch.randn(5, 8) for _ in range(N)]
+
+    def step(i):
+        out = cms[i](xs[i])
+        (out * out).sum().backward()
+        g = [p.grad for p in mods[i].parameters()]
+        for p in mods[i].parameters():
+            p.grad = None
+        return out, g
+
+    outs = run_threads(step)
+    for m, x, (out, g) in zip(mods, xs, outs):
+        ref = m(x)
+        (ref * ref).sum().backward()
+        torch.testing.assert_close(out, ref)
+        for a, p in zip(g, m.parameters()):
+            torch.testing.assert_close(a, p.grad)
+    assert [entries(c) for c in cms] == [1] * N
+
+
+# -- callers that arrive while the entry is being compiled --------------------------------------------------
+def test_callers_wait_for_the_entry_being_compiled():
+    """Thread 0's call compiles; the backend holds that compile until the other 7 threads have called too.
+    They wait for the entry and use it: the backend runs once, every result is eager's."""
+    started, release = threading.Event(), threading.Event()
+    calls = []
+
+    def slow_backend(gm, example_inputs):
+        calls.append(gm)
+        started.set()
+        release.wait(timeout=30)
+        return gm.forward
+
+    compiled = ember.compile(pointwise, backend=slow_backend)
+    inputs = [(torch.randn(4, 8), torch.randn(4, 8)) for _ in range(N)]
+    results: list = [None] * N
+    errors: list = []
+
+    def body(i):
+        try:
+            results[i] = compiled(*inputs[i])
+        except BaseException as e:       # noqa: BLE001
+            errors.append(e)
+
+    first = threading.Thread(target=body, args=(0,))
+    first.start()
+    assert started.wait(timeout=60)
+    rest = [threading.Thread(target=body, args=(i,)) for i in range(1, N)]
+    for t in rest:
+        t.start()
+    time.sleep(0.3)         # let them reach the cache and find the entry still compiling
+    release.set()
+    for t in [first, *rest]:
+        t.join(timeout=60)
+    assert not errors, errors
+    for (x, y), out in zip(inputs, results):
+        torch.testing.assert_close(out, pointwise(x, y))
+    assert len(calls) == 1
+    assert entries(compiled) == 1
