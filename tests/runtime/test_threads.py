@@ -235,3 +235,102 @@ def test_callers_wait_for_the_entry_being_compiled():
         torch.testing.assert_close(out, pointwise(x, y))
     assert len(calls) == 1
     assert entries(compiled) == 1
+
+
+# -- process-wide state that compiles touch ---------------------------------------------------------------
+def test_fake_modes_overlapping_in_two_threads_restore_cuda_init():
+    """FakeMode skips ``torch.cuda._lazy_init`` (one process-wide attribute) on machines without CUDA. Two
+    threads' FakeModes that overlap (A enters, B enters, A exits, B exits) must leave torch's own function in
+    place, and a thread that is not faking must get the real init meanwhile."""
+    if torch.cuda.is_available():
+        pytest.skip("FakeMode changes torch.cuda._lazy_init only on machines without CUDA")
+    from ember.autograd.fake import FakeMode
+    real = torch.cuda._lazy_init
+    steps = [threading.Event() for _ in range(4)]
+    seen: dict = {}
+
+    def a():
+        with FakeMode():
+            steps[0].set()
+            steps[1].wait(10)
+        steps[2].set()
+
+    def b():
+        steps[0].wait(10)
+        with FakeMode():
+            steps[1].set()
+            steps[2].wait(10)
+        steps[3].set()
+
+    def outsider():     # not faking, while A and B are
+        steps[1].wait(10)
+        try:
+            torch.cuda._lazy_init()
+            seen["outsider"] = None
+        except Exception as e:      # noqa: BLE001 - what the real init raises without CUDA
+            seen["outsider"] = type(e)
+
+    try:
+        real()
+        expected = None
+    except Exception as e:          # noqa: BLE001
+        expected = type(e)
+    threads = [threading.Thread(target=t) for t in (a, b, outsider)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert steps[3].is_set()
+    assert torch.cuda._lazy_init is real
+    assert seen["outsider"] is expected
+
+
+_FRESH_PROCESS = """
+import logging, sys, threading, torch, ember
+sys.setswitchinterval(1e-5)
+ember.set_logs(guards=True)
+logging.getLogger("ember").handlers.clear()
+N = 8
+def make(i):
+    w = torch.full((8,), i + 1.0)       # a graph input: the 8 graphs share their kernels
+    def f(x):
+        return torch.nn.functional.gelu(x * w).softmax(-1)
+    return f
+fns = [make(i) for i in range(N)]
+compiled = [ember.compile(f) for f in fns]
+xs = [torch.randn(4, 8) for _ in range(N)]
+barrier, errors = threading.Barrier(N), []
+def work(i):
+    try:
+        barrier.wait()
+        torch.testing.assert_close(compiled[i](xs[i]), fns[i](xs[i]))
+    except BaseException as e:
+        errors.append(repr(e))
+ts = [threading.Thread(target=work, args=(i,)) for i in range(N)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("errors:", errors)
+print("dynamo imported:", "torch._dynamo" in sys.modules)
+print("ember log handlers:", len(logging.getLogger("ember").handlers))
+"""
+
+
+def test_first_compiles_of_a_process_from_8_threads():
+    """A fresh process whose first compiles run in 8 threads at once: no errors, torch._dynamo not imported
+    (the stand-ins of ``ember.dynamo_free`` are in place before any thread traces), one log handler."""
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", _FRESH_PROCESS], capture_output=True, text=True, timeout=300,
+                          cwd=str(root), env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "HOME": "/tmp",
+                                              "EMBER_COMPILE_WORKERS": "0", **_cache_env()})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout
+    assert "errors: []" in out, out
+    assert "dynamo imported: False" in out, out
+    assert "ember log handlers: 1" in out, out
+
+
+def _cache_env() -> dict:
+    import os
+    return {k: v for k, v in os.environ.items() if k in ("EMBER_CACHE_DIR", "CXX")}
