@@ -237,6 +237,44 @@ def test_callers_wait_for_the_entry_being_compiled():
     assert entries(compiled) == 1
 
 
+# -- graph breaks: continuations and callees compiled from several threads ----------------------------------
+def _helper(y, i):
+    return y + i
+
+
+def with_breaks(x, n):
+    y = x.sin() * 2
+    for i in range(n):
+        y = _helper(y, i)
+        if y.sum().item() > 1e9:        # data-dependent branch: a graph break inside the loop
+            y = y * 0
+    print(end="")                       # a break outside the loop
+    return y.cos() + len(str(n))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_graph_breaks_compile_as_in_one_thread(backend):
+    """The frame, its continuations after each break and its callees compile the same entries from 8 threads
+    at once as from one thread."""
+    def structure(compiled):
+        s = compiled.__ember_cache__.session
+        return sorted((c.name, len(c.entries)) for c in s.caches)
+
+    xs = [torch.randn(5) for _ in range(N)]
+    one = ember.compile(with_breaks, backend=backend)
+    for x in xs:
+        one(x, 3)
+    expected = structure(one)
+    assert len(expected) > 2, expected          # continuations and callees were compiled
+    ember.reset()
+    many = ember.compile(with_breaks, backend=backend)
+    for _ in range(2):
+        outs = run_threads(lambda i: many(xs[i], 3))
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, with_breaks(x, 3))
+    assert structure(many) == expected
+
+
 # -- process-wide state that compiles touch ---------------------------------------------------------------
 def test_fake_modes_overlapping_in_two_threads_restore_cuda_init():
     """FakeMode skips ``torch.cuda._lazy_init`` (one process-wide attribute) on machines without CUDA. Two
