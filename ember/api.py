@@ -10,7 +10,7 @@ import torch
 
 from . import logs
 from .backends import lookup_backend
-from .capture.frontend import HITS, STATS, FrameCache, compile_function, new_session
+from .capture.frontend import STATS, FrameCache, compile_function, new_session
 from .capture.torch import plugins_factory
 from .errors import Unsupported
 from .options import CompileOptions, make_options
@@ -223,15 +223,11 @@ def reset() -> None:
         s.resumes.clear()
         s.callees.clear()
     _ALL_SESSIONS.clear()
-    for k in STATS:
-        STATS[k] = 0
-    HITS[0] = 0
+    STATS.reset()
 
 
 def stats() -> dict[str, int]:
-    out = dict(STATS)
-    out["cache_hits"] = HITS[0]
-    return out
+    return STATS.snapshot()
 
 
 def mark_dynamic(t: torch.Tensor, dim: int | list[int]) -> None:

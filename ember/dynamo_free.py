@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import types
 from typing import Any
 
 _DONE = [False]
+_LOCK = threading.Lock()
 
 
 class _UntilDynamo:
@@ -64,7 +66,15 @@ def avoid_dynamo_import() -> None:
     process, unless torch._dynamo is imported already."""
     if _DONE[0]:
         return
-    _DONE[0] = True
+    with _LOCK:     # other threads' first traces wait until the stand-ins are in place, then skip this
+        if not _DONE[0]:
+            try:
+                _install()
+            finally:
+                _DONE[0] = True
+
+
+def _install() -> None:
     code = None if "torch._dynamo" in sys.modules else _wrapper_code()
     if code is None:
         return

@@ -7,12 +7,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 
 KINDS = ("graph_breaks", "guards", "recompiles", "graph", "aot_graphs", "output_code", "schedule",
          "perf_hints", "cache", "autotune")
 _enabled: set[str] = set()
 _logger = logging.getLogger("ember")
 _once: set[str] = set()
+_lock = threading.Lock()
 
 
 def _from_env() -> None:
@@ -47,18 +49,21 @@ def enabled(kind: str) -> bool:
 
 def log(kind: str, msg: str) -> None:
     if kind in _enabled:
-        if not _logger.handlers and not logging.getLogger().handlers:
-            h = logging.StreamHandler(sys.stderr)
-            h.setFormatter(logging.Formatter("[ember %(kind)s] %(message)s"))
-            _logger.addHandler(h)
-            _logger.propagate = False
-        if _logger.level == logging.NOTSET or _logger.level > logging.INFO:
-            _logger.setLevel(logging.INFO)      # a kind switched on is shown, whatever handlers exist
+        with _lock:         # threads logging at once install one handler, not one each
+            if not _logger.handlers and not logging.getLogger().handlers:
+                h = logging.StreamHandler(sys.stderr)
+                h.setFormatter(logging.Formatter("[ember %(kind)s] %(message)s"))
+                _logger.addHandler(h)
+                _logger.propagate = False
+            if _logger.level == logging.NOTSET or _logger.level > logging.INFO:
+                _logger.setLevel(logging.INFO)      # a kind switched on is shown, whatever handlers exist
         _logger.info(msg, extra={"kind": kind})
 
 
 def warn_once(key: str, msg: str) -> None:
-    if key not in _once:
+    with _lock:
+        if key in _once:
+            return
         _once.add(key)
-        import warnings
-        warnings.warn(msg, stacklevel=3)
+    import warnings
+    warnings.warn(msg, stacklevel=3)

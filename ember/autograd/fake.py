@@ -19,6 +19,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
@@ -112,15 +113,14 @@ class FakeMode(TorchDispatchMode):
         avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free): once
         # Factories with device="cuda" run torch.cuda._lazy_init while parsing arguments, before any dispatch;
         # on a machine without CUDA that raises although no CUDA memory is touched. Skip it while faking.
-        self._saved_lazy_init = None
-        if not torch.cuda.is_available():
-            self._saved_lazy_init = torch.cuda._lazy_init
-            torch.cuda._lazy_init = _no_cuda_init
+        self._skips_cuda_init = not torch.cuda.is_available()
+        if self._skips_cuda_init:
+            _CUDA_INIT.enter()
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
-        if self._saved_lazy_init is not None:
-            torch.cuda._lazy_init = self._saved_lazy_init
+        if self._skips_cuda_init:
+            _CUDA_INIT.exit()
         return super().__exit__(*exc)
 
     # -- real -> fake -------------------------------------------------------------------------------------
@@ -203,8 +203,48 @@ def _restride(fake: FakeTensor) -> None:
         fake.as_strided_(m.shape, m.stride(), m.storage_offset())
 
 
-def _no_cuda_init() -> None:
-    """Stands in for ``torch.cuda._lazy_init`` inside FakeMode on machines without CUDA."""
+class _SkipCudaInit(threading.local):
+    """``torch.cuda._lazy_init`` skipped in the threads inside a FakeMode (machines without CUDA only).
+
+    ``torch.cuda._lazy_init`` is one process-wide attribute, but faking is per thread: while any thread fakes,
+    the attribute is a stand-in that skips the init in threads that fake and calls the real one in the others;
+    the last FakeMode to exit (of any thread) puts the real one back. Saving and restoring it per FakeMode,
+    as before, left the stand-in installed for good when two threads' FakeModes overlapped."""
+    _lock = threading.Lock()
+    _users = 0                   # FakeModes entered, all threads (class attributes: shared, under _lock)
+    _real: Callable | None = None
+
+    def __init__(self) -> None:
+        self.depth = 0           # FakeModes entered in this thread
+
+    def enter(self) -> None:
+        cls = type(self)
+        with cls._lock:
+            if cls._users == 0:
+                cls._real = torch.cuda._lazy_init
+                torch.cuda._lazy_init = _lazy_init_unless_faking
+            cls._users += 1
+        self.depth += 1
+
+    def exit(self) -> None:
+        self.depth -= 1
+        cls = type(self)
+        with cls._lock:
+            cls._users -= 1
+            if cls._users == 0:
+                if torch.cuda._lazy_init is _lazy_init_unless_faking:      # unless someone else replaced it
+                    torch.cuda._lazy_init = cls._real
+                # _real stays set: a thread that read the stand-in just before this calls the real one through it
+
+
+_CUDA_INIT = _SkipCudaInit()
+
+
+def _lazy_init_unless_faking() -> None:
+    """Stands in for ``torch.cuda._lazy_init`` while a thread fakes on a machine without CUDA."""
+    real = _SkipCudaInit._real
+    if _CUDA_INIT.depth == 0 and real is not None:
+        real()
 
 
 def _bool_mask_index(func: Any, args: tuple) -> bool:

@@ -7,6 +7,8 @@ the trace is unsupported or the entry limit is reached. Torch-free: plugins and 
 """
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 import types
 from dataclasses import dataclass, field
@@ -31,9 +33,42 @@ class _Miss:
 
 
 MISS = _Miss()
-STATS = {"frames_compiled": 0, "graphs_compiled": 0, "graph_breaks": 0, "recompiles": 0, "cache_hits": 0,
-         "fallbacks_to_eager": 0}
-HITS = [0]      # calls served by an existing cache entry (counted in the dispatcher; read by stats())
+
+
+class Counters:
+    """``ember.stats()``'s counts, safe to bump from several threads. The compile-path counts (``bump``) take a
+    lock; cache hits, counted on every cached call, are ``next()`` of an ``itertools.count`` (one C call, atomic
+    under the GIL: no lock and no lost update on the hot path)."""
+
+    NAMES = ("frames_compiled", "graphs_compiled", "graph_breaks", "recompiles", "fallbacks_to_eager")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(self.NAMES, 0)
+        self._hits = itertools.count()
+        self.hit: Callable[[], int] = self._hits.__next__       # what the dispatchers call on a hit
+        self._hits_base = 0
+
+    def bump(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def _hits_now(self) -> int:
+        return int(repr(self._hits)[len("count("):-1])      # the count's next value, read without taking it
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            out = dict(self._counts)
+        out["cache_hits"] = self._hits_now() - self._hits_base
+        return out
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts = dict.fromkeys(self.NAMES, 0)
+            self._hits_base = self._hits_now()
+
+
+STATS = Counters()
 
 
 @dataclass(repr=False)
@@ -225,6 +260,7 @@ class FrameCache:
         self.entries: list[Entry] = []
         self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry.fn of each entry
         self.break_reasons: list[Unsupported] = []
+        self._lock = threading.RLock()     # held while compiling an entry (reentrant: a compile may recurse)
         if resume is not None:
             from .resume import RESUME_PARAMS
             code, _, ip = resume
@@ -244,10 +280,10 @@ class FrameCache:
                f"    for __e in __entries:\n"
                f"        __r = __e({self.call_args})\n"
                f"        if __r is not __MISS:\n"
-               f"            __hits[0] += 1\n"
+               f"            __hit()\n"
                f"            return __r\n"
                f"    return __miss({self.call_args})\n")
-        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hits=HITS)
+        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hit=STATS.hit)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
         disp = ns["__dispatch"]
         disp.__ember_cache__ = self
@@ -273,15 +309,49 @@ class FrameCache:
 
     # -- misses ----------------------------------------------------------------------------------------
     def _miss(self, *args, **kwargs):
+        """No entry matched: compile one (or fall back) under this cache's lock, then run it outside the lock.
+
+        Threads that miss together compile once: each takes the lock in turn and first checks the entries added
+        since it last looked, so one waiting on another's compile uses that entry when its guards pass. The
+        lock is per cache and held only while compiling: cached calls (the dispatcher) never take it, and no
+        user code runs under it (an entry run under it could call a function whose compile another thread
+        holds while waiting for this one)."""
+        checked = 0         # entries this call is known to fail (the dispatcher's walk is not counted: re-check)
+        while True:
+            fns = self._entry_fns
+            while checked < len(fns):
+                r = fns[checked](*args, **kwargs)
+                if r is not MISS:
+                    STATS.hit()
+                    return r
+                checked += 1
+            with self._lock:
+                n = len(self._entry_fns)
+                if n == checked:            # nothing new since the walk: this thread compiles
+                    entry, run = self._compile_locked(args, kwargs)
+                    break
+                if n < checked:             # ember.reset() emptied the cache meanwhile
+                    checked = 0
+        if run is not None:
+            return run()
+        r = entry.fn(*args, **kwargs)
+        if r is MISS:
+            raise InternalError(f"ember: a fresh entry for {self.name} rejected the call that built it; guards:\n"
+                                + entry.guard_source)
+        return r
+
+    def _compile_locked(self, args, kwargs) -> tuple[Entry, Callable | None]:
+        """(the new entry, what runs this call instead of the entry or None); the caller holds ``_lock``."""
         if len(self.entries) >= self.limit:
             logs.warn_once(f"limit:{id(self)}",
                            f"ember: {self.name} ({self._where()}) was recompiled {self.limit} times "
                            f"(cache_size_limit); it now runs eagerly. Last reason: {self._why_missed(args, kwargs)}")
-            STATS["fallbacks_to_eager"] += 1
-            self._add(self._eager_entry("recompile limit reached", [], concrete=True))
-            return self._fallback(args, kwargs, True)
+            STATS.bump("fallbacks_to_eager")
+            entry = self._eager_entry("recompile limit reached", [], concrete=True)
+            self._add(entry)
+            return entry, (lambda: self._fallback(args, kwargs, True))
         if self.entries:
-            STATS["recompiles"] += 1
+            STATS.bump("recompiles")
             if self.resume is not None:
                 self._note_dynamic(args, kwargs)
             if logs.enabled("recompiles"):
@@ -289,11 +359,7 @@ class FrameCache:
                                        f"{self._why_missed(args, kwargs)}")
         entry = self.compile_entry(args, kwargs)
         self._add(entry)
-        r = entry.fn(*args, **kwargs)
-        if r is MISS:
-            raise InternalError(f"ember: a fresh entry for {self.name} rejected the call that built it; guards:\n"
-                                + entry.guard_source)
-        return r
+        return entry, None
 
     def _add(self, entry: Entry) -> None:
         self.entries.append(entry)
@@ -343,7 +409,7 @@ class FrameCache:
         return trace_frame(d, self.fn, args, kwargs, stop_at)
 
     def _domain(self) -> SymbolicDomain:
-        STATS["frames_compiled"] += 1
+        STATS.bump("frames_compiled")
         d = SymbolicDomain(self.plugins_factory(), self.options)
         d.dynamic = self.dynamic
         return d
@@ -355,7 +421,7 @@ class FrameCache:
             ret = self._trace(d, args, kwargs)
             return self._make_entry(d, ret, t0)
         except Unsupported as e:
-            STATS["graph_breaks"] += 1
+            STATS.bump("graph_breaks")
             self.break_reasons.append(e)
             if self.fullgraph:
                 raise
@@ -367,7 +433,7 @@ class FrameCache:
         except UserException as ue:
             where = (getattr(ue, "user_stack", None) or ["?"])[-1]
             why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
-            STATS["graph_breaks"] += 1
+            STATS.bump("graph_breaks")
             if self.fullgraph:
                 raise Unsupported(f"the traced code {why}", "if eager raises this too, fix the program; "
                                   "otherwise this is an ember bug worth reporting",
@@ -382,7 +448,7 @@ class FrameCache:
                                     f"{type(e).__name__}: {e}") from e
             logs.warn_once(f"internal:{id(self)}", f"ember: internal error while compiling {self.name} "
                                                    f"({self._where()}), running it eagerly: {type(e).__name__}: {e}")
-            STATS["fallbacks_to_eager"] += 1
+            STATS.bump("fallbacks_to_eager")
             return self._eager_entry(f"internal error: {e}", [], concrete=self.resume is not None)
 
     def _on_break(self, e: Unsupported, d: SymbolicDomain, args, kwargs, t0: float) -> Entry:

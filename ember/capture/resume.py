@@ -11,6 +11,7 @@ Torch-free: plugins say which objects call through compiled code (``callee``).
 """
 from __future__ import annotations
 
+import threading
 import types
 from typing import Any, Callable
 
@@ -73,6 +74,9 @@ class Session:
         self.n_graphs = 0
         self.n_ops = 0
         self._hinted = False
+        # guards the dicts above when several threads run this session's code: two threads reaching the same
+        # continuation or callee get one cache (held only to look up or make one, never while compiling)
+        self._lock = threading.Lock()
 
     # -- continuing a frame --------------------------------------------------------------------------------
     def step(self, code, f_globals, ip, stack, locals_, kw_names=None, exc=None):
@@ -114,8 +118,11 @@ class Session:
         key = (code, id(f_globals), ip)
         c = self.resumes.get(key)
         if c is None:
-            c = self.resumes[key] = self.make_cache(resume=(code, f_globals, ip))
-            self.caches.append(c)
+            with self._lock:
+                c = self.resumes.get(key)
+                if c is None:
+                    c = self.resumes[key] = self.make_cache(resume=(code, f_globals, ip))
+                    self.caches.append(c)
         return c
 
     # -- callees of natively run instructions ------------------------------------------------------------
@@ -147,11 +154,12 @@ class Session:
         # would never be reused), or once (a decorator's wrapper). The first object seen for a code is
         # compiled; a second object of the same code marks the code as made per call, run natively from then.
         if is_local_function(fn):
-            first = self._local_codes.setdefault(fn.__code__, fn)
-            if first is not fn:
-                self.callees.pop(first, None)
-                self._local_codes[fn.__code__] = None
-                return None
+            with self._lock:
+                first = self._local_codes.setdefault(fn.__code__, fn)
+                if first is not fn:
+                    self.callees.pop(first, None)
+                    self._local_codes[fn.__code__] = None
+                    return None
         code = fn.__code__
         nparams = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
         if not all(n.isidentifier() for n in code.co_varnames[:nparams]):     # comprehension bodies (".0")
@@ -163,18 +171,23 @@ class Session:
             return None
         c = self.callees.get(fn)
         if c is None:
-            c = self.callees[fn] = self.make_cache(fn=fn)
-            self.caches.append(c)
+            with self._lock:
+                c = self.callees.get(fn)
+                if c is None:
+                    c = self.callees[fn] = self.make_cache(fn=fn)
+                    self.caches.append(c)
         return c.dispatch
 
     # -- reporting --------------------------------------------------------------------------------------
     def note_graphs(self, name: str, graphs: list) -> None:
         """perf hint: a frame split into many small graphs loses most of what compiling buys."""
-        self.n_graphs += len(graphs)
-        self.n_ops += sum(g.get("n_ops", 0) for g in graphs)
-        if not self._hinted and self.n_graphs >= 8 and self.n_ops / self.n_graphs < 8:
-            self._hinted = True
-            reasons = sorted({r for r, _ in self.logged_breaks})[:3]
+        with self._lock:
+            self.n_graphs += len(graphs)
+            self.n_ops += sum(g.get("n_ops", 0) for g in graphs)
+            hint = not self._hinted and self.n_graphs >= 8 and self.n_ops / self.n_graphs < 8
+            self._hinted = self._hinted or hint
+            reasons = sorted({r for r, _ in self.logged_breaks})[:3] if hint else []
+        if hint:
             logs.log("perf_hints", f"{name}: the compiled code is split into {self.n_graphs} graphs of "
                                    f"{self.n_ops / self.n_graphs:.1f} ops on average by graph breaks "
                                    f"({'; '.join(reasons)}); remove the breaks (EMBER_LOGS=graph_breaks shows "
@@ -182,9 +195,10 @@ class Session:
 
     def log_break(self, name: str, e) -> None:
         key = (e.reason, e.user_stack[-1] if e.user_stack else "")
-        if key in self.logged_breaks:
-            return
-        self.logged_breaks.add(key)
+        with self._lock:
+            if key in self.logged_breaks:
+                return
+            self.logged_breaks.add(key)
         if logs.enabled("graph_breaks"):
             where = e.user_stack[-1] if e.user_stack else "?"
             src = f"\n    {e.source_line.strip()}" if getattr(e, "source_line", "") else ""

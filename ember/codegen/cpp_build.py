@@ -184,6 +184,5 @@ _CACHES: dict[Path, CppCache] = {}
 def default_cache() -> CppCache:
     """The process-wide cache for the current ``$EMBER_CACHE_DIR`` (loaded libraries are kept per directory)."""
     d = default_dir()
-    if d not in _CACHES:
-        _CACHES[d] = CppCache(d)
-    return _CACHES[d]
+    c = _CACHES.get(d)
+    return c if c is not None else _CACHES.setdefault(d, CppCache(d))     # one per directory, also across threads

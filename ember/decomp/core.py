@@ -4,10 +4,14 @@ A ``Prim`` has a name, a reference implementation in torch ops (``impl``) and a 
 ``TensorMeta``. Calling a prim dispatches to the innermost handler: by default the reference implementation
 (so decompositions run eagerly on real tensors); ``ember.decomp.interp`` pushes handlers that check meta
 rules against the reference, propagate metadata only, or record a prim graph.
+
+The handler stack is per thread: a handler belongs to the trace that pushed it, and two threads compiling at
+once (each recording its own prim graph) must not see each other's recorder.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Callable, Iterator
 
 Handler = Callable[["Prim", tuple, dict], Any]
@@ -26,7 +30,7 @@ class Prim:
         self.__module__ = "ember.decomp.prims"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _HANDLERS[-1](self, args, kwargs)
+        return _STACK.handlers[-1](self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"prims.{self.name}"
@@ -44,13 +48,21 @@ def eager_handler(prim: Prim, args: tuple, kwargs: dict) -> Any:
     return prim.impl(*args, **kwargs)
 
 
-_HANDLERS: list[Handler] = [eager_handler]
+class _Stack(threading.local):
+    """The calling thread's handler stack (``__init__`` runs once per thread, on its first use)."""
+
+    def __init__(self) -> None:
+        self.handlers: list[Handler] = [eager_handler]
+
+
+_STACK = _Stack()
 
 
 @contextlib.contextmanager
 def push_handler(h: Handler) -> Iterator[None]:
-    _HANDLERS.append(h)
+    handlers = _STACK.handlers
+    handlers.append(h)
     try:
         yield
     finally:
-        _HANDLERS.pop()
+        handlers.pop()

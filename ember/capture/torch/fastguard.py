@@ -26,6 +26,7 @@ first). A tensor without a version counter (made in inference mode) is checked i
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 from typing import Any
 
@@ -33,6 +34,7 @@ import torch
 
 EPOCH = [0]          # bumped by every ``tensor.data = ...`` and ``torch.utils.swap_tensors``
 _installed = [False]
+_INSTALL_LOCK = threading.Lock()
 
 
 def _dead() -> None:
@@ -91,7 +93,13 @@ def install() -> None:
     """Make ``tensor.data = x`` and ``torch.utils.swap_tensors`` bump ``EPOCH`` (idempotent)."""
     if _installed[0]:
         return
-    _installed[0] = True
+    with _INSTALL_LOCK:         # two threads' first such guards must not wrap swap_tensors twice
+        if not _installed[0]:
+            _install()
+            _installed[0] = True
+
+
+def _install() -> None:
     base = torch._C.TensorBase.__dict__["data"]
 
     def get_data(self: torch.Tensor) -> torch.Tensor:

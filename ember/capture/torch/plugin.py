@@ -297,7 +297,7 @@ class TorchPlugin:
         gm.graph.lint()
         example_inputs = [real for _, real, _ in st.inputs]
         from ..frontend import STATS
-        STATS["graphs_compiled"] += 1
+        STATS.bump("graphs_compiled")
         from ... import logs
         if logs.enabled("graph"):
             logs.log("graph", f"captured graph:\n{readable_graph(gm)}")
