@@ -493,7 +493,7 @@ def test_inference_weights_are_checked_by_identity_and_version(counter):
     check()
     assert counter.count == 1
     seen = [s for s in fastguard._ALL.values() if s[0] is not fastguard._dead]
-    assert {s[0]() for s in seen} >= set(model.parameters()) | {model[1].running_mean, model[1].running_var}
+    assert {s[0][0]() for s in seen} >= set(model.parameters()) | {model[1].running_mean, model[1].running_var}
     lin = model[2]
     lin.weight.data = lin.weight.data[:2].clone()       # .data =: smaller, same object, same version
     lin.bias.data = lin.bias.data[:2].clone()

@@ -16,8 +16,11 @@ is then ~0.15 us:
 
     (__epoch[0] == __records.epoch or __records.refresh())
     ...
-    ((__s4 := m._parameters['weight']) is __seen[0]() and __s4._version == __seen[1]
+    ((__sv := __seen[0])[0]() is (__s4 := m._parameters['weight']) and __s4._version == __sv[1]
      or (<the full check of __s4> and __record(__s4, __seen)))
+
+A record is one slot holding a ``(weak reference, version)`` pair, read once per check: two threads checking
+different tensors at one source never pair one's reference with the other's version.
 
 ``__seen`` holds a weak reference, so a remembered tensor is not kept alive, and a new tensor at a freed one's
 address is never taken for it (``swap_tensors``, which refuses tensors with weak references, drops them all
@@ -41,6 +44,9 @@ def _dead() -> None:
     return None
 
 
+_NONE = (_dead, -1)
+
+
 class _Seen(list):
     """A record: a list (the guard indexes it) that can be weakly referenced, so ``_ALL`` does not keep the
     records of guards that were dropped (a recompiled or evicted entry's)."""
@@ -53,8 +59,8 @@ _serial = itertools.count()
 
 
 def new_seen() -> list:
-    """The record one guarded tensor keeps: [weak reference, version]; matches no tensor at first."""
-    seen = _Seen([_dead, -1])
+    """The record one guarded tensor keeps: [(weak reference, version)]; matches no tensor at first."""
+    seen = _Seen([_NONE])
     _ALL[next(_serial)] = seen
     return seen
 
@@ -62,9 +68,9 @@ def new_seen() -> list:
 def record(t: torch.Tensor, seen: list) -> bool:
     """After ``t`` passed its full check: remember it (always True: the guard's result is the check's)."""
     try:
-        seen[:] = [weakref.ref(t), t._version]
+        seen[0] = (weakref.ref(t), t._version)
     except (RuntimeError, TypeError):       # an inference tensor has no version counter: stay unremembered
-        seen[:] = [_dead, -1]
+        seen[0] = _NONE
     return True
 
 
@@ -84,7 +90,7 @@ class Records:
     def refresh(self) -> bool:
         """``EPOCH`` moved (a ``.data`` assignment somewhere): forget every tensor (always True)."""
         for seen in self.seen:
-            seen[:] = [_dead, -1]
+            seen[0] = _NONE
         self.epoch = EPOCH[0]
         return True
 
@@ -117,7 +123,7 @@ def _install() -> None:
         # then check in full once)
         EPOCH[0] += 1
         for seen in list(_ALL.values()):
-            seen[:] = [_dead, -1]
+            seen[0] = _NONE
         return swap(t1, t2)
 
     swap_tensors.__doc__ = swap.__doc__

@@ -217,7 +217,7 @@ class TorchPlugin:
                 d.guards.add(f"({cg.bind(fastguard.EPOCH, 'data_epoch')}[0] == {recs}.epoch or {recs}.refresh())",
                              "no tensor had its .data replaced since the last call")
             seen = cg.bind(st.records.new(), "seen")
-            expr = (f"(({first}) is {seen}[0]() and {e}._version == {seen}[1] or "
+            expr = (f"((__sv := {seen}[0])[0]() is ({first}) and {e}._version == __sv[1] or "
                     f"({e}.__class__ is {cls} and {meta} and {cg.bind(fastguard.record, 'record')}({e}, {seen})))")
         else:
             expr = f"{first}.__class__ is {cls} and {meta}"
