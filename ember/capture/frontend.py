@@ -147,10 +147,19 @@ def _state_expr(glue: GlueBuilder, v: Any) -> str:
 def break_tail(glue: GlueBuilder, frame: Frame, step: Callable) -> str:
     """The expression that hands a stopped frame's live state to ``step`` (run one instruction natively,
     continue compiled)."""
+    from .resume import LOCALS, Lazy, LazyLocals, bound_locals
     cg = glue.cg
     stack = ", ".join(_state_expr(glue, v) for v in frame.stack)
     local_items = dict.items(frame.locals) if isinstance(frame.locals, dict) else frame.locals.items()
-    locs = ", ".join(f"{k!r}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL)
+    unread: tuple = ()
+    if isinstance(frame.locals, LazyLocals):
+        # the locals this segment neither read nor wrote are passed on as they came, bound or not: a name
+        # unbound on this call stays unbound in the continuation, and one bound is not dropped
+        untouched = [k for k in frame.code.co_varnames if k not in frame.locals.touched]
+        unread = tuple(k for k in untouched if not dict.__contains__(frame.locals, k)
+                       or type(dict.__getitem__(frame.locals, k)) is Lazy)
+    locs = ", ".join([f"**{cg.bind(bound_locals, 'bound_locals')}({LOCALS.expr(cg)}, {unread!r})"] * bool(unread)
+                     + [f"{k!r}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL and type(v) is not Lazy])
     exc = "None" if frame.exc_info is None else _state_expr(glue, frame.exc_info)
     return (f"({cg.bind(frame.code, 'code')}, {cg.bind(frame.f_globals, 'G')}, {frame.ip}, "
             f"[{stack}], {{{locs}}}, {frame.kw_names!r}, {exc})")

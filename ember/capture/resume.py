@@ -30,15 +30,45 @@ class Lazy:
 
 
 class LazyLocals(dict):
-    """Frame locals whose ``Lazy`` entries are wrapped on first read."""
-    __slots__ = ("dom",)
+    """Frame locals whose ``Lazy`` entries are wrapped on first read.
+
+    Which locals are bound at a break varies between calls (a loop that ran zero times, a ``del``, a branch
+    that assigned a name): an entry of a continuation holds only for the same bound-ness of what it used. A
+    name the trace found unbound (never assigned or deleted by the trace itself) is guarded absent; a local
+    read into an opaque value (which has no guard of its own to fail) is guarded present; locals passed on
+    unread stay absent when absent (``break_tail``)."""
+    __slots__ = ("dom", "touched")
 
     def __getitem__(self, k):
-        v = dict.__getitem__(self, k)
+        try:
+            v = dict.__getitem__(self, k)
+        except KeyError:
+            self._absent(k)
+            raise
         if type(v) is Lazy:
             v = wrap_state(self.dom, v.obj, v.source)
             dict.__setitem__(self, k, v)
+            if type(v).__name__ == "OpaqueVar":
+                self.dom.guards.add(f"{k!r} in {LOCALS.expr(self.dom.cg)}", f"local {k} is bound")
         return v
+
+    def __contains__(self, k):
+        if dict.__contains__(self, k):
+            return True
+        self._absent(k)
+        return False
+
+    def __setitem__(self, k, v):
+        self.touched.add(k)
+        dict.__setitem__(self, k, v)
+
+    def __delitem__(self, k):
+        self.touched.add(k)
+        dict.__delitem__(self, k)
+
+    def _absent(self, k) -> None:
+        if k not in self.touched and isinstance(k, str) and k.isidentifier():
+            self.dom.guards.add(f"{k!r} not in {LOCALS.expr(self.dom.cg)}", f"local {k} is unbound")
 
     def get(self, k, default=None):
         return self[k] if k in self else default
@@ -46,11 +76,17 @@ class LazyLocals(dict):
     def pop(self, k, *default):
         if k in self:
             v = self[k]
+            self.touched.add(k)
             dict.__delitem__(self, k)
             return v
         if default:
             return default[0]
         raise KeyError(k)
+
+
+def bound_locals(real_locals: dict, names: tuple) -> dict:
+    """The locals among ``names`` that are bound (present) in a continuation's incoming ``__locals``."""
+    return {k: real_locals[k] for k in names if k in real_locals}
 
 
 STACK, LOCALS, EXC = LocalSource("__stack"), LocalSource("__locals"), LocalSource("__exc")
@@ -202,6 +238,7 @@ def resume_locals(d, real_locals: dict) -> LazyLocals:
     """Locals of a resumed frame: cells wrapped now (they are shared with closures), the rest lazily."""
     out = LazyLocals()
     out.dom = d
+    out.touched = set()
     for name, v in real_locals.items():
         src = ItemSource(LOCALS, name)
         if type(v) is types.CellType:

@@ -3,6 +3,9 @@
 - Python numbers that cross a break (loop counters, accumulators, ``.item()`` results) and reach a later graph
   as 0-dim tensor inputs arrive with the dtype the graph was traced with (an int counter read by a C++ kernel
   through ``int64_t*`` from a float32 buffer was garbage).
+- A local unbound at a break (a loop that ran zero times, a ``del``, a branch that did not assign it, an empty
+  cell) stays unbound in the continuation, and one bound stays bound, whatever the call that compiled the
+  continuation saw; reading it raises eager's exception with eager's message.
 """
 from __future__ import annotations
 
@@ -112,4 +115,94 @@ def test_numbers_across_breaks(fresh_ember, fn, make, backend):
         args = make()
         expected = fn(*clone_value(args))
         actual = compiled(*clone_value(args))
+        assert_same(actual, expected)
+
+
+# -- locals unbound at a break -----------------------------------------------------------------------------
+@ember.disable
+def opaque(t):
+    """A graph break that hands ``t`` back unchanged."""
+    return t
+
+
+def loop_var_after_zero_trips(x, n):
+    for i in range(n):
+        x = x + i
+    x = opaque(x) * 2
+    x = opaque(x)
+    if n > 0:
+        x = x * i                       # i is read only where the loop ran
+    return x
+
+
+def loop_var_read_unguarded(x, n):
+    for i in range(n):
+        x = x + 1
+    x = opaque(x)
+    x = opaque(x) - 1                   # a segment that does not read i passes it on
+    return x * i                        # n == 0: UnboundLocalError, as in eager
+
+
+def deleted_local(x, flag):
+    y = x + 1
+    if flag:
+        del y
+    x = opaque(x)
+    x = opaque(x * 2)                   # a segment that reads neither flag nor y
+    return x * y                        # flag: UnboundLocalError
+
+
+def branch_only_local(x, flag):
+    if flag:
+        z = x.sin()
+    x = opaque(x) + 1
+    try:
+        return x * z
+    except UnboundLocalError as e:
+        return x, str(e)
+
+
+def unbound_cell(x, flag):
+    if flag:
+        c = x.cos()
+    x = opaque(x)
+    read = lambda: c * x                # noqa: E731 - c is a cell of this frame
+    try:
+        return read()
+    except NameError as e:
+        return x - 1, type(e).__name__, str(e)
+
+
+def unbound_cell_direct(x, flag):
+    if flag:
+        c = x.cos()
+    x = opaque(x)
+    keep = lambda: c                    # noqa: E731, F841 - makes c a cell
+    return x + c
+
+
+UNBOUND_PROGRAMS = [loop_var_after_zero_trips, loop_var_read_unguarded, deleted_local, branch_only_local,
+                    unbound_cell, unbound_cell_direct]
+# the flag/count of each call: the first call compiles the continuations, later ones reuse or add entries
+UNBOUND_ORDERS = {"bound_first": [2, 0, 3, 0], "unbound_first": [0, 2, 0, 1]}
+
+
+def _outcome(fn, *args):
+    try:
+        return "ok", fn(*args)
+    except Exception as e:             # noqa: BLE001 - the exception is part of what is compared
+        return "raised", (type(e), str(e))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("order", list(UNBOUND_ORDERS))
+@pytest.mark.parametrize("fn", UNBOUND_PROGRAMS, ids=[f.__name__ for f in UNBOUND_PROGRAMS])
+def test_unbound_locals_across_breaks(fresh_ember, fn, order, backend):
+    compiled = ember.compile(fn, backend=backend)
+    for k in UNBOUND_ORDERS[order]:
+        x = torch.randn(5)
+        arg = k if "loop" in fn.__name__ else bool(k)
+        kind, expected = _outcome(fn, x.clone(), arg)
+        got_kind, actual = _outcome(compiled, x.clone(), arg)
+        assert got_kind == kind, f"{fn.__name__}({arg}): compiled {got_kind} {actual}, eager {kind} {expected}"
         assert_same(actual, expected)
