@@ -20,6 +20,7 @@ from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
 from .sources import LocalSource
 from .symbolic import SymbolicDomain
+from .tracebacks import trim
 from .values import Value
 
 
@@ -249,14 +250,23 @@ class FrameCache:
         self.dispatch = self._make_dispatcher()
 
     def _make_dispatcher(self) -> Callable:
+        # an exception leaving compiled code loses ember's frames (glue, dispatchers, the interpreter) from
+        # its traceback; the bare raise adds no frame of the dispatcher's own (tracebacks.py)
         src = (f"def __dispatch({self.params}):\n"
-               f"    for __e in __entries:\n"
-               f"        __r = __e({self.call_args})\n"
-               f"        if __r is not __MISS:\n"
-               f"            __hits[0] += 1\n"
-               f"            return __r\n"
-               f"    return __miss({self.call_args})\n")
-        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hits=HITS)
+               f"    try:\n"
+               f"        for __e in __entries:\n"
+               f"            __r = __e({self.call_args})\n"
+               f"            if __r is not __MISS:\n"
+               f"                __hits[0] += 1\n"
+               f"                return __r\n"
+               f"        return __miss({self.call_args})\n"
+               f"    except __EmberError:\n"
+               f"        raise\n"
+               f"    except Exception as __x:\n"
+               f"        __trim(__x)\n"
+               f"        raise\n")
+        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hits=HITS,
+                  __EmberError=EmberError, __trim=trim)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
         disp = ns["__dispatch"]
         disp.__ember_cache__ = self

@@ -18,6 +18,7 @@ from .. import logs
 from .concrete import ConcreteDomain, call_user
 from .interpreter import NULL, Frame, Return, UserException
 from .sources import ItemSource, LocalSource, Source
+from .tracebacks import raise_in_user_frames
 
 
 class Lazy:
@@ -117,10 +118,7 @@ class Session:
             frame = Frame(self.concrete, code, f_globals, locals_)
             frame.stack, frame.ip, frame.kw_names, frame.exc_info = stack, ip, kw_names, exc
             frame.stop_at = 1
-            try:
-                r = frame.run()
-            except UserException as ue:
-                raise ue.exc.with_traceback(None) from None
+            r = _run_as_user(frame.run)
             if type(r) is Return:
                 return r.value
             cache = self.resume_cache(code, f_globals, frame.ip)
@@ -132,19 +130,13 @@ class Session:
         """The rest of a frame in the concrete interpreter (callees still compiled)."""
         frame = Frame(self.concrete, code, f_globals, dict(locals_))
         frame.stack, frame.ip, frame.exc_info = list(stack), ip, exc
-        try:
-            return frame.run().value
-        except UserException as ue:
-            raise ue.exc.with_traceback(None) from None
+        return _run_as_user(frame.run).value
 
     def run_function(self, fn: types.FunctionType, args, kwargs):
         """A whole call in the concrete interpreter (callees still compiled)."""
         if fn.__code__.co_flags & 0x3A0:        # generators and coroutines: natively
             return fn(*args, **kwargs)
-        try:
-            return self.concrete.interpret(None, fn, list(args), dict(kwargs))
-        except UserException as ue:
-            raise ue.exc.with_traceback(None) from None
+        return _run_as_user(self.concrete.interpret, None, fn, list(args), dict(kwargs))
 
     def resume_cache(self, code, f_globals, ip: int):
         key = (code, id(f_globals), ip)
@@ -226,6 +218,17 @@ class Session:
             src = f"\n    {e.source_line.strip()}" if getattr(e, "source_line", "") else ""
             hint = f"\n  hint: {e.hint}" if e.hint else ""
             logs.log("graph_breaks", f"graph break in {name}: {e.reason}\n  at {where}{src}{hint}")
+
+
+def _run_as_user(run: Callable, *args):
+    """``run(*args)`` in the concrete interpreter; an exception of the program's leaves it as raised by the
+    program's own frames (file:line of the interpreted frames), not by the interpreter's."""
+    try:
+        return run(*args)
+    except UserException as ue:
+        failed = ue
+    raise_in_user_frames(failed.exc, getattr(failed, "user_frames", None))     # outside the handler: no
+    # UserException as __context__
 
 
 # callees from these modules run natively after a break: no tensor work of the user's to compile in them

@@ -1,0 +1,77 @@
+"""Tracebacks of the user's exceptions: the user's frames, not ember's.
+
+An exception the program raises inside compiled code crosses ember's frames (dispatchers, glue, the
+interpreter) and, where ember ran the user's code in its interpreter, has no frame of the user's at all.
+Two repairs, neither of which changes the exception's type, message, identity or chaining:
+
+- ``trim``: every compiled function's dispatcher drops ember's frames (ember's package, generated
+  ``<ember ...>`` code) from the traceback of an exception leaving it, and re-raises it without adding one.
+- ``raise_in_user_frames``: an exception raised by code that ember's interpreter ran is raised again through
+  stand-in frames, one per interpreted frame, compiled with the user's file name, function name and the line
+  that raised, so the traceback reads as eager's does. Frames of natively run callees below it are kept.
+Torch-free.
+"""
+from __future__ import annotations
+
+import os
+import types
+from typing import Any
+
+_EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def is_ember_code(code: types.CodeType) -> bool:
+    f = code.co_filename
+    return f.startswith("<ember ") or f.startswith(_EMBER_DIR)
+
+
+def trim(exc: BaseException) -> None:
+    """Drop ember's frames from ``exc.__traceback__`` (in place; the user's frames keep their order)."""
+    tb = exc.__traceback__
+    kept = []
+    while tb is not None:
+        if not is_ember_code(tb.tb_frame.f_code):
+            kept.append(tb)
+        tb = tb.tb_next
+    new = None
+    for t in reversed(kept):
+        new = t if t.tb_next is new else types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    exc.__traceback__ = new
+
+
+_STANDINS: dict[tuple, types.FunctionType] = {}
+
+
+def _standin(code: types.CodeType, line: int, last: bool) -> types.FunctionType:
+    """A function whose one line, at ``code``'s file and ``line``, raises the exception (``last``) or calls
+    the stand-in of the next frame."""
+    key = (code, line, last)
+    fn = _STANDINS.get(key)
+    if fn is None:
+        body = "raise __e" if last else "return __rest[0](__e, __rest[1:])"
+        src = "\n" * (max(line or 1, 1) - 1) + f"def __standin(__e, __rest): {body}\n"
+        ns: dict[str, Any] = {}
+        exec(compile(src, code.co_filename, "exec"), ns)       # noqa: S102 - fixed source, no user text
+        fn = ns["__standin"]
+        fn.__code__ = fn.__code__.replace(co_name=code.co_name, co_qualname=code.co_qualname)
+        if len(_STANDINS) < 4096:
+            _STANDINS[key] = fn
+    return fn
+
+
+def raise_in_user_frames(exc: BaseException, frames: list | None) -> None:
+    """Raise ``exc`` from stand-ins of ``frames`` ((code, line) pairs, outermost first). Its traceback keeps
+    the user's frames it already has (a natively run callee's), and its chaining stays as it was."""
+    trim(exc)
+    frames = [(c, ln) for c, ln in (frames or ()) if not is_ember_code(c)]
+    if not frames:
+        raise exc
+    fns = [_standin(c, ln, i == len(frames) - 1) for i, (c, ln) in enumerate(frames)]
+    ctx, cause, suppress = exc.__context__, exc.__cause__, exc.__suppress_context__
+    try:
+        fns[0](exc, fns[1:])
+    except BaseException as e:      # noqa: BLE001 - exc itself: a raise sets __context__, restore it
+        if e is not exc:
+            raise
+        e.__context__, e.__cause__, e.__suppress_context__ = ctx, cause, suppress
+        raise
