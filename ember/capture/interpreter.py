@@ -147,11 +147,14 @@ class Frame:
             f = f.parent
         return out[::-1]
 
-    def user_frames(self) -> list[tuple[CodeType, int]]:
-        """(code, line) of this frame and its callers, outermost first: stand-ins for a traceback."""
+    def user_frames(self) -> list[tuple[str, int, str, str]]:
+        """(file, line, name, qualname) of this frame and its callers, outermost first: what a traceback
+        shows (tracebacks.py)."""
         out, f = [], self
         while f is not None:
-            out.append((f.code, f.cur.lineno if f.cur is not None else f.code.co_firstlineno))
+            c = f.code
+            out.append((c.co_filename, f.cur.lineno if f.cur is not None else c.co_firstlineno, c.co_name,
+                        c.co_qualname))
             f = f.parent
         return out[::-1]
 

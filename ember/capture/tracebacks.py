@@ -20,9 +20,12 @@ from typing import Any
 _EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def is_ember_code(code: types.CodeType) -> bool:
-    f = code.co_filename
+def _is_ember_file(f: str) -> bool:
     return f.startswith("<ember ") or f.startswith(_EMBER_DIR)
+
+
+def is_ember_code(code: types.CodeType) -> bool:
+    return _is_ember_file(code.co_filename)
 
 
 def trim(exc: BaseException) -> None:
@@ -42,33 +45,38 @@ def trim(exc: BaseException) -> None:
 _STANDINS: dict[tuple, types.FunctionType] = {}
 
 
-def _standin(code: types.CodeType, line: int, last: bool) -> types.FunctionType:
-    """A function whose one line, at ``code``'s file and ``line``, raises the exception (``last``) or calls
-    the stand-in of the next frame."""
-    key = (code, line, last)
+def _standin(where: tuple, last: bool) -> types.FunctionType:
+    """A function whose one line, at ``where`` = (file, line, name, qualname), raises the exception (``last``)
+    or calls the stand-in of the next frame."""
+    key = (where, last)
     fn = _STANDINS.get(key)
     if fn is None:
+        filename, line, name, qualname = where
         body = "raise __e" if last else "return __rest[0](__e, __rest[1:])"
         src = "\n" * (max(line or 1, 1) - 1) + f"def __standin(__e, __rest): {body}\n"
         ns: dict[str, Any] = {}
-        exec(compile(src, code.co_filename, "exec"), ns)       # noqa: S102 - fixed source, no user text
+        exec(compile(src, filename, "exec"), ns)       # noqa: S102 - fixed source, no user text
         fn = ns["__standin"]
-        fn.__code__ = fn.__code__.replace(co_name=code.co_name, co_qualname=code.co_qualname)
+        fn.__code__ = fn.__code__.replace(co_name=name, co_qualname=qualname)
         if len(_STANDINS) < 4096:
             _STANDINS[key] = fn
     return fn
 
 
-def raise_in_user_frames(exc: BaseException, frames: list | None) -> None:
-    """Raise ``exc`` from stand-ins of ``frames`` ((code, line) pairs, outermost first). Its traceback keeps
-    the user's frames it already has (a natively run callee's), and its chaining stays as it was."""
-    trim(exc)
-    frames = [(c, ln) for c, ln in (frames or ()) if not is_ember_code(c)]
-    if not frames:
-        raise exc
-    fns = [_standin(c, ln, i == len(frames) - 1) for i, (c, ln) in enumerate(frames)]
+def raise_in_user_frames(exc: BaseException, frames: list | None, keep_tail: bool = True) -> None:
+    """Raise ``exc`` from stand-ins of ``frames`` ((file, line, name, qualname), outermost first). Its
+    traceback keeps the user's frames it already has (a natively run callee's) unless ``keep_tail`` is off
+    (frames of a backend's code under a graph call), and its chaining stays as it was."""
+    if keep_tail:
+        trim(exc)
+    else:
+        exc.__traceback__ = None
+    frames = [w for w in (frames or ()) if not _is_ember_file(w[0])]
+    fns = [_standin(w, i == len(frames) - 1) for i, w in enumerate(frames)]
     ctx, cause, suppress = exc.__context__, exc.__cause__, exc.__suppress_context__
     try:
+        if not fns:
+            raise exc
         fns[0](exc, fns[1:])
     except BaseException as e:      # noqa: BLE001 - exc itself: a raise sets __context__, restore it
         if e is not exc:

@@ -199,7 +199,8 @@ def location_meta(f) -> dict:
     src = linecache.getline(f.code.co_filename, line).strip()
     stack = "".join(f'  File "{fr.code.co_filename}", line {fr.cur.lineno if fr.cur else 0}, in {fr.code.co_name}\n'
                     for fr in _chain(f))
-    return {"stack_trace": stack + f"    {src}\n", "ember_loc": f"{f.code.co_filename}:{line}"}
+    return {"stack_trace": stack + f"    {src}\n", "ember_loc": f"{f.code.co_filename}:{line}",
+            "ember_frames": f.user_frames()}
 
 
 def _chain(f):
