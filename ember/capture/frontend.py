@@ -20,7 +20,7 @@ from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
 from .sources import LocalSource
 from .symbolic import SymbolicDomain
-from .tracebacks import trim
+from .tracebacks import trim_if_user
 from .values import Value
 
 
@@ -266,7 +266,7 @@ class FrameCache:
                f"        __trim(__x)\n"
                f"        raise\n")
         ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hits=HITS,
-                  __EmberError=EmberError, __trim=trim)
+                  __EmberError=EmberError, __trim=trim_if_user)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
         disp = ns["__dispatch"]
         disp.__ember_cache__ = self

@@ -6,6 +6,7 @@ Two repairs, neither of which changes the exception's type, message, identity or
 
 - ``trim``: every compiled function's dispatcher drops ember's frames (ember's package, generated
   ``<ember ...>`` code) from the traceback of an exception leaving it, and re-raises it without adding one.
+  An exception that ember's own code raised (not the program's) keeps them: that is a bug to report.
 - ``raise_in_user_frames``: an exception raised by code that ember's interpreter ran is raised again through
   stand-in frames, one per interpreted frame, compiled with the user's file name, function name and the line
   that raised, so the traceback reads as eager's does. Frames of natively run callees below it are kept.
@@ -40,6 +41,16 @@ def trim(exc: BaseException) -> None:
     for t in reversed(kept):
         new = t if t.tb_next is new else types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
     exc.__traceback__ = new
+
+
+def trim_if_user(exc: BaseException) -> None:
+    """``trim`` an exception of the program's (raised in the user's code, a library's, or a stand-in); one
+    that ember's own code raised (a bug: a KeyError in glue, say) keeps its frames for the report."""
+    tb = last = exc.__traceback__
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is not None and not is_ember_code(last.tb_frame.f_code):
+        trim(exc)
 
 
 _STANDINS: dict[tuple, types.FunctionType] = {}

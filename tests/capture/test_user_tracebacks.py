@@ -196,3 +196,21 @@ def test_graph_op_error_shows_user_line(fresh_ember, fn, backend, capsys):
         frames = traceback.extract_tb(actual.__traceback__)
         assert not [f for f in frames if f.filename.startswith("<ember") or f.filename.startswith(EMBER_DIR)]
         assert _user_frames(actual) == _user_frames(expected), "".join(traceback.format_tb(actual.__traceback__))
+
+
+def test_error_of_embers_own_code_keeps_its_frames(fresh_ember):
+    """An exception raised by ember's code (a bug, not the program's error) keeps ember's frames: the report
+    needs them. Stood in for by a function whose code claims a file in ember's package."""
+    ns: dict = {}
+    exec(compile("def boom(x):\n    raise KeyError('a bug in ember')\n",   # noqa: S102 - fixed test source
+                 str(Path(EMBER_DIR) / "capture" / "not_a_real_module.py"), "exec"), ns)
+    boom = ns["boom"]
+
+    def fn(x):
+        return boom(x + 1)
+
+    e = _call(ember.compile(fn, backend="eager"), torch.randn(3))
+    frames = traceback.extract_tb(e.__traceback__)
+    assert type(e) is KeyError
+    assert any(f.filename.startswith("<ember") for f in frames), frames
+    assert frames[-1].name == "boom"
