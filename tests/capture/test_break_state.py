@@ -91,6 +91,22 @@ def counter_changes_type(x):
     return x
 
 
+def items_on_the_stack(x, xi):
+    out = x
+    for i in range(3):
+        out = out * x[i].item() + xi[i].item() - i     # the numbers cross the breaks on the value stack
+    return out
+
+
+def bool_counter(x):
+    b = True
+    for i in range(3):
+        _ = x[i].item()
+        x = x + b * i                   # a bool local and an int counter in tensor arithmetic
+        b = not b
+    return x
+
+
 def _f32(n=6):
     return torch.randn(n)
 
@@ -104,6 +120,8 @@ SCALAR_PROGRAMS = [
     (counter_with_int_tensor, lambda: (_f32(), torch.randint(-5, 5, (6,), dtype=torch.int32))),
     (counter_with_double, lambda: (torch.randn(6, dtype=torch.float64),)),
     (counter_changes_type, lambda: (_f32(),)),
+    (items_on_the_stack, lambda: (_f32(), torch.randint(-3, 3, (6,)))),
+    (bool_counter, lambda: (_f32(),)),
 ]
 
 
