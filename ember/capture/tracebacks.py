@@ -68,10 +68,24 @@ def _standin(where: tuple, last: bool) -> types.FunctionType:
         ns: dict[str, Any] = {}
         exec(compile(src, filename, "exec"), ns)       # noqa: S102 - fixed source, no user text
         fn = ns["__standin"]
-        fn.__code__ = fn.__code__.replace(co_name=name, co_qualname=qualname)
+        fn.__code__ = _without_columns(fn.__code__).replace(co_name=name, co_qualname=qualname)
         if len(_STANDINS) < 4096:
             _STANDINS[key] = fn
     return fn
+
+
+def _without_columns(code: types.CodeType) -> types.CodeType:
+    """``code`` with every instruction at its first line and no column span (a location table of "no
+    column" entries, the CPython 3.11+ format): tracebacks then underline no part of the user's line, where
+    the stand-in's own columns would mean nothing."""
+    units = len(code.co_code) // 2
+    table = bytearray()
+    while units > 0:
+        n = min(8, units)
+        table.append(0x80 | (13 << 3) | (n - 1))        # 13: line delta (signed varint) and no columns
+        table.append(0)                                 # delta 0: the first line
+        units -= n
+    return code.replace(co_linetable=bytes(table))
 
 
 def raise_in_user_frames(exc: BaseException, frames: list | None, keep_tail: bool = True) -> None:

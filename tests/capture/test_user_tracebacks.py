@@ -152,7 +152,9 @@ def test_user_frames_in_traceback(fresh_ember, fn, backend, capsys):
         ember_frames = [f"{f.filename}:{f.lineno} {f.name}" for f in frames
                         if f.filename.startswith("<ember") or f.filename.startswith(EMBER_DIR)]
         assert not ember_frames, f"ember's frames in the traceback: {ember_frames}"
-        assert _user_frames(actual) == _user_frames(expected), "".join(traceback.format_tb(actual.__traceback__))
+        text = "".join(traceback.format_tb(actual.__traceback__))
+        assert _user_frames(actual) == _user_frames(expected), text
+        assert all(ln.strip() for ln in text.splitlines()), f"a blank underline in the traceback:\n{text}"
 
 
 # -- errors raised at run time by an op inside a compiled graph --------------------------------------------
@@ -195,7 +197,9 @@ def test_graph_op_error_shows_user_line(fresh_ember, fn, backend, capsys):
         assert type(actual) is type(expected) and str(actual) == str(expected)
         frames = traceback.extract_tb(actual.__traceback__)
         assert not [f for f in frames if f.filename.startswith("<ember") or f.filename.startswith(EMBER_DIR)]
-        assert _user_frames(actual) == _user_frames(expected), "".join(traceback.format_tb(actual.__traceback__))
+        text = "".join(traceback.format_tb(actual.__traceback__))
+        assert _user_frames(actual) == _user_frames(expected), text
+        assert all(ln.strip() for ln in text.splitlines()), f"a blank underline in the traceback:\n{text}"
 
 
 def test_error_of_embers_own_code_keeps_its_frames(fresh_ember):
