@@ -22,6 +22,7 @@ from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
 from .sources import LocalSource
 from .symbolic import SymbolicDomain
+from .tracebacks import trim_if_user
 from .values import Value
 
 
@@ -182,10 +183,19 @@ def _state_expr(glue: GlueBuilder, v: Any) -> str:
 def break_tail(glue: GlueBuilder, frame: Frame, step: Callable) -> str:
     """The expression that hands a stopped frame's live state to ``step`` (run one instruction natively,
     continue compiled)."""
+    from .resume import LOCALS, Lazy, LazyLocals, bound_locals
     cg = glue.cg
     stack = ", ".join(_state_expr(glue, v) for v in frame.stack)
     local_items = dict.items(frame.locals) if isinstance(frame.locals, dict) else frame.locals.items()
-    locs = ", ".join(f"{k!r}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL)
+    unread: tuple = ()
+    if isinstance(frame.locals, LazyLocals):
+        # the locals this segment neither read nor wrote are passed on as they came, bound or not: a name
+        # unbound on this call stays unbound in the continuation, and one bound is not dropped
+        untouched = [k for k in frame.code.co_varnames if k not in frame.locals.touched]
+        unread = tuple(k for k in untouched if not dict.__contains__(frame.locals, k)
+                       or type(dict.__getitem__(frame.locals, k)) is Lazy)
+    locs = ", ".join([f"**{cg.bind(bound_locals, 'bound_locals')}({LOCALS.expr(cg)}, {unread!r})"] * bool(unread)
+                     + [f"{k!r}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL and type(v) is not Lazy])
     exc = "None" if frame.exc_info is None else _state_expr(glue, frame.exc_info)
     return (f"({cg.bind(frame.code, 'code')}, {cg.bind(frame.f_globals, 'G')}, {frame.ip}, "
             f"[{stack}], {{{locs}}}, {frame.kw_names!r}, {exc})")
@@ -276,14 +286,23 @@ class FrameCache:
         self.dispatch = self._make_dispatcher()
 
     def _make_dispatcher(self) -> Callable:
+        # an exception leaving compiled code loses ember's frames (glue, dispatchers, the interpreter) from
+        # its traceback; the bare raise adds no frame of the dispatcher's own (tracebacks.py)
         src = (f"def __dispatch({self.params}):\n"
-               f"    for __e in __entries:\n"
-               f"        __r = __e({self.call_args})\n"
-               f"        if __r is not __MISS:\n"
-               f"            __hit()\n"
-               f"            return __r\n"
-               f"    return __miss({self.call_args})\n")
-        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hit=STATS.hit)
+               f"    try:\n"
+               f"        for __e in __entries:\n"
+               f"            __r = __e({self.call_args})\n"
+               f"            if __r is not __MISS:\n"
+               f"                __hit()\n"
+               f"                return __r\n"
+               f"        return __miss({self.call_args})\n"
+               f"    except __EmberError:\n"
+               f"        raise\n"
+               f"    except Exception as __x:\n"
+               f"        __trim(__x)\n"
+               f"        raise\n")
+        ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hit=STATS.hit,
+                  __EmberError=EmberError, __trim=trim_if_user)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
         disp = ns["__dispatch"]
         disp.__ember_cache__ = self

@@ -112,6 +112,7 @@ class Frame:
         self.done = False
         self.steps = 0                     # instructions started in this frame
         self.stop_at: int | None = None    # stop (return Stop) before starting instruction number stop_at
+        self.last_raise: UserException | None = None    # the last exception a handler of this frame caught
 
     # -- stack helpers -------------------------------------------------------------------------------
     def push(self, v) -> None:
@@ -146,6 +147,17 @@ class Frame:
             f = f.parent
         return out[::-1]
 
+    def user_frames(self) -> list[tuple[str, int, str, str]]:
+        """(file, line, name, qualname) of this frame and its callers, outermost first: what a traceback
+        shows (tracebacks.py)."""
+        out, f = [], self
+        while f is not None:
+            c = f.code
+            out.append((c.co_filename, f.cur.lineno if f.cur is not None else c.co_firstlineno, c.co_name,
+                        c.co_qualname))
+            f = f.parent
+        return out[::-1]
+
     def source_line(self) -> str:
         import linecache
         line = self.cur.lineno if self.cur is not None else self.code.co_firstlineno
@@ -174,6 +186,7 @@ class Frame:
             except UserException as ue:
                 if getattr(ue, "user_stack", None) is None:       # where it was raised, for reports
                     ue.user_stack = self.user_stack()
+                    ue.user_frames = self.user_frames()
                 if not ue.chained:
                     ue.chained = True
                     if ue.exc.__context__ is None:
@@ -221,7 +234,9 @@ class Frame:
             self.done = True
             if getattr(ue, "user_stack", None) is None:       # where it was raised, for reports
                 ue.user_stack = self.user_stack()
+                ue.user_frames = self.user_frames()
             raise ue
+        self.last_raise = ue
         del self.stack[entry.depth:]
         if entry.lasti:
             self.stack.append(self.dom.const(self.cur.offset))

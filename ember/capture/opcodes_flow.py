@@ -307,7 +307,12 @@ def _exception_cause(f, cause):
 def _reraise(f, ins):
     # a non-zero oparg only names the stack slot of the lasti to report in tracebacks; it stays on the stack
     # (the exception table, not that lasti, decides where the exception goes)
-    raise UserException(f.dom.exception_of(f, f.stack.pop()), chained=True)
+    ue = UserException(f.dom.exception_of(f, f.stack.pop()), chained=True)
+    last = f.last_raise
+    if last is not None and last.exc is ue.exc:        # a re-raise: the traceback keeps where it was raised
+        ue.user_stack = getattr(last, "user_stack", None)
+        ue.user_frames = getattr(last, "user_frames", None)
+    raise ue
 
 
 @op("PUSH_EXC_INFO")

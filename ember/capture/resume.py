@@ -19,6 +19,7 @@ from .. import logs
 from .concrete import ConcreteDomain, call_user
 from .interpreter import NULL, Frame, Return, UserException
 from .sources import ItemSource, LocalSource, Source
+from .tracebacks import raise_in_user_frames
 
 
 class Lazy:
@@ -31,15 +32,45 @@ class Lazy:
 
 
 class LazyLocals(dict):
-    """Frame locals whose ``Lazy`` entries are wrapped on first read."""
-    __slots__ = ("dom",)
+    """Frame locals whose ``Lazy`` entries are wrapped on first read.
+
+    Which locals are bound at a break varies between calls (a loop that ran zero times, a ``del``, a branch
+    that assigned a name): an entry of a continuation holds only for the same bound-ness of what it used. A
+    name the trace found unbound (never assigned or deleted by the trace itself) is guarded absent; a local
+    read into an opaque value (which has no guard of its own to fail) is guarded present; locals passed on
+    unread stay absent when absent (``break_tail``)."""
+    __slots__ = ("dom", "touched")
 
     def __getitem__(self, k):
-        v = dict.__getitem__(self, k)
+        try:
+            v = dict.__getitem__(self, k)
+        except KeyError:
+            self._absent(k)
+            raise
         if type(v) is Lazy:
             v = wrap_state(self.dom, v.obj, v.source)
             dict.__setitem__(self, k, v)
+            if type(v).__name__ == "OpaqueVar":
+                self.dom.guards.add(f"{k!r} in {LOCALS.expr(self.dom.cg)}", f"local {k} is bound")
         return v
+
+    def __contains__(self, k):
+        if dict.__contains__(self, k):
+            return True
+        self._absent(k)
+        return False
+
+    def __setitem__(self, k, v):
+        self.touched.add(k)
+        dict.__setitem__(self, k, v)
+
+    def __delitem__(self, k):
+        self.touched.add(k)
+        dict.__delitem__(self, k)
+
+    def _absent(self, k) -> None:
+        if k not in self.touched and isinstance(k, str) and k.isidentifier():
+            self.dom.guards.add(f"{k!r} not in {LOCALS.expr(self.dom.cg)}", f"local {k} is unbound")
 
     def get(self, k, default=None):
         return self[k] if k in self else default
@@ -47,11 +78,17 @@ class LazyLocals(dict):
     def pop(self, k, *default):
         if k in self:
             v = self[k]
+            self.touched.add(k)
             dict.__delitem__(self, k)
             return v
         if default:
             return default[0]
         raise KeyError(k)
+
+
+def bound_locals(real_locals: dict, names: tuple) -> dict:
+    """The locals among ``names`` that are bound (present) in a continuation's incoming ``__locals``."""
+    return {k: real_locals[k] for k in names if k in real_locals}
 
 
 STACK, LOCALS, EXC = LocalSource("__stack"), LocalSource("__locals"), LocalSource("__exc")
@@ -85,10 +122,7 @@ class Session:
             frame = Frame(self.concrete, code, f_globals, locals_)
             frame.stack, frame.ip, frame.kw_names, frame.exc_info = stack, ip, kw_names, exc
             frame.stop_at = 1
-            try:
-                r = frame.run()
-            except UserException as ue:
-                raise ue.exc.with_traceback(None) from None
+            r = _run_as_user(frame.run)
             if type(r) is Return:
                 return r.value
             cache = self.resume_cache(code, f_globals, frame.ip)
@@ -100,19 +134,13 @@ class Session:
         """The rest of a frame in the concrete interpreter (callees still compiled)."""
         frame = Frame(self.concrete, code, f_globals, dict(locals_))
         frame.stack, frame.ip, frame.exc_info = list(stack), ip, exc
-        try:
-            return frame.run().value
-        except UserException as ue:
-            raise ue.exc.with_traceback(None) from None
+        return _run_as_user(frame.run).value
 
     def run_function(self, fn: types.FunctionType, args, kwargs):
         """A whole call in the concrete interpreter (callees still compiled)."""
         if fn.__code__.co_flags & 0x3A0:        # generators and coroutines: natively
             return fn(*args, **kwargs)
-        try:
-            return self.concrete.interpret(None, fn, list(args), dict(kwargs))
-        except UserException as ue:
-            raise ue.exc.with_traceback(None) from None
+        return _run_as_user(self.concrete.interpret, None, fn, list(args), dict(kwargs))
 
     def resume_cache(self, code, f_globals, ip: int):
         key = (code, id(f_globals), ip)
@@ -206,6 +234,17 @@ class Session:
             logs.log("graph_breaks", f"graph break in {name}: {e.reason}\n  at {where}{src}{hint}")
 
 
+def _run_as_user(run: Callable, *args):
+    """``run(*args)`` in the concrete interpreter; an exception of the program's leaves it as raised by the
+    program's own frames (file:line of the interpreted frames), not by the interpreter's."""
+    try:
+        return run(*args)
+    except UserException as ue:
+        failed = ue
+    raise_in_user_frames(failed.exc, getattr(failed, "user_frames", None))     # outside the handler: no
+    # UserException as __context__
+
+
 # callees from these modules run natively after a break: no tensor work of the user's to compile in them
 # (logging's and warnings' internals would only break again at their locks and I/O)
 _NATIVE_MODULES = frozenset(("torch", "ember", "typing", "functools", "contextlib", "abc", "copy", "logging",
@@ -216,6 +255,7 @@ def resume_locals(d, real_locals: dict) -> LazyLocals:
     """Locals of a resumed frame: cells wrapped now (they are shared with closures), the rest lazily."""
     out = LazyLocals()
     out.dom = d
+    out.touched = set()
     for name, v in real_locals.items():
         src = ItemSource(LOCALS, name)
         if type(v) is types.CellType:

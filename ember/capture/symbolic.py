@@ -24,6 +24,14 @@ from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, Dict
                      is_immutable)
 
 
+def _cell_is_empty(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return True
+    return False
+
+
 class SymbolicDomain:
     py = PY
 
@@ -295,7 +303,11 @@ class SymbolicDomain:
             return c.written if c.written is not _DELETED else NULL
         try:
             contents = c.cell.cell_contents
-        except ValueError:
+        except ValueError:      # empty: so must it be on the calls this entry serves (a guard on the
+            # contents, taken when the cell is full, fails on an empty one by raising)
+            cell = c.cell_source.expr(self.cg) if c.cell_source is not None else self.cg.bind(c.cell, "cell")
+            self.guards.add(f"{self.cg.bind(_cell_is_empty, 'cell_is_empty')}({cell})",
+                            f"the closure cell {self.cg.plain(c.source)} is empty")
             return NULL
         return self.wrap(contents, c.source)
 

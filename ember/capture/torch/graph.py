@@ -97,8 +97,14 @@ class TorchState:
         for src, real, node in self.inputs:
             if getattr(src, "scalar_of", None) == v.source:
                 return node
-        src = ScalarSource(v.source)
         t = torch.tensor(v.obj, dtype=scalar_dtype(v.obj))
+        src = ScalarSource(v.source, t.dtype)
+        # the graph (and a compiled kernel's signature) is specialized to this dtype: a number of another type
+        # at this source (an int counter that later holds a float) needs another entry
+        e = v.source.expr(d.cg)
+        kind = type(v.obj)
+        d.guards.add(f"type({e}) is {d.cg.bind(kind, kind.__name__)}",
+                     f"{d.cg.plain(v.source)} is a {kind.__name__} (a {t.dtype} graph input)")
         node = self.placeholder(src, t)
         node.meta["example_value"] = to_meta(t)
         node.meta["ember_device"] = t.device
@@ -115,7 +121,7 @@ def node_arg(d, f, v: Value) -> Any:
     t = type(v)
     if t is TensorVar:
         return v.node
-    if t is OpaqueVar and type(v.obj) in (float, int):   # a number from outside the graph: a scalar input
+    if t is OpaqueVar and type(v.obj) in (float, int, bool):   # a number from outside the graph: a scalar input
         return d.torch.scalar_input(d, v)
     if t is Const:
         return v.value
@@ -197,7 +203,8 @@ def location_meta(f) -> dict:
     src = linecache.getline(f.code.co_filename, line).strip()
     stack = "".join(f'  File "{fr.code.co_filename}", line {fr.cur.lineno if fr.cur else 0}, in {fr.code.co_name}\n'
                     for fr in _chain(f))
-    return {"stack_trace": stack + f"    {src}\n", "ember_loc": f"{f.code.co_filename}:{line}"}
+    return {"stack_trace": stack + f"    {src}\n", "ember_loc": f"{f.code.co_filename}:{line}",
+            "ember_frames": f.user_frames()}
 
 
 def _chain(f):
@@ -272,8 +279,13 @@ def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
+_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64}
+
+
 def scalar_dtype(x) -> torch.dtype:
-    return torch.get_default_dtype() if type(x) is float else torch.int64
+    """The dtype of the 0-dim tensor that stands for a Python number in a graph. A float takes the default
+    dtype, so that type promotion with tensors is eager's (``int_tensor * 0.5`` is float32, not float64)."""
+    return _SCALAR_DTYPES.get(type(x)) or torch.get_default_dtype()
 
 
 def _as_scalar_tensor(x, dtype):
@@ -281,15 +293,18 @@ def _as_scalar_tensor(x, dtype):
 
 
 class ScalarSource(Source):
-    """A Python number at ``scalar_of``, passed to the graph as a 0-dim tensor."""
-    __slots__ = ("scalar_of",)
+    """A Python number at ``scalar_of``, passed to the graph as a 0-dim tensor of ``dtype``: the dtype of the
+    graph's example input for it, which compiled kernels are specialized to (an int read as float32 bits, or
+    a float32 read through an ``int64_t*``, is garbage)."""
+    __slots__ = ("scalar_of", "dtype")
 
-    def __init__(self, scalar_of: Source):
+    def __init__(self, scalar_of: Source, dtype: torch.dtype):
         self.scalar_of = scalar_of
+        self.dtype = dtype
 
     def _expr(self, cg) -> str:
         return f"{cg.bind(_as_scalar_tensor, 'scalar_tensor')}({self.scalar_of.expr(cg)}, " \
-               f"{cg.bind(torch.get_default_dtype(), 'dtype')})"
+               f"{cg.bind(self.dtype, 'dtype')})"
 
     def name_hint(self) -> str:
         return self.scalar_of.name_hint()

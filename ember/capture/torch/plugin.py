@@ -18,6 +18,7 @@ from .autograd_fn import APPLY as _APPLY, call_function_apply, function_apply_cl
 from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
+from .located import graph_error
 from .modules import NNModuleVar, _has_hooks, _own_getattribute, construct_module
 from .ops import record
 
@@ -310,9 +311,12 @@ class TorchPlugin:
             torch._C._set_grad_enabled(grad)
         name = f"__graph_{id(gm):x}"
         args = ", ".join(src.expr(d.cg) for src, _, _ in st.inputs)
-        line = f"__out = {name}({args})" if outs else f"{name}({args})"
-        return [line], [{"gm": gm, "bindings": {name: compiled}, "n_inputs": len(st.inputs),
-                         "n_ops": st.n_calls}]
+        call = f"__out = {name}({args})" if outs else f"{name}({args})"
+        # no cost unless the graph raises: then the user's line of the op that raised (located.py)
+        lines = ["try:", f"    {call}", "except Exception as __x:",
+                 f"    __graph_error(__x, {name}_gm, ({args}{',' if args else ''}))", "    raise"]
+        return lines, [{"gm": gm, "bindings": {name: compiled, f"{name}_gm": gm, "__graph_error": graph_error},
+                        "n_inputs": len(st.inputs), "n_ops": st.n_calls}]
 
 
 def _sets_grad_mode(graph: fx.Graph) -> bool:
