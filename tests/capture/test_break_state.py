@@ -224,3 +224,20 @@ def test_unbound_locals_across_breaks(fresh_ember, fn, order, backend):
         got_kind, actual = _outcome(compiled, x.clone(), arg)
         assert got_kind == kind, f"{fn.__name__}({arg}): compiled {got_kind} {actual}, eager {kind} {expected}"
         assert_same(actual, expected)
+
+
+def _float_across_break(x):
+    v = x[0].item()
+    print("", end="")
+    return x * v, x.int() * v, x > v, torch.full((2,), v), x.half() + v, torch.clamp(x, min=v), v * x.sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "ember"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_float_across_break_keeps_precision_and_promotion(fresh_ember, backend, dtype):
+    """A Python float crossing a break is exact in the graph (float64) and each use computes in eager's dtype:
+    a float64 program keeps every bit, an int tensor times it is float32, a half tensor plus it is half."""
+    x = torch.tensor([1 / 3, 1.0, 0.2], dtype=dtype)
+    got, want = ember.compile(_float_across_break, backend=backend)(x), _float_across_break(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w), (g, w)

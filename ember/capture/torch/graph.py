@@ -66,6 +66,7 @@ class TorchState:
                 pass
         self.n_calls = 0
         self._names: set[str] = set()
+        self.scalar_casts: dict = {}     # (scalar input node, dtype) -> its cast (ops.weak_floats)
 
     def placeholder(self, source: Source, real: torch.Tensor) -> fx.Node:
         base = "".join(c if c.isalnum() else "_" for c in source.name_hint()).strip("_") or "x"
@@ -279,12 +280,13 @@ def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64}
+_SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
 
 
 def scalar_dtype(x) -> torch.dtype:
-    """The dtype of the 0-dim tensor that stands for a Python number in a graph. A float takes the default
-    dtype, so that type promotion with tensors is eager's (``int_tensor * 0.5`` is float32, not float64)."""
+    """The dtype of the 0-dim tensor that stands for a Python number in a graph: exact (a float is float64).
+    Each use of a float casts it to the dtype eager computes with (``ops.weak_floats``), so type promotion
+    stays eager's (``int_tensor * 0.5`` is float32) and a float64 program keeps every bit of the number."""
     return _SCALAR_DTYPES.get(type(x)) or torch.get_default_dtype()
 
 

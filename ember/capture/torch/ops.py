@@ -2,6 +2,7 @@
 whose metadata comes from running the same op on meta tensors."""
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -49,10 +50,48 @@ def _opname(target: Any) -> str:
     return getattr(target, "__name__", "") or ""
 
 
+def _is_float(v: Value) -> bool:
+    return type(v).__name__ == "OpaqueVar" and type(v.obj) is float
+
+
+def weak_floats(d, args: list[Value], kwargs: dict[str, Value]) -> tuple[list[Value], dict[str, Value]]:
+    """Python floats handed over at a graph break are float64 graph inputs; eager treats a Python float as a weak
+    scalar, converted to the dtype the op computes in: the tensors' promoted dtype when floating or complex,
+    else the default dtype. Each float argument becomes a 0-dim tensor of that dtype (one cast node per dtype)."""
+    if not any(map(_is_float, args)) and not any(map(_is_float, kwargs.values())):
+        return args, kwargs
+    tens = tensors_in(list(args) + list(kwargs.values()))
+    dt = functools.reduce(torch.promote_types, [t.meta.dtype for t in tens]) if tens else None
+    if dt is None or not (dt.is_floating_point or dt.is_complex):
+        dt = torch.get_default_dtype()
+
+    def conv(v: Value) -> Value:
+        return _float_as(d, v, dt) if _is_float(v) else v
+    return [conv(a) for a in args], {k: conv(v) for k, v in kwargs.items()}
+
+
+def _float_as(d, v: Value, dt: torch.dtype) -> TensorVar:
+    st = d.torch
+    node = st.scalar_input(d, v)
+    key = (node, dt)
+    hit = st.scalar_casts.get(key)
+    if hit is None:
+        meta = node.meta["example_value"]
+        if dt != meta.dtype:
+            with st.graph.inserting_after(node):
+                node = st.graph.call_method("to", (node, dt))
+            meta = torch.empty((), dtype=dt, device="meta")
+            node.meta["example_value"] = meta
+            node.meta["ember_device"] = torch.device("cpu")
+        hit = st.scalar_casts[key] = TensorVar(node, meta, torch.device("cpu"), torch.Tensor)
+    return hit
+
+
 def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Value],
            meta_fn: Any = None, device: torch.device | None = None) -> Value:
     """Add one node (call_function or call_method) and return its result values."""
     st = d.torch
+    args, kwargs = weak_floats(d, list(args), dict(kwargs))
     nargs = tuple(node_arg(d, f, a) for a in args)
     nkwargs = {k: node_arg(d, f, v) for k, v in kwargs.items()}
     margs = [meta_arg(a) for a in args]
