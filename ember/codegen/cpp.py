@@ -118,6 +118,9 @@ class _KernelWriter:
             name, *args = st.args
             e = C.round_low(st.dtype, C.op(name, [self.ref(a) for a in args], [self.dtype(a) for a in args],
                                            st.dtype))
+        n = checked_indices(self.body).get(st.var)
+        if n is not None:
+            e = f"ember_check_index<{ct}>({e}, {n}, &ember_err)"
         if st.var in self.xvars:
             return f"{st.var}[xi] = {e};"
         return f"const {ct} {st.var} = {e};"
@@ -269,6 +272,16 @@ class _KernelWriter:
         return lines
 
     def function(self) -> str:
+        """The kernel's C++ function; one that bounds-checks loaded indices returns whether one was out of range."""
+        src = self._function()
+        if not checked_indices(self.body):
+            return src
+        head, rest = src.split("{\n", 1)
+        body, close = rest.rsplit("}", 1)
+        return (head.replace('extern "C" void', 'extern "C" int', 1) + "{\n  int ember_err = 0;\n" + body
+                + "  return ember_err;\n}" + close)
+
+    def _function(self) -> str:
         b = self.body
         params = []
         aliased = b.aliased         # read and written through two names: no __restrict__
@@ -493,12 +506,25 @@ def _parts(bodies: list[KernelBody], srcs: dict[str, str], n: int) -> list[list[
     return parts + [cur] if cur else parts
 
 
-def _caller(fn: Any, n: int, parallel: bool) -> Callable[..., None]:
+def checked_indices(body: KernelBody) -> dict[str, int]:
+    """Variables the kernel uses as an index into a dimension of known size: checked to lie in [0, size)."""
+    return {v: n for v, n in body.extents.items() if isinstance(n, int)}
+
+
+class IndexOutOfRange(IndexError, RuntimeError):
+    """An index loaded from a tensor was outside its dimension (eager raises IndexError for indexing and
+    index_select, RuntimeError for gather: this is both)."""
+
+
+def _caller(fn: Any, n: int, parallel: bool, checked: bool = False) -> Callable[..., None]:
     names = [f"a{i}" for i in range(n)]
     ptrs = ", ".join(f"{a}.data_ptr()" for a in names)
     nt = "get_num_threads()" if parallel else "1"
-    src = f"def call({', '.join(names)}):\n    fn({ptrs}{', ' if n else ''}{nt})\n"
-    ns: dict[str, Any] = {"fn": fn, "get_num_threads": torch.get_num_threads}
+    call = f"fn({ptrs}{', ' if n else ''}{nt})"
+    body = (f"    if {call}:\n        raise IndexOutOfRange('index out of range: an index tensor holds a value "
+            f"outside the dimension it indexes')\n" if checked else f"    {call}\n")
+    src = f"def call({', '.join(names)}):\n{body}"
+    ns: dict[str, Any] = {"fn": fn, "get_num_threads": torch.get_num_threads, "IndexOutOfRange": IndexOutOfRange}
     exec(compile(src, "<ember cpp call>", "exec"), ns)
     return ns["call"]
 
@@ -522,8 +548,9 @@ def compile_kernels(bodies: list[KernelBody], options: Any, graph_name: str,
     for b in bodies:
         fn = lib_of[b.name].result()[b.name]
         fn.argtypes = [ctypes.c_void_p] * len(b.buffers) + [ctypes.c_int]
-        fn.restype = None
-        out.append(_caller(fn, len(b.buffers), b._cpp_parallel))  # type: ignore[attr-defined]
+        checked = bool(checked_indices(b))
+        fn.restype = ctypes.c_int if checked else None
+        out.append(_caller(fn, len(b.buffers), b._cpp_parallel, checked))  # type: ignore[attr-defined]
     return out
 
 

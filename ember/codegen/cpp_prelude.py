@@ -19,6 +19,12 @@ PRELUDE = r"""
 #include <cstring>
 #include <limits>
 #include <algorithm>
+// an index loaded from a tensor (gather, index_select, advanced indexing) outside its dimension: the kernel
+// reads index 0 instead and reports it; the wrapper raises as eager does
+template <typename T> static inline T ember_check_index(T v, int64_t n, int* err) {
+  if (__builtin_expect(v < 0 || v >= (T)n, 0)) { __atomic_store_n(err, 1, __ATOMIC_RELAXED); return (T)0; }
+  return v;
+}
 #include <type_traits>
 
 static inline float ember_bf16_to_float(uint16_t h) {
