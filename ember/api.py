@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import types
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -14,7 +15,9 @@ from .capture.torch import plugins_factory
 from .errors import Unsupported
 from .options import CompileOptions, make_options
 
-_ALL_SESSIONS: list = []
+# every live compile session, for ``reset()``; weak, so that a compiled function the user drops is freed with
+# the tensors and objects its entries captured
+_ALL_SESSIONS: weakref.WeakSet = weakref.WeakSet()
 
 
 def _backend_callable(backend: Any, options: CompileOptions) -> tuple[Callable, str]:
@@ -38,7 +41,7 @@ class _Config:
 
         self.session = new_session(plugins_factory(self.backend_fn, self.backend_name, self.options),
                                    fullgraph=fullgraph, limit=self.options.cache_size_limit, options=self.options)
-        _ALL_SESSIONS.append(self.session)
+        _ALL_SESSIONS.add(self.session)
 
     def frame_cache(self, fn: types.FunctionType, name: str | None = None) -> FrameCache:
         return compile_function(self.session, fn, name)
@@ -174,7 +177,7 @@ def disable(fn: Callable = None, recursive: bool = True):
 
 def reset() -> None:
     """Drop every compiled entry, guard and counter."""
-    for s in _ALL_SESSIONS:
+    for s in list(_ALL_SESSIONS):
         for c in s.caches:
             c.entries.clear()
             c._entry_fns.clear()
