@@ -18,7 +18,8 @@ from .generators import check_suspended
 from .bytecode import decode
 from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
-from .sources import LocalSource
+from ..emit import py_name, py_str
+from .sources import LocalSource, literal
 from .symbolic import SymbolicDomain
 from .values import Value
 
@@ -51,8 +52,12 @@ class Entry:
 
 # -- signatures ------------------------------------------------------------------------------------------
 def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None) -> tuple[str, str, dict]:
-    """(parameter list, call argument list, bindings) reproducing a code object's signature."""
+    """(parameter list, call argument list, bindings) reproducing a code object's signature. Parameter names
+    are written into generated source: each must be a plain identifier (``ember.emit.py_name``)."""
     names = code.co_varnames
+    nparams = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    for p in names[:nparams]:
+        py_name(p)
     n, npos, nkw = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
     defaults = defaults or ()
     binds: dict[str, Any] = {}
@@ -150,10 +155,10 @@ def break_tail(glue: GlueBuilder, frame: Frame, step: Callable) -> str:
     cg = glue.cg
     stack = ", ".join(_state_expr(glue, v) for v in frame.stack)
     local_items = dict.items(frame.locals) if isinstance(frame.locals, dict) else frame.locals.items()
-    locs = ", ".join(f"{k!r}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL)
+    locs = ", ".join(f"{py_str(k)}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL)
     exc = "None" if frame.exc_info is None else _state_expr(glue, frame.exc_info)
     return (f"({cg.bind(frame.code, 'code')}, {cg.bind(frame.f_globals, 'G')}, {frame.ip}, "
-            f"[{stack}], {{{locs}}}, {frame.kw_names!r}, {exc})")
+            f"[{stack}], {{{locs}}}, {literal(frame.kw_names, cg)}, {exc})")
 
 
 def build_entry(d: SymbolicDomain, ret: Any, fn: Any, graph_hook: Callable | None,
