@@ -66,7 +66,7 @@ def py_literal(v: Any) -> str | None:
 
 
 def py_name(name: Any) -> str:
-    """``name`` as an identifier to define or read in generated Python; raises ValueError for anything else."""
+    """``name`` as an identifier to define or read in generated Python; ValueError for anything else."""
     if not is_attr_name(name):
         raise ValueError(f"ember: {name!r} is not a plain Python identifier")
     return name

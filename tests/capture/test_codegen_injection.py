@@ -65,6 +65,18 @@ def test_guard_on_attribute_read(key):
 
 
 @pytest.mark.parametrize("key", PAYLOADS)
+def test_guard_on_absent_attribute_and_module_attribute(key):
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x * getattr(self, key, 1.0)
+    m = M()
+    compiled = ember.compile(m, backend="eager")
+    torch.testing.assert_close(compiled(_x()), m(_x()))
+    setattr(m, key, 4.0)
+    torch.testing.assert_close(compiled(_x()), m(_x()))
+
+
+@pytest.mark.parametrize("key", PAYLOADS)
 def test_guard_on_dict_key(key):
     table = {key: 2.0, "other": 1.0}
 
