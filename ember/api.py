@@ -7,6 +7,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from . import logs
 from .backends import lookup_backend
@@ -82,6 +83,16 @@ class OptimizedModule(torch.nn.Module):
         super().__init__()
         self.__dict__["_orig_mod"] = mod
         self.__dict__["_ember_cfg"] = cfg
+        self.__dict__["_ember_calls"] = {}        # entry function -> (cache, bound dispatcher)
+        self._ember_select()
+        self.training = mod.training
+
+    def _ember_select(self) -> None:
+        """Compile (once per entry function) what calling the module runs now: ``forward``, or the hook-running
+        ``_call_impl`` while the module has hooks. Re-selected when a hook handle was made anywhere since
+        (``RemovableHandle.next_id`` moved): a hook registered after compiling must run."""
+        mod = self.__dict__["_orig_mod"]
+        self.__dict__["_ember_hook_seen"] = RemovableHandle.next_id
         fwd = mod.__dict__.get("forward")
         if type(mod).__call__ is not torch.nn.Module.__call__ or _module_has_hooks(mod):
             fn = type(mod).__call__ if type(type(mod).__call__) is types.FunctionType else torch.nn.Module._call_impl
@@ -89,19 +100,23 @@ class OptimizedModule(torch.nn.Module):
             fn = type(mod).forward
         if fwd is not None and type(fwd) is types.MethodType:
             fn = fwd.__func__
-        cache = cfg.frame_cache(fn, name=f"{type(mod).__name__}.{fn.__name__}")
-        self.__dict__["_ember_cache"] = cache
-        self.__dict__["_ember_call"] = types.MethodType(cache.dispatch, mod)
-        self.training = mod.training
+        calls = self.__dict__["_ember_calls"]
+        if fn not in calls:
+            cache = self.__dict__["_ember_cfg"].frame_cache(fn, name=f"{type(mod).__name__}.{fn.__name__}")
+            calls[fn] = (cache, types.MethodType(cache.dispatch, mod))
+        self.__dict__["_ember_cache"], self.__dict__["_ember_call"] = calls[fn]
 
     def __call__(self, *args, **kwargs):
-        return self.__dict__["_ember_call"](*args, **kwargs)
+        d = self.__dict__
+        if RemovableHandle.next_id != d["_ember_hook_seen"]:
+            self._ember_select()
+        return d["_ember_call"](*args, **kwargs)
 
     def forward(self, *args, **kwargs):
         return self.__dict__["_ember_call"](*args, **kwargs)
 
     def __getattr__(self, name: str):
-        if name in ("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call"):
+        if name in ("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call", "_ember_calls", "_ember_hook_seen"):
             return self.__dict__[name]
         return getattr(self.__dict__["_orig_mod"], name)
 

@@ -355,3 +355,39 @@ def test_setattr_with_non_identifier_name_is_replayed(fresh_ember):
     x = _fresh(0)
     torch.testing.assert_close(compiled(x, "weird-attr"), x * 5.0)
     assert getattr(obj, "weird-attr") == 5.0
+
+
+def _times_three(module, inputs, output):
+    return output * 3
+
+
+def _pre_plus_one(module, inputs):
+    return (inputs[0] + 1,)
+
+
+HOOK_REGISTRATIONS = {
+    "forward hook on a submodule": lambda m: m.lin.register_forward_hook(_times_three),
+    "forward pre-hook on a submodule": lambda m: m.lin.register_forward_pre_hook(_pre_plus_one),
+    "forward hook on the compiled module itself": lambda m: m.register_forward_hook(_times_three),
+    "global module forward hook": lambda m: torch.nn.modules.module.register_module_forward_hook(_times_three),
+}
+
+
+@pytest.mark.parametrize("how", list(HOOK_REGISTRATIONS))
+def test_hook_registered_after_compile_is_run(fresh_ember, how):
+    """A submodule called without hooks is inlined; a hook registered later must not be skipped (it is seen
+    through ``RemovableHandle.next_id``, see ember/capture/torch/hookguard.py), and removing it is seen too."""
+    m = WithChild()
+    compiled = ember.compile(m, backend="eager")
+    x = _fresh(0)
+    torch.testing.assert_close(compiled(x), m(x))
+    handle = HOOK_REGISTRATIONS[how](m)
+    try:
+        for seed in (1, 2):
+            x = _fresh(seed)
+            torch.testing.assert_close(compiled(x), m(x))
+    finally:
+        handle.remove()
+    x = _fresh(3)
+    torch.testing.assert_close(compiled(x), m(x))
+    torch.testing.assert_close(compiled(x), m.lin(x))

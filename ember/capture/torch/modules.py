@@ -13,6 +13,7 @@ from ..lookups import class_lookup, not_in_instance, not_in_module, not_readable
 from ..objects import _descriptor_get, _is_data_descriptor, lookup_type_attr
 from ..sources import AttrSource, InstAttrSource, ItemSource
 from ..values import BoundMethod, Const, ObjectVar
+from .hookguard import watch_hooks
 
 _Module = torch.nn.Module
 
@@ -105,6 +106,7 @@ def _module_call(d, f, v: NNModuleVar, args, kwargs):
     m = v.obj
     if _has_hooks(m):
         return d.inline(f, type(m)._call_impl, [v] + list(args), kwargs)
+    watch_hooks(d, m)       # a hook registered later must not be skipped
     fwd = m.__dict__.get("forward")
     if fwd is not None:
         return d.call(f, d.wrap(fwd, InstAttrSource(v.source, "forward") if v.source else None), args, kwargs)
