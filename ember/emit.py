@@ -78,3 +78,39 @@ def c_name(hint: Any, fallback: str = "v") -> str:
     if not s or s[0].isdigit():
         s = f"{fallback}_{s}"
     return s
+
+
+# -- numbers in kernel sources -----------------------------------------------------------------------------
+def py_float(v: Any) -> str:
+    """A Python/Triton expression for the float value of ``v``: its exact repr, or ``float("nan")`` /
+    ``float("inf")`` / ``float("-inf")`` (no literal reads back as those)."""
+    v = float(v)
+    if math.isnan(v):
+        return 'float("nan")'
+    if math.isinf(v):
+        return 'float("inf")' if v > 0 else 'float("-inf")'
+    return repr(v)
+
+
+def c_float(v: Any, ctype: str) -> str:
+    """A C/C++ expression of type ``ctype`` for the float value of ``v`` (nan and infinities through
+    ``std::numeric_limits``; finite values by their exact shortest repr)."""
+    v = float(v)
+    if math.isnan(v):
+        return f"std::numeric_limits<{ctype}>::quiet_NaN()"
+    if math.isinf(v):
+        return f"{'-' if v < 0 else ''}std::numeric_limits<{ctype}>::infinity()"
+    lit = repr(v)
+    if "e" not in lit and "." not in lit:
+        lit += ".0"
+    return f"(({ctype}){lit})"
+
+
+def c_int(v: Any, ctype: str) -> str:
+    """A C/C++ expression of type ``ctype`` for the integer value of ``v`` (int64, or uint64 above it)."""
+    v = int(v)
+    if v == -2**63:
+        return f"(({ctype})(-9223372036854775807LL - 1))"
+    if v >= 2**63:
+        return f"(({ctype}){v}ULL)"
+    return f"(({ctype}){v}LL)"
