@@ -51,12 +51,16 @@ class Entry:
 
 
 # -- signatures ------------------------------------------------------------------------------------------
+def _param_names(code: types.CodeType) -> tuple[str, ...]:
+    n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    return code.co_varnames[:n]
+
+
 def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None) -> tuple[str, str, dict]:
     """(parameter list, call argument list, bindings) reproducing a code object's signature. Parameter names
     are written into generated source: each must be a plain identifier (``ember.emit.py_name``)."""
     names = code.co_varnames
-    nparams = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
-    for p in names[:nparams]:
+    for p in _param_names(code):
         py_name(p)
     n, npos, nkw = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
     defaults = defaults or ()
@@ -245,6 +249,15 @@ class FrameCache:
         self.dispatch = self._make_dispatcher()
 
     def _make_dispatcher(self) -> Callable:
+        if self.resume is None and any(p.startswith("__") for p in _param_names(self.code)):
+            # a parameter named like ember's generated names (``__entries``, ``__MISS``, ``__s0``) would shadow
+            # them in the dispatcher, guards and glue: this function runs in the concrete interpreter, whose
+            # calls of other functions and modules still go through their compiled code
+            logs.log("perf_hints", f"ember: {self.name} is not compiled: a parameter name starts with '__'")
+
+            def disp(*args, **kwargs):
+                return self._fallback(args, kwargs, True)
+            return self._named(disp)
         src = (f"def __dispatch({self.params}):\n"
                f"    for __e in __entries:\n"
                f"        __r = __e({self.call_args})\n"
@@ -254,7 +267,9 @@ class FrameCache:
                f"    return __miss({self.call_args})\n")
         ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hits=HITS)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
-        disp = ns["__dispatch"]
+        return self._named(ns["__dispatch"])
+
+    def _named(self, disp: Callable) -> Callable:
         disp.__ember_cache__ = self
         if self.fn is not None:
             disp.__name__ = self.fn.__name__

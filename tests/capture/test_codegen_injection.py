@@ -209,3 +209,28 @@ def test_kernel_constants_from_user_values(cpu_backend):
     x = torch.randn(8)
     for got, want in zip(compiled(x), f(x)):
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+# -- capture: parameter names that look like ember's own generated names ----------------------------------------
+def _dunder_params(__entries, __MISS=1.0, *, __s0=2.0):
+    return __entries * __s0 + __MISS
+
+
+def _dunder_method_params(self, __out):
+    return __out + 1
+
+
+def test_parameters_named_like_generated_names():
+    """The dispatcher, guards and glue name their own locals ``__entries``, ``__MISS``, ``__s0``, ``__out``...:
+    a parameter with such a name shadowed them (TypeError: 'Tensor' object is not callable, or a wrong
+    result). Such a function runs in the concrete interpreter instead; the result equals eager."""
+    compiled = ember.compile(_dunder_params, backend="eager")
+    for seed in range(3):
+        x = _x(seed)
+        torch.testing.assert_close(compiled(x), _dunder_params(x))
+        torch.testing.assert_close(compiled(x, 3.0, __s0=4.0), _dunder_params(x, 3.0, __s0=4.0))
+
+    class M(torch.nn.Module):
+        forward = _dunder_method_params
+    m = M()
+    torch.testing.assert_close(ember.compile(m, backend="eager")(_x()), m(_x()))
