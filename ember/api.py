@@ -88,9 +88,9 @@ class OptimizedModule(torch.nn.Module):
         self.training = mod.training
 
     def _ember_select(self) -> None:
-        """Compile (once per entry function) what calling the module runs now: ``forward``, or the hook-running
-        ``_call_impl`` while the module has hooks. Re-selected when a hook handle was made anywhere since
-        (``RemovableHandle.next_id`` moved): a hook registered after compiling must run."""
+        """Compile (once per entry function) what calling the module runs now: ``forward``, or the
+        hook-running ``_call_impl`` while the module has hooks. Re-selected when a hook handle was made
+        anywhere since (``RemovableHandle.next_id`` moved): a hook registered after compiling must run."""
         mod = self.__dict__["_orig_mod"]
         self.__dict__["_ember_hook_seen"] = RemovableHandle.next_id
         fwd = mod.__dict__.get("forward")
@@ -116,7 +116,8 @@ class OptimizedModule(torch.nn.Module):
         return self.__dict__["_ember_call"](*args, **kwargs)
 
     def __getattr__(self, name: str):
-        if name in ("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call", "_ember_calls", "_ember_hook_seen"):
+        if name in ("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call", "_ember_calls",
+                    "_ember_hook_seen"):
             return self.__dict__[name]
         return getattr(self.__dict__["_orig_mod"], name)
 

@@ -72,13 +72,15 @@ def make_options(mode: str | None, options: dict | None) -> CompileOptions:
     if options is not None and not isinstance(options, Mapping):
         as_mode = options.replace("_", "-") if isinstance(options, str) else None
         hint = f" ({options!r} looks like a mode: use mode={as_mode!r})" if as_mode in MODES else ""
-        raise TypeError(f"options must be a dict of option name -> value (for example options={{'max_autotune': "
-                        f"True}}), not {type(options).__name__}{hint}; see ember.list_options() for the valid names")
+        raise TypeError(f"options must be a dict of option name -> value (for example "
+                        f"options={{'max_autotune': True}}), not {type(options).__name__}{hint}; "
+                        "see ember.list_options() for the valid names")
     kv = dict(MODES[mode or "default"])
     valid = {f.name: f for f in fields(CompileOptions)}
     for k, v in (options or {}).items():
         if not isinstance(k, str):
-            raise TypeError(f"option names must be str, got {k!r} ({type(k).__name__}); see ember.list_options()")
+            raise TypeError(f"option names must be str, got {k!r} ({type(k).__name__}); "
+                            "see ember.list_options()")
         k = ALIASES.get(k, k)
         if k not in valid:
             raise ValueError(f"unknown option {k!r}; valid options: {', '.join(valid)} (see ember.list_options())")

@@ -75,7 +75,8 @@ class GlueBuilder:
             return f"{self.cg.bind(types.MethodType, 'MethodType')}({self.expr(v.func)}, {self.expr(v.self_)})"
         if t is PartialVar:
             args = "".join(f", {self.expr(a)}" for a in v.args)
-            kw = "".join(f", {k}={self.expr(x)}" if is_attr_name(k) else f", **{{{py_str(k)}: {self.expr(x)}}}"
+            kw = "".join(f", {k}={self.expr(x)}" if is_attr_name(k)
+                         else f", **{{{py_str(k)}: {self.expr(x)}}}"      # a keyword that is no identifier
                          for k, x in v.kwargs.items())
             return f"{self.cg.bind(functools.partial, 'partial')}({self.expr(v.func)}{args}{kw})"
         if t is FuncVar:
@@ -142,7 +143,8 @@ class GlueBuilder:
         g = self.cg.bind(v.f_globals, "G")
         defaults = self.expr(v.defaults) if v.defaults is not None else "None"
         closure = ("(" + "".join(f"{self.expr(c)}, " for c in v.closure) + ")") if v.closure else "None"
-        fn = f"{self.cg.bind(types.FunctionType, 'FunctionType')}({code}, {g}, {py_str(v.code.co_name)}, {defaults}, {closure})"
+        fn = (f"{self.cg.bind(types.FunctionType, 'FunctionType')}({code}, {g}, {py_str(v.code.co_name)}, "
+              f"{defaults}, {closure})")
         name, fresh = self._temp(v, "fn")
         if fresh:
             self.creations.append(f"{name} = {fn}")

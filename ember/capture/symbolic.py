@@ -257,7 +257,8 @@ class SymbolicDomain:
             return self.wrap(v, GlobalSource(id(g), name, g))
         if w is None and not trusted:
             gn = self.cg.bind(g, "G")
-            self.guards.add(f"{py_str(name)} not in {gn}", f"global {name!r} is not defined (the builtin is used)")
+            self.guards.add(f"{py_str(name)} not in {gn}",
+                            f"global {name!r} is not defined (the builtin is used)")
         b = g.get("__builtins__", builtins)
         b = b if isinstance(b, dict) else b.__dict__
         found = b.get(name, NULL)
@@ -266,7 +267,8 @@ class SymbolicDomain:
             if found is NULL:
                 self.guards.add(f"{key} not in {bn}", f"builtin {name!r} is not defined")
             else:
-                self.guards.add(f"{bn}.get({key}) is {self.cg.bind(found, name)}", f"builtin {name!r} is unchanged")
+                self.guards.add(f"{bn}.get({key}) is {self.cg.bind(found, name)}",
+                                f"builtin {name!r} is unchanged")
         if found is not NULL:
             return Const(found)
         raise UserException(NameError(f"name '{name}' is not defined"))

@@ -175,8 +175,9 @@ def _autocast_reconstruct(glue, v: AutocastCtx) -> str:
         return v.source.expr(glue.cg)
     if v.handle is None:
         lit = functools.partial(literal, cg=glue.cg)       # user values: exact literals or bound (ember.emit)
-        return (f"{glue.cg.bind(torch.autocast, 'autocast')}({lit(v.device_type)}, dtype={glue.cg.bind(v.dtype, 'dtype')}, "
-                f"enabled={lit(v.enabled)}, cache_enabled={lit(v.cache)})")
+        return (f"{glue.cg.bind(torch.autocast, 'autocast')}({lit(v.device_type)}, "
+                f"dtype={glue.cg.bind(v.dtype, 'dtype')}, enabled={lit(v.enabled)}, "
+                f"cache_enabled={lit(v.cache)})")
     return glue.output_ref(HandleVar(v.handle))
 
 

@@ -66,7 +66,8 @@ class TorchState:
         self._names: set[str] = set()
 
     def placeholder(self, source: Source, real: torch.Tensor) -> fx.Node:
-        base = "".join(c if c.isascii() and c.isalnum() else "_" for c in source.name_hint()).strip("_") or "x"
+        hint = source.name_hint()
+        base = "".join(c if c.isascii() and c.isalnum() else "_" for c in hint).strip("_") or "x"
         if base[0].isdigit():
             base = "t_" + base
         name, i = base, 1

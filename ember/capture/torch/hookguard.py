@@ -57,5 +57,6 @@ def watch_hooks(d: Any, m: torch.nn.Module) -> None:
     if hw is None:
         hw = cg.bindings[_NAME] = HookWatch()
     hw.add(m)
-    d.guards.add(f"({cg.bind(RemovableHandle, 'RemovableHandle')}.next_id == {_NAME}.seen or {_NAME}.recheck())",
+    counter = f"{cg.bind(RemovableHandle, 'RemovableHandle')}.next_id"
+    d.guards.add(f"({counter} == {_NAME}.seen or {_NAME}.recheck())",
                  "no hook was registered on the modules called without hooks")

@@ -65,7 +65,7 @@ def _module_getattr(d, f, v: NNModuleVar, name: str):
     inst = m.__dict__
     if name in inst:
         return d.wrap(inst[name], InstAttrSource(v.source, name) if v.source else None)
-    if cattr is not NULL:       # the instance does not shadow it (a parameter or submodule can't: __setattr__)
+    if cattr is not NULL:       # the instance does not shadow it (a parameter or submodule cannot)
         not_in_instance(d, v.source, m, name)
         class_lookup(d, t, name, cattr)
         return _descriptor_get(d, f, v, cattr, name, t)
