@@ -4,9 +4,11 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+import weakref
 from typing import Any, Callable
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from . import logs
 from .backends import lookup_backend
@@ -15,7 +17,9 @@ from .capture.torch import plugins_factory
 from .errors import Unsupported
 from .options import CompileOptions, make_options
 
-_ALL_SESSIONS: list = []
+# every live compile session, for ``reset()``; weak, so that a compiled function the user drops is freed with
+# the tensors and objects its entries captured
+_ALL_SESSIONS: weakref.WeakSet = weakref.WeakSet()
 
 
 def _backend_callable(backend: Any, options: CompileOptions) -> tuple[Callable, str]:
@@ -39,7 +43,7 @@ class _Config:
 
         self.session = new_session(plugins_factory(self.backend_fn, self.backend_name, self.options),
                                    fullgraph=fullgraph, limit=self.options.cache_size_limit, options=self.options)
-        _ALL_SESSIONS.append(self.session)
+        _ALL_SESSIONS.add(self.session)
 
     def frame_cache(self, fn: types.FunctionType, name: str | None = None) -> FrameCache:
         return compile_function(self.session, fn, name)
@@ -76,37 +80,46 @@ class OptimizedModule(torch.nn.Module):
     """A compiled nn.Module. It shares everything with the original (``_orig_mod``): parameters, buffers,
     submodules, ``state_dict()`` keys, train/eval; calling it runs the compiled ``forward``."""
 
-    _OWN = frozenset(("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call", "_ember_key"))
+    _OWN = frozenset(("_orig_mod", "_ember_cfg", "_ember_cache", "_ember_call", "_ember_key", "_ember_calls",
+                      "_ember_hook_seen"))
 
     def __init__(self, mod: torch.nn.Module, cfg: _Config):
         super().__init__()
         self.__dict__["_orig_mod"] = mod
         self.__dict__["_ember_cfg"] = cfg
+        self.__dict__["_ember_calls"] = {}        # entry function -> (cache, bound dispatcher)
         # `training` is the original's: reads and writes go through to it
         self.__dict__.pop("training", None)
         self._ember_select(mod)
 
     def _ember_select(self, mod: torch.nn.Module):
-        """Compile what calling ``mod`` runs: an instance-level ``forward``, a ``__call__`` override, hooks'
-        ``_call_impl`` or the class's ``forward``. The choice is checked on every call (`_ember_key`), so a
-        ``forward`` assigned after compiling is compiled and run, as eager would run it."""
+        """Compile (once per entry function) what calling ``mod`` runs now: an instance-level ``forward``, a
+        ``__call__`` override, the hook-running ``_call_impl`` while the module has hooks, or the class's
+        ``forward``. Re-selected on a call that finds an instance ``forward`` assigned or deleted, or a hook
+        handle made anywhere since (``RemovableHandle.next_id`` moved): eager would run what changed."""
         d = self.__dict__
+        d["_ember_hook_seen"] = RemovableHandle.next_id
         fwd, call = mod.__dict__.get("forward"), type(mod).__call__
         fn, bound = _module_target(mod, fwd, call)
-        if bound:
-            cache = d["_ember_cfg"].frame_cache(fn, name=f"{type(mod).__name__}.{fn.__name__}")
-            d["_ember_call"] = types.MethodType(cache.dispatch, mod)
-        else:                                   # a static forward, or a plain function set as `forward`
-            d["_ember_call"] = _compile(fn, d["_ember_cfg"], False)
-            target = getattr(d["_ember_call"], "__func__", d["_ember_call"])
-            cache = getattr(target, "__ember_cache__", None)
-        d["_ember_cache"], d["_ember_key"] = cache, (fwd, call)
+        calls = d["_ember_calls"]
+        hit = calls.get(id(fn))
+        if hit is None or hit[0] is not fn:
+            if bound:
+                cache = d["_ember_cfg"].frame_cache(fn, name=f"{type(mod).__name__}.{fn.__name__}")
+                run = types.MethodType(cache.dispatch, mod)
+            else:                               # a static forward, or a plain function set as `forward`
+                run = _compile(fn, d["_ember_cfg"], False)
+                cache = getattr(getattr(run, "__func__", run), "__ember_cache__", None)
+            hit = calls[id(fn)] = (fn, cache, run)
+        _, d["_ember_cache"], d["_ember_call"] = hit
+        d["_ember_key"] = (fwd, call)
 
     def __call__(self, *args, **kwargs):
         d = self.__dict__
         mod = d["_orig_mod"]
         key = d["_ember_key"]
-        if mod.__dict__.get("forward") is not key[0] or type(mod).__call__ is not key[1]:
+        if RemovableHandle.next_id != d["_ember_hook_seen"] or mod.__dict__.get("forward") is not key[0] \
+                or type(mod).__call__ is not key[1]:
             self._ember_select(mod)
         return d["_ember_call"](*args, **kwargs)
 
@@ -215,7 +228,7 @@ def disable(fn: Callable = None, recursive: bool = True):
 
 def reset() -> None:
     """Drop every compiled entry, guard and counter."""
-    for s in _ALL_SESSIONS:
+    for s in list(_ALL_SESSIONS):
         for c in s.caches:
             c.entries.clear()
             c._entry_fns.clear()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -64,11 +65,23 @@ def list_mode_options(mode: str | None = None) -> dict[str, Any]:
 def make_options(mode: str | None, options: dict | None) -> CompileOptions:
     if mode is not None and options is not None:
         raise ValueError("Either mode or options can be specified, but both can't be specified at the same time.")
+    if mode is not None and not isinstance(mode, str):
+        raise TypeError(f"mode must be a str (one of {', '.join(MODES)}), not {type(mode).__name__}; "
+                        "a dict of settings goes in options=... (see ember.list_options())")
     if mode is not None and mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    if options is not None and not isinstance(options, Mapping):
+        as_mode = options.replace("_", "-") if isinstance(options, str) else None
+        hint = f" ({options!r} looks like a mode: use mode={as_mode!r})" if as_mode in MODES else ""
+        raise TypeError(f"options must be a dict of option name -> value (for example "
+                        f"options={{'max_autotune': True}}), not {type(options).__name__}{hint}; "
+                        "see ember.list_options() for the valid names")
     kv = dict(MODES[mode or "default"])
     valid = {f.name: f for f in fields(CompileOptions)}
     for k, v in (options or {}).items():
+        if not isinstance(k, str):
+            raise TypeError(f"option names must be str, got {k!r} ({type(k).__name__}); "
+                            "see ember.list_options()")
         k = ALIASES.get(k, k)
         if k not in valid:
             raise ValueError(f"unknown option {k!r}; valid options: {', '.join(valid)} (see ember.list_options())")

@@ -385,7 +385,7 @@ def _super(d, f, args, kwargs):
 
 @rule(object.__setattr__)
 def _object_setattr(d, f, args, kwargs):
-    from .objects import generic_setattr
+    from .setattrs import generic_setattr
     obj, name, v = args
     if not isinstance(obj, ObjectVar):
         raise d.unsupported(f, "object.__setattr__ on a non-object value")
@@ -576,7 +576,7 @@ def _object_getattribute(d, f, args, kwargs):
 
 @rule(object.__delattr__)
 def _object_delattr(d, f, args, kwargs):
-    from .objects import generic_setattr
+    from .setattrs import generic_setattr
     obj, name = args
     if not isinstance(obj, ObjectVar):
         raise d.unsupported(f, "object.__delattr__ on a non-object value")

@@ -20,7 +20,8 @@ from .generators import check_suspended
 from .bytecode import decode
 from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
-from .sources import LocalSource
+from ..emit import py_name, py_str
+from .sources import LocalSource, literal
 from .symbolic import SymbolicDomain
 from .tracebacks import trim_if_user
 from .values import Value
@@ -86,9 +87,17 @@ class Entry:
 
 
 # -- signatures ------------------------------------------------------------------------------------------
+def _param_names(code: types.CodeType) -> tuple[str, ...]:
+    n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    return code.co_varnames[:n]
+
+
 def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None) -> tuple[str, str, dict]:
-    """(parameter list, call argument list, bindings) reproducing a code object's signature."""
+    """(parameter list, call argument list, bindings) reproducing a code object's signature. Parameter names
+    are written into generated source: each must be a plain identifier (``ember.emit.py_name``)."""
     names = code.co_varnames
+    for p in _param_names(code):
+        py_name(p)
     n, npos, nkw = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
     defaults = defaults or ()
     binds: dict[str, Any] = {}
@@ -195,10 +204,10 @@ def break_tail(glue: GlueBuilder, frame: Frame, step: Callable) -> str:
         unread = tuple(k for k in untouched if not dict.__contains__(frame.locals, k)
                        or type(dict.__getitem__(frame.locals, k)) is Lazy)
     locs = ", ".join([f"**{cg.bind(bound_locals, 'bound_locals')}({LOCALS.expr(cg)}, {unread!r})"] * bool(unread)
-                     + [f"{k!r}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL and type(v) is not Lazy])
+                     + [f"{py_str(k)}: {_state_expr(glue, v)}" for k, v in local_items if v is not NULL and type(v) is not Lazy])
     exc = "None" if frame.exc_info is None else _state_expr(glue, frame.exc_info)
     return (f"({cg.bind(frame.code, 'code')}, {cg.bind(frame.f_globals, 'G')}, {frame.ip}, "
-            f"[{stack}], {{{locs}}}, {frame.kw_names!r}, {exc})")
+            f"[{stack}], {{{locs}}}, {literal(frame.kw_names, cg)}, {exc})")
 
 
 def build_entry(d: SymbolicDomain, ret: Any, fn: Any, graph_hook: Callable | None,
@@ -286,6 +295,15 @@ class FrameCache:
         self.dispatch = self._make_dispatcher()
 
     def _make_dispatcher(self) -> Callable:
+        if self.resume is None and any(p.startswith("__") for p in _param_names(self.code)):
+            # a parameter named like ember's generated names (``__entries``, ``__MISS``, ``__s0``) would shadow
+            # them in the dispatcher, guards and glue: this function runs in the concrete interpreter, whose
+            # calls of other functions and modules still go through their compiled code
+            logs.log("perf_hints", f"ember: {self.name} is not compiled: a parameter name starts with '__'")
+
+            def disp(*args, **kwargs):
+                return self._fallback(args, kwargs, True)
+            return self._named(disp)
         # an exception leaving compiled code loses ember's frames (glue, dispatchers, the interpreter) from
         # its traceback; the bare raise adds no frame of the dispatcher's own (tracebacks.py)
         src = (f"def __dispatch({self.params}):\n"
@@ -304,7 +322,9 @@ class FrameCache:
         ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hit=STATS.hit,
                   __EmberError=EmberError, __trim=trim_if_user)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
-        disp = ns["__dispatch"]
+        return self._named(ns["__dispatch"])
+
+    def _named(self, disp: Callable) -> Callable:
         disp.__ember_cache__ = self
         if self.fn is not None:
             disp.__name__ = self.fn.__name__

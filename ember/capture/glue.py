@@ -12,6 +12,7 @@ import functools
 import types
 from typing import Any
 
+from ..emit import attr, is_attr_name, py_str
 from . import rules as R
 from .containers import DictView
 from .interpreter import NULL
@@ -74,7 +75,9 @@ class GlueBuilder:
             return f"{self.cg.bind(types.MethodType, 'MethodType')}({self.expr(v.func)}, {self.expr(v.self_)})"
         if t is PartialVar:
             args = "".join(f", {self.expr(a)}" for a in v.args)
-            kw = "".join(f", {k}={self.expr(x)}" for k, x in v.kwargs.items())
+            kw = "".join(f", {k}={self.expr(x)}" if is_attr_name(k)
+                         else f", **{{{py_str(k)}: {self.expr(x)}}}"      # a keyword that is no identifier
+                         for k, x in v.kwargs.items())
             return f"{self.cg.bind(functools.partial, 'partial')}({self.expr(v.func)}{args}{kw})"
         if t is FuncVar:
             return self._function(v)
@@ -109,7 +112,7 @@ class GlueBuilder:
                     self.fills.append(f"{base}.__setitem__({name}, {self.expr(part.keys[k])}, {self.expr(x)})")
             for k, x in v.overlay.items():
                 if x is not NULL:
-                    self.fills.append(f"object.__setattr__({name}, {k!r}, {self.expr(x)})")
+                    self.fills.append(f"object.__setattr__({name}, {py_str(k)}, {self.expr(x)})")
         return name
 
     def _cell(self, v: CellVar) -> str:
@@ -140,11 +143,12 @@ class GlueBuilder:
         g = self.cg.bind(v.f_globals, "G")
         defaults = self.expr(v.defaults) if v.defaults is not None else "None"
         closure = ("(" + "".join(f"{self.expr(c)}, " for c in v.closure) + ")") if v.closure else "None"
-        fn = f"{self.cg.bind(types.FunctionType, 'FunctionType')}({code}, {g}, {v.code.co_name!r}, {defaults}, {closure})"
+        fn = (f"{self.cg.bind(types.FunctionType, 'FunctionType')}({code}, {g}, {py_str(v.code.co_name)}, "
+              f"{defaults}, {closure})")
         name, fresh = self._temp(v, "fn")
         if fresh:
             self.creations.append(f"{name} = {fn}")
-            self.fills.append(f"{name}.__qualname__ = {v.qualname!r}")
+            self.fills.append(f"{name}.__qualname__ = {py_str(v.qualname)}")
             if v.kwdefaults is not None:
                 self.fills.append(f"{name}.__kwdefaults__ = {self.expr(v.kwdefaults)}")
             if v.annotations is not None:
@@ -165,9 +169,9 @@ class GlueBuilder:
         for (_, name), (g, _, v) in self.d.global_writes.items():
             gn = self.cg.bind(g, "G")
             if v is NULL:
-                writes.append(f"{gn}.pop({name!r}, None)")
+                writes.append(f"{gn}.pop({py_str(name)}, None)")
             else:
-                writes.append(f"{gn}[{name!r}] = {self._value(reads, v)}")
+                writes.append(f"{gn}[{py_str(name)}] = {self._value(reads, v)}")
         for fn, args in self.d.deferred_calls:      # logging, in program order, after the changes above
             writes.append(f"{self.expr(fn)}({', '.join(self._value(reads, a) for a in args)})")
         return reads + writes
@@ -200,8 +204,8 @@ class GlueBuilder:
             setter = "object.__setattr__" if plain else "setattr"
             deleter = self.cg.bind(_delattr_plain if plain else _delattr_quiet, "delattr")
             for k, x in v.overlay.items():
-                writes.append(f"{deleter}({s}, {k!r})" if x is NULL
-                              else f"{setter}({s}, {k!r}, {self._value(reads, x)})")
+                writes.append(f"{deleter}({s}, {py_str(k)})" if x is NULL
+                              else f"{setter}({s}, {py_str(k)}, {self._value(reads, x)})")
         else:
             raise self.d.unsupported(None, f"replaying a change to a {v.describe()}")
 
@@ -246,4 +250,4 @@ def _opaque_reconstruct(glue: GlueBuilder, v: OpaqueVar) -> str:
 
 @R.RECONSTRUCT.register(MethodOf)
 def _methodof_reconstruct(glue: GlueBuilder, v: MethodOf) -> str:
-    return f"{glue.expr(v.recv)}.{v.name}"
+    return attr(glue.expr(v.recv), v.name)

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import rules as R
 from .interpreter import NULL, UserException
+from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
@@ -146,6 +147,8 @@ def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
     try:
         attr = getattr(obj, name)
     except Exception as e:          # noqa: BLE001
+        if isinstance(e, AttributeError):
+            namespace_lookup(d, obj, name)
         raise UserException(e) from None
     if isinstance(obj, (types.ModuleType, type)) and not isinstance(obj, enum.EnumMeta):
         if is_immutable(attr) and not isinstance(attr, enum.Enum) and type(attr) is not type:
@@ -154,9 +157,13 @@ def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
         if not is_immutable(attr) and not callable(attr) and not isinstance(attr, types.ModuleType):
             base = v.source or ConstSource(id(obj), obj)
             return d.wrap(attr, AttrSource(base, name))
+        namespace_lookup(d, obj, name, attr)        # a function, class or module, used as a constant
         if isinstance(obj, type) and type(attr) is types.MethodType:      # classmethod
             return BoundMethod(Const(attr.__func__), v)
         return Const(attr)
+    if type(obj) is types.FunctionType and is_immutable(attr) and name in obj.__dict__:
+        # an attribute set on a function (a flag): guarded at its source, like a module's
+        return d.wrap(attr, AttrSource(v.source or ConstSource(id(obj), obj), name))
     if is_immutable(attr) or callable(attr) or isinstance(attr, types.ModuleType):
         if type(attr) is types.MethodType and isinstance(attr.__func__, types.FunctionType):
             return BoundMethod(Const(attr.__func__), v)
@@ -193,6 +200,7 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
         if x is NULL:
             raise _attr_error(t.__name__, name)
         return x
+    class_lookup(d, t, name, cattr)     # the outcome below rests on what the class holds (and lacks)
     if cattr is not NULL and _is_data_descriptor(cattr):
         return _descriptor_get(d, f, v, cattr, name, t)
     if name in v.overlay:
@@ -203,15 +211,26 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
         inst = getattr(v.obj, "__dict__", None)
         if inst is not None and name in inst:
             return d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)
+        not_in_instance(d, v.source, v.obj, name)
     if cattr is not NULL:
         return _descriptor_get(d, f, v, cattr, name, t)
     ga = lookup_type_attr(t, "__getattr__")
+    class_lookup(d, t, "__getattr__", ga)
     if ga is not NULL and type(ga) is types.FunctionType:
         return d.inline(f, ga, [v, Const(name)], {})
     raise _attr_error(t.__name__, name)
 
 
 R.GETATTR.register(ObjectVar)(object_getattr)
+
+
+def _attrs_dict(v: ObjectVar) -> DictVar:
+    """The ``__dict__`` of a new object: a dict whose items are the object's overlay itself, so writes
+    through either show in both."""
+    if v.attrs is None:
+        v.attrs = DictVar({}, {k: Const(k) for k in v.overlay})
+        v.attrs.items = v.overlay
+    return v.attrs
 
 
 def _is_data_descriptor(a: Any) -> bool:
@@ -242,6 +261,9 @@ def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner
             and not getattr(v, "is_new", False) and name not in getattr(v, "overlay", {}):
         try:
             real = cattr.__get__(ro, owner)
+        except AttributeError as e:     # an unset __slots__ member
+            slot_empty(d, v.source, cattr, name)
+            raise UserException(e) from None
         except Exception as e:  # noqa: BLE001
             raise UserException(e) from None
         return d.wrap(real, AttrSource(v.source, name))
@@ -344,90 +366,6 @@ def _iter_method(d, f, v, name, args, kwargs):
         return generator_method(d, f, v, name, args, kwargs)
     from .generators import stop_if_done
     return stop_if_done(d, f, *d.next(f, v))
-
-
-# -- setattr ---------------------------------------------------------------------------------------------
-@R.SETATTR.register(ObjectVar)
-def object_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:
-    t = type(v.obj)
-    sa = lookup_type_attr(t, "__setattr__" if value is not NULL else "__delattr__")
-    if sa is not NULL and type(sa) is types.FunctionType:
-        args = [v, Const(name)] + ([value] if value is not NULL else [])
-        d.inline(f, sa, args, {})
-        return
-    cattr = lookup_type_attr(t, name)
-    if cattr is not NULL and type(cattr) is property:
-        fn = cattr.fset if value is not NULL else cattr.fdel
-        if fn is None:
-            raise UserException(AttributeError(f"can't set attribute {name!r}"))
-        d.call(f, Const(fn), [v] + ([value] if value is not NULL else []), {})
-        return
-    if cattr is not NULL and _is_data_descriptor(cattr) and type(cattr) not in (types.MemberDescriptorType,):
-        raise d.unsupported(f, f"assigning attribute {name!r} through a {type(cattr).__name__}")
-    generic_setattr(d, f, v, name, value)
-
-
-def generic_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:
-    """``object.__setattr__``/``__delattr__``: instance ``__dict__`` or a slot."""
-    t = type(v.obj)
-    is_slot = type(lookup_type_attr(t, name)) is types.MemberDescriptorType
-    if not is_slot and lookup_type_attr(t, "__dict__") is NULL:
-        raise UserException(AttributeError(_no_dict_message(t, name, d.py)))
-    if value is NULL and not _has_own_attr(d, f, v, name, is_slot):
-        msg = name if is_slot else f"'{t.__name__}' object has no attribute '{name}'"
-        raise UserException(AttributeError(msg))
-    if v.is_new and value is NULL:       # a new object's overlay is its whole __dict__: no deletion marks
-        del v.overlay[name]
-        if v.attrs is not None:
-            del v.attrs.keys[name]
-    else:
-        v.overlay[name] = value
-        if v.attrs is not None:
-            v.attrs.keys.setdefault(name, Const(name))
-    d.mark_mutated(v)
-
-
-def _attrs_dict(v: ObjectVar) -> DictVar:
-    """The ``__dict__`` of a new object: a dict whose items are the object's overlay itself, so writes
-    through either show in both."""
-    if v.attrs is None:
-        v.attrs = DictVar({}, {k: Const(k) for k in v.overlay})
-        v.attrs.items = v.overlay
-    return v.attrs
-
-
-def _no_dict_message(t: type, name: str, py: tuple[int, int]) -> str:
-    if py in ((3, 11), (3, 12)):
-        return f"'{t.__name__}' object has no attribute '{name}'"
-    if py == (3, 13):
-        return f"'{t.__name__}' object has no attribute '{name}' and no __dict__ for setting new attributes"
-    raise NotImplementedError(f"attribute error text on CPython {py[0]}.{py[1]} is not known to ember")
-
-
-def _has_own_attr(d: SymbolicDomain, f, v: ObjectVar, name: str, is_slot: bool) -> bool:
-    """Whether the instance itself (not its class) holds ``name``: what ``del obj.name`` needs."""
-    if name in v.overlay:
-        return v.overlay[name] is not NULL
-    if v.is_new:
-        return False
-    if is_slot:
-        try:
-            d.getattr(f, v, name)
-            return True
-        except UserException as ue:
-            if isinstance(ue.exc, AttributeError):
-                return False
-            raise
-    inst = getattr(v.obj, "__dict__", None)
-    if inst is None or name not in inst:
-        return False
-    d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)     # guards that it is there
-    return True
-
-
-@R.SETATTR.register(FuncVar)
-def _funcvar_setattr(d, f, v, name, value):
-    raise d.unsupported(f, f"setting attribute {name!r} on a function")
 
 
 # -- calls -----------------------------------------------------------------------------------------------
@@ -793,5 +731,5 @@ def _const_len(d, f, v):
         raise UserException(e) from None
 
 
-__all__ = ["lookup_type_attr", "object_getattr", "object_setattr", "generic_setattr", "construct",
+__all__ = ["lookup_type_attr", "object_getattr", "construct",
            "call_real", "all_const", "is_pure_callable", "math", "ItemSource"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..emit import attr, c_name, py_literal, py_str
+
 
 class Codegen:
     """Names for the objects generated code refers to (bound into its globals)."""
@@ -17,6 +19,16 @@ class Codegen:
         self._by_id: dict[int, str] = {}
         self.hoisted: dict[Source, list] = {}      # source -> [local name, already assigned?]
         self._plain = 0
+        self._class_dicts: dict[int, str] = {}
+
+    def bind_class_dict(self, k: type) -> str:
+        """The live ``__dict__`` of class ``k`` (a mappingproxy: a new object on every read, so bound once per
+        class here and rendered the same in every guard that reads it)."""
+        name = self._class_dicts.get(id(k))
+        if name is None:
+            name = self._class_dicts[id(k)] = self.bind(k.__dict__, f"{k.__name__}_dict")
+            self.bindings.setdefault(f"__keep_{name}", k)        # keeps ``id(k)`` unique
+        return name
 
     def hoist(self, src: Source) -> None:
         """Evaluate ``src`` once per call: its first rendering assigns a local (walrus), later ones reuse it.
@@ -35,28 +47,17 @@ class Codegen:
     def bind(self, obj: Any, hint: str = "c") -> str:
         name = self._by_id.get(id(obj))
         if name is None:
-            hint = "".join(ch if ch.isalnum() else "_" for ch in hint)[:24] or "c"
+            hint = c_name(hint)[:24]
             name = f"__{hint}_{len(self.bindings)}"
             self.bindings[name] = obj
             self._by_id[id(obj)] = name
         return name
 
 
-def _simple_literal(v: Any) -> bool:
-    t = type(v)
-    if t in (int, str, bytes, bool) or v is None:
-        return True
-    if t is float:
-        return v == v and v not in (float("inf"), float("-inf"))
-    return False
-
-
 def literal(v: Any, cg: Codegen) -> str:
-    if _simple_literal(v):
-        return repr(v)
-    if type(v) is tuple and all(_simple_literal(x) for x in v):
-        return repr(v)
-    return cg.bind(v, type(v).__name__)
+    """``v`` as a literal where one reads back exactly (``ember.emit.py_literal``), else as a bound name."""
+    lit = py_literal(v)
+    return lit if lit is not None else cg.bind(v, type(v).__name__)
 
 
 class Source:
@@ -96,7 +97,7 @@ class GlobalSource(Source):
     globals_dict: Any = None
 
     def _expr(self, cg):
-        return f"{cg.bind(self.globals_dict, 'G')}[{self.name!r}]"
+        return f"{cg.bind(self.globals_dict, 'G')}[{py_str(self.name)}]"
 
     def name_hint(self):
         return self.name
@@ -114,7 +115,7 @@ class AttrSource(Source):
     name: str
 
     def _expr(self, cg):
-        return f"{self.base.expr(cg)}.{self.name}"
+        return attr(self.base.expr(cg), self.name)
 
     def name_hint(self):
         return f"{self.base.name_hint()}_{self.name}"
@@ -129,10 +130,10 @@ class InstAttrSource(AttrSource):
 
     def _expr(self, cg):
         if cg._plain:
-            return f"{self.base.expr(cg)}.{self.name}"
+            return attr(self.base.expr(cg), self.name)
         inst = AttrSource(self.base, "__dict__")
         cg.hoist(inst)
-        return f"{inst.expr(cg)}[{self.name!r}]"
+        return f"{inst.expr(cg)}[{py_str(self.name)}]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import rules as R
 from .bytecode import PY
+from ..emit import py_str
 from .guards import GuardSet
 from .opcode_errors import DuplicateKeyword, not_iterable
 from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_arguments
@@ -139,7 +140,7 @@ class SymbolicDomain:
             # receiver, which must be the traced value
             e = source.expr(self.cg)
             self.guards.add(f"type({e}) is {self.cg.bind(t, 'builtin_method')} and {e}.__name__ == "
-                            f"{obj.__name__!r}", f"{self.cg.plain(source)} is a method {obj.__name__}")
+                            f"{py_str(obj.__name__)}", f"{self.cg.plain(source)} is a method {obj.__name__}")
             return MethodOf(self.wrap(obj.__self__, AttrSource(source, "__self__")), obj.__name__)
         if t is types.FunctionType and g and is_local_function(obj):
             # nested functions and lambdas are new objects on every call of their maker: the same code is
@@ -264,11 +265,20 @@ class SymbolicDomain:
             return self.wrap(v, GlobalSource(id(g), name, g))
         if w is None and not trusted:
             gn = self.cg.bind(g, "G")
-            self.guards.add(f"{name!r} not in {gn}", f"global {name!r} is not defined (the builtin is used)")
+            self.guards.add(f"{py_str(name)} not in {gn}",
+                            f"global {name!r} is not defined (the builtin is used)")
         b = g.get("__builtins__", builtins)
         b = b if isinstance(b, dict) else b.__dict__
-        if name in b:
-            return Const(b[name])
+        found = b.get(name, NULL)
+        if w is None and not trusted:       # the builtin (or its absence) is part of what the trace assumed
+            bn, key = self.cg.bind(b, "builtins"), py_str(name)
+            if found is NULL:
+                self.guards.add(f"{key} not in {bn}", f"builtin {name!r} is not defined")
+            else:
+                self.guards.add(f"{bn}.get({key}) is {self.cg.bind(found, name)}",
+                                f"builtin {name!r} is unchanged")
+        if found is not NULL:
+            return Const(found)
         raise UserException(NameError(f"name '{name}' is not defined"))
 
     TRUSTED_PREFIXES: tuple[str, ...] = ("collections", "functools", "itertools", "typing", "enum", "dataclasses",

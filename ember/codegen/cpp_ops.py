@@ -9,11 +9,12 @@ with glibc's vector math library (see ``cpp_prelude``).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import sympy
 import torch
+
+from ember.emit import c_float, c_int
 
 # storage type (pointer element), compute type
 CTYPES: dict[torch.dtype, tuple[str, str]] = {
@@ -71,28 +72,14 @@ def round_low(dtype: torch.dtype, v: str) -> str:
 
 # -- constants --------------------------------------------------------------------------------------------------
 def const(value: Any, dtype: torch.dtype) -> str:
+    """A constant of the program (a user's nan, inf, -0.0 included) as C++, through ``ember.emit``."""
     if dtype is torch.bool:
         return "true" if value else "false"
     if dtype.is_floating_point:
-        v = float(value)
-        ct = compute_type(dtype)
-        if math.isnan(v):
-            return f"std::numeric_limits<{ct}>::quiet_NaN()"
-        if math.isinf(v):
-            return f"{'-' if v < 0 else ''}std::numeric_limits<{ct}>::infinity()"
-        lit = repr(v)
-        if "e" not in lit and "." not in lit and "inf" not in lit:
-            lit += ".0"
-        return f"(({ct}){lit})"
+        return c_float(value, compute_type(dtype))
     if dtype.is_complex:
         raise NotImplementedError("ember.codegen.cpp: complex constants")
-    v = int(value)
-    ct = compute_type(dtype)
-    if v == -2**63:
-        return f"(({ct})(-9223372036854775807LL - 1))"
-    if v >= 2**63:
-        return f"(({ct}){v}ULL)"
-    return f"(({ct}){v}LL)"
+    return c_int(value, compute_type(dtype))
 
 
 # -- index expressions ------------------------------------------------------------------------------------------

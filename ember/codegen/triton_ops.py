@@ -8,13 +8,13 @@ compute dtype; ``op_expr`` adds the final ``.to(...)`` where Triton's own promot
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 import sympy
 import torch
 
+from ember.emit import py_float
 from ember.loopir.indexing import RINDEX, XINDEX
 
 TL_DTYPE: dict[torch.dtype, str] = {
@@ -44,12 +44,7 @@ def literal(v: Any, dt: torch.dtype) -> str:
     if dt is torch.bool:
         return "1" if v else "0"
     if dt.is_floating_point:
-        v = float(v)
-        if math.isnan(v):
-            return 'float("nan")'
-        if math.isinf(v):
-            return 'float("inf")' if v > 0 else 'float("-inf")'
-        return repr(v)
+        return py_float(v)          # exact repr, or float("nan") / float("inf") (ember.emit)
     return str(int(v))
 
 

@@ -7,12 +7,12 @@ source (printed by ``EMBER_LOGS=output_code``).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 from torch.utils._pytree import tree_flatten
 
+from ember.emit import py_literal
 from ember.loopir.inplace import memory_root
 from ember.loopir.ir import (BufferRef, Extern, ExternOutput, InputBuffer, Layout, Pointwise, Reduction,
                              contiguous_stride)
@@ -92,14 +92,13 @@ class _Writer:
     def arg(self, a: Any) -> str:
         if isinstance(a, BufferRef):
             return self.ref(a)
-        if isinstance(a, (list, tuple)):
+        if type(a) in (list, tuple):
             inner = ", ".join(self.arg(x) for x in a)
-            return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
-        if isinstance(a, dict):
-            return "{" + ", ".join(f"{k!r}: {self.arg(v)}" for k, v in a.items()) + "}"
-        if isinstance(a, (int, bool, str, type(None))) or (isinstance(a, float) and math.isfinite(a)):
-            return repr(a)
-        return self.bind("c", a)
+            return f"[{inner}]" if type(a) is list else f"({inner}{',' if len(a) == 1 else ''})"
+        if type(a) is dict:
+            return "{" + ", ".join(f"{self.arg(k)}: {self.arg(v)}" for k, v in a.items()) + "}"
+        lit = py_literal(a)         # exact literals only: never a subclass's repr (ember.emit)
+        return lit if lit is not None else self.bind("c", a)
 
     def alloc(self, name: str) -> None:
         if name in self.inplace:

@@ -2,9 +2,12 @@
 graph reproduces it) and applied to the trace's own state (so metadata stays exact)."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import rules as R
+from ..sources import literal
 from ..values import Const, MethodOf, Value
 from .graph import location_meta
 from .ops import record
@@ -171,8 +174,10 @@ def _autocast_reconstruct(glue, v: AutocastCtx) -> str:
     if v.source is not None:
         return v.source.expr(glue.cg)
     if v.handle is None:
-        return (f"{glue.cg.bind(torch.autocast, 'autocast')}({v.device_type!r}, dtype={glue.cg.bind(v.dtype, 'dtype')}, "
-                f"enabled={v.enabled!r}, cache_enabled={v.cache!r})")
+        lit = functools.partial(literal, cg=glue.cg)       # user values: exact literals or bound (ember.emit)
+        return (f"{glue.cg.bind(torch.autocast, 'autocast')}({lit(v.device_type)}, "
+                f"dtype={glue.cg.bind(v.dtype, 'dtype')}, enabled={lit(v.enabled)}, "
+                f"cache_enabled={lit(v.cache)})")
     return glue.output_ref(HandleVar(v.handle))
 
 

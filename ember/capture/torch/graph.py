@@ -69,7 +69,8 @@ class TorchState:
         self.scalar_casts: dict = {}     # (scalar input node, dtype) -> its cast (ops.weak_floats)
 
     def placeholder(self, source: Source, real: torch.Tensor) -> fx.Node:
-        base = "".join(c if c.isalnum() else "_" for c in source.name_hint()).strip("_") or "x"
+        hint = source.name_hint()
+        base = "".join(c if c.isascii() and c.isalnum() else "_" for c in hint).strip("_") or "x"
         if base[0].isdigit():
             base = "t_" + base
         if base == "self" or keyword.iskeyword(base):   # `self` is the GraphModule's own forward parameter

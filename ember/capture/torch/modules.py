@@ -9,9 +9,11 @@ import torch
 
 from .. import rules as R
 from ..interpreter import NULL, UserException
+from ..lookups import class_lookup, not_in_instance, not_in_module, not_readable
 from ..objects import _descriptor_get, _is_data_descriptor, lookup_type_attr
 from ..sources import AttrSource, InstAttrSource, ItemSource
 from ..values import BoundMethod, Const, ObjectVar
+from .hookguard import watch_hooks
 
 _Module = torch.nn.Module
 
@@ -53,15 +55,19 @@ def _module_getattr(d, f, v: NNModuleVar, name: str):
         try:
             value = getattr(m, name)
         except AttributeError as e:
+            not_readable(d, v.source, name)
             raise UserException(e) from None
         return d.wrap(value, AttrSource(v.source, name))
     cattr = lookup_type_attr(t, name)
     if cattr is not NULL and _is_data_descriptor(cattr):
+        class_lookup(d, t, name, cattr)
         return _descriptor_get(d, f, v, cattr, name, t)
     inst = m.__dict__
     if name in inst:
         return d.wrap(inst[name], InstAttrSource(v.source, name) if v.source else None)
-    if cattr is not NULL:
+    if cattr is not NULL:       # the instance does not shadow it (a parameter or submodule cannot)
+        not_in_instance(d, v.source, m, name)
+        class_lookup(d, t, name, cattr)
         return _descriptor_get(d, f, v, cattr, name, t)
     for dict_name in ("_parameters", "_buffers", "_modules"):
         dct = inst.get(dict_name)
@@ -72,7 +78,11 @@ def _module_getattr(d, f, v: NNModuleVar, name: str):
                 d.cg.hoist(holder)          # a module's _modules / _parameters dict: read once per call
                 src = ItemSource(holder, name)
             return d.wrap(dct[name], src)
+    # found nowhere: every place Module's lookup (and a class's own __getattr__) would look is guarded
+    not_in_module(d, v.source, m, name)
+    class_lookup(d, t, name)
     ga = lookup_type_attr(t, "__getattr__")
+    class_lookup(d, t, "__getattr__", ga)
     if type(ga) is types.FunctionType and ga is not _Module.__getattr__:
         return d.inline(f, ga, [v, Const(name)], {})
     raise UserException(AttributeError(f"'{t.__name__}' object has no attribute '{name}'"))
@@ -101,9 +111,11 @@ def _module_call(d, f, v: NNModuleVar, args, kwargs):
         return d.inline(f, call, [v] + list(args), kwargs)
     if _has_hooks(m):
         return d.inline(f, type(m)._call_impl, [v] + list(args), kwargs)
+    watch_hooks(d, m)       # a hook registered later must not be skipped
     fwd = m.__dict__.get("forward")
     if fwd is not None:
         return d.call(f, d.wrap(fwd, InstAttrSource(v.source, "forward") if v.source else None), args, kwargs)
+    not_in_instance(d, v.source, m, "forward")      # a forward assigned to the instance later replaces it
     forward = lookup_type_attr(type(m), "forward")
     if isinstance(forward, staticmethod) and type(forward.__func__) is types.FunctionType:
         return d.inline(f, forward.__func__, list(args), kwargs)

@@ -1,0 +1,89 @@
+"""Rules for attribute writes and deletions on user objects and functions: a class-defined ``__setattr__``
+or ``__delattr__`` is inlined, a property calls its setter, anything else goes to the instance ``__dict__``
+or a ``__slots__`` member (``generic_setattr``), recorded in the object's overlay and replayed by the glue."""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from . import rules as R
+from .interpreter import NULL, UserException
+from .objects import _is_data_descriptor, lookup_type_attr
+from .sources import AttrSource
+from .symbolic import SymbolicDomain
+from .values import Const, FuncVar, ObjectVar
+
+
+# -- setattr ---------------------------------------------------------------------------------------------
+@R.SETATTR.register(ObjectVar)
+def object_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:
+    t = type(v.obj)
+    sa = lookup_type_attr(t, "__setattr__" if value is not NULL else "__delattr__")
+    if sa is not NULL and type(sa) is types.FunctionType:
+        args = [v, Const(name)] + ([value] if value is not NULL else [])
+        d.inline(f, sa, args, {})
+        return
+    cattr = lookup_type_attr(t, name)
+    if cattr is not NULL and type(cattr) is property:
+        fn = cattr.fset if value is not NULL else cattr.fdel
+        if fn is None:
+            raise UserException(AttributeError(f"can't set attribute {name!r}"))
+        d.call(f, Const(fn), [v] + ([value] if value is not NULL else []), {})
+        return
+    if cattr is not NULL and _is_data_descriptor(cattr) and type(cattr) not in (types.MemberDescriptorType,):
+        raise d.unsupported(f, f"assigning attribute {name!r} through a {type(cattr).__name__}")
+    generic_setattr(d, f, v, name, value)
+
+
+def generic_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:
+    """``object.__setattr__``/``__delattr__``: instance ``__dict__`` or a slot."""
+    t = type(v.obj)
+    is_slot = type(lookup_type_attr(t, name)) is types.MemberDescriptorType
+    if not is_slot and lookup_type_attr(t, "__dict__") is NULL:
+        raise UserException(AttributeError(_no_dict_message(t, name, d.py)))
+    if value is NULL and not _has_own_attr(d, f, v, name, is_slot):
+        msg = name if is_slot else f"'{t.__name__}' object has no attribute '{name}'"
+        raise UserException(AttributeError(msg))
+    if v.is_new and value is NULL:       # a new object's overlay is its whole __dict__: no deletion marks
+        del v.overlay[name]
+        if v.attrs is not None:
+            del v.attrs.keys[name]
+    else:
+        v.overlay[name] = value
+        if v.attrs is not None:
+            v.attrs.keys.setdefault(name, Const(name))
+    d.mark_mutated(v)
+
+
+def _no_dict_message(t: type, name: str, py: tuple[int, int]) -> str:
+    if py in ((3, 11), (3, 12)):
+        return f"'{t.__name__}' object has no attribute '{name}'"
+    if py == (3, 13):
+        return f"'{t.__name__}' object has no attribute '{name}' and no __dict__ for setting new attributes"
+    raise NotImplementedError(f"attribute error text on CPython {py[0]}.{py[1]} is not known to ember")
+
+
+def _has_own_attr(d: SymbolicDomain, f, v: ObjectVar, name: str, is_slot: bool) -> bool:
+    """Whether the instance itself (not its class) holds ``name``: what ``del obj.name`` needs."""
+    if name in v.overlay:
+        return v.overlay[name] is not NULL
+    if v.is_new:
+        return False
+    if is_slot:
+        try:
+            d.getattr(f, v, name)
+            return True
+        except UserException as ue:
+            if isinstance(ue.exc, AttributeError):
+                return False
+            raise
+    inst = getattr(v.obj, "__dict__", None)
+    if inst is None or name not in inst:
+        return False
+    d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)     # guards that it is there
+    return True
+
+
+@R.SETATTR.register(FuncVar)
+def _funcvar_setattr(d, f, v, name, value):
+    raise d.unsupported(f, f"setting attribute {name!r} on a function")
