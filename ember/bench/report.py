@@ -151,7 +151,7 @@ def summary(rows: list[Result]) -> str:
 
 
 def print_report(rows: list[Result], skipped: list[str], out_dir: Path, wall_s: float,
-                 file=sys.stdout) -> None:
+                 file=sys.stdout, chart: str = "speedup.png") -> None:
     print(format_table(rows), file=file)
     problems = format_problems(rows)
     if problems:
@@ -165,4 +165,4 @@ def print_report(rows: list[Result], skipped: list[str], out_dir: Path, wall_s: 
           "the disk cache (N/A: the engine has none)\n"
           "peak MB: device memory one call allocates above what was in use before it; held MB (CUDA): memory "
           "the engine keeps between calls (its model copy, static buffers, CUDA graph pools)", file=file)
-    print(f"wrote {out_dir}/results.csv, results.json, speedup.png  ({wall_s:.0f} s)", file=file)
+    print(f"wrote {out_dir}/results.csv, results.json, {chart}  ({wall_s:.0f} s)", file=file)
