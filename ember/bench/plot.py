@@ -72,7 +72,7 @@ def _figure(plt, rows: list[Result], title: str, subtitle: str):
     colors = engine_colors(engines)
     lo, hi = axis_range(rows)
     n_bars = sum(len(rs) for _, rs in groups)
-    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.28 * n_bars + 0.15 * len(groups)))
+    fig, ax = plt.subplots(figsize=(9, 1.9 + 0.28 * n_bars + 0.15 * len(groups)), layout="constrained")
     y, ticks, labels, drawn = 0.0, [], [], set()
     for label, rs in groups:
         start = y
@@ -87,13 +87,12 @@ def _figure(plt, rows: list[Result], title: str, subtitle: str):
     ax.axvline(1.0, color="black", linewidth=1)
     ax.grid(axis="x", color="#e1e1e1")
     ax.set_yticks(ticks, labels)
-    ax.invert_yaxis()
+    ax.set_ylim(max(y - 1.0, 0.5), -0.7)                 # top to bottom, room for a 'failed' label
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}x"))
     ax.set_xlabel("speedup over eager (log scale; right of the black line: faster than eager)")
     ax.set_title(f"{title}\n{subtitle}", fontsize=9)
-    if drawn:
-        ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    if drawn:           # outside the axes, so it never covers a bar
+        fig.legend(loc="outside lower center", ncol=len(drawn), fontsize=8, frameon=False)
     return fig
 
 

@@ -151,7 +151,8 @@ def summary(rows: list[Result]) -> str:
 
 
 def print_report(rows: list[Result], skipped: list[str], out_dir: Path, wall_s: float,
-                 file=sys.stdout, chart: str = "speedup.png") -> None:
+                 file=None, chart: str = "speedup.png") -> None:
+    file = file or sys.stdout       # looked up per call: a default bound at import would miss a redirect
     print(format_table(rows), file=file)
     problems = format_problems(rows)
     if problems:
