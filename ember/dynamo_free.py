@@ -12,8 +12,8 @@ changes nothing. ``avoid_dynamo_import()`` gives each such function a stand-in f
 imported (by the user's ``torch.compile``, say), then builds the disabled function as torch's wrapper would
 and puts it in its own place, so from then on torch behaves exactly as without ember. Where torch's wrapper does
 not look as expected (another torch version), nothing is changed. ember's pipeline never imports or calls
-torch._dynamo (../shared/DESIGN.md): the stand-in calls its ``disable`` only once the user's program has imported
-it, doing what torch's own wrapper does there.
+torch._dynamo (docs/design.md, "What ember may and may not use"): the stand-in calls its ``disable`` only once
+the user's program has imported it, doing what torch's own wrapper does there.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """``python -m ember.bench``: one command that shows what ember does against eager and torch.compile.
 
 A model zoo built without downloads (``zoo``), engines (``engines``), measurement (``measure``), the loop
-(``runner``), and the outputs: a table, CSV/JSON (``report``) and a PNG chart drawn without dependencies
-(``plot``, ``png``, ``font``). See ``cli`` for the command line.
+(``runner``), and the outputs: a table, CSV/JSON (``report``) and a speedup chart (``plot``: a PNG with
+matplotlib, the ``[bench]`` extra, else plain text). See ``cli`` for the command line.
 """
 from __future__ import annotations
 

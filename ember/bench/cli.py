@@ -7,7 +7,8 @@ process.
     python -m ember.bench --list                        # the zoo and which models can run here
     python -m ember.bench --merge DIR1 DIR2 --out DIR   # one report from several runs (GPU shards)
 
-Writes results.csv, results.json, results.jsonl and speedup.png under --out (default bench/out/<timestamp>/).
+Writes results.csv, results.json, results.jsonl and speedup.png (speedup.txt without matplotlib) under --out
+(default bench-out/<timestamp>/).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", help="comma list of float32, bf16 (bf16 = bfloat16 autocast)")
     p.add_argument("--tasks", help="comma list of infer, train (train = forward + loss + backward, "
                    "grads only)")
-    p.add_argument("--out", type=Path, help="results directory (default bench/out/<timestamp>)")
+    p.add_argument("--out", type=Path, help="results directory (default bench-out/<timestamp>)")
     p.add_argument("--threads", type=int, default=2, help="torch threads on the CPU (default 2)")
     p.add_argument("--budget-s", type=float, help="skip the cases that would end past this many seconds "
                    "(quick: 170, full: none; 0 = none)")
@@ -98,7 +99,7 @@ def validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argpa
         args.device = "cuda" if args.suite == "full" and torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here")
-    args.out = args.out or Path("bench/out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    args.out = args.out or Path("bench-out") / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return args
 
 
@@ -121,13 +122,14 @@ def _title(args, env: dict) -> tuple[str, str]:
             f"{where}; torch {env['torch']}{triton}; ember {env.get('ember')}; {env['date']}")
 
 
-def write_outputs(rows, env: dict, skipped: list[str], out: Path, title: tuple[str, str]) -> None:
+def write_outputs(rows, env: dict, skipped: list[str], out: Path, title: tuple[str, str]) -> Path:
+    """CSV, JSON and the chart; returns the chart's file (speedup.png, or speedup.txt without matplotlib)."""
     from .plot import plot_speedups
     from .report import write_csv, write_json
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
     write_json(rows, env, skipped, out / "results.json")
-    plot_speedups(rows, out / "speedup.png", *title)
+    return plot_speedups(rows, out / "speedup.png", *title)
 
 
 @contextlib.contextmanager
@@ -192,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
             rows = read_jsonl(sink.path)
     progress.close()
     env["wall_s"] = round(time.perf_counter() - t0, 1)
-    write_outputs(rows, env, skipped, args.out, _title(args, env))
-    print_report(rows, skipped, args.out, time.perf_counter() - t0)
+    chart = write_outputs(rows, env, skipped, args.out, _title(args, env))
+    print_report(rows, skipped, args.out, time.perf_counter() - t0, chart=chart.name)
     return 0
 
 
@@ -212,8 +214,8 @@ def merge(args: argparse.Namespace) -> int:
             skipped += [s for s in doc.get("skipped_models", []) if s not in skipped]
     env = dict(env, merged_from=[str(d) for d in args.merge])
     env.setdefault("torch_threads", "?"), env.setdefault("torch", "?"), env.setdefault("date", "?")
-    write_outputs(rows, env, skipped, args.out, _title(args, env))
-    print_report(rows, skipped, args.out, 0.0)
+    chart = write_outputs(rows, env, skipped, args.out, _title(args, env))
+    print_report(rows, skipped, args.out, 0.0, chart=chart.name)
     return 0
 
 

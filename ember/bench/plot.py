@@ -1,32 +1,32 @@
-"""The speedup chart: one group of horizontal bars per case (model, task, dtype), one bar per compiling
-engine, drawn on a log2 axis from the 1x line (eager) to the engine's speedup over eager. Wrong results are
-marked WRONG, failed engines 'failed'."""
+"""The speedup chart: one group per case (model, task, dtype), one horizontal bar per compiling engine side by
+side (torch.compile and ember next to each other), on a log2 axis from the 1x line (eager) to the engine's
+speedup over eager. Wrong results are marked WRONG, engines that did not run say why.
+
+Drawn with matplotlib, an optional dependency (``pip install -e ".[bench]"``). Without it the same chart is
+written as plain text (``speedup.txt``), so a bench run never fails for want of a plotting library."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from .png import BLACK, Canvas, text_height, text_width
 from .runner import Result
 
-PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (148, 103, 189), (140, 86, 75), (227, 119, 194),
-           (127, 127, 127), (188, 189, 34), (23, 190, 207)]
-FIXED = {"inductor": (31, 119, 180), "ember": (214, 39, 40)}
-GRID, AXIS, RED = (225, 225, 225), (90, 90, 90), (200, 30, 30)
-S = 2                     # font scale
-BAR_H, BAR_GAP, GROUP_GAP = 14, 3, 14
-PLOT_W, MARGIN = 560, 16
+FIXED = {"inductor": "#1f77b4", "ember": "#d62728"}
+PALETTE = ["#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e"]
 SHORT_DTYPE = {"float32": "fp32", "bf16": "bf16"}
+TEXT_WIDTH = 40           # characters of the longest bar in the text chart
 
 
-def engine_colors(engines: list[str]) -> dict[str, tuple[int, int, int]]:
-    colors, free = {}, iter(p for p in PALETTE if p not in FIXED.values())
+def engine_colors(engines: list[str]) -> dict[str, str]:
+    """torch.compile (inductor) blue and ember red wherever they appear; other engines from the palette."""
+    colors, free = {}, iter(c for c in PALETTE if c not in FIXED.values())
     for e in engines:
-        colors[e] = FIXED.get(e) or next(free, (60, 60, 60))
+        colors[e] = FIXED.get(e) or next(free, "#3c3c3c")
     return colors
 
 
-def _cases(rows: list[Result]) -> list[tuple[str, list[Result]]]:
+def cases(rows: list[Result]) -> list[tuple[str, list[Result]]]:
+    """(label, the compiling engines' rows) per case, in the order the rows came; eager is the 1x line."""
     groups: dict[tuple[str, str, str], list[Result]] = {}
     for r in rows:
         if r.engine != "eager":
@@ -34,104 +34,99 @@ def _cases(rows: list[Result]) -> list[tuple[str, list[Result]]]:
     return [(f"{m} {t} {SHORT_DTYPE.get(d, d)}", rs) for (m, t, d), rs in groups.items()]
 
 
-def _axis_range(rows: list[Result]) -> tuple[float, float]:
+def axis_range(rows: list[Result]) -> tuple[float, float]:
+    """Powers of two around every speedup, at least 0.5x to 2x."""
     vals = [r.speedup for r in rows if r.speedup and r.engine != "eager"] or [1.0]
     lo = min(0.5, 2 ** math.floor(math.log2(min(vals))))
     hi = max(2.0, 2 ** math.ceil(math.log2(max(vals))))
-    return math.log2(lo), math.log2(hi)
+    return lo, hi
 
 
-class SpeedupChart:
-    def __init__(self, rows: list[Result], title: str, subtitle: str):
-        self.cases = _cases(rows)
-        self.engines = list(dict.fromkeys(r.engine for _, rs in self.cases for r in rs))
-        self.colors = engine_colors(self.engines)
-        self.lo, self.hi = _axis_range(rows)
-        self.title, self.subtitle = title, subtitle
-        labels = [label for label, _ in self.cases] or [""]
-        self.x0 = MARGIN + max(text_width(s, S) for s in labels) + 12
-        self.top = MARGIN + 3 * (text_height(S) + 8) + 8
-        n_bars = sum(len(rs) for _, rs in self.cases)
-        body = n_bars * (BAR_H + BAR_GAP) + len(self.cases) * GROUP_GAP
-        value_room = text_width("WRONG 10.00x", S)
-        width = max(self.x0 + PLOT_W + value_room + MARGIN, text_width(title, S) + 2 * MARGIN,
-                    text_width(subtitle, S) + 2 * MARGIN)
-        self.canvas = Canvas(width, self.top + body + 2 * text_height(S) + 3 * MARGIN)
-
-    def x(self, speedup: float) -> int:
-        frac = (math.log2(speedup) - self.lo) / (self.hi - self.lo)
-        return self.x0 + round(min(1.0, max(0.0, frac)) * PLOT_W)
-
-    def draw(self) -> Canvas:
-        c = self.canvas
-        c.text(MARGIN, MARGIN, self.title, BLACK, S)
-        c.text(MARGIN, MARGIN + text_height(S) + 8, self.subtitle, AXIS, S)
-        self._legend(MARGIN + 2 * (text_height(S) + 8))
-        bottom = self._bars()
-        self._axis(bottom)
-        return c
-
-    def _legend(self, y: int) -> None:
-        x = MARGIN
-        for e in self.engines:
-            self.canvas.rect(x, y, text_height(S), text_height(S), self.colors[e])
-            x = self.canvas.text(x + text_height(S) + 6, y, e, BLACK, S) + 18
-        self.canvas.text(x, y, "(bars: speedup over eager, log scale)", AXIS, S)
-
-    def _grid(self, y0: int, y1: int) -> None:
-        k = math.ceil(self.lo)
-        while k <= self.hi:
-            xx = self.x(2.0 ** k)
-            if k == 0:
-                self.canvas.vline(xx, y0, y1 - y0, BLACK)
-            else:
-                self.canvas.vline(xx, y0, y1 - y0, GRID)
-            k += 1
-
-    def _bars(self) -> int:
-        c, y = self.canvas, self.top
-        end = self.top + sum(len(rs) * (BAR_H + BAR_GAP) + GROUP_GAP for _, rs in self.cases)
-        self._grid(self.top - 4, end)
-        one = self.x(1.0)
-        for label, rs in self.cases:
-            group_h = len(rs) * (BAR_H + BAR_GAP)
-            c.text(MARGIN, y + (group_h - text_height(S)) // 2, label, BLACK, S)
-            for r in rs:
-                self._bar(r, y, one)
-                y += BAR_H + BAR_GAP
-            y += GROUP_GAP
-        return y
-
-    def _bar(self, r: Result, y: int, one: int) -> None:
-        c = self.canvas
-        if r.speedup is None:
-            what = "failed" if r.status == "failed" else r.status
-            c.text(one + 6, y, what, RED, S)
-            return
-        xs = self.x(r.speedup)
-        left, w = min(one, xs), max(1, abs(xs - one))
-        c.rect(left, y, w, BAR_H, self.colors[r.engine])
-        value = f"{r.speedup:.2f}x"
-        if r.status == "incorrect":
-            c.outline(left, y, w, BAR_H, RED)
-            value = "WRONG " + value
-        tx = max(one, xs) + 6
-        c.text(tx, y, value, RED if r.status == "incorrect" else BLACK, S)
-
-    def _axis(self, y: int) -> None:
-        c = self.canvas
-        c.hline(self.x0, y, PLOT_W + 1, AXIS)
-        k = math.ceil(self.lo)
-        while k <= self.hi:
-            v = 2.0 ** k
-            label = f"{v:g}x"
-            xx = self.x(v)
-            c.vline(xx, y, 6, AXIS)
-            c.text(xx - text_width(label, S) // 2, y + 10, label, BLACK, S)
-            k += 1
-        note = "right of the black line: faster than eager"
-        c.text(self.x0, y + 10 + text_height(S) + 10, note, AXIS, S)
+def bar_label(r: Result) -> str:
+    if r.speedup is None:
+        return "failed" if r.status == "failed" else r.status
+    return ("WRONG " if r.status == "incorrect" else "") + f"{r.speedup:.2f}x"
 
 
-def plot_speedups(rows: list[Result], path: str | Path, title: str, subtitle: str) -> None:
-    SpeedupChart(rows, title, subtitle).draw().save(path)
+def plot_speedups(rows: list[Result], path: str | Path, title: str, subtitle: str) -> Path:
+    """Write the chart to ``path`` (PNG) with matplotlib, or to ``path`` with suffix ``.txt`` without it.
+    Returns the file written."""
+    path = Path(path)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        out = path.with_suffix(".txt")
+        out.write_text(text_chart(rows, title, subtitle))
+        return out
+    fig = _figure(plt, rows, title, subtitle)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _figure(plt, rows: list[Result], title: str, subtitle: str):
+    groups = cases(rows)
+    engines = list(dict.fromkeys(r.engine for _, rs in groups for r in rs))
+    colors = engine_colors(engines)
+    lo, hi = axis_range(rows)
+    n_bars = sum(len(rs) for _, rs in groups)
+    fig, ax = plt.subplots(figsize=(9, 1.9 + 0.28 * n_bars + 0.15 * len(groups)), layout="constrained")
+    y, ticks, labels, drawn = 0.0, [], [], set()
+    for label, rs in groups:
+        start = y
+        for r in rs:
+            _bar(ax, r, y, colors[r.engine], lo, drawn)
+            y += 1
+        ticks.append((start + y - 1) / 2)
+        labels.append(label)
+        y += 0.6                                           # a gap between cases
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(lo, hi * 1.6)                              # room for the value labels
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.grid(axis="x", color="#e1e1e1")
+    ax.set_yticks(ticks, labels)
+    ax.set_ylim(max(y - 1.0, 0.5), -0.7)                 # top to bottom, room for a 'failed' label
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.set_xlabel("speedup over eager (log scale; right of the black line: faster than eager)")
+    ax.set_title(f"{title}\n{subtitle}", fontsize=9)
+    if drawn:           # outside the axes, so it never covers a bar
+        fig.legend(loc="outside lower center", ncol=len(drawn), fontsize=8, frameon=False)
+    return fig
+
+
+def _bar(ax, r: Result, y: float, color: str, lo: float, drawn: set) -> None:
+    label = bar_label(r)
+    if r.speedup is None:
+        ax.text(1.0, y, "  " + label, va="center", color="#c81e1e", fontsize=8)
+        return
+    left, width = min(1.0, r.speedup), abs(r.speedup - 1.0) or 0.01
+    wrong = r.status == "incorrect"
+    ax.barh(y, width, left=left, height=0.8, color=color, edgecolor="#c81e1e" if wrong else color,
+            linewidth=2 if wrong else 0, label=None if r.engine in drawn else r.engine)
+    drawn.add(r.engine)
+    ax.text(max(1.0, r.speedup) * 1.03, y, label, va="center", fontsize=8,
+            color="#c81e1e" if wrong else "black")
+
+
+def text_chart(rows: list[Result], title: str, subtitle: str) -> str:
+    """The chart in plain text: a bar of '#' per engine, its length proportional to log2(speedup) from the
+    axis' low end, with the 1x position marked '|'."""
+    groups = cases(rows)
+    lo, hi = axis_range(rows)
+    span = math.log2(hi) - math.log2(lo)
+
+    def col(v: float) -> int:
+        return round((math.log2(v) - math.log2(lo)) / span * TEXT_WIDTH)
+    width = max([len(label) for label, _ in groups] + [len(r.engine) for _, rs in groups for r in rs] + [4])
+    lines = [title, subtitle, "(matplotlib is not installed: pip install 'ember[bench]' for speedup.png)",
+             " " * (width + 3) + f"{lo:g}x".ljust(col(1.0)) + "|1x", ""]
+    for label, rs in groups:
+        lines.append(label)
+        for r in rs:
+            n = 0 if r.speedup is None else col(min(max(r.speedup, lo), hi))
+            chars = ["#" if i < n else " " for i in range(TEXT_WIDTH + 1)]
+            chars[col(1.0)] = "|"
+            lines.append(f"  {r.engine:{width}} {''.join(chars).rstrip()} {bar_label(r)}")
+    return "\n".join(lines) + "\n"

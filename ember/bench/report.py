@@ -151,7 +151,8 @@ def summary(rows: list[Result]) -> str:
 
 
 def print_report(rows: list[Result], skipped: list[str], out_dir: Path, wall_s: float,
-                 file=sys.stdout) -> None:
+                 file=None, chart: str = "speedup.png") -> None:
+    file = file or sys.stdout       # looked up per call: a default bound at import would miss a redirect
     print(format_table(rows), file=file)
     problems = format_problems(rows)
     if problems:
@@ -165,4 +166,4 @@ def print_report(rows: list[Result], skipped: list[str], out_dir: Path, wall_s: 
           "the disk cache (N/A: the engine has none)\n"
           "peak MB: device memory one call allocates above what was in use before it; held MB (CUDA): memory "
           "the engine keeps between calls (its model copy, static buffers, CUDA graph pools)", file=file)
-    print(f"wrote {out_dir}/results.csv, results.json, speedup.png  ({wall_s:.0f} s)", file=file)
+    print(f"wrote {out_dir}/results.csv, results.json, {chart}  ({wall_s:.0f} s)", file=file)

@@ -1,4 +1,4 @@
-"""Models with a graph break per layer, shared by test_graph_breaks.py and bench/graph_breaks.py.
+"""Models with a graph break per layer, shared by test_graph_breaks.py and benchmarks/graph_breaks.py.
 
 ``PrintingStack``: an input projection, ``n`` pre-norm residual MLP blocks whose ``forward`` prints a scalar
 (the mean square of its output, a ``.item()`` fed to ``print``) and a head. Every block is the same type, so a

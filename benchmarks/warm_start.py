@@ -1,0 +1,76 @@
+"""A warm start as a user meets it: the same compiled step in fresh processes sharing one cache folder (the first
+process compiles cold, the next ones should find every kernel on disk), each with its own string hash seed as
+Python gives it. Prints each process's first-call time and how many kernel files it added to the cache.
+
+    python benchmarks/warm_start.py --model nanogpt --task train [--device cpu] [--runs 3] [--engine ember]
+
+Before the nineteenth session a kernel's stored buffers came in a set's order, so its source, and its cache key,
+changed with the hash seed: warm processes recompiled every kernel storing two or more buffers. The
+``dynamo`` field says whether torch._dynamo got imported (``--dynamo-import``: as before ``ember.dynamo_free``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = """
+import json, sys, time, torch
+from ember.bench.engines import parse_engine
+from ember.bench.runner import make_step, zoo_case
+a = json.loads(sys.argv[1])
+if a["dynamo_import"]:          # as before ember.dynamo_free: torch's meta kernels import torch._dynamo
+    import ember.dynamo_free
+    ember.dynamo_free._DONE[0] = True
+dev = torch.device(a["device"])
+torch.set_num_threads(a["threads"]) if a["threads"] else None
+w, model, inputs = zoo_case(a["model"], a["suite"], dev, a["task"])
+step = make_step(parse_engine(a["engine"]), model, w, inputs, a["task"], a["dtype"], dev)
+t0 = time.perf_counter()
+step()
+if dev.type == "cuda":
+    torch.cuda.synchronize()
+print(json.dumps({"first_call_s": round(time.perf_counter() - t0, 3), "dynamo": "torch._dynamo" in sys.modules}))
+"""
+
+
+def kernel_files(cache: Path) -> int:
+    return sum(1 for p in cache.rglob("*") if p.is_file() and p.suffix in (".py", ".cpp", ".so"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="nanogpt")
+    ap.add_argument("--suite", default="quick")
+    ap.add_argument("--task", default="train", choices=("infer", "train"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bf16"))
+    ap.add_argument("--engine", default="ember")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dynamo-import", action="store_true",
+                    help="let torch's meta kernels import torch._dynamo (ember.dynamo_free off), as before")
+    a = ap.parse_args()
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as d:
+        cache = Path(d)
+        env = dict(os.environ, EMBER_CACHE_DIR=str(cache), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+                   PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.pop("PYTHONHASHSEED", None)
+        for i in range(a.runs):
+            before = kernel_files(cache)
+            proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(vars(a))], env=env, capture_output=True,
+                                  text=True)
+            if proc.returncode:
+                sys.exit(f"run {i} failed:\n{proc.stderr[-3000:]}")
+            out = proc.stdout.strip().splitlines()[-1]
+            row = json.loads(out) | {"run": i, "cache": "cold" if i == 0 else "warm",
+                                     "new_kernel_files": kernel_files(cache) - before}
+            print(json.dumps({"model": a.model, "task": a.task, "engine": a.engine, **row}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
