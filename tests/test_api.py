@@ -402,8 +402,6 @@ def test_dynamic_log_kind():
     ember.set_logs(dynamic=False)
 
 
-@pytest.mark.xfail(strict=True, reason="the cache folder is not created private (0700) yet (docs/api.md, "
-                   "Caches)")
 def test_cache_folder_is_private(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     monkeypatch.setenv("EMBER_CACHE_DIR", str(root))
