@@ -2,6 +2,7 @@
 reductions). Prims not listed here (matmul, convolution, attention, indexing, RNG) stay externs."""
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import sympy
@@ -402,7 +403,8 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
     lay = Layout.contiguous(ranges, out_dtype, x.device)
     outer = _kept_dim_contiguous(body, xs, rs)
     # welford is split by ``welford.var_mean`` alone: a padded chunk would count its padding
-    split = 1 if kind == "welford" else _split_factor(x.device, prod(ranges), prod(rranges), outer)
+    split = 1 if kind == "welford" else max(_split_factor(x.device, prod(ranges), prod(rranges), outer),
+                                             _accuracy_split(x.device, prod(rranges), kind, out_dtype, outer))
     if split > 1:
         body, ranges, rranges = _split_reduction(L, body, ranges, rranges, kind, split, out_dtype, x.device, outer)
     L.nodes.append(Reduction(name, lay, ranges, rranges, kind, body))
@@ -427,6 +429,10 @@ OUTER_TILE = 64
 OUTER_MIN_PROGRAMS = 256
 OUTER_MIN_RNUMEL = 2048
 OUTER_MIN_CHUNK = 256
+# CPU outer sums of rows at least this long are split for accuracy (``_accuracy_split``), in chunks of at
+# least ACCURATE_MIN_CHUNK points
+ACCURATE_MIN_RNUMEL = 4096
+ACCURATE_MIN_CHUNK = 1024
 IDENTITY = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True}
 
 
@@ -453,6 +459,20 @@ def _split_factor(device: torch.device, xnumel: Any, rnumel: Any, outer: bool = 
     if rnumel < SPLIT_MIN_RNUMEL or xnumel > SPLIT_MAX_XNUMEL:
         return 1
     return max(1, min(SPLIT_TARGET_PROGRAMS // xnumel, rnumel // SPLIT_MIN_CHUNK))
+
+
+def _accuracy_split(device: torch.device, rnumel: Any, kind: str, dtype: torch.dtype, outer: bool) -> int:
+    """Chunks for a long floating-point outer sum on the CPU (``outer``: a per-channel sum over NHWC rows, a
+    bias gradient over tokens). Its kernels give each vector lane an outer point, which adds its whole row one
+    point after another, so the rounding error grows with the row (float32 over a million rows: 1e-5 of the
+    sum, 1e-3 of a variance, where ATen's cascade sums keep 1e-7). Partials over chunks of about the row's
+    square root, then their sum, bound both additions' lengths by that root. A contiguous row (not outer) is
+    spread over the lanes, each adding a vector's share of it, and is left whole: its chunks would read it
+    through divisions (an NCHW batch norm's rows of H*W points ran 10x slower)."""
+    if device.type != "cpu" or not outer or kind not in ("sum", "welford") or not dtype.is_floating_point \
+            or not isinstance(rnumel, int) or rnumel < ACCURATE_MIN_RNUMEL:
+        return 1
+    return -(-rnumel // max(ACCURATE_MIN_CHUNK, math.isqrt(rnumel)))
 
 
 def _identity(kind: str, dtype: torch.dtype) -> Any:

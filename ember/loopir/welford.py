@@ -71,7 +71,9 @@ def _split_count(x: TV, d: Sequence[int]) -> int:
     count (shifted sums of squares)."""
     ranges, rranges, xs, rs, body = LW._reduction_body(x, d, x.dtype)
     R = prod(rranges)
-    want = LW._split_factor(x.device, prod(ranges), R, LW._kept_dim_contiguous(body, xs, rs))
+    outer = LW._kept_dim_contiguous(body, xs, rs)
+    want = max(LW._split_factor(x.device, prod(ranges), R, outer),
+               LW._accuracy_split(x.device, R, "welford", x.dtype, outer))
     if want <= 1:
         return 1
     best = next((k for k in range(want, 1, -1) if R % k == 0), 1)

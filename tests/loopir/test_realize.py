@@ -73,7 +73,7 @@ def test_small_independent_reductions_share_a_launch():
         g = _lowered(f, torch.randn(n, 64), torch.randn(n, 64))
         return [k for k in schedule(g).steps if isinstance(k, Kernel)]
     assert len(kernels(512)) == 1
-    assert len(kernels(4096)) == 2
+    assert len(kernels(2048)) == 2       # (not 4096 rows: outer sums that long split on the CPU, for accuracy)
 
 
 def _loads(graph, name) -> set:
