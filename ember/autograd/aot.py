@@ -326,8 +326,20 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
         with graph.inserting_before(node):
             result = graph.graph_copy(sub, env)
         _replace_result(graph, node, result)
+        _erase_replaced(graph, node)
     graph.eliminate_dead_code()
     return fx.GraphModule(gm, graph)
+
+
+def _erase_replaced(graph: fx.Graph, node: fx.Node) -> None:
+    """Erase a node its decomposition replaced, with its now unused ``getitem`` users. Dead-code elimination
+    cannot be left to do it: FX keeps nodes it deems impure, and every RNG op (``bernoulli.p``,
+    ``native_dropout``) is, so the original would run too and draw from the generator a second time."""
+    for user in list(node.users):
+        if user.op == "call_function" and user.target is operator.getitem and not user.users:
+            graph.erase_node(user)
+    if not node.users:
+        graph.erase_node(node)
 
 
 def _replace_result(graph: fx.Graph, node: fx.Node, result: Any) -> None:

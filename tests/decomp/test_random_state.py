@@ -1,0 +1,106 @@
+"""Compiled random ops consume torch's global generator exactly as eager does.
+
+From the same seed, a compiled call gives eager's random values (dropout masks, bernoulli, rand/randn...) and
+leaves the generator in eager's state, so every random op the program runs afterwards also matches eager's:
+forward only, in training (the backward reuses the forward's mask, it never draws again), several random ops
+in one graph, random ops across graph breaks. Checked on the kernel backend (``ember``) and on ``aot_eager``
+with ember's decompositions (prims run their reference implementations).
+"""
+import pytest
+import torch
+from torch import nn
+
+import ember
+
+F = nn.functional
+BACKENDS = {
+    "ember": dict(),
+    "aot_eager_prims": dict(backend="aot_eager", options={"aot_decompose": True}),
+}
+
+
+def _draw_after(x):
+    """What a program draws next: equal only if the generator ended in the same state."""
+    return torch.cat([torch.rand(5).double(), torch.randint(0, 1 << 20, (3,)).double()])
+
+
+def _rand_eager_part(x):
+    return x * torch.rand_like(x)
+
+
+_eager_rand = ember.disable(_rand_eager_part)
+
+
+def _graph_break(x):
+    y = F.dropout(x, 0.5, training=True)
+    y = _eager_rand(y) + torch.randn_like(y)      # a graph break between random ops
+    return F.dropout(y.sin(), 0.25, training=True)
+
+
+FORWARD = {
+    "dropout": lambda x: F.dropout(x, 0.5, training=True) * 2,
+    "dropout_p03_fused": lambda x: F.dropout(x.sin() + 1, 0.3, training=True).cos(),
+    "dropout_2d_rows": lambda x: F.dropout(x.view(8, 12), 0.6, training=True).sum(1),
+    "bernoulli_scalar_inplace": lambda x: torch.empty_like(x).bernoulli_(0.3) * x,
+    "bernoulli_tensor_p": lambda x: torch.bernoulli(x.sigmoid()) + x,
+    "two_dropouts_and_randn_like": lambda x: F.dropout(F.dropout(x, 0.2, True).relu(), 0.5, True)
+    + torch.randn_like(x),
+    "rand_like_then_dropout": lambda x: F.dropout(x * torch.rand_like(x), 0.4, True) + torch.rand_like(x),
+    "randn_randint_dropout": lambda x: F.dropout(x + torch.randn(96), 0.5, True) * torch.randint(0, 3, (96,)),
+    "graph_break": _graph_break,
+}
+
+
+def _run(fn, x, seed):
+    torch.manual_seed(seed)
+    out = fn(x)
+    return out, _draw_after(x), torch.get_rng_state()
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("case", list(FORWARD))
+def test_forward_random_values_and_generator_state_match_eager(case, backend):
+    fn = FORWARD[case]
+    compiled = ember.compile(fn, **BACKENDS[backend])
+    x = torch.randn(96, generator=torch.Generator().manual_seed(3))
+    for seed in (0, 1):                       # the compiling call and a cached one
+        out_c, next_c, state_c = _run(compiled, x, seed)
+        out_e, next_e, state_e = _run(fn, x, seed)
+        torch.testing.assert_close(out_c, out_e, msg=lambda m: f"{case}: random values differ: {m}")
+        assert torch.equal(state_c, state_e), f"{case}: generator state after the call differs from eager's"
+        assert torch.equal(next_c, next_e), f"{case}: the next random op draws different numbers"
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(12, 32), nn.Linear(32, 4)
+        self.drop1, self.drop2 = nn.Dropout(0.5), nn.Dropout(0.2)
+
+    def forward(self, x):
+        h = self.drop1(torch.tanh(self.a(x)))
+        return self.b(self.drop2(h + 0.1 * torch.randn_like(h)))
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_training_step_reuses_forward_mask_and_leaves_eager_state(backend):
+    torch.manual_seed(0)
+    eager = _Net()
+    model = _Net()
+    model.load_state_dict(eager.state_dict())
+    compiled = ember.compile(model, **BACKENDS[backend])
+    for step in range(2):
+        x = torch.randn(6, 12, generator=torch.Generator().manual_seed(10 + step))
+        results = []
+        for m in (compiled, eager):
+            m.zero_grad()
+            torch.manual_seed(100 + step)
+            out = m(x)
+            out.square().sum().backward()
+            results.append((out, _draw_after(x), torch.get_rng_state(), [p.grad for p in m.parameters()]))
+        (out_c, next_c, state_c, grads_c), (out_e, next_e, state_e, grads_e) = results
+        torch.testing.assert_close(out_c, out_e)
+        for gc, ge in zip(grads_c, grads_e):
+            torch.testing.assert_close(gc, ge)
+        assert torch.equal(state_c, state_e), "generator state after the training step differs from eager's"
+        assert torch.equal(next_c, next_e)
