@@ -34,9 +34,10 @@ from torch.utils._pytree import tree_unflatten
 from ember import logs
 from ember.autograd.aliasing import SyntheticBases, alias_groups
 from ember.autograd.functionalize import functionalize
-from ember.autograd.partition import PartitionResult, partition_joint
+from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.runtime import AliasInfo, CompiledGraphs, run_inference, run_training
 from ember.autograd.trace import TracedGraph, trace_aten
+from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
 
 GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
@@ -68,7 +69,8 @@ def fallback_partition(joint: fx.GraphModule, num_primals: int, num_tangents: in
         if n in needed and n not in bwd_side and n.op != "get_attr" and n.op != "output":
             if any(u in bwd_side and u in needed for u in n.users) or n in grad_outs:
                 saved.append(n)
-    fwd = _subgraph(joint, primals, fwd_outs + saved)
+    draws = [n for n in nodes if is_rng(n) and n not in bwd_side]    # run even if unread, as eager does
+    fwd = _subgraph(joint, primals, fwd_outs + saved, draws)
     bwd = _subgraph(joint, saved + tangents, grad_outs)
     names = [n.name for n in saved]
     summary = f"fallback partitioner: saved {len(saved)} values ({', '.join(names) or 'none'}), recomputed 0"
@@ -87,14 +89,16 @@ def _ancestors(roots: list[fx.Node], stop: frozenset | set = frozenset()) -> set
     return seen
 
 
-def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any]) -> fx.GraphModule:
-    """A graph computing ``outputs`` from ``inputs`` (the rest of what they need is copied from ``joint``)."""
+def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any],
+              effects: Sequence[fx.Node] = ()) -> fx.GraphModule:
+    """A graph computing ``outputs`` from ``inputs`` (the rest of what they need is copied from ``joint``), and
+    running the ``effects`` nodes too (random draws nothing reads)."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for n in inputs:
         env[n] = graph.placeholder(n.name)
         env[n].meta = dict(n.meta)
-    needed = _ancestors([o for o in outputs if isinstance(o, fx.Node)], set(inputs))
+    needed = _ancestors([o for o in outputs if isinstance(o, fx.Node)] + list(effects), set(inputs))
     for n in joint.graph.nodes:
         if n in env or n not in needed:
             continue
@@ -102,7 +106,7 @@ def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any]) 
             raise AotError(f"partition: {n.name} is needed but is not an input of this graph")
         env[n] = graph.node_copy(n, lambda a: env[a])
     graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node)
     return fx.GraphModule(joint, graph)
 
 
@@ -327,7 +331,7 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
             result = graph.graph_copy(sub, env)
         _replace_result(graph, node, result)
         _erase_replaced(graph, node)
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node)
     return fx.GraphModule(gm, graph)
 
 

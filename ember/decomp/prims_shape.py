@@ -245,7 +245,8 @@ def _dropout_mask_meta(shape: Sequence, p: float, dtype: torch.dtype, device: An
 
 register_prim("uniform", _uniform_impl, _rng_meta, "rng")
 register_prim("normal", _normal_impl, _rng_meta, "rng")
-register_prim("rng_seed", _seed_impl, lambda device="cpu": TensorMeta((), torch.int64, device), "rng")
+register_prim("rng_seed", _seed_impl, lambda device="cpu": TensorMeta((), torch.int64, device), "rng",
+              tags=("stateful",))
 # Draws from torch's generator of ``device``, in program order, the way eager's kernels do, so a seeded program
 # gives eager's numbers (the partitioner never recomputes RNG prims, so each runs once per step).
 register_prim("bernoulli", _bernoulli_impl, _bernoulli_meta, "rng", tags=("stateful",))

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import ember
+from ember.autograd import aot as aot_mod
 
 F = nn.functional
 BACKENDS = {
@@ -48,6 +49,10 @@ FORWARD = {
     "rand_like_then_dropout": lambda x: F.dropout(x * torch.rand_like(x), 0.4, True) + torch.rand_like(x),
     "randn_randint_dropout": lambda x: F.dropout(x + torch.randn(96), 0.5, True) * torch.randint(0, 3, (96,)),
     "graph_break": _graph_break,
+    # a draw nothing reads still advances eager's generator
+    "unread_dropout": lambda x: (F.dropout(x, 0.5, training=True), x - 1)[1],
+    "unread_bernoulli_": lambda x: (torch.empty_like(x).bernoulli_(0.5), x * 3)[1],
+    "unread_dropout_then_rand": lambda x: (F.dropout(x.cos(), 0.1, True), x + torch.rand(96))[1],
 }
 
 
@@ -82,11 +87,32 @@ class _Net(nn.Module):
         return self.b(self.drop2(h + 0.1 * torch.randn_like(h)))
 
 
+class _UnreadDropout(_Net):
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        self.drop1(h)                       # drawn, never read: the generator still advances
+        return self.b(self.drop2(h))
+
+
+TRAINING = {"two_dropouts_randn_like": _Net, "unread_dropout": _UnreadDropout}
+
+
 @pytest.mark.parametrize("backend", list(BACKENDS))
-def test_training_step_reuses_forward_mask_and_leaves_eager_state(backend):
+@pytest.mark.parametrize("case", list(TRAINING))
+def test_training_step_reuses_forward_mask_and_leaves_eager_state(case, backend):
+    _check_training(case, backend)
+
+
+@pytest.mark.parametrize("case", list(TRAINING))
+def test_fallback_partitioner_keeps_unread_draws(case, monkeypatch):
+    monkeypatch.setattr(aot_mod, "_partitioner", lambda: aot_mod.fallback_partition)
+    _check_training(case, "aot_eager_prims")
+
+
+def _check_training(case, backend):
     torch.manual_seed(0)
-    eager = _Net()
-    model = _Net()
+    eager = TRAINING[case]()
+    model = TRAINING[case]()
     model.load_state_dict(eager.state_dict())
     compiled = ember.compile(model, **BACKENDS[backend])
     for step in range(2):
