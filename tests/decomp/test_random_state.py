@@ -38,6 +38,26 @@ def _graph_break(x):
     return F.dropout(y.sin(), 0.25, training=True)
 
 
+def _save_draw_restore(x):
+    state = torch.get_rng_state()
+    y = F.dropout(x, 0.5, training=True)
+    torch.set_rng_state(state)                  # the same mask again, then fresh numbers
+    return y * F.dropout(x, 0.5, training=True) + torch.rand_like(x)
+
+
+def _reseed_inside(x):
+    y = torch.randn_like(x)
+    torch.manual_seed(11)
+    return F.dropout(x + y, 0.5, training=True)
+
+
+def _generator_object_state(x):
+    state = torch.default_generator.get_state()
+    y = torch.rand_like(x)
+    torch.default_generator.set_state(state)
+    return y - torch.rand_like(x)
+
+
 FORWARD = {
     "dropout": lambda x: F.dropout(x, 0.5, training=True) * 2,
     "dropout_p03_fused": lambda x: F.dropout(x.sin() + 1, 0.3, training=True).cos(),
@@ -49,6 +69,9 @@ FORWARD = {
     "rand_like_then_dropout": lambda x: F.dropout(x * torch.rand_like(x), 0.4, True) + torch.rand_like(x),
     "randn_randint_dropout": lambda x: F.dropout(x + torch.randn(96), 0.5, True) * torch.randint(0, 3, (96,)),
     "graph_break": _graph_break,
+    "get_set_rng_state_inside": _save_draw_restore,
+    "manual_seed_inside": _reseed_inside,
+    "generator_get_set_state_inside": _generator_object_state,
     # a draw nothing reads still advances eager's generator
     "unread_dropout": lambda x: (F.dropout(x, 0.5, training=True), x - 1)[1],
     "unread_bernoulli_": lambda x: (torch.empty_like(x).bernoulli_(0.5), x * 3)[1],
@@ -130,3 +153,11 @@ def _check_training(case, backend):
             torch.testing.assert_close(gc, ge)
         assert torch.equal(state_c, state_e), "generator state after the training step differs from eager's"
         assert torch.equal(next_c, next_e)
+
+
+@pytest.mark.parametrize("fn", [_save_draw_restore, _reseed_inside], ids=["get_set_rng_state", "manual_seed"])
+def test_generator_state_calls_break_the_graph(fn):
+    with pytest.raises(ember.Unsupported) as info:
+        ember.compile(fn, fullgraph=True)(torch.randn(8))
+    msg = str(info.value)
+    assert "random generator's state" in msg and "test_random_state.py" in msg, msg
