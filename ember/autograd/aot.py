@@ -316,6 +316,7 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     from ember.decomp import MISSING, decomposition_graph, has_decomposition
 
     graph = _copy_graph(gm.graph)
+    traced = {n: n.meta.get("val") for n in graph.nodes}     # each value as eager lays it out
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
@@ -323,13 +324,17 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
             if isinstance(node.target, torch._ops.OpOverload):
                 MISSING[node.target] += 1      # stays an ATen call: ember.decomp.coverage_report() lists it
             continue
-        args, kwargs = fx.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
+        # Prims lay out what they make row-major; a random op's values depend on the layout of the tensor
+        # eager fills (its input's: bernoulli_ of an empty_like of a transposed tensor), so it sees that one.
+        seeded = torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+        args, kwargs = fx.map_arg((node.args, node.kwargs),
+                                  lambda a: traced.get(a) if seeded and a in traced else a.meta.get("val"))
         sub = decomposition_graph(node.target, *args, **kwargs)
         operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
         env = dict(zip([n for n in sub.nodes if n.op == "placeholder"], operands))
         with graph.inserting_before(node):
             result = graph.graph_copy(sub, env)
-        _replace_result(graph, node, result)
+        _replace_result(graph, node, result, traced)
         _erase_replaced(graph, node)
     graph.eliminate_dead_code(is_impure_node)
     return fx.GraphModule(gm, graph)
@@ -346,17 +351,21 @@ def _erase_replaced(graph: fx.Graph, node: fx.Node) -> None:
         graph.erase_node(node)
 
 
-def _replace_result(graph: fx.Graph, node: fx.Node, result: Any) -> None:
+def _replace_result(graph: fx.Graph, node: fx.Node, result: Any, traced: dict[fx.Node, Any]) -> None:
+    """Point ``node``'s users at ``result``; ``traced`` gives the new nodes the traced values they stand for."""
     if isinstance(result, (tuple, list)):
         for user in list(node.users):
             if user.op == "call_function" and user.target is operator.getitem:
                 item = result[user.args[1]]
                 if isinstance(item, fx.Node):
                     user.replace_all_uses_with(item)
+                    traced.setdefault(item, traced.get(user))
                 else:
                     raise AotError(f"decomposition of {node.target} returned a non-tensor item {item!r}")
     else:
         node.replace_all_uses_with(result)
+        if isinstance(result, fx.Node):
+            traced.setdefault(result, traced.get(node))
 
 
 def _log_graphs(kind: str, fwd: fx.GraphModule, bwd: fx.GraphModule | None, summary: str) -> None:

@@ -10,7 +10,7 @@ import torch
 
 from . import prims as P
 from .decomp_reduce import reduce_sum
-from .helpers import broadcast_to, opmath, to, where
+from .helpers import broadcast_to, memory_order, opmath, to, where
 from .meta import canonical_dim, is_tensorlike, opmath_dtype, prod
 from .registry import decompose, register_decomposition
 
@@ -345,7 +345,7 @@ def _mse_loss_backward(grad: Any, x: Any, target: Any, reduction: int) -> Any:
 def _native_dropout(x: Any, p: float, train: Any) -> tuple:
     if not train or p == 0:
         return P.clone(x), P.full(tuple(x.shape), True, torch.bool, x.device)
-    keep = P.native_dropout_mask(tuple(x.shape), float(p), x.dtype, x.device)
+    keep = P.native_dropout_mask(tuple(x.shape), float(p), x.dtype, x.device, memory_order(x))
     scale = 1.0 / (1.0 - p) if p < 1 else 0.0
     # eager: input.mul(mask).mul_(scale), each in the input's dtype
     return P.mul(P.mul(x, to(keep, x.dtype)), scale), keep
@@ -365,7 +365,7 @@ def _dropout(x: Any, p: float, train: bool) -> Any:
 def _bernoulli_p(x: Any, p: float = 0.5, *, generator: Any = None) -> Any:
     if generator is not None:
         return P.aten_extern(aten.bernoulli.p, (x, p), {"generator": generator})
-    return P.bernoulli(tuple(x.shape), float(p), x.dtype, x.device)
+    return P.bernoulli(tuple(x.shape), float(p), x.dtype, x.device, memory_order(x))
 
 
 @register_decomposition(aten.embedding.default)

@@ -72,6 +72,13 @@ FORWARD = {
     "get_set_rng_state_inside": _save_draw_restore,
     "manual_seed_inside": _reseed_inside,
     "generator_get_set_state_inside": _generator_object_state,
+    # eager fills the mask in its input's memory order (dims by decreasing stride)
+    "dropout_transposed": lambda x: F.dropout(x.view(8, 12).t(), 0.5, training=True),
+    "dropout_permuted_3d": lambda x: F.dropout(x.view(2, 6, 8).permute(2, 0, 1), 0.3, training=True) * 3,
+    "dropout_of_transposed_sin": lambda x: F.dropout(x.view(8, 12).t().sin(), 0.5, training=True),
+    # ATen's native_dropout (what CUDA's dropout traces to), called directly here on CPU
+    "native_dropout": lambda x: torch.native_dropout(x * 2, 0.4, True)[0],
+    "native_dropout_transposed_mask": lambda x: torch.native_dropout(x.view(8, 12).t(), 0.5, True)[1].float(),
     # a draw nothing reads still advances eager's generator
     "unread_dropout": lambda x: (F.dropout(x, 0.5, training=True), x - 1)[1],
     "unread_bernoulli_": lambda x: (torch.empty_like(x).bernoulli_(0.5), x * 3)[1],
@@ -117,7 +124,14 @@ class _UnreadDropout(_Net):
         return self.b(self.drop2(h))
 
 
-TRAINING = {"two_dropouts_randn_like": _Net, "unread_dropout": _UnreadDropout}
+class _TransposedDropout(_Net):
+    def forward(self, x):
+        h = torch.tanh(self.a(x)).t()          # the mask is drawn in the transposed layout
+        return self.b(self.drop1(h).t())
+
+
+TRAINING = {"two_dropouts_randn_like": _Net, "unread_dropout": _UnreadDropout,
+            "transposed_dropout": _TransposedDropout}
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
