@@ -320,13 +320,15 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        if not has_decomposition(node.target):
-            if isinstance(node.target, torch._ops.OpOverload):
-                MISSING[node.target] += 1      # stays an ATen call: ember.decomp.coverage_report() lists it
-            continue
         # Prims lay out what they make row-major; a random op's values depend on the layout of the tensor
         # eager fills (its input's: bernoulli_ of an empty_like of a transposed tensor), so it sees that one.
         seeded = torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+        if not has_decomposition(node.target):
+            if isinstance(node.target, torch._ops.OpOverload):
+                MISSING[node.target] += 1      # stays an ATen call: ember.decomp.coverage_report() lists it
+            if seeded:
+                _give_traced_layouts(graph, node, traced)
+            continue
         args, kwargs = fx.map_arg((node.args, node.kwargs),
                                   lambda a: traced.get(a) if seeded and a in traced else a.meta.get("val"))
         sub = decomposition_graph(node.target, *args, **kwargs)
@@ -338,6 +340,31 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
         _erase_replaced(graph, node)
     graph.eliminate_dead_code(is_impure_node)
     return fx.GraphModule(gm, graph)
+
+
+def _give_traced_layouts(graph: fx.Graph, node: fx.Node, traced: dict[fx.Node, Any]) -> None:
+    """A random ATen op that stays a call (``rand_like``, ``exponential``, ``bernoulli`` of a tensor) fills a
+    tensor laid out like its input, in memory order: each tensor argument that eager lays out in another order
+    than its prims do (``rand_like(x.t() * 2)``) is passed as a copy in eager's order."""
+    from ember.decomp import prims as P
+    from ember.decomp.helpers import memory_order
+    from ember.decomp.meta import meta_of
+
+    for a in list(node.all_input_nodes):
+        val, now = traced.get(a), a.meta.get("val")
+        if not isinstance(val, torch.Tensor) or now is None:
+            continue
+        order = memory_order(val)
+        if order is None or memory_order(now) == order:
+            continue
+        inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+        b = a
+        with graph.inserting_before(node):
+            for prim, extra in ((P.permute, (order,)), (P.clone, ()), (P.permute, (inverse,))):
+                meta = prim.meta(b.meta["val"] if b is not a else meta_of(now), *extra)
+                b = graph.call_function(prim, (b, *extra))
+                b.meta["val"] = meta
+        node.replace_input_with(a, b)
 
 
 def _erase_replaced(graph: fx.Graph, node: fx.Node) -> None:

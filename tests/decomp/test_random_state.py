@@ -76,6 +76,13 @@ FORWARD = {
     "dropout_transposed": lambda x: F.dropout(x.view(8, 12).t(), 0.5, training=True),
     "dropout_permuted_3d": lambda x: F.dropout(x.view(2, 6, 8).permute(2, 0, 1), 0.3, training=True) * 3,
     "dropout_of_transposed_sin": lambda x: F.dropout(x.view(8, 12).t().sin(), 0.5, training=True),
+    # random ATen calls fill a tensor laid out like their (computed) input, in memory order
+    "rand_like_transposed": lambda x: torch.rand_like(x.view(8, 12).t() * 2),
+    "randn_like_transposed": lambda x: torch.randn_like(x.view(8, 12).t().cos()) + 1,
+    "randint_like_transposed": lambda x: torch.randint_like(x.view(8, 12).t() + 1, 10),
+    "exponential_transposed": lambda x: (x.view(8, 12).t() * 2).exponential_(),
+    "normal_tensor_mean_transposed": lambda x: torch.normal(x.view(8, 12).t() * 3, 1.0),
+    "bernoulli_tensor_transposed": lambda x: torch.bernoulli((x.view(8, 12).t() * 2).sigmoid()),
     # ATen's native_dropout (what CUDA's dropout traces to), called directly here on CPU
     "native_dropout": lambda x: torch.native_dropout(x * 2, 0.4, True)[0],
     "native_dropout_transposed_mask": lambda x: torch.native_dropout(x.view(8, 12).t(), 0.5, True)[1].float(),
