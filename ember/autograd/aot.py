@@ -326,7 +326,7 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
         if not has_decomposition(node.target):
             if isinstance(node.target, torch._ops.OpOverload):
                 MISSING[node.target] += 1      # stays an ATen call: ember.decomp.coverage_report() lists it
-            if seeded:
+            if seeded or node.target in _STORAGE_OPS:
                 _give_traced_layouts(graph, node, traced)
             continue
         args, kwargs = fx.map_arg((node.args, node.kwargs),
@@ -342,10 +342,16 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     return fx.GraphModule(gm, graph)
 
 
+# ATen calls whose strides and offset address their input's memory: meaningful only on the traced layout
+# (functionalization writes an in-place op on a fresh transposed tensor back with as_strided_scatter).
+_STORAGE_OPS = (torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_scatter.default)
+
+
 def _give_traced_layouts(graph: fx.Graph, node: fx.Node, traced: dict[fx.Node, Any]) -> None:
     """A random ATen op that stays a call (``rand_like``, ``exponential``, ``bernoulli`` of a tensor) fills a
-    tensor laid out like its input, in memory order: each tensor argument that eager lays out in another order
-    than its prims do (``rand_like(x.t() * 2)``) is passed as a copy in eager's order."""
+    tensor laid out like its input, in memory order, and ``as_strided(_scatter)`` addresses its input's
+    memory: each tensor argument that eager lays out in another order than its prims do
+    (``rand_like(x.t() * 2)``, ``empty_like(x.t())``) is passed as a copy in eager's order."""
     from ember.decomp import prims as P
     from ember.decomp.helpers import memory_order
     from ember.decomp.meta import meta_of

@@ -225,7 +225,8 @@ def _seed_impl(device: Any = "cpu") -> torch.Tensor:
     return torch.randint(0, 2 ** 62, (), dtype=torch.int64).to(device)
 
 
-def _empty_in_order(shape: Sequence, dtype: torch.dtype, device: Any, order: Sequence[int] | None) -> torch.Tensor:
+def _empty_in_order(shape: Sequence, dtype: torch.dtype, device: Any,
+                    order: Sequence[int] | None) -> torch.Tensor:
     """An empty tensor whose dims lie in memory in ``order`` (outermost first; None: row-major)."""
     if order is None:
         return torch.empty(tuple(shape), dtype=dtype, device=device)
@@ -233,9 +234,10 @@ def _empty_in_order(shape: Sequence, dtype: torch.dtype, device: Any, order: Seq
     return t.permute(sorted(range(len(order)), key=lambda d: order[d]))
 
 
-# ATen's random kernels fill a tensor in its memory order (CPU) or pick their kernel by its layout (CUDA's fused
-# dropout), so the values a position gets depend on the strides of the tensor eager allocates (``empty_like`` of
-# the input: its layout). ``order`` gives that layout; the result is returned row-major, as the meta says.
+# ATen's random kernels fill a tensor in its memory order (CPU) or pick their kernel by its layout (CUDA's
+# fused dropout), so the values a position gets depend on the strides of the tensor eager allocates
+# (``empty_like`` of the input: its layout). ``order`` gives that layout; the result is returned row-major, as
+# the meta says.
 def _bernoulli_impl(shape: Sequence, p: float, dtype: torch.dtype, device: Any,
                     order: Sequence[int] | None = None) -> torch.Tensor:
     return _empty_in_order(shape, dtype, device, order).bernoulli_(p).contiguous()

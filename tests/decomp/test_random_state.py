@@ -83,6 +83,10 @@ FORWARD = {
     "exponential_transposed": lambda x: (x.view(8, 12).t() * 2).exponential_(),
     "normal_tensor_mean_transposed": lambda x: torch.normal(x.view(8, 12).t() * 3, 1.0),
     "bernoulli_tensor_transposed": lambda x: torch.bernoulli((x.view(8, 12).t() * 2).sigmoid()),
+    # in-place draws into a fresh transposed tensor (functionalized to as_strided_scatter on it)
+    "bernoulli_inplace_empty_like_transposed": lambda x: torch.empty_like(x.view(8, 12).t()).bernoulli_(0.3),
+    "uniform_inplace_empty_like_permuted":
+        lambda x: torch.empty_like(x.view(2, 6, 8).permute(2, 0, 1)).uniform_(),
     # ATen's native_dropout (what CUDA's dropout traces to), called directly here on CPU
     "native_dropout": lambda x: torch.native_dropout(x * 2, 0.4, True)[0],
     "native_dropout_transposed_mask": lambda x: torch.native_dropout(x.view(8, 12).t(), 0.5, True)[1].float(),

@@ -37,7 +37,7 @@ _IMPURE_NO_TENSOR = {torch.set_default_dtype, torch.set_printoptions, torch.set_
                      torch.use_deterministic_algorithms, torch.set_default_tensor_type}
 # Functions that read or replace the state of torch's global generator. A graph break runs them eagerly
 # between graphs, where the state is the real one: the graphs draw from that generator in program order, so
-# saving the state, drawing, and restoring it behaves as in eager. Traced, they would run once, at compile time.
+# saving the state, drawing and restoring it behaves as in eager. Traced, they would run once, at compile time.
 _RNG_STATE = {torch.manual_seed, torch.seed, torch.get_rng_state, torch.set_rng_state}
 REQUIRES_GRAD = "requires_grad"     # the tag of a tensor's requires_grad guard
 
