@@ -4,7 +4,9 @@ View prims (``broadcast_in_dim``, ``permute``, ``squeeze``, ``unsqueeze``, ``sli
 rules that compute strides from the input's strides; movement prims (``reshape``, ``cat``, ``pad``, ``flip``,
 ``clone``) produce contiguous results. RNG prims ``uniform``/``normal`` are pure functions of an explicit
 ``(seed, offset)``; ``bernoulli``/``native_dropout_mask`` (what the default decompositions use) draw from
-torch's generator in program order, as eager does, so seeded programs reproduce eager's masks.
+torch's generator in program order with ATen's kernels, on a tensor laid out as eager's (``order``), so seeded
+programs reproduce eager's masks and leave the generator in eager's state. They are tagged ``stateful``: dead
+code elimination keeps them (``core.is_impure_node``) even when nothing reads their result, as eager draws.
 ``mm``/``bmm``/``addmm``/``convolution``/``sdpa`` are extern kernels; ``aten_extern`` runs any ATen op that has
 no decomposition (its meta rule runs the op's meta-device kernel and needs concrete sizes).
 """

@@ -3,8 +3,9 @@
 From the same seed, a compiled call gives eager's random values (dropout masks, bernoulli, rand/randn...) and
 leaves the generator in eager's state, so every random op the program runs afterwards also matches eager's:
 forward only, in training (the backward reuses the forward's mask, it never draws again), several random ops
-in one graph, random ops across graph breaks. Checked on the kernel backend (``ember``) and on ``aot_eager``
-with ember's decompositions (prims run their reference implementations).
+in one graph, random ops across graph breaks. Checked on the kernel backend (``ember``), with and without
+``fallback_random`` (torch.compile's option; ember's default already gives what it asks for), and on
+``aot_eager`` with ember's decompositions (prims run their reference implementations).
 """
 import pytest
 import torch
@@ -16,6 +17,7 @@ from ember.autograd import aot as aot_mod
 F = nn.functional
 BACKENDS = {
     "ember": dict(),
+    "ember_fallback_random": dict(options={"fallback_random": True}),
     "aot_eager_prims": dict(backend="aot_eager", options={"aot_decompose": True}),
 }
 
