@@ -320,8 +320,6 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        # Prims lay out what they make row-major; a random op's values depend on the layout of the tensor
-        # eager fills (its input's: bernoulli_ of an empty_like of a transposed tensor), so it sees that one.
         seeded = torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
         if not has_decomposition(node.target):
             if isinstance(node.target, torch._ops.OpOverload):
@@ -331,6 +329,8 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
             continue
         args, kwargs = fx.map_arg((node.args, node.kwargs),
                                   lambda a: traced.get(a) if seeded and a in traced else a.meta.get("val"))
+        if seeded:
+            args = _filled_layout(node, args, traced)
         sub = decomposition_graph(node.target, *args, **kwargs)
         operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
         env = dict(zip([n for n in sub.nodes if n.op == "placeholder"], operands))
@@ -345,6 +345,20 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
 # ATen calls whose strides and offset address their input's memory: meaningful only on the traced layout
 # (functionalization writes an in-place op on a fresh transposed tensor back with as_strided_scatter).
 _STORAGE_OPS = (torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_scatter.default)
+
+
+def _filled_layout(node: fx.Node, args: tuple, traced: dict[fx.Node, Any]) -> tuple:
+    """``args`` for a random op's decomposition, its first one standing for the tensor eager fills: prims lay out
+    what they make row-major, but the values a position gets depend on that tensor's layout. It is the op's
+    result (the node's traced value: for a functionalized ``bernoulli_`` the tensor written in place, for the
+    functional ``bernoulli.p`` a fresh row-major one) when that is one tensor of the input's shape, else the
+    input as traced (``native_dropout`` draws into ``empty_like(input)``)."""
+    from ember.decomp.meta import TensorMeta
+
+    out, first = traced.get(node), args[0] if args else None
+    if isinstance(out, torch.Tensor) and isinstance(first, torch.Tensor) and out.shape == first.shape:
+        return (TensorMeta(tuple(first.shape), first.dtype, first.device, tuple(out.stride())), *args[1:])
+    return args
 
 
 def _give_traced_layouts(graph: fx.Graph, node: fx.Node, traced: dict[fx.Node, Any]) -> None:

@@ -86,11 +86,13 @@ FORWARD = {
     "normal_tensor_mean_transposed": lambda x: torch.normal(x.view(8, 12).t() * 3, 1.0),
     "bernoulli_tensor_transposed": lambda x: torch.bernoulli((x.view(8, 12).t() * 2).sigmoid()),
     # in-place draws into a fresh transposed tensor (functionalized to as_strided_scatter on it)
+    "bernoulli_functional_transposed": lambda x: torch.bernoulli(x.view(8, 12).t(), 0.3),   # fills row-major
     "bernoulli_inplace_empty_like_transposed": lambda x: torch.empty_like(x.view(8, 12).t()).bernoulli_(0.3),
     "uniform_inplace_empty_like_permuted":
         lambda x: torch.empty_like(x.view(2, 6, 8).permute(2, 0, 1)).uniform_(),
     # ATen's native_dropout (what CUDA's dropout traces to), called directly here on CPU
     "native_dropout": lambda x: torch.native_dropout(x * 2, 0.4, True)[0],
+    "native_dropout_p0_draws": lambda x: torch.native_dropout(x, 0.0, True)[0] + torch.rand_like(x),
     "native_dropout_transposed_mask": lambda x: torch.native_dropout(x.view(8, 12).t(), 0.5, True)[1].float(),
     # a draw nothing reads still advances eager's generator
     "unread_dropout": lambda x: (F.dropout(x, 0.5, training=True), x - 1)[1],
@@ -188,3 +190,34 @@ def test_generator_state_calls_break_the_graph(fn):
         ember.compile(fn, fullgraph=True)(torch.randn(8))
     msg = str(info.value)
     assert "random generator's state" in msg and "test_random_state.py" in msg, msg
+
+
+aten = torch.ops.aten
+DECOMPOSED = [(op, p, train, layout) for op in ("native_dropout", "dropout") for p in (0.0, 0.3, 1.0)
+              for train in (True, None, False) for layout in ("rows", "transposed")
+              if not (op == "dropout" and train is None)] + \
+    [("bernoulli_p", p, None, "rows") for p in (0.0, 0.3, 1.0)]
+# bernoulli.p's decomposition draws in the layout of its input, which decompose_graph sets to the layout of the
+# tensor eager fills (row-major for a functional call, the tensor's own for a functionalized bernoulli_); run on
+# a transposed real tensor alone it cannot know which (the compiled rows above cover both).
+
+
+@pytest.mark.parametrize("op,p,train,layout", DECOMPOSED, ids=str)
+def test_random_decompositions_draw_as_aten(op, p, train, layout):
+    """Each random decomposition run on real tensors: ATen's values, and the generator left where ATen leaves
+    it (ATen draws for p == 0 and p == 1 in native_dropout on CPU, train None means training)."""
+    import ember.decomp as D
+    x = torch.randn(6, 10, generator=torch.Generator().manual_seed(5))
+    x = x.t() if layout == "transposed" else x
+    target, args = {"native_dropout": (aten.native_dropout.default, (x, p, train)),
+                    "dropout": (aten.dropout.default, (x, p, train)),
+                    "bernoulli_p": (aten.bernoulli.p, (x, p))}[op]
+    results = []
+    for run in (lambda: target(*args), lambda: D.run_decomposition(target, *args)):
+        torch.manual_seed(0)
+        out = run()
+        results.append((out if isinstance(out, tuple) else (out,), torch.get_rng_state()))
+    (ref, ref_state), (got, got_state) = results
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r)
+    assert torch.equal(got_state, ref_state), "the decomposition drew otherwise than ATen"
