@@ -94,6 +94,15 @@ FORWARD = {
     "native_dropout": lambda x: torch.native_dropout(x * 2, 0.4, True)[0],
     "native_dropout_p0_draws": lambda x: torch.native_dropout(x, 0.0, True)[0] + torch.rand_like(x),
     "native_dropout_transposed_mask": lambda x: torch.native_dropout(x.view(8, 12).t(), 0.5, True)[1].float(),
+    # library random ops built on bernoulli_ / exponential_ / uniform_ and ATen random calls
+    "dropout2d": lambda x: F.dropout2d(x.view(2, 6, 4, 2), 0.5, True),
+    "alpha_dropout": lambda x: F.alpha_dropout(x, 0.3, True),
+    "feature_alpha_dropout": lambda x: F.feature_alpha_dropout(x.view(2, 6, 8), 0.3, True),
+    "rrelu_training": lambda x: F.rrelu(x, training=True),
+    "gumbel_softmax": lambda x: F.gumbel_softmax(x.view(8, 12), tau=0.5),
+    "randperm_multinomial": lambda x: x[torch.randperm(96)] + torch.multinomial(x.abs() + 0.1, 96, True),
+    "dropout_channels_last": lambda x: F.dropout(x.view(2, 6, 4, 2).contiguous(
+        memory_format=torch.channels_last) * 2, 0.5, True),
     # a draw nothing reads still advances eager's generator
     "unread_dropout": lambda x: (F.dropout(x, 0.5, training=True), x - 1)[1],
     "unread_bernoulli_": lambda x: (torch.empty_like(x).bernoulli_(0.5), x * 3)[1],
