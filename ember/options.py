@@ -19,6 +19,7 @@ class CompileOptions:
     debug_graphs: bool = False           # keep every captured GraphModule on the cache entry
     aot_decompose: bool = False           # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
     cudagraph_max_records: int = 8       # CUDA graphs recorded per compiled graph before it runs without one
+    fallback_random: bool = False        # torch.compile's name; ember's random ops always match eager (see _doc)
 
     _doc = {
         "cache_size_limit": "compiled entries kept per function before it runs eagerly",
@@ -32,6 +33,14 @@ class CompileOptions:
         "aot_decompose": "aot_eager: decompose ATen ops into ember's primitives before running the graphs",
         "cudagraph_max_records": "CUDA graphs recorded per compiled graph (new shapes, input addresses, or "
                                  "outputs still waiting for backward) before it runs with plain launches",
+        "fallback_random": "accepted for torch.compile compatibility; no effect, since ember always does what it "
+                           "asks for: every random op (dropout, bernoulli, rand/randn and their _like forms, "
+                           "randint, multinomial, normal_/uniform_/exponential_) calls ATen's kernel on torch's "
+                           "global generator, in program order, on a tensor laid out as eager's, never an "
+                           "in-kernel generator; so from the same seed a compiled call gives eager's random "
+                           "values and leaves the generator (CPU, and CUDA's philox offset) where eager does. "
+                           "The backward reuses the forward's masks; get_rng_state/set_rng_state/manual_seed "
+                           "inside a compiled function are graph breaks",
     }
 
 

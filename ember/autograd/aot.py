@@ -36,9 +36,10 @@ from torch.utils._pytree import tree_unflatten
 from ember import logs
 from ember.autograd.aliasing import SyntheticBases, alias_groups
 from ember.autograd.functionalize import functionalize
-from ember.autograd.partition import PartitionResult, partition_joint
+from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.runtime import AliasInfo, CompiledGraphs, run_inference, run_training
 from ember.autograd.trace import TracedGraph, trace_aten
+from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
 
 GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
@@ -70,7 +71,8 @@ def fallback_partition(joint: fx.GraphModule, num_primals: int, num_tangents: in
         if n in needed and n not in bwd_side and n.op != "get_attr" and n.op != "output":
             if any(u in bwd_side and u in needed for u in n.users) or n in grad_outs:
                 saved.append(n)
-    fwd = _subgraph(joint, primals, fwd_outs + saved)
+    draws = [n for n in nodes if is_rng(n) and n not in bwd_side]    # run even if unread, as eager does
+    fwd = _subgraph(joint, primals, fwd_outs + saved, draws)
     bwd = _subgraph(joint, saved + tangents, grad_outs)
     names = [n.name for n in saved]
     summary = f"fallback partitioner: saved {len(saved)} values ({', '.join(names) or 'none'}), recomputed 0"
@@ -89,14 +91,16 @@ def _ancestors(roots: list[fx.Node], stop: frozenset | set = frozenset()) -> set
     return seen
 
 
-def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any]) -> fx.GraphModule:
-    """A graph computing ``outputs`` from ``inputs`` (the rest of what they need is copied from ``joint``)."""
+def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any],
+              effects: Sequence[fx.Node] = ()) -> fx.GraphModule:
+    """A graph computing ``outputs`` from ``inputs`` (the rest of what they need is copied from ``joint``), and
+    running the ``effects`` nodes too (random draws nothing reads)."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for n in inputs:
         env[n] = graph.placeholder(n.name)
         env[n].meta = dict(n.meta)
-    needed = _ancestors([o for o in outputs if isinstance(o, fx.Node)], set(inputs))
+    needed = _ancestors([o for o in outputs if isinstance(o, fx.Node)] + list(effects), set(inputs))
     for n in joint.graph.nodes:
         if n in env or n not in needed:
             continue
@@ -104,7 +108,7 @@ def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any]) 
             raise AotError(f"partition: {n.name} is needed but is not an input of this graph")
         env[n] = graph.node_copy(n, lambda a: env[a])
     graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node)
     return fx.GraphModule(joint, graph)
 
 
@@ -320,35 +324,103 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     from ember.decomp import MISSING, decomposition_graph, has_decomposition
 
     graph = _copy_graph(gm.graph)
+    traced = {n: n.meta.get("val") for n in graph.nodes}     # each value as eager lays it out
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
+        seeded = torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
         if not has_decomposition(node.target):
             if isinstance(node.target, torch._ops.OpOverload):
                 MISSING[node.target] += 1      # stays an ATen call: ember.decomp.coverage_report() lists it
+            if seeded or node.target in _STORAGE_OPS:
+                _give_traced_layouts(graph, node, traced)
             continue
-        args, kwargs = fx.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
+        args, kwargs = fx.map_arg((node.args, node.kwargs),
+                                  lambda a: traced.get(a) if seeded and a in traced else a.meta.get("val"))
+        if seeded:
+            args = _filled_layout(node, args, traced)
         sub = decomposition_graph(node.target, *args, **kwargs)
         operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
         env = dict(zip([n for n in sub.nodes if n.op == "placeholder"], operands))
         with graph.inserting_before(node):
             result = graph.graph_copy(sub, env)
-        _replace_result(graph, node, result)
-    graph.eliminate_dead_code()
+        _replace_result(graph, node, result, traced)
+        _erase_replaced(graph, node)
+    graph.eliminate_dead_code(is_impure_node)
     return fx.GraphModule(gm, graph)
 
 
-def _replace_result(graph: fx.Graph, node: fx.Node, result: Any) -> None:
+# ATen calls whose strides and offset address their input's memory: meaningful only on the traced layout
+# (functionalization writes an in-place op on a fresh transposed tensor back with as_strided_scatter).
+_STORAGE_OPS = (torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_scatter.default)
+
+
+def _filled_layout(node: fx.Node, args: tuple, traced: dict[fx.Node, Any]) -> tuple:
+    """``args`` for a random op's decomposition, its first one standing for the tensor eager fills: prims lay out
+    what they make row-major, but the values a position gets depend on that tensor's layout. It is the op's
+    result (the node's traced value: for a functionalized ``bernoulli_`` the tensor written in place, for the
+    functional ``bernoulli.p`` a fresh row-major one) when that is one tensor of the input's shape, else the
+    input as traced (``native_dropout`` draws into ``empty_like(input)``)."""
+    from ember.decomp.meta import TensorMeta
+
+    out, first = traced.get(node), args[0] if args else None
+    if isinstance(out, torch.Tensor) and isinstance(first, torch.Tensor) and out.shape == first.shape:
+        return (TensorMeta(tuple(first.shape), first.dtype, first.device, tuple(out.stride())), *args[1:])
+    return args
+
+
+def _give_traced_layouts(graph: fx.Graph, node: fx.Node, traced: dict[fx.Node, Any]) -> None:
+    """A random ATen op that stays a call (``rand_like``, ``exponential``, ``bernoulli`` of a tensor) fills a
+    tensor laid out like its input, in memory order, and ``as_strided(_scatter)`` addresses its input's
+    memory: each tensor argument that eager lays out in another order than its prims do
+    (``rand_like(x.t() * 2)``, ``empty_like(x.t())``) is passed as a copy in eager's order."""
+    from ember.decomp import prims as P
+    from ember.decomp.helpers import memory_order
+    from ember.decomp.meta import meta_of
+
+    for a in list(node.all_input_nodes):
+        val, now = traced.get(a), a.meta.get("val")
+        if not isinstance(val, torch.Tensor) or now is None:
+            continue
+        order = memory_order(val)
+        if order is None or memory_order(now) == order:
+            continue
+        inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+        b = a
+        with graph.inserting_before(node):
+            for prim, extra in ((P.permute, (order,)), (P.clone, ()), (P.permute, (inverse,))):
+                meta = prim.meta(b.meta["val"] if b is not a else meta_of(now), *extra)
+                b = graph.call_function(prim, (b, *extra))
+                b.meta["val"] = meta
+        node.replace_input_with(a, b)
+
+
+def _erase_replaced(graph: fx.Graph, node: fx.Node) -> None:
+    """Erase a node its decomposition replaced, with its now unused ``getitem`` users. Dead-code elimination
+    cannot be left to do it: FX keeps nodes it deems impure, and every RNG op (``bernoulli.p``,
+    ``native_dropout``) is, so the original would run too and draw from the generator a second time."""
+    for user in list(node.users):
+        if user.op == "call_function" and user.target is operator.getitem and not user.users:
+            graph.erase_node(user)
+    if not node.users:
+        graph.erase_node(node)
+
+
+def _replace_result(graph: fx.Graph, node: fx.Node, result: Any, traced: dict[fx.Node, Any]) -> None:
+    """Point ``node``'s users at ``result``; ``traced`` gives the new nodes the traced values they stand for."""
     if isinstance(result, (tuple, list)):
         for user in list(node.users):
             if user.op == "call_function" and user.target is operator.getitem:
                 item = result[user.args[1]]
                 if isinstance(item, fx.Node):
                     user.replace_all_uses_with(item)
+                    traced.setdefault(item, traced.get(user))
                 else:
                     raise AotError(f"decomposition of {node.target} returned a non-tensor item {item!r}")
     else:
         node.replace_all_uses_with(result)
+        if isinstance(result, fx.Node):
+            traced.setdefault(result, traced.get(node))
 
 
 def _log_graphs(kind: str, fwd: fx.GraphModule, bwd: fx.GraphModule | None, summary: str) -> None:

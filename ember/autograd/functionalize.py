@@ -27,6 +27,7 @@ import torch
 import torch.fx as fx
 
 from ember.autograd.trace import TracedGraph
+from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
 
 aten = torch.ops.aten
@@ -282,7 +283,7 @@ def functionalize(traced: TracedGraph) -> TracedGraph:
         write_backs.append((i, len(outs)))
         outs.append(new)
     f.graph.output(tuple(outs))
-    f.graph.eliminate_dead_code()
+    f.graph.eliminate_dead_code(is_impure_node)
     gm = fx.GraphModule(traced.gm, f.graph)
     return replace(traced, gm=gm, write_backs=write_backs)
 

@@ -44,6 +44,16 @@ def register_prim(name: str, impl: Callable, meta: Callable, kind: str, tags: tu
     return p
 
 
+def is_impure_node(node: Any) -> bool:
+    """``torch.fx.Graph.eliminate_dead_code``'s test, knowing prims: a node must run even when nothing reads
+    its result if FX deems it impure (mutations, ATen RNG ops) or it calls a ``stateful`` prim, one that draws
+    from torch's generator (``bernoulli``, ``native_dropout_mask``, ``rng_seed``): dropping it would leave the
+    generator behind eager's, and every later random number of the program would differ."""
+    if node.op == "call_function" and isinstance(node.target, Prim):
+        return "stateful" in node.target.tags
+    return node.is_impure()
+
+
 def eager_handler(prim: Prim, args: tuple, kwargs: dict) -> Any:
     return prim.impl(*args, **kwargs)
 

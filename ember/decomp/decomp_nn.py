@@ -10,7 +10,7 @@ import torch
 
 from . import prims as P
 from .decomp_reduce import reduce_sum
-from .helpers import broadcast_to, opmath, to, where
+from .helpers import broadcast_to, memory_order, opmath, to, where
 from .meta import canonical_dim, is_tensorlike, opmath_dtype, prod
 from .registry import decompose, register_decomposition
 
@@ -343,9 +343,11 @@ def _mse_loss_backward(grad: Any, x: Any, target: Any, reduction: int) -> Any:
 # dropout, embedding, indexing -----------------------------------------------------------------------------
 @register_decomposition(aten.native_dropout.default)
 def _native_dropout(x: Any, p: float, train: Any) -> tuple:
-    if not train or p == 0:
+    # train None means training. Whenever training, ATen's kernel decides what it draws (p == 0 draws on every
+    # device, p == 1 on CPU only, an empty tensor nowhere), so the mask prim runs it for every p.
+    if train is False:
         return P.clone(x), P.full(tuple(x.shape), True, torch.bool, x.device)
-    keep = P.native_dropout_mask(tuple(x.shape), float(p), x.dtype, x.device)
+    keep = P.native_dropout_mask(tuple(x.shape), float(p), x.dtype, x.device, memory_order(x))
     scale = 1.0 / (1.0 - p) if p < 1 else 0.0
     # eager: input.mul(mask).mul_(scale), each in the input's dtype
     return P.mul(P.mul(x, to(keep, x.dtype)), scale), keep
@@ -358,14 +360,20 @@ def _native_dropout_backward(grad: Any, mask: Any, scale: float) -> Any:
 
 @register_decomposition(aten.dropout.default)
 def _dropout(x: Any, p: float, train: bool) -> Any:
-    return _native_dropout(x, p, train)[0]
+    # eager draws nothing when not training and for p == 0 or p == 1 (it returns the input, or it times zero)
+    if not train or p == 0:
+        return P.clone(x)
+    if p >= 1:
+        return P.mul(x, 0.0)
+    return _native_dropout(x, p, True)[0]
 
 
 @register_decomposition(aten.bernoulli.p)
 def _bernoulli_p(x: Any, p: float = 0.5, *, generator: Any = None) -> Any:
+    # draws in x's layout: decompose_graph passes the layout of the tensor eager fills (see aot._filled_layout)
     if generator is not None:
         return P.aten_extern(aten.bernoulli.p, (x, p), {"generator": generator})
-    return P.bernoulli(tuple(x.shape), float(p), x.dtype, x.device)
+    return P.bernoulli(tuple(x.shape), float(p), x.dtype, x.device, memory_order(x))
 
 
 @register_decomposition(aten.embedding.default)

@@ -12,7 +12,8 @@ import torch
 
 from . import prims as P
 from .meta import (broadcast_shapes, canonical_dim, canonical_dims, is_complex, is_float, is_tensorlike,
-                   kind_of_dtype, opmath_dtype, same_shape, scalar_for, to_complex_dtype, to_real_dtype)
+                   kind_of_dtype, opmath_dtype, same_shape, scalar_for, strides_of, to_complex_dtype,
+                   to_real_dtype)
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL, COMPLEX_TO_FLOAT, BOOL_TO_LONG, NO_OPMATH = (
     "default", "int_to_float", "always_bool", "complex_to_float", "bool_to_long", "no_opmath")
@@ -163,3 +164,16 @@ def where(cond: Any, a: Any, b: Any) -> Any:
 def full_like(x: Any, value: Any, dtype: torch.dtype | None = None) -> Any:
     dt = dtype or x.dtype
     return P.full(tuple(x.shape), scalar_for(dt, value), dt, x.device)
+
+
+def memory_order(x: Any) -> tuple[int, ...] | None:
+    """The dims of ``x`` from outermost to innermost in memory, the layout ``empty_like(x)`` allocates (dims
+    sorted by decreasing stride, ties in dim order); None when that is row-major, or when a stride is symbolic
+    (the order is then unknown: row-major is assumed)."""
+    try:
+        strides = [int(st) for st in strides_of(x)]      # a sympy Integer converts, a symbol raises
+    except TypeError:
+        return None
+    order = tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d)))
+    big = [d for d in order if x.shape[d] != 1]       # size-1 dims do not change where elements lie
+    return None if big == sorted(big) else order

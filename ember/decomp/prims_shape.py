@@ -4,7 +4,9 @@ View prims (``broadcast_in_dim``, ``permute``, ``squeeze``, ``unsqueeze``, ``sli
 rules that compute strides from the input's strides; movement prims (``reshape``, ``cat``, ``pad``, ``flip``,
 ``clone``) produce contiguous results. RNG prims ``uniform``/``normal`` are pure functions of an explicit
 ``(seed, offset)``; ``bernoulli``/``native_dropout_mask`` (what the default decompositions use) draw from
-torch's generator in program order, as eager does, so seeded programs reproduce eager's masks.
+torch's generator in program order with ATen's kernels, on a tensor laid out as eager's (``order``), so seeded
+programs reproduce eager's masks and leave the generator in eager's state. They are tagged ``stateful``: dead
+code elimination keeps them (``core.is_impure_node``) even when nothing reads their result, as eager draws.
 ``mm``/``bmm``/``addmm``/``convolution``/``sdpa`` are extern kernels; ``aten_extern`` runs any ATen op that has
 no decomposition (its meta rule runs the op's meta-device kernel and needs concrete sizes).
 """
@@ -225,27 +227,46 @@ def _seed_impl(device: Any = "cpu") -> torch.Tensor:
     return torch.randint(0, 2 ** 62, (), dtype=torch.int64).to(device)
 
 
-def _bernoulli_impl(shape: Sequence, p: float, dtype: torch.dtype, device: Any) -> torch.Tensor:
-    return torch.empty(tuple(shape), dtype=dtype, device=device).bernoulli_(p)
+def _empty_in_order(shape: Sequence, dtype: torch.dtype, device: Any,
+                    order: Sequence[int] | None) -> torch.Tensor:
+    """An empty tensor whose dims lie in memory in ``order`` (outermost first; None: row-major)."""
+    if order is None:
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
+    t = torch.empty([shape[d] for d in order], dtype=dtype, device=device)
+    return t.permute(sorted(range(len(order)), key=lambda d: order[d]))
 
 
-def _dropout_mask_impl(shape: Sequence, p: float, dtype: torch.dtype, device: Any) -> torch.Tensor:
+# ATen's random kernels fill a tensor in its memory order (CPU) or pick their kernel by its layout (CUDA's
+# fused dropout), so the values a position gets depend on the strides of the tensor eager allocates
+# (``empty_like`` of the input: its layout). ``order`` gives that layout; the result is returned row-major, as
+# the meta says.
+def _bernoulli_impl(shape: Sequence, p: float, dtype: torch.dtype, device: Any,
+                    order: Sequence[int] | None = None) -> torch.Tensor:
+    return _empty_in_order(shape, dtype, device, order).bernoulli_(p).contiguous()
+
+
+def _dropout_mask_impl(shape: Sequence, p: float, dtype: torch.dtype, device: Any,
+                       order: Sequence[int] | None = None) -> torch.Tensor:
     # the mask eager's native_dropout draws (fused philox kernel on CUDA, bernoulli_ on CPU) does not depend
-    # on the input's values, only on its shape, dtype and the generator's state
-    return torch.ops.aten.native_dropout.default(torch.empty(tuple(shape), dtype=dtype, device=device), p, True)[1]
+    # on the input's values, only on its shape, layout, dtype and the generator's state
+    x = _empty_in_order(shape, dtype, device, order)
+    return torch.ops.aten.native_dropout.default(x, p, True)[1].contiguous()
 
 
-def _bernoulli_meta(shape: Sequence, p: float, dtype: torch.dtype, device: Any) -> TensorMeta:
+def _bernoulli_meta(shape: Sequence, p: float, dtype: torch.dtype, device: Any,
+                    order: Sequence[int] | None = None) -> TensorMeta:
     return TensorMeta(tuple(shape), dtype, device)
 
 
-def _dropout_mask_meta(shape: Sequence, p: float, dtype: torch.dtype, device: Any) -> TensorMeta:
+def _dropout_mask_meta(shape: Sequence, p: float, dtype: torch.dtype, device: Any,
+                       order: Sequence[int] | None = None) -> TensorMeta:
     return TensorMeta(tuple(shape), torch.bool, device)
 
 
 register_prim("uniform", _uniform_impl, _rng_meta, "rng")
 register_prim("normal", _normal_impl, _rng_meta, "rng")
-register_prim("rng_seed", _seed_impl, lambda device="cpu": TensorMeta((), torch.int64, device), "rng")
+register_prim("rng_seed", _seed_impl, lambda device="cpu": TensorMeta((), torch.int64, device), "rng",
+              tags=("stateful",))
 # Draws from torch's generator of ``device``, in program order, the way eager's kernels do, so a seeded program
 # gives eager's numbers (the partitioner never recomputes RNG prims, so each runs once per step).
 register_prim("bernoulli", _bernoulli_impl, _bernoulli_meta, "rng", tags=("stateful",))

@@ -38,7 +38,10 @@ _DENY_PREFIX = ("torch.autograd", "torch.utils", "torch._dynamo", "torch.compile
                 "torch._inductor", "torch.multiprocessing", "torch.profiler", "torch.onnx", "torch.package")
 _IMPURE_NO_TENSOR = {torch.set_default_dtype, torch.set_printoptions, torch.set_num_threads,
                      torch.use_deterministic_algorithms, torch.set_default_tensor_type}
-_RNG_STATE = {torch.manual_seed, torch.seed, torch.set_rng_state}
+# Functions that read or replace the state of torch's global generator. A graph break runs them eagerly
+# between graphs, where the state is the real one: the graphs draw from that generator in program order, so
+# saving the state, drawing and restoring it behaves as in eager. Traced, they would run once, at compile time.
+_RNG_STATE = {torch.manual_seed, torch.seed, torch.get_rng_state, torch.set_rng_state}
 REQUIRES_GRAD = "requires_grad"     # the tag of a tensor's requires_grad guard
 
 
@@ -277,6 +280,9 @@ class TorchPlugin:
             return None
         if fn in _IMPURE_NO_TENSOR:
             raise d.unsupported(f, f"{fn.__name__} changes global torch state inside compiled code")
+        if fn in _RNG_STATE:
+            raise d.unsupported(f, f"torch.{fn.__name__} reads or sets the random generator's state",
+                                "call it outside the compiled function (it runs eagerly at this graph break)")
         return record(d, f, "call_function", fn, list(args), dict(kwargs))
 
     # -- the graph -------------------------------------------------------------------------------------
