@@ -257,3 +257,21 @@ def test_inference_mode_and_no_grad_entries_differ(fresh_ember, backend):
         assert cf(x).is_inference()
     with torch.no_grad():
         assert not cf(x).is_inference()
+
+
+def _forked_draws(x):
+    with torch.random.fork_rng():
+        y = torch.rand_like(x)
+    return y + torch.rand_like(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_rng_inside_compiled_code(fresh_ember, backend):
+    cf = ember.compile(_forked_draws, backend=backend)
+    x = torch.ones(3)
+    for _ in range(3):                          # the second call entered a spent context manager before
+        torch.manual_seed(0)
+        got = cf(x)
+        after = torch.rand(2)
+        torch.manual_seed(0)
+        assert torch.equal(got, _forked_draws(x)) and torch.equal(after, torch.rand(2))

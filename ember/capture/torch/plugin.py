@@ -43,6 +43,8 @@ _IMPURE_NO_TENSOR = {torch.set_default_dtype, torch.set_printoptions, torch.set_
 # saving the state, drawing and restoring it behaves as in eager. Traced, they would run once, at compile time.
 _RNG_STATE = {torch.manual_seed, torch.seed, torch.get_rng_state, torch.set_rng_state}
 REQUIRES_GRAD = "requires_grad"     # the tag of a tensor's requires_grad guard
+# torch helpers run natively (a graph break at the call): context managers that save and restore process state
+_NATIVE_CALLS = {torch.random.fork_rng: "torch.random.fork_rng saves and restores the random generators' state"}
 
 
 def _constant_rules() -> dict[Any, Callable]:
@@ -259,6 +261,8 @@ class TorchPlugin:
             if fn in _CTX:
                 return special(d, f, fn, args, kwargs)
             return special(d, f, args, kwargs)
+        if fn in _NATIVE_CALLS:
+            raise d.unsupported(f, _NATIVE_CALLS[fn], "it runs eagerly at this graph break")
         cls = function_apply_class(fn, args)
         if cls is not None:
             return call_function_apply(d, f, cls, args[1:] if fn is _APPLY else args, kwargs)
