@@ -238,7 +238,7 @@ class Lowerer:
                 env[node] = self.call(node, args, kwargs)
             elif node.op == "output":
                 outs, spec = tree_flatten(fx.map_arg(node.args[0], lambda n: env[n]))
-                metas = tree_flatten(fx.map_arg(node.args[0], lambda n: n.meta.get("val")))[0]
+                metas = tree_flatten(fx.map_arg(node.args[0], _eager_meta))[0]
                 # a forward graph's values saved for its backward (outputs from ``ember_saved_from`` on) stay
                 # in the layout computed here (padded matmul rows, channels-last activations): the backward is
                 # compiled for that layout (``ember.autograd.aot``), so nothing is copied on either side
@@ -290,7 +290,8 @@ class Lowerer:
             MISSING_LOWERINGS[label] += 1
             if name not in _EXPECTED_EXTERNS:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
-        return self._extern_call(node, name, args, kwargs, meta)
+        # an ATen call returns eager's layout (a channels-last convolution's result), not its prim's contiguous one
+        return self._extern_call(node, name, args, kwargs, _eager_meta(node) if name else meta)
 
     def _extern_call(self, node: fx.Node, name: str | None, args: tuple, kwargs: dict, meta: Any) -> Any:
         target = node.target
@@ -413,6 +414,14 @@ def _traced_layout(tv: TV, meta: Any) -> Layout | None:
     if tuple(lay.shape) != tuple(tv.shape) or lay.dtype != tv.dtype or not _is_dense(lay):
         return None
     return lay
+
+
+def _eager_meta(node: fx.Node) -> Any:
+    """``node``'s metadata with the strides eager gives its value (``aot._keep_eager_strides``)."""
+    val, stride = node.meta.get("val"), node.meta.get("ember_eager_stride")
+    if stride is None or not hasattr(val, "shape") or len(stride) != len(val.shape):
+        return val
+    return TensorMeta(tuple(val.shape), val.dtype, val.device, stride)
 
 
 def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
