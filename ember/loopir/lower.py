@@ -169,8 +169,8 @@ class Lowerer:
         self.nodes.append(Pointwise(name, own, shape, body))
         return BufferRef(name, layout)
 
-    def realized(self, tv: TV) -> TV:
-        ref = self.realize(tv)
+    def realized(self, tv: TV, layout: Layout | None = None) -> TV:
+        ref = self.realize(tv, layout)
         return buffer_view(ref.name, ref.layout)
 
     def extern(self, target: Any, args: tuple, kwargs: dict, meta: Any, fresh: bool = False,
@@ -318,7 +318,7 @@ class Lowerer:
 
     def _lowered_call(self, node: fx.Node, fn: Callable[..., Any], args: tuple, kwargs: dict, meta: Any) -> Any:
         if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
-            lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout
+            lay = layout_of(_eager_meta(node))   # nothing to compute: an empty tensor of eager's layout
             return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,
                                                                              "device": lay.device}, meta, fresh=True)
         out = fn(self, *args, **kwargs)
@@ -329,7 +329,10 @@ class Lowerer:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
             if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
-                out = self.realized_narrow(out, body)
+                # stored in eager's layout (channels-last for a channels-last input's values), so that a view
+                # of it that the graph returns has eager's strides; the default layout in a convolution graph
+                eager = None if self.channels_last else _traced_layout(out, _eager_meta(node))
+                out = self.realized_narrow(out, body, eager)
             else:
                 out = self._hoisted(node, out, body)
         return out
@@ -348,14 +351,15 @@ class Lowerer:
         self.hoisted.add(ref.name)
         return buffer_view(ref.name, ref.layout)
 
-    def realized_narrow(self, tv: TV, body: Any) -> TV:
+    def realized_narrow(self, tv: TV, body: Any, layout: Layout | None = None) -> TV:
         """``tv`` realized; a value that is a widening cast (a 16-bit value its users compute with in float32, a
         byte its users index with in int64) is stored before the cast, in fewer bytes, and cast where loaded."""
         if isinstance(body, Op) and body.name == "to_dtype" and _widens(body.args[0].dtype, tv.dtype):
             inner = TV(tv.shape, body.args[0].dtype, tv.device, lambda idx: tv.loader(idx).args[0])
-            stored = self.realized(inner)
+            stored = self.realized(inner, layout and Layout(layout.shape, layout.stride, inner.dtype, layout.device,
+                                                            layout.offset))
             return TV(tv.shape, tv.dtype, tv.device, lambda idx: cast(stored.loader(idx), tv.dtype))
-        return self.realized(tv)
+        return self.realized(tv, layout)
 
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default

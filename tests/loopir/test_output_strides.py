@@ -68,7 +68,17 @@ def exp_of_strided_view(x, y):
     return x.flatten().as_strided((4, 5), (1, 7)).exp()
 
 
-CASES = [times_two, relu, add, add_contiguous, add_contiguous_first, add_broadcast, conv_relu,
+def value_and_its_permuted_view(x, y):
+    t = x * 2           # used twice: stored once, and the graph returns it and a view of it
+    return t, t.permute(0, 2, 3, 1)
+
+
+def reused_value_transposed_view(x, y):
+    t = torch.sigmoid(x) + y
+    return t.transpose(1, 3), t.sum()
+
+
+CASES = [value_and_its_permuted_view, reused_value_transposed_view, times_two, relu, add, add_contiguous, add_contiguous_first, add_broadcast, conv_relu,
          conv_weight_channels_last, two_outputs_and_a_reduction, transposed, permuted_then_updated,
          exp_of_strided_view]
 
