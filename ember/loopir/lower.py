@@ -260,14 +260,15 @@ class Lowerer:
         return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants, self.hoisted)
 
     def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
-        """The layout a graph output is stored in: the traced one where it is dense (a padded matmul result
-        is copied into it, as the caller expects eager's strides); views of other buffers stay views."""
+        """The layout a graph output is stored in: eager's where its elements do not overlap (a padded matmul
+        result is copied into it, as the caller expects eager's strides; eager's view of a larger value, a slice
+        of a channels-last product, gets a buffer of that value's extent); views of other buffers stay views."""
         if meta is None or not hasattr(meta, "shape"):
             return None
         if tv.view is not None and tv.view[0] not in self.padded_results:
             return None
         lay = layout_of(meta)
-        return lay if _is_dense(lay) and tuple(lay.shape) == tuple(tv.shape) else None
+        return lay if _non_overlapping(lay) and tuple(lay.shape) == tuple(tv.shape) else None
 
     def call(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         target = node.target
@@ -365,6 +366,21 @@ class Lowerer:
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "uniform", "normal", "rng_seed"}
+
+
+def _non_overlapping(layout: Layout) -> bool:
+    """No two points of ``layout`` share an address (dense, or with gaps: each dim steps over the ones inside)."""
+    if _is_dense(layout):
+        return True
+    if not all(isinstance(s, int) for s in (*layout.stride, *layout.shape)):
+        return False
+    big = sorted((i for i, n in enumerate(layout.shape) if n != 1), key=lambda i: layout.stride[i])
+    extent = 1
+    for i in big:
+        if layout.stride[i] < extent:
+            return False
+        extent = layout.stride[i] * layout.shape[i]
+    return True
 
 
 def _storage_order(layout: Layout) -> list[int] | None:

@@ -78,7 +78,19 @@ def reused_value_transposed_view(x, y):
     return t.transpose(1, 3), t.sum()
 
 
-CASES = [value_and_its_permuted_view, reused_value_transposed_view, times_two, relu, add, add_contiguous, add_contiguous_first, add_broadcast, conv_relu,
+def slice_of_product(x, y):
+    return (x * 2)[:, :, 1:]             # eager: a view of the channels-last product
+
+
+def channel_of_clone(x, y):
+    return x.clone()[:, 1]
+
+
+def step_slice_of_contiguous_sum(x, y):
+    return (x.contiguous() + 1)[:, ::2, :, 1::2]
+
+
+CASES = [slice_of_product, channel_of_clone, step_slice_of_contiguous_sum, value_and_its_permuted_view, reused_value_transposed_view, times_two, relu, add, add_contiguous, add_contiguous_first, add_broadcast, conv_relu,
          conv_weight_channels_last, two_outputs_and_a_reduction, transposed, permuted_then_updated,
          exp_of_strided_view]
 
