@@ -178,8 +178,10 @@ class _Functionalizer:
         order = _storage_order(root_val)
         if order is None:
             return None
-        ordered = self._call(aten.permute.default, (base, order), root_val.permute(order))
-        return self._call(aten.reshape.default, (ordered, [root_val.numel()]), root_val.new_empty(root_val.numel()))
+        with torch.no_grad():       # metadata only: no autograd on fake tensors
+            ordered_val, flat_val = root_val.permute(order), root_val.new_empty(root_val.numel())
+        ordered = self._call(aten.permute.default, (base, order), ordered_val)
+        return self._call(aten.reshape.default, (ordered, [root_val.numel()]), flat_val)
 
     def map_arg(self, a: Any) -> Any:
         return fx.map_arg(a, self.value)
@@ -291,10 +293,12 @@ class _Functionalizer:
                 "is not supported yet (stage: functionalization)")
         offset = view_val.storage_offset() - root_val.storage_offset()
         flat = self._storage_list(self.current[al.root], root_val)
-        ordered_val = root_val.permute(order)
+        with torch.no_grad():
+            ordered_val = root_val.permute(order)
+            unflat_val = ordered_val.contiguous()
         scattered = self._call(aten.as_strided_scatter.default,
                                (flat, src, list(view_val.shape), list(view_val.stride()), offset), flat.meta["val"])
-        unflat = self._call(aten.reshape.default, (scattered, list(ordered_val.shape)), ordered_val.contiguous())
+        unflat = self._call(aten.reshape.default, (scattered, list(ordered_val.shape)), unflat_val)
         inverse = sorted(range(len(order)), key=order.__getitem__)
         return self._call(aten.permute.default, (unflat, inverse), root_val)
 

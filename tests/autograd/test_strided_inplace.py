@@ -111,3 +111,20 @@ def test_inplace_through_strided_views(fn, backend, cpu_backend):
         got = got if isinstance(got, tuple) else (got,)
         torch.testing.assert_close(got, expected)
         assert [t.stride() for t in got] == [t.stride() for t in expected]
+
+
+@pytest.mark.parametrize("backend,cpu_backend", CONFIGS, ids=lambda c: str(c))
+@pytest.mark.parametrize("fn", [roll_flip_relu, flipped_transpose_step_mul, transposed_product_diagonal,
+                                as_strided_of_transposed_product], ids=lambda f: f.__name__)
+def test_gradients_through_strided_views(fn, backend, cpu_backend):
+    ember.reset()
+    opts = {"cpu_backend": cpu_backend} if cpu_backend else None
+    f = ember.compile(fn, backend=backend, options=opts)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected, got = fn(xe * 1), f(xc * 1)
+    torch.testing.assert_close(got, expected)
+    w = torch.randn(expected.shape, generator=torch.Generator().manual_seed(1))
+    (expected * w).sum().backward()
+    (got * w).sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
