@@ -344,6 +344,7 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
         env = dict(zip([n for n in sub.nodes if n.op == "placeholder"], operands))
         with graph.inserting_before(node):
             result = graph.graph_copy(sub, env)
+        _keep_eager_strides(node, result, operands)
         _replace_result(graph, node, result, traced)
         _erase_replaced(graph, node)
     graph.eliminate_dead_code(is_impure_node)
@@ -393,6 +394,22 @@ def _give_traced_layouts(graph: fx.Graph, node: fx.Node, traced: dict[fx.Node, A
                 b = graph.call_function(prim, (b, *extra))
                 b.meta["val"] = meta
         node.replace_input_with(a, b)
+
+
+def _keep_eager_strides(node: fx.Node, result: Any, operands: list) -> None:
+    """Prims' meta rules give movement and pointwise results contiguous strides; eager's ATen op may not (a
+    pointwise op on channels-last tensors is channels-last). The strides the ATen node was traced with go on
+    the node computing its result as ``meta["ember_eager_stride"]``, so that a graph output can be stored in
+    eager's layout (``ember.loopir.lower``)."""
+    vals, results = node.meta.get("val"), result
+    if not isinstance(result, (tuple, list)):
+        vals, results = [vals], [result]
+    if not isinstance(vals, (tuple, list)) or len(vals) != len(results):
+        return
+    for val, res in zip(vals, results):
+        if isinstance(res, fx.Node) and res not in operands and isinstance(val, torch.Tensor) and \
+                tuple(val.shape) == tuple(getattr(res.meta.get("val"), "shape", ())):
+            res.meta["ember_eager_stride"] = tuple(val.stride())
 
 
 def _erase_replaced(graph: fx.Graph, node: fx.Node) -> None:

@@ -174,6 +174,9 @@ class FakeMode(TorchDispatchMode):
             raise FakeDeviceError(
                 f"{func}: autograd on fake {device} tensors needs a CUDA build of PyTorch (this one has none)")
         out = _run_meta(func, meta_args, meta_kwargs)
+        layout_rule = DEVICE_LAYOUT_RULES.get(func._schema.name)
+        if layout_rule is not None and device.type in ("cpu", "cuda"):
+            out = layout_rule(out, meta_args)
         if func._schema.name in INPLACE_VIEW_OPS and isinstance(args[0], FakeTensor):
             _restride(args[0])
             return args[0]
@@ -268,6 +271,33 @@ def _to_meta(x: Any) -> Any:
     if isinstance(x, FakeTensor):
         return x._meta
     return x
+
+
+def _channels_last_conv(out: Any, args: tuple) -> Any:
+    """CPU (oneDNN) and CUDA (cuDNN) convolutions return a channels-last result when their input or weight is
+    channels-last; the meta kernel always returns a contiguous one."""
+    x, w = args[0], args[1]
+    if not isinstance(out, torch.Tensor) or out.ndim not in (4, 5):
+        return out
+    fmt = torch.channels_last if out.ndim == 4 else torch.channels_last_3d
+    if any(isinstance(t, torch.Tensor) and t.ndim == out.ndim and _channels_last_order(t) for t in (x, w)):
+        return out.contiguous(memory_format=fmt)
+    return out
+
+
+def _channels_last_order(t: torch.Tensor) -> bool:
+    """Whether ``t``'s strides order its dims as channels-last does (channels innermost, then the spatial dims
+    from the last, then the batch), dense or not, and not as contiguous does (what torch's
+    ``suggest_memory_format`` tells)."""
+    big = [d for d in range(t.ndim) if t.shape[d] != 1]
+    by_stride = sorted(big, key=lambda d: t.stride(d))
+    channels_last = [d for d in (1, *range(t.ndim - 1, 1, -1), 0) if t.shape[d] != 1]
+    contiguous = sorted(big, reverse=True)
+    return by_stride == channels_last != contiguous and len(set(map(t.stride, big))) == len(big)
+
+
+# ATen op name -> fix-up of the meta kernel's output to the layout eager gives it on a real CPU or CUDA device
+DEVICE_LAYOUT_RULES: dict[str, Callable[[Any, tuple], Any]] = {"aten::convolution": _channels_last_conv}
 
 
 def _run_meta(func: Any, args: tuple, kwargs: dict) -> Any:

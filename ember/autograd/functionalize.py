@@ -11,7 +11,8 @@ Invariants:
   ``add.Tensor``, ``native_batch_norm`` -> ``_native_batch_norm_legit_functional``), cast back to the mutated
   tensor's dtype where the functional op would promote.
 - Each tensor belongs to an alias root (a non-view value) and a chain of view ops from it. Mutating a view
-  rebuilds the root with ``as_strided_scatter`` (the root must be contiguous, as inputs and fresh results are);
+  rebuilds the root with ``as_strided_scatter`` on a 1-D list of its elements in their traced memory order
+  (the root must be dense: strides a permutation of contiguous ones, as inputs' and fresh results' are);
   later reads of any view of a mutated root replay its view chain on the root's newest value.
 - Inputs that alias each other are independent placeholders here; ``aot_compile`` rebuilds a group of them
   that has a mutated member as views of one synthetic base input (``ember.autograd.aliasing``), which this
@@ -116,16 +117,18 @@ def _fill_defaults(inplace: Any, func: Any, args: list, kwargs: dict) -> None:
             kwargs[a.name] = a.default_value
 
 
-def _dense_non_overlapping(t: torch.Tensor) -> bool:
-    """Strides that are a permutation of contiguous ones: clone() keeps them, so as_strided_scatter on a
-    clone addresses the same elements as the original view."""
-    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
+def _storage_order(t: torch.Tensor) -> list[int] | None:
+    """The dims of ``t`` from the outermost in memory to the innermost, when its elements fill a block of
+    memory without gaps or overlaps (strides a permutation of contiguous ones); None otherwise."""
+    order = sorted(range(t.ndim), key=lambda d: (-t.stride(d), d))
+    if t.numel() == 0:
+        return order
     expected = 1
-    for st, sz in dims:
-        if st != expected:
-            return False
-        expected *= sz
-    return True
+    for d in reversed(order):
+        if t.shape[d] != 1 and t.stride(d) != expected:
+            return None
+        expected *= t.shape[d]
+    return order
 
 
 class _Functionalizer:
@@ -145,12 +148,41 @@ class _Functionalizer:
         cached = self.views.get(node)
         if cached is not None and cached[1] == self.version[al.root]:
             return cached[0]
-        out = self.current[al.root]
-        for target, rest, kwargs, old in al.chain:
+        out, chain = self._from_storage_list(al)
+        for target, rest, kwargs, old in chain:
             out = self.graph.call_function(target, (out, *rest), kwargs)
             out.meta["val"] = old.meta.get("val")       # every replayed view keeps its value's metadata
         self.views[node] = (out, self.version[al.root])
         return out
+
+    def _from_storage_list(self, al: _Alias) -> tuple[fx.Node, tuple]:
+        """Where to replay ``al``'s view chain from, and the steps to replay. An ``as_strided`` step addresses the
+        root's storage in eager's layout, which the backend need not keep for a computed root (see
+        ``_scatter_into_root``): the chain then restarts at that step, taken of the 1-D list of the root's
+        elements in eager's storage order. Inputs keep eager's layout, so their chains replay as they are."""
+        base, chain = self.current[al.root], al.chain
+        last = max((k for k, step in enumerate(chain) if step[0] is aten.as_strided.default), default=None)
+        root_val = al.root.meta.get("val")
+        if last is None or al.root.op in ("placeholder", "get_attr") or not isinstance(root_val, torch.Tensor):
+            return base, chain
+        flat = self._storage_list(base, root_val)
+        if flat is None:
+            return base, chain
+        val = chain[last][3].meta.get("val")
+        step = (aten.as_strided.default,
+                (list(val.shape), list(val.stride()), val.storage_offset() - root_val.storage_offset()), {},
+                chain[last][3])
+        return flat, (step, *chain[last + 1:])
+
+    def _storage_list(self, base: fx.Node, root_val: torch.Tensor) -> fx.Node | None:
+        """``base`` (a value of ``root_val``'s layout) as the 1-D list of its elements in storage order."""
+        order = _storage_order(root_val)
+        if order is None:
+            return None
+        with torch.no_grad():       # metadata only: no autograd on fake tensors
+            ordered_val, flat_val = root_val.permute(order), root_val.new_empty(root_val.numel())
+        ordered = self._call(aten.permute.default, (base, order), ordered_val)
+        return self._call(aten.reshape.default, (ordered, [root_val.numel()]), flat_val)
 
     def map_arg(self, a: Any) -> Any:
         return fx.map_arg(a, self.value)
@@ -246,17 +278,34 @@ class _Functionalizer:
             self.views[target] = (self.value(target), self.version[al.root])
 
     def _scatter_into_root(self, al: _Alias, view: fx.Node, src: fx.Node) -> fx.Node:
+        """The root's new value with ``src`` written over ``view``'s elements.
+
+        The view's strides and offset address the root's storage in eager's layout (the traced one), which the
+        backend need not keep: it may store a temporary (a ``flip`` of a transposed value, eager keeps the
+        transposed strides) in any order. So the scatter goes through a 1-D value that lists the root's
+        elements in eager's storage order, whatever layout each value gets: ``permute`` to the order of the
+        traced strides, ``reshape`` to 1-D, ``as_strided_scatter`` (on a 1-D input it addresses the elements
+        of that list), and back."""
         root_val, view_val = al.root.meta.get("val"), view.meta.get("val")
-        if not (isinstance(root_val, torch.Tensor) and (root_val.is_contiguous() or (
-                root_val.storage_offset() == 0 and _dense_non_overlapping(root_val)))):
+        order = _storage_order(root_val) if isinstance(root_val, torch.Tensor) else None
+        if order is None:
             raise FunctionalizationError(
-                f"mutation through a view of non-contiguous {al.root.name} is not supported yet "
-                "(stage: functionalization)")
+                f"mutation through a view of {al.root.name}, whose elements overlap or leave gaps in memory, "
+                "is not supported yet (stage: functionalization)")
         offset = view_val.storage_offset() - root_val.storage_offset()
-        base = self.current[al.root]
-        out = self.graph.call_function(aten.as_strided_scatter.default,
-                                       (base, src, list(view_val.shape), list(view_val.stride()), offset))
-        out.meta["val"] = root_val
+        flat = self._storage_list(self.current[al.root], root_val)
+        with torch.no_grad():
+            ordered_val = root_val.permute(order)
+            unflat_val = ordered_val.contiguous()
+        scattered = self._call(aten.as_strided_scatter.default,
+                               (flat, src, list(view_val.shape), list(view_val.stride()), offset), flat.meta["val"])
+        unflat = self._call(aten.reshape.default, (scattered, list(ordered_val.shape)), unflat_val)
+        inverse = sorted(range(len(order)), key=order.__getitem__)
+        return self._call(aten.permute.default, (unflat, inverse), root_val)
+
+    def _call(self, target: Any, args: tuple, val: Any) -> fx.Node:
+        out = self.graph.call_function(target, args)
+        out.meta["val"] = val
         return out
 
     def _output(self, node: fx.Node) -> list[fx.Node]:

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from .expr import Load, loads, xvars
 from .indexing import place
+from .kernel import node_times, phase
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, LoopGraph, Pointwise, Reduction, Scatter
 from .schedule import Kernel, Schedule, kernel_placement, store_index
 
@@ -148,8 +149,12 @@ def _after_every_reduction(kernel: Kernel, node: Any) -> bool:
 
 
 def _only_read_at_store(kernel: Kernel, node: Any, buf: str) -> bool:
-    """Every read of ``buf`` in the kernel is at the point ``node`` stores, and ``node``'s value needs it (so
-    the one load of that point comes before the store in the kernel's body)."""
+    """Every read of ``buf`` in the kernel is at the point ``node`` stores, ``node``'s value needs it (so the
+    one load of that point comes before the store in the kernel's body), and no read of it comes after the
+    store: a body with several loops (``kernel.node_times``) recomputes an inlined value in each loop that
+    needs it, so a node of a later loop than ``node``'s that needs ``buf`` (``y * 0.5`` stored into ``y`` in
+    the loop of ``x.sum()``, ``y * 0.5 + x.mean()`` after it) would load the new value. A read in the same
+    loop, after the store, is the same load as ``node``'s (common subexpressions), made before it."""
     if not _needs(kernel, node, buf):
         return False
     target = store_index(node, kernel_placement(kernel, node))
@@ -158,7 +163,9 @@ def _only_read_at_store(kernel: Kernel, node: Any, buf: str) -> bool:
         for ld in loads(m.body):  # type: ignore[attr-defined]
             if ld.buf == buf and (place(ld.index, g) != target or ld.mask is not None):
                 return False
-    return True
+    times = node_times(kernel)
+    last = phase(times[node.name])
+    return not any(phase(times[m.name]) > last and _needs(kernel, m, buf) for m in kernel.nodes)
 
 
 def _needs(kernel: Kernel, node: Any, buf: str) -> bool:

@@ -137,6 +137,35 @@ def _fmt(st: Any) -> str:
     return f"store({st.buf}, {st.index}, {st.var}{add}){where}"
 
 
+def node_times(kernel: Kernel) -> dict[str, tuple[str, int]]:
+    """Which loop computes each node: node -> ("r", loop) for per-reduced-point nodes, ("x", after_loop) for
+    per-outer-point ones (``after_loop`` -1: before the first loop)."""
+    by_name = {n.name: n for n in kernel.nodes}
+    t: dict[str, tuple[str, int]] = {}
+    for n in kernel.nodes:
+        loop, after = 0, -1
+        for dep in n.reads() & set(by_name):
+            kind, v = t[dep]
+            if kind == "r" and not isinstance(by_name[dep], Reduction):
+                loop = max(loop, v)
+            else:
+                loop, after = max(loop, v + 1), max(after, v)
+        if isinstance(n, Reduction):
+            t[n.name] = ("r", loop)
+        elif kernel.is_reduction and any(RINDEX in g[0].free_symbols for g in kernel_placement(kernel, n)):
+            t[n.name] = ("r", loop)
+        else:
+            t[n.name] = ("x", after)
+    return t
+
+
+def phase(time: tuple[str, int]) -> int:
+    """The position in a kernel body of the section that computes a node of ``node_times`` time ``time``:
+    the x section before the loops, loop 0, the x section after it, loop 1, ..."""
+    kind, v = time
+    return 2 * v + 1 if kind == "r" else 2 * v + 2
+
+
 class _Builder:
     def __init__(self, kernel: Kernel, persistent: bool) -> None:
         self.k = kernel
@@ -153,25 +182,8 @@ class _Builder:
         self.n = 0
         self.buffers: dict[str, tuple[torch.dtype, str]] = {}
 
-    # -- timing: which loop computes each node ---------------------------------------------------------
     def times(self) -> dict[str, tuple[str, int]]:
-        """node -> ("r", loop) for per-reduced-point nodes, ("x", after_loop) for per-outer-point ones."""
-        t: dict[str, tuple[str, int]] = {}
-        for n in self.k.nodes:
-            loop, after = 0, -1
-            for dep in n.reads() & set(self.by_name):
-                kind, v = t[dep]
-                if kind == "r" and not isinstance(self.by_name[dep], Reduction):
-                    loop = max(loop, v)
-                else:
-                    loop, after = max(loop, v + 1), max(after, v)
-            if isinstance(n, Reduction):
-                t[n.name] = ("r", loop)
-            elif self.k.is_reduction and any(RINDEX in g[0].free_symbols for g in self.groups[n.name]):
-                t[n.name] = ("r", loop)
-            else:
-                t[n.name] = ("x", after)
-        return t
+        return node_times(self.k)
 
     # -- emission ------------------------------------------------------------------------------------------
     def var(self, dtype: torch.dtype, level: str) -> str:

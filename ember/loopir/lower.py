@@ -169,8 +169,8 @@ class Lowerer:
         self.nodes.append(Pointwise(name, own, shape, body))
         return BufferRef(name, layout)
 
-    def realized(self, tv: TV) -> TV:
-        ref = self.realize(tv)
+    def realized(self, tv: TV, layout: Layout | None = None) -> TV:
+        ref = self.realize(tv, layout)
         return buffer_view(ref.name, ref.layout)
 
     def extern(self, target: Any, args: tuple, kwargs: dict, meta: Any, fresh: bool = False,
@@ -238,7 +238,7 @@ class Lowerer:
                 env[node] = self.call(node, args, kwargs)
             elif node.op == "output":
                 outs, spec = tree_flatten(fx.map_arg(node.args[0], lambda n: env[n]))
-                metas = tree_flatten(fx.map_arg(node.args[0], lambda n: n.meta.get("val")))[0]
+                metas = tree_flatten(fx.map_arg(node.args[0], _eager_meta))[0]
                 # a forward graph's values saved for its backward (outputs from ``ember_saved_from`` on) stay
                 # in the layout computed here (padded matmul rows, channels-last activations): the backward is
                 # compiled for that layout (``ember.autograd.aot``), so nothing is copied on either side
@@ -260,14 +260,15 @@ class Lowerer:
         return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants, self.hoisted)
 
     def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
-        """The layout a graph output is stored in: the traced one where it is dense (a padded matmul result
-        is copied into it, as the caller expects eager's strides); views of other buffers stay views."""
+        """The layout a graph output is stored in: eager's where its elements do not overlap (a padded matmul
+        result is copied into it, as the caller expects eager's strides; eager's view of a larger value, a slice
+        of a channels-last product, gets a buffer of that value's extent); views of other buffers stay views."""
         if meta is None or not hasattr(meta, "shape"):
             return None
         if tv.view is not None and tv.view[0] not in self.padded_results:
             return None
         lay = layout_of(meta)
-        return lay if _is_dense(lay) and tuple(lay.shape) == tuple(tv.shape) else None
+        return lay if _non_overlapping(lay) and tuple(lay.shape) == tuple(tv.shape) else None
 
     def call(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         target = node.target
@@ -290,7 +291,8 @@ class Lowerer:
             MISSING_LOWERINGS[label] += 1
             if name not in _EXPECTED_EXTERNS:
                 logs.log("perf_hints", f"ember.loopir: no lowering for {label}; it runs as an extern ATen call")
-        return self._extern_call(node, name, args, kwargs, meta)
+        # an ATen call returns eager's layout (a channels-last convolution's result), not its prim's contiguous one
+        return self._extern_call(node, name, args, kwargs, _eager_meta(node) if name else meta)
 
     def _extern_call(self, node: fx.Node, name: str | None, args: tuple, kwargs: dict, meta: Any) -> Any:
         target = node.target
@@ -317,7 +319,7 @@ class Lowerer:
 
     def _lowered_call(self, node: fx.Node, fn: Callable[..., Any], args: tuple, kwargs: dict, meta: Any) -> Any:
         if hasattr(meta, "shape") and any(d == 0 for d in meta.shape):
-            lay = layout_of(meta)   # nothing to compute: an empty tensor of the traced layout
+            lay = layout_of(_eager_meta(node))   # nothing to compute: an empty tensor of eager's layout
             return self.extern(torch.empty_strided, (lay.shape, lay.stride), {"dtype": lay.dtype,
                                                                              "device": lay.device}, meta, fresh=True)
         out = fn(self, *args, **kwargs)
@@ -328,7 +330,10 @@ class Lowerer:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
             if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
-                out = self.realized_narrow(out, body)
+                # stored in eager's layout (channels-last for a channels-last input's values), so that a view
+                # of it that the graph returns has eager's strides; the default layout in a convolution graph
+                eager = None if self.channels_last else _traced_layout(out, _eager_meta(node))
+                out = self.realized_narrow(out, body, eager)
             else:
                 out = self._hoisted(node, out, body)
         return out
@@ -347,19 +352,35 @@ class Lowerer:
         self.hoisted.add(ref.name)
         return buffer_view(ref.name, ref.layout)
 
-    def realized_narrow(self, tv: TV, body: Any) -> TV:
+    def realized_narrow(self, tv: TV, body: Any, layout: Layout | None = None) -> TV:
         """``tv`` realized; a value that is a widening cast (a 16-bit value its users compute with in float32, a
         byte its users index with in int64) is stored before the cast, in fewer bytes, and cast where loaded."""
         if isinstance(body, Op) and body.name == "to_dtype" and _widens(body.args[0].dtype, tv.dtype):
             inner = TV(tv.shape, body.args[0].dtype, tv.device, lambda idx: tv.loader(idx).args[0])
-            stored = self.realized(inner)
+            stored = self.realized(inner, layout and Layout(layout.shape, layout.stride, inner.dtype, layout.device,
+                                                            layout.offset))
             return TV(tv.shape, tv.dtype, tv.device, lambda idx: cast(stored.loader(idx), tv.dtype))
-        return self.realized(tv)
+        return self.realized(tv, layout)
 
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "uniform", "normal", "rng_seed"}
+
+
+def _non_overlapping(layout: Layout) -> bool:
+    """No two points of ``layout`` share an address (dense, or with gaps: each dim steps over the ones inside)."""
+    if _is_dense(layout):
+        return True
+    if not all(isinstance(s, int) for s in (*layout.stride, *layout.shape)):
+        return False
+    big = sorted((i for i, n in enumerate(layout.shape) if n != 1), key=lambda i: layout.stride[i])
+    extent = 1
+    for i in big:
+        if layout.stride[i] < extent:
+            return False
+        extent = layout.stride[i] * layout.shape[i]
+    return True
 
 
 def _storage_order(layout: Layout) -> list[int] | None:
@@ -413,6 +434,14 @@ def _traced_layout(tv: TV, meta: Any) -> Layout | None:
     if tuple(lay.shape) != tuple(tv.shape) or lay.dtype != tv.dtype or not _is_dense(lay):
         return None
     return lay
+
+
+def _eager_meta(node: fx.Node) -> Any:
+    """``node``'s metadata with the strides eager gives its value (``aot._keep_eager_strides``)."""
+    val, stride = node.meta.get("val"), node.meta.get("ember_eager_stride")
+    if stride is None or not hasattr(val, "shape") or len(stride) != len(val.shape):
+        return val
+    return TensorMeta(tuple(val.shape), val.dtype, val.device, stride)
 
 
 def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
