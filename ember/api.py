@@ -1,9 +1,10 @@
-"""The public API: ``ember.compile`` and friends (see ../shared/API.md)."""
+"""The public API: ``ember.compile`` and friends (documented in docs/api.md)."""
 from __future__ import annotations
 
 import functools
 import inspect
 import types
+import warnings
 import weakref
 from typing import Any, Callable
 
@@ -215,9 +216,14 @@ def _module_has_hooks(m: torch.nn.Module) -> bool:
 
 
 def disable(fn: Callable = None, recursive: bool = True):
-    """``fn`` always runs eagerly, also when called from compiled code (where the call is a graph break)."""
+    """``fn`` always runs eagerly, also when called from compiled code (where the call is a graph break).
+    ``recursive=False`` (torch.compile: compile what ``fn`` calls) is not supported: it warns and runs ``fn`` and
+    its callees eagerly, as ``recursive=True`` does."""
     if fn is None:
         return lambda f: disable(f, recursive)
+    if not recursive:
+        warnings.warn("ember.disable(recursive=False) is not supported yet: the function and everything it calls "
+                      "run eagerly (as with recursive=True)", UserWarning, stacklevel=2)
 
     @functools.wraps(fn)
     def eager(*args, **kwargs):

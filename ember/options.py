@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -71,6 +72,10 @@ def list_mode_options(mode: str | None = None) -> dict[str, Any]:
     return dict(MODES[mode])
 
 
+# accepted options that do nothing yet: setting one warns (a knob must work or say that it does not)
+NOT_IMPLEMENTED = {"coordinate_descent_tuning": "ember's autotuning tries a fixed list of configurations"}
+
+
 def make_options(mode: str | None, options: dict | None) -> CompileOptions:
     if mode is not None and options is not None:
         raise ValueError("Either mode or options can be specified, but both can't be specified at the same time.")
@@ -98,6 +103,9 @@ def make_options(mode: str | None, options: dict | None) -> CompileOptions:
         if default is not None and not isinstance(v, type(default)):
             raise ValueError(f"option {k!r} expects {type(default).__name__}, got {type(v).__name__}")
         kv[k] = v
+        if k in NOT_IMPLEMENTED and v:
+            warnings.warn(f"ember: option {k!r} is accepted for torch.compile compatibility but has no effect yet "
+                          f"({NOT_IMPLEMENTED[k]})", UserWarning, stacklevel=4)
     if kv.get("cpu_backend", "cpp") not in ("cpp", "triton", "python"):
         raise ValueError("option 'cpu_backend' must be 'cpp', 'triton' or 'python'")
     return dataclasses.replace(CompileOptions(), **kv)

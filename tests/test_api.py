@@ -409,3 +409,13 @@ def test_cache_folder_is_private(tmp_path, monkeypatch):
     x = torch.randn(8)
     torch.testing.assert_close(c(x), x.sin() + 1)
     assert root.exists() and root.stat().st_mode & 0o077 == 0
+
+
+def test_knobs_without_effect_warn():
+    """An accepted option or argument that does nothing yet says so, pointing at the caller's line."""
+    with pytest.warns(UserWarning, match="coordinate_descent_tuning") as rec:
+        ember.compile(lambda x: x + 1, options={"coordinate_descent_tuning": True})
+    assert rec[0].filename == __file__
+    with pytest.warns(UserWarning, match="recursive=False"):
+        f = ember.disable(lambda x: x * 2, recursive=False)
+    assert f(3) == 6
