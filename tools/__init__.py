@@ -1,0 +1,1 @@
+"""Developer tools for ember (not part of the shipped ``ember`` package)."""
