@@ -91,16 +91,17 @@ class Minimizer:
         setattr(owner, field, (best + fixed) or [ast.Pass()])
 
     def _flatten(self, owner, field):
-        """Replace an if/while statement by its body or its else-branch (one less level of nesting)."""
+        """Replace an if/while statement by its body, its else-branch or just its condition (which may still
+        matter: a branch on a tensor value breaks the graph)."""
         stmts = getattr(owner, field)
         i = 0
         while i < len(stmts) and self.budget.ok():
             node = stmts[i]
             if isinstance(node, (ast.If, ast.While)):
-                for branch in (node.body, node.orelse):
+                for branch in (node.body, node.orelse, [ast.Expr(node.test)]):
                     cand = stmts[:i] + branch + stmts[i + 1:]
                     setattr(owner, field, cand)
-                    if branch and self.fails(ast.unparse(self.tree)):
+                    if branch and self.budget.ok() and self.fails(ast.unparse(self.tree)):
                         stmts = cand
                         break
                     setattr(owner, field, stmts)
@@ -144,6 +145,7 @@ class Minimizer:
         for _round in range(2):       # nested reductions can unlock more top-level ones
             self._try_list(fn, "body", keep_last=True)
             self._flatten(fn, "body")
+            self._try_list(fn, "body", keep_last=True)
             for owner, field in _bodies(fn):
                 if self.budget.ok():
                     self._try_list(owner, field, keep_last=False)

@@ -99,8 +99,22 @@ def load_repro(path: str):
     return Program(consts["SEED"], source, tuple(consts["INPUTS"]), consts["GRAD"]), consts["BACKEND"]
 
 
-if __name__ == "__main__":
+def main(argv) -> None:
+    """``python -m tools.fuzz.repro [--minimize] FILE...``: re-check (and re-minimize in place) reproducers."""
+    from .minimize import minimize
     from .run import check
-    for p in sys.argv[1:]:
-        prog, backend = load_repro(p)
-        print(p, check(prog, [backend])["failures"])
+    for path in [a for a in argv if a != "--minimize"]:
+        prog, backend = load_repro(path)
+        f = check(prog, [backend])["failures"].get(backend)
+        print(path, f)
+        if f is not None and "--minimize" in argv:
+            small = minimize(prog, backend, f, max_seconds=600.0, max_checks=300)
+            with open(path, "w") as out:
+                out.write(render(small, backend, f))
+            print(small.source)
+
+
+if __name__ == "__main__":
+    import warnings
+    warnings.filterwarnings("ignore")
+    main(sys.argv[1:])
