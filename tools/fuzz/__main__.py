@@ -73,13 +73,18 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per backend run of one program")
     ap.add_argument("--minimize-seconds", type=float, default=300.0)
     ap.add_argument("--max-minimized", type=int, default=50)
+    ap.add_argument("--minimize-per-class", type=int, default=2)
     ap.add_argument("-v", "--verbose", action="store_true", help="print each failure as it is found")
     a = ap.parse_args(argv)
     backends = tuple(b for b in a.backends.split(",") if b)
     cfg = Config(a.seed, a.count, backends, a.jobs, a.out, a.minimize, a.timeout, a.minimize_seconds,
-                 a.max_minimized)
+                 a.max_minimized, a.minimize_per_class)
+
+    t_start = time.monotonic()
 
     def progress(k, res):       # reproducers are written as they come, so a cut-short campaign keeps them
+        if a.verbose and k % 25 == 0:
+            print(f"[{k}/{a.count}] {time.monotonic() - t_start:.0f}s", flush=True)
         for b, f, text, _l in res["failures"]:
             if a.out and text:
                 write_reproducer(a.out, b, f.kind, f.aspect, res["seed"], text)

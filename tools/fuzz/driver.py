@@ -28,9 +28,10 @@ class Config:
     timeout: float = 60.0              # per backend run of one program (in the worker)
     minimize_seconds: float = 300.0    # per failure
     max_minimized: int = 50            # minimize at most this many failures per campaign (the rest keep full source)
+    minimize_per_class: int = 2        # ... and at most this many of one class (backend, kind, aspect)
 
 
-def _work_one(seed: int, cfg: Config, minimize_ok: bool, report) -> dict:
+def _work_one(seed: int, cfg: Config, minimize_ok: bool, report, skip=frozenset()) -> dict:
     from .gen import generate
     from .repro import render
     from .run import check
@@ -42,7 +43,7 @@ def _work_one(seed: int, cfg: Config, minimize_ok: bool, report) -> dict:
         if f is None:
             continue
         small = prog
-        if minimize_ok and f.kind not in ("timeout",):
+        if minimize_ok and f.kind not in ("timeout",) and (backend,) + f.key not in skip:
             report(("minimize", seed))
             from .minimize import minimize
             small = minimize(prog, backend, f, cfg.timeout, max_seconds=cfg.minimize_seconds)
@@ -58,9 +59,9 @@ def worker(wid, tasks, results, cfg: Config):
         item = tasks.get()
         if item is None:
             return
-        seed, minimize_ok = item
+        seed, minimize_ok, skip = item
         try:
-            out = _work_one(seed, cfg, minimize_ok, lambda msg: results.put((wid,) + msg))
+            out = _work_one(seed, cfg, minimize_ok, lambda msg: results.put((wid,) + msg), skip)
         except BaseException as e:     # the harness itself: report, keep going
             out = {"seed": seed, "failures": [("harness", Failure("crash", f"harness {type(e).__name__}",
                                                                    str(e)[:200]), "", 0)], "soft": 0}
@@ -116,6 +117,11 @@ class Campaign:
     def _minimized_so_far(self) -> int:
         return sum(len(d["failures"]) for d in self.done.values())
 
+    def _skip(self) -> frozenset:
+        """Failure classes (backend, kind, aspect) already seen ``per_class`` times: not minimized again."""
+        seen = collections.Counter((str(b),) + f.key for d in self.done.values() for b, f, _t, _n in d["failures"])
+        return frozenset(k for k, n in seen.items() if n >= self.cfg.minimize_per_class)
+
     def run(self) -> dict:
         seeds = list(range(self.cfg.seed, self.cfg.seed + self.cfg.count))
         for wid in range(max(1, self.cfg.jobs)):
@@ -126,7 +132,8 @@ class Campaign:
                 if w[2] is None and pending:
                     seed = pending.popleft()
                     w[2], w[3], w[4] = seed, time.monotonic(), False
-                    w[1].put((seed, self.cfg.minimize and self._minimized_so_far() < self.cfg.max_minimized))
+                    w[1].put((seed, self.cfg.minimize and self._minimized_so_far() < self.cfg.max_minimized,
+                              self._skip()))
             try:
                 self._on_message(self.results.get(timeout=1.0))
             except queue.Empty:
