@@ -97,3 +97,11 @@ def test_compare_tensors_and_stdout():
     assert stdout_diff("s 1.23456\n", "s 1.234561\n") is None
     assert stdout_diff("s 1.2\n", "s 1.5\n")
     assert stdout_diff("a\n", "b\n")
+
+
+@pytest.mark.parametrize("needed", [[3], [0, 9], [2, 5, 7], []])
+def test_ddmin_finds_the_needed_statements(needed):
+    from tools.fuzz.minimize import _Budget, ddmin
+    items = list(range(10))
+    got = ddmin(items, lambda sub: set(needed) <= set(sub), _Budget(500, 60.0))
+    assert got == needed

@@ -50,8 +50,9 @@ def write_reproducers(classes: dict, out: str) -> list[str]:
             for _lines, seed, _detail, text in items if text]
 
 
-def format_summary(n: int, summary: dict, soft: int, elapsed: float) -> str:
-    lines = [f"programs: {n}   stride differences (soft, not failures): {soft}   time: {elapsed:.0f}s"]
+def format_summary(n: int, summary: dict, soft: int, elapsed: float, raised: int = 0) -> str:
+    lines = [f"programs: {n}   raised in eager (compared by exception type): {raised}   "
+             f"stride differences (soft, not failures): {soft}   time: {elapsed:.0f}s"]
     for b, c in summary["table"].items():
         rest = "  ".join(f"{k}={v}" for k, v in sorted(c.items()) if k != "passed")
         lines.append(f"  {b:>10}: passed={c['passed']}  {rest}")
@@ -94,7 +95,8 @@ def main(argv=None) -> int:
     done = Campaign(cfg, progress).run()
     summary = summarize(done, backends)
     soft = sum(1 for r in done.values() if r.get("soft"))
-    print(format_summary(len(done), summary, soft, time.monotonic() - t0))
+    raised = sum(1 for r in done.values() if r.get("eager_raised"))
+    print(format_summary(len(done), summary, soft, time.monotonic() - t0, raised))
     if a.out:
         paths = [p for v in summary["classes"].values() for p in v if p[3]]
         with open(os.path.join(a.out, "summary.json"), "w") as f:
