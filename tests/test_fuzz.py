@@ -105,3 +105,12 @@ def test_ddmin_finds_the_needed_statements(needed):
     items = list(range(10))
     got = ddmin(items, lambda sub: set(needed) <= set(sub), _Budget(500, 60.0))
     assert got == needed
+
+
+@pytest.mark.parametrize("planted,kind", [("tools.fuzz.selftest:hanging_backend", "timeout"),
+                                          ("tools.fuzz.selftest:dying_backend", "died")])
+def test_harness_survives_hangs_and_dead_workers(planted, kind, tmp_path):
+    cfg = Config(seed=0, count=2, backends=(planted,), jobs=1, timeout=3.0)
+    done = Campaign(cfg).run()
+    assert sorted(done) == [0, 1]
+    assert all(kind in {f.kind for _b, f, _t, _n in d["failures"]} for d in done.values()), done

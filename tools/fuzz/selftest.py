@@ -25,3 +25,19 @@ def raising_backend(gm, example_inputs):
     def run(*args):
         raise RuntimeError("planted bug: this backend always raises")
     return run
+
+
+def hanging_backend(gm, example_inputs):
+    """Every call sleeps (a "timeout" backend)."""
+    def run(*args):
+        import time
+        time.sleep(3600)
+    return run
+
+
+def dying_backend(gm, example_inputs):
+    """Every call kills its process, as a crashing kernel would (a "died" backend)."""
+    def run(*args):
+        import os
+        os._exit(3)
+    return run
