@@ -90,7 +90,8 @@ def main(argv=None) -> int:
             if a.out and text:
                 write_reproducer(a.out, b, f.kind, f.aspect, res["seed"], text)
             if a.verbose:
-                print(f"[{k}/{a.count}] seed {res['seed']} {b}: {f.kind} [{f.aspect}] {f.detail[:150]}", flush=True)
+                print(f"[{k}/{a.count}] seed {res['seed']} {b}: {f.kind} [{f.aspect}] {f.detail[:150]}",
+                      flush=True)
     t0 = time.monotonic()
     done = Campaign(cfg, progress).run()
     summary = summarize(done, backends)

@@ -19,7 +19,7 @@ RTOL, ATOL = 1e-3, 1e-4
 @dataclasses.dataclass(frozen=True)
 class Failure:
     kind: str         # wrong | crash | exc_mismatch | timeout | died
-    aspect: str       # what differs (output / input side effect / grad / stdout / STATE) or the exception type
+    aspect: str       # what differs (output / input side effect / grad / stdout / STATE) or the exc. type
     detail: str
 
     @property

@@ -27,7 +27,7 @@ class Config:
     minimize: bool = False
     timeout: float = 60.0              # per backend run of one program (in the worker)
     minimize_seconds: float = 300.0    # per failure
-    max_minimized: int = 50            # minimize at most this many failures per campaign (the rest keep full source)
+    max_minimized: int = 50            # minimize at most this many failures (the rest keep their full source)
     minimize_per_class: int = 2        # ... and at most this many of one class (backend, kind, aspect)
 
 
@@ -110,7 +110,8 @@ class Campaign:
                     p.join(timeout=5)
                 kind = "timeout" if late else "died"
                 self.done[seed] = {"seed": seed, "soft": 0, "failures": [
-                    ("?", Failure(kind, kind, f"worker exit code {p.exitcode}"), _unminimized(seed, kind), 0)]}
+                    ("?", Failure(kind, kind, f"worker exit code {p.exitcode}"), _unminimized(seed, kind),
+                     0)]}
             if dead or late:
                 self._spawn(wid)
 
@@ -119,7 +120,8 @@ class Campaign:
 
     def _skip(self) -> frozenset:
         """Failure classes (backend, kind, aspect) already seen ``per_class`` times: not minimized again."""
-        seen = collections.Counter((str(b),) + f.key for d in self.done.values() for b, f, _t, _n in d["failures"])
+        seen = collections.Counter((str(b),) + f.key for d in self.done.values()
+                                   for b, f, _t, _n in d["failures"])
         return frozenset(k for k, n in seen.items() if n >= self.cfg.minimize_per_class)
 
     def run(self) -> dict:

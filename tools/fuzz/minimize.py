@@ -68,7 +68,8 @@ class Minimizer:
 
     def fails(self, source: str, inputs=None) -> bool:
         self.budget.left -= 1
-        cand = dataclasses.replace(self.prog, source=source, inputs=self.prog.inputs if inputs is None else inputs)
+        cand = dataclasses.replace(self.prog, source=source,
+                                   inputs=self.prog.inputs if inputs is None else inputs)
         try:
             compile(source, "<candidate>", "exec")
         except SyntaxError:

@@ -1,5 +1,5 @@
-"""Write a failing (minimized) program as a standalone reproducer: ``python repro.py`` runs it eagerly and with
-ember on the same inputs, prints both, and exits 1 while they differ. ``python -m tools.fuzz.repro FILE``
+"""Write a failing (minimized) program as a standalone reproducer: ``python repro.py`` runs it eagerly and
+with ember on the same inputs, prints both, and exits 1 while they differ. ``python -m tools.fuzz.repro FILE``
 re-checks a reproducer with the full harness (all compared aspects)."""
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def run(f):
                                   out.values() if isinstance(out, dict) else [out])
                       if isinstance(t, torch.Tensor) and t.requires_grad]
                 if ts:
-                    sum((t * (1 + 0.25 * i)).sum() + (t * t).sum() * 0.05 for i, t in enumerate(ts)).backward()
+                    sum((t * (1 + 0.25 * i)).sum() + (t * t).sum() * 0.05
+                        for i, t in enumerate(ts)).backward()
         except Exception as e:
             outs.append(("raised", type(e).__name__, str(e)[:300]))
             break
@@ -92,7 +93,8 @@ def load_repro(path: str):
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and \
                 node.targets[0].id in ("INPUTS", "GRAD", "BACKEND", "SEED"):
             consts[node.targets[0].id] = ast.literal_eval(node.value)
-    keep = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in ("make_inputs", "run", "same"))
+    helpers = ("make_inputs", "run", "same")
+    keep = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in helpers)
             and not isinstance(n, ast.If) and not (isinstance(n, ast.Assign) and n.targets[0].id in consts)
             and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     source = ast.unparse(ast.Module(body=keep, type_ignores=[])) + "\n"
@@ -100,7 +102,7 @@ def load_repro(path: str):
 
 
 def main(argv) -> None:
-    """``python -m tools.fuzz.repro [--minimize] FILE...``: re-check (and re-minimize in place) reproducers."""
+    """``python -m tools.fuzz.repro [--minimize] FILE...``: re-check (and re-minimize in place)."""
     from .minimize import minimize
     from .run import check
     for path in [a for a in argv if a != "--minimize"]:

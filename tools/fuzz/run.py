@@ -130,7 +130,7 @@ def _call(fn, ns, inputs, grad: bool) -> CallResult:
 
 
 def run_program(prog, backend=None) -> list[CallResult]:
-    """``backend=None`` runs eagerly; otherwise ``ember.compile(fn, backend=backend)`` after ``ember.reset()``."""
+    """``backend=None`` runs eagerly; else ``ember.compile(fn, backend=backend)`` after ``ember.reset()``."""
     ns = load(prog.source)
     fn = ns["fn"]
     if backend is not None:

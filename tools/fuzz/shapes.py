@@ -29,17 +29,20 @@ def paren(expr: str) -> str:
 
 UNARY = [
     "torch.exp({a}.clamp(-4, 4))", "torch.log({a}.abs() + 1)", "torch.sigmoid({a})", "torch.tanh({a})",
-    "torch.relu({a})", "{a}.neg()", "({a} * {a})", "torch.sqrt({a}.abs() + 0.5)", "{a}.clamp(min=-0.5, max=0.7)",
+    "torch.relu({a})", "{a}.neg()", "({a} * {a})", "torch.sqrt({a}.abs() + 0.5)",
+    "{a}.clamp(min=-0.5, max=0.7)",
     "{a}.clamp(min=0.1)", "torch.nn.functional.gelu({a})", "torch.abs({a})", "{a}.sin()",
     "torch.rsqrt({a}.abs() + 1)", "torch.nn.functional.silu({a})", "{a}.pow(2)", "({a} ** 3)", "{a}.cos()",
     "torch.nn.functional.leaky_relu({a}, 0.1)", "{a}.clone()", "{a}.contiguous()", "torch.erf({a})",
 ]
 BINARY = [
-    "({a} + {b})", "({a} * {b})", "({a} - {b})", "({a} / ({b}.abs() + 1))", "torch.where({a} > {b}, {a}, {b})",
+    "({a} + {b})", "({a} * {b})", "({a} - {b})", "({a} / ({b}.abs() + 1))",
+    "torch.where({a} > {b}, {a}, {b})",
     "torch.maximum({a}, {b})", "torch.minimum({a}, {b})", "torch.where({a} > 0.1, {a}, {b} * 2)",
     "torch.add({a}, {b}, alpha=0.5)", "torch.lerp({a}, {b}, 0.3)",
 ]
-SCALAR = ["({a} * {s})", "({a} + {s})", "({a} * 0.5 - {s})", "({a} / ({s} + 1.5))", "(2 - {a})", "({s} * {a} + 1)"]
+SCALAR = ["({a} * {s})", "({a} + {s})", "({a} * 0.5 - {s})", "({a} / ({s} + 1.5))", "(2 - {a})",
+          "({s} * {a} + 1)"]
 REDUCE_KEEP = ["{a}.sum({d}, keepdim={k})", "{a}.mean(dim={d}, keepdim={k})", "{a}.amax({d}, keepdim={k})",
                "{a}.amin({d}, keepdim={k})", "{a}.var({d}, keepdim={k})", "{a}.std(dim={d}, keepdim={k})",
                "{a}.max({d}, keepdim={k}).values", "torch.logsumexp({a}, {d}, keepdim={k})",

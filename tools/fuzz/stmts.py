@@ -45,7 +45,8 @@ def _inplace(g, on_input: bool):
         return [f"{paren(v)}[{spec[0]}] = {rhs}"]
     if c < 0.3 and shape:
         idx = sorted({g.rng.randrange(shape[0]) for _ in range(2)})
-        return [f"{paren(v)}.index_put_((torch.tensor({idx}),), torch.tensor({round(g.rng.uniform(-2, 2), 2)}))"]
+        val = round(g.rng.uniform(-2, 2), 2)
+        return [f"{paren(v)}.index_put_((torch.tensor({idx}),), torch.tensor({val}))"]
     tmpl = g.rng.choice(INPLACE)
     return [tmpl.format(v=paren(v), e=g.shaped_expr(shape), s=g.scalar())]
 
@@ -103,7 +104,8 @@ def stmt_if_tensor(g):
     t, _ = g.operand()
     thr = round(g.rng.uniform(-1, 1), 3)
     red = g.rng.choice(["sum()", "mean()", "amax()", "min()"])
-    cond = g.rng.choice([f"{paren(t)}.{red} > {thr}", f"({paren(t)} > {thr}).any()", f"{paren(t)}.{red}.item() < {thr}"])
+    cond = g.rng.choice([f"{paren(t)}.{red} > {thr}", f"({paren(t)} > {thr}).any()",
+                         f"{paren(t)}.{red}.item() < {thr}"])
     return _if(g, cond)
 
 
