@@ -1,1 +1,2 @@
-"""Developer tools that are not part of the ember package."""
+"""Developer tools for ember (not part of the shipped ``ember`` package): the differential fuzzer (fuzz/), the
+peer-suite harness (peer/), the test runner."""
