@@ -294,6 +294,11 @@ class _Functionalizer:
                 "is not supported yet (stage: functionalization)")
         offset = view_val.storage_offset() - root_val.storage_offset()
         flat = self._storage_list(self.current[al.root], root_val)
+        if self.current[al.root].op in ("placeholder", "get_attr"):
+            # the list is then a view of an input, and ATen's as_strided_scatter counts the offset from the
+            # start of the input's storage, not from its first element: an input that is a slice (storage
+            # offset 1) had its write land one element early. A fresh copy starts at its first element.
+            flat = self._call(aten.clone.default, (flat,), flat.meta["val"])
         with torch.no_grad():
             ordered_val = root_val.permute(order)
             unflat_val = ordered_val.contiguous()

@@ -70,3 +70,39 @@ def test_inference_mode_view_keeps_requires_grad(fresh_ember, backend):
         got, want = f(x), (x[0], x.detach()[1], x * 2)
     assert [g.requires_grad for g in got] == [w.requires_grad for w in want]
     assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+def _set_first(v):
+    v[0] = -1
+    return v
+
+
+def _set_row_slice(v):
+    v[:, 1] = v[:, 0] * 2
+    return v.sum()
+
+
+def _mul_part(v):
+    v[1:].mul_(3)
+    return v * 1
+
+
+OFFSET_CASES = {"set_first": (_set_first, lambda b: b[1:3]), "set_column": (_set_row_slice, lambda b: b.view(4, 5)[1:, 2:]),
+                "mul_part": (_mul_part, lambda b: b[2:7])}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(OFFSET_CASES))
+def test_write_through_view_of_input_with_storage_offset(fresh_ember, backend, name):
+    """An input that is a slice of a larger tensor (a storage offset): writes through views of it land on its
+    elements (ATen's as_strided_scatter counts offsets from the storage's start: the write landed early)."""
+    fn, view = OFFSET_CASES[name]
+    be, bc = torch.randn(20), None
+    bc = be.clone()
+    want = fn(view(be))
+    cf = ember.compile(fn, backend=backend)
+    got = cf(view(bc))
+    assert torch.allclose(got, want) and torch.equal(bc, be)
+    bc2, be2 = torch.randn(20), None
+    be2 = bc2.clone()
+    assert torch.allclose(cf(view(bc2)), fn(view(be2))) and torch.equal(bc2, be2)
