@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     print(format_summary(len(done), summary, soft, time.monotonic() - t0, raised))
     if a.out:
         paths = [p for v in summary["classes"].values() for p in v if p[3]]
+        os.makedirs(a.out, exist_ok=True)           # a clean run wrote no reproducer there
         with open(os.path.join(a.out, "summary.json"), "w") as f:
             json.dump({f"{b}|{k}|{asp}": [[s, d] for _l, s, d, _t in v]
                        for (b, k, asp), v in summary["classes"].items()}, f, indent=1)
