@@ -37,7 +37,8 @@ from ember import logs
 from ember.autograd.aliasing import SyntheticBases, alias_groups
 from ember.autograd.functionalize import functionalize
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
-from ember.autograd.runtime import AliasInfo, CompiledGraphs, run_inference, run_training
+from ember.autograd.runtime import (AliasInfo, CompiledGraphs, run_inference, run_training,
+                                    tangent_dependencies)
 from ember.autograd.trace import TracedGraph, trace_aten
 from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
@@ -265,6 +266,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                           recompute=recompute)
     fwd, bwd = part.fwd, part.bwd
     _log_graphs("training", fwd, bwd, part.summary)
+    grad_tangents = tangent_dependencies(bwd, part.num_saved)
     if compile_graph is not None:
         saved_from = n_user + len(write_backs)
         fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place
@@ -274,7 +276,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
         fwd, bwd = fwd_c, compile_graph(bwd, "backward")
     aliases = _aliases(traced)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,
-                            grad_after)
+                            grad_after, grad_tangents=grad_tangents)
     return graphs, traced.out_spec
 
 

@@ -67,6 +67,7 @@ class CompiledGraphs:
     aliases: list[AliasInfo] = field(default_factory=list)
     grad_after: bool = True                     # grad mode the traced graph left behind
     diff_meta: list | None = None               # (shape, dtype, device) per diff output: zeros for unused ones
+    grad_tangents: list = field(default_factory=list)   # per backward output: the tangents it depends on
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -164,7 +165,34 @@ class AotFunction(torch.autograd.Function):
                 grads = list(_run(call_list, args))
             else:
                 grads = list(_run(graphs.bwd, *saved, *tangents))
-        return (None, *grads)
+        return (None, *_unreached(graphs, grad_outputs, grads))
+
+
+def _unreached(graphs: CompiledGraphs, grad_outputs: tuple, grads: list) -> list:
+    """``grads`` with None for each input gradient that depends only on outputs the loss did not use: eager's
+    autograd sends nothing there, so such an input's ``.grad`` stays None (a zero tangent gave zeros)."""
+    missing = {k for k, i in enumerate(graphs.diff_outputs) if grad_outputs[i] is None}
+    if missing and graphs.grad_tangents:
+        for j, deps in enumerate(graphs.grad_tangents):
+            if deps and deps <= missing and j < len(grads):
+                grads[j] = None
+    return grads
+
+
+def tangent_dependencies(bwd: Any, num_saved: int) -> list[frozenset]:
+    """For each output of the backward graph ``bwd`` (an FX GraphModule whose inputs are the saved values, then
+    the tangents), the indices of the tangents it is computed from."""
+    deps: dict[Any, frozenset] = {}
+    k = 0
+    for n in bwd.graph.nodes:
+        if n.op == "placeholder":
+            deps[n] = frozenset((k - num_saved,)) if k >= num_saved else frozenset()
+            k += 1
+        elif n.op == "output":
+            return [deps.get(o, frozenset()) if hasattr(o, "op") else frozenset() for o in n.args[0]]
+        else:
+            deps[n] = frozenset().union(*(deps.get(a, frozenset()) for a in n.all_input_nodes))
+    return []
 
 
 def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
