@@ -92,10 +92,10 @@ class _Writer:
     def arg(self, a: Any) -> str:
         if isinstance(a, BufferRef):
             return self.ref(a)
-        if type(a) in (list, tuple):
+        if isinstance(a, (list, tuple)):        # FX's immutable_list too: written item by item, never by repr
             inner = ", ".join(self.arg(x) for x in a)
-            return f"[{inner}]" if type(a) is list else f"({inner}{',' if len(a) == 1 else ''})"
-        if type(a) is dict:
+            return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+        if isinstance(a, dict):
             return "{" + ", ".join(f"{self.arg(k)}: {self.arg(v)}" for k, v in a.items()) + "}"
         lit = py_literal(a)         # exact literals only: never a subclass's repr (ember.emit)
         return lit if lit is not None else self.bind("c", a)
