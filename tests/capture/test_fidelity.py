@@ -275,3 +275,20 @@ def test_fork_rng_inside_compiled_code(fresh_ember, backend):
         after = torch.rand(2)
         torch.manual_seed(0)
         assert torch.equal(got, _forked_draws(x)) and torch.equal(after, torch.rand(2))
+
+
+def test_torch_functions_dynamo_rewraps_keep_their_rules(fresh_ember):
+    """Importing torch._dynamo replaces torch.manual_seed with a wrapper: it is still a graph break (it ran
+    once, at compile time, as a graph op otherwise), and a guarded global-state read keeps its guard."""
+    import torch._dynamo  # noqa: F401
+
+    def f(x):
+        torch.manual_seed(3)
+        return x + torch.rand(2)
+
+    with pytest.raises(ember.Unsupported):
+        ember.compile(f, fullgraph=True)(torch.ones(2))
+    cf = ember.compile(f)
+    assert torch.equal(cf(torch.ones(2)), f(torch.ones(2)))
+    torch.rand(1)
+    assert torch.equal(cf(torch.ones(2)), f(torch.ones(2)))

@@ -76,6 +76,20 @@ _GLOBAL_STATE = {torch.autograd._profiler_enabled: "the autograd profiler is on"
                  torch.get_default_dtype: "the default dtype"}
 
 
+def _unwrapped(fn: Any, table: Any) -> Any:
+    """``fn``, or the first function it wraps that ``table`` holds: once torch._dynamo is imported, torch puts
+    ``_disable_dynamo`` wrappers on some of its functions (``torch.manual_seed``), and the tables hold the
+    functions as they were (themselves maybe wrappers: ``fork_rng`` is a ``contextmanager``)."""
+    for _ in range(4):
+        if fn in table:
+            return fn
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is None:
+            break
+        fn = inner
+    return fn
+
+
 def _read_global_state(d, fn: Callable, what: str):
     value = fn()
     d.guards.add(f"{d.cg.bind(fn, fn.__name__)}() is {d.cg.bind(value, 'state')}", f"{what}: {value}")
@@ -254,15 +268,16 @@ class TorchPlugin:
         if cache is not None and type(fn) is types.FunctionType:
             return d.call(f, Const(cache.fn), args, kwargs)
         try:
-            special = _CTX.get(fn) or _CONST_RULES.get(fn)
+            special = _CTX.get(fn) or _CONST_RULES.get(fn) or _CONST_RULES.get(_unwrapped(fn, _CONST_RULES))
         except TypeError:
             special = None
         if special is not None:
             if fn in _CTX:
                 return special(d, f, fn, args, kwargs)
             return special(d, f, args, kwargs)
-        if fn in _NATIVE_CALLS:
-            raise d.unsupported(f, _NATIVE_CALLS[fn], "it runs eagerly at this graph break")
+        base = _unwrapped(fn, _NATIVE_CALLS)
+        if base in _NATIVE_CALLS:
+            raise d.unsupported(f, _NATIVE_CALLS[base], "it runs eagerly at this graph break")
         cls = function_apply_class(fn, args)
         if cls is not None:
             return call_function_apply(d, f, cls, args[1:] if fn is _APPLY else args, kwargs)
@@ -282,9 +297,10 @@ class TorchPlugin:
             return None
         if not is_torch_op(fn):
             return None
-        if fn in _IMPURE_NO_TENSOR:
+        base = _unwrapped(fn, _IMPURE_NO_TENSOR.union(_RNG_STATE))
+        if base in _IMPURE_NO_TENSOR:
             raise d.unsupported(f, f"{fn.__name__} changes global torch state inside compiled code")
-        if fn in _RNG_STATE:
+        if base in _RNG_STATE:
             raise d.unsupported(f, f"torch.{fn.__name__} reads or sets the random generator's state",
                                 "call it outside the compiled function (it runs eagerly at this graph break)")
         return record(d, f, "call_function", fn, list(args), dict(kwargs))
