@@ -128,7 +128,7 @@ def _iter(d, f, args, kwargs):
 def _next(d, f, args, kwargs):
     it = args[0]
     has_next = isinstance(it, ObjectVar) and lookup_type_attr(type_of(it), "__next__") is not NULL
-    if type(it) is not IterVar and not has_next:
+    if not isinstance(it, IterVar) and not has_next:     # IterVar subclasses too: a container's SeqIterVar
         if type(it) is Const and hasattr(type(it.value), "__next__"):
             return NotImplemented
         raise UserException(TypeError(f"'{type_of(it).__name__}' object is not an iterator"))

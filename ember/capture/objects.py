@@ -518,8 +518,8 @@ def _defer_logging(d: SymbolicDomain, f, v: Value, args, kwargs) -> Value:
 def _call_pure(d: SymbolicDomain, f, fn, args, kwargs) -> Value | None:
     """A pure builtin on known values. Lazy iterators among the arguments (``",".join(str(x) for x in xs)``)
     are drained first, as the builtin itself would; None when some argument is not a known value."""
-    if any(type(a) is IterVar for a in args):
-        args = [ListVar(d.unpack_all(f, a)) if type(a) is IterVar else a for a in args]
+    if any(isinstance(a, IterVar) for a in args):
+        args = [ListVar(d.unpack_all(f, a)) if isinstance(a, IterVar) else a for a in args]
         if not all_const(args, kwargs):
             raise d.unsupported(f, f"call to {_fn_name(fn)} on an iterator of values that are not constants")
     return call_real(d, f, fn, args, kwargs) if all_const(args, kwargs) else None
