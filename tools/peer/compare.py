@@ -8,7 +8,8 @@ and never committed: put them, with the helper modules they import, in an ignore
 ``.peer/dynamo/``. Each file runs twice in its own pytest process: plain (torch.compile) and with
 ``-p tools.peer.plugin`` (ember). Among the tests torch.compile passes, ember's failures are classed as
 - ``wrong``: an assertion about values failed (the worst: ember computed something else);
-- ``count``: an assertion about frame/op/graph counts or Dynamo's counters failed (the values were right);
+- ``count``: an assertion about frame/op/graph counts, Dynamo's counters, a recording backend's graphs or log
+  records failed, or an expected ``Unsupported`` was not raised (the values were right);
 - ``break``: ``ember.Unsupported`` (a graph break under fullgraph/nopython);
 - ``crash``: any other exception, a timeout included.
 Prints a table per file and writes ``results.json`` (every test: both outcomes, the class, the error's first
@@ -27,8 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# What a count assertion looks like on its failing line: Dynamo's compile counters, a recording backend's graph
+# list (``len(eager.graphs)``, ``backend.inductor_graphs``), captured log records, or a recompile ban.
 _COUNT = re.compile(r"frame_count|op_count|graph_count|counters\[|\.frame_count|CompileCounter|"
-                    r"assertExpectedInline|assert_frame_count|unique_graphs|graph_break|recompil")
+                    r"assertExpectedInline|assert_frame_count|unique_graphs|graph_break|recompil|"
+                    r"\.graphs\b|_graphs\b|len\(records\)|RecompileError")
+# An expectation that Dynamo itself breaks (``with self.assertRaises(Unsupported)``) failed: not a value.
+_EXPECTED_BREAK = re.compile(r"Unsupported not raised")
 
 
 def _run(path: Path, engine: str, out: Path, extra: list[str], timeout: int) -> Path:
@@ -68,6 +74,8 @@ def classify(text: str) -> str:
         return "crash"
     lines = text.splitlines()
     first = lines[0] if lines else ""
+    if _EXPECTED_BREAK.search(first):
+        return "count"
     if "AssertionError" in first or first.startswith(("assert", "AssertionError")) or "AssertionError" in text[-400:]:
         failing = [ln for ln in lines if ln.startswith(">") or ln.strip().startswith("self.assert")]
         where = "\n".join(failing[-3:]) or text[-800:]
