@@ -17,6 +17,7 @@ import types
 from typing import Any
 
 from . import rules as R
+from .instance_attrs import guard_absent, is_data_descriptor as _is_data_descriptor, real_instance_attr
 from .interpreter import NULL, UserException
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
@@ -208,15 +209,12 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
     ga = lookup_type_attr(t, "__getattr__")
     if ga is not NULL and type(ga) is types.FunctionType:
         return d.inline(f, ga, [v, Const(name)], {})
+    if not v.is_new and name not in v.overlay:
+        guard_absent(d, v, name)
     raise _attr_error(t.__name__, name)
 
 
 R.GETATTR.register(ObjectVar)(object_getattr)
-
-
-def _is_data_descriptor(a: Any) -> bool:
-    t = type(a)
-    return (hasattr(t, "__set__") or hasattr(t, "__delete__")) and hasattr(t, "__get__")
 
 
 def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner: type) -> Value:
@@ -268,6 +266,9 @@ def _container_getattr(d, f, v, name):
     if name == "__class__":
         return Const(v.python_type())
     cls = v.python_type()
+    inst = real_instance_attr(d, v, lookup_type_attr(cls, name), name)
+    if inst is not NULL:
+        return inst
     if cls not in (tuple, list, dict, set, frozenset):      # a subclass's own Python methods win
         own = lookup_type_attr(cls, name)
         if type(own) is types.FunctionType:
@@ -275,6 +276,7 @@ def _container_getattr(d, f, v, name):
     if name == "default_factory" and isinstance(v, DictVar):
         return v.default_factory or Const(None)
     if lookup_type_attr(v.python_type(), name) is NULL:
+        guard_absent(d, v, name)
         raise _attr_error(v.python_type().__name__, name)
     return MethodOf(v, name)
 

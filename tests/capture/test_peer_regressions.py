@@ -78,3 +78,97 @@ def test_next_on_container_iterators(fresh_ember, fn):
     x, xs = torch.randn(3), [3, 1, 2]
     got = ember.compile(fn, backend="eager", fullgraph=True)(x, list(xs))
     torch.testing.assert_close(got, fn(x, list(xs)))
+
+
+# Instance attributes of a dict-subclass object (captured as a DictVar): test_dicts.py::
+# test_dict_subclass_methods_fallback_readonly. getattr(d, name, default) silently gave the default (a wrong value).
+class _AttrDict(dict):
+    def scaled(self, x):
+        return x * self["k"]
+
+
+class _PropDict(dict):
+    @property
+    def attr(self):
+        return 10
+
+
+def _make_attr_dict(cls=_AttrDict):
+    d = cls(k=3)
+    d.attr = 4
+    d.__dict__["scaled"] = lambda x: x - 1      # an instance attribute shadows the class's method
+    return d
+
+
+_GLOBAL_ATTR_DICT = _make_attr_dict()
+
+
+def _attr_read(x, d):
+    return x * d.attr + d["k"]
+
+
+def _attr_global(x, d):
+    return x * _GLOBAL_ATTR_DICT.attr
+
+
+def _attr_getattr_default(x, d):
+    return x * getattr(d, "attr", 9)
+
+
+def _attr_hasattr(x, d):
+    return x + hasattr(d, "attr") + 10 * hasattr(d, "missing")
+
+
+def _attr_shadows_method(x, d):
+    return d.scaled(x)
+
+
+def _attr_property_wins(x, d):
+    return x * _PropDict(k=1).attr + d.attr
+
+
+ATTR_CASES = [_attr_read, _attr_global, _attr_getattr_default, _attr_hasattr, _attr_shadows_method,
+              _attr_property_wins]
+
+
+@pytest.mark.parametrize("fn", ATTR_CASES, ids=[c.__name__ for c in ATTR_CASES])
+def test_dict_subclass_instance_attributes(fresh_ember, fn):
+    x = torch.randn(3)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(x, _make_attr_dict())
+    torch.testing.assert_close(got, fn(x, _make_attr_dict()))
+
+
+# An attribute the trace found absent must be guarded absent: set on the object after the first call, the compiled
+# function reused the default (a wrong value). Same class as above, for plain objects and dict subclasses.
+class _Plain:
+    pass
+
+
+class _PlainDict(dict):
+    pass
+
+
+def _absent_getattr(x, o):
+    return x * getattr(o, "attr", 9)
+
+
+def _absent_hasattr(x, o):
+    return x + 10 * hasattr(o, "attr")
+
+
+def _absent_try(x, o):
+    try:
+        return x * o.attr
+    except AttributeError:
+        return x - 1
+
+
+@pytest.mark.parametrize("cls", [_Plain, _PlainDict], ids=["object", "dict_subclass"])
+@pytest.mark.parametrize("fn", [_absent_getattr, _absent_hasattr, _absent_try],
+                         ids=["getattr_default", "hasattr", "try_except"])
+def test_absent_attribute_set_later(fresh_ember, cls, fn):
+    x, o = torch.randn(3), cls()
+    compiled = ember.compile(fn, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x, o), fn(x, o))
+    o.attr = 4
+    torch.testing.assert_close(compiled(x, o), fn(x, o))
