@@ -380,6 +380,15 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
         r = items.pop(k)
         d.mark_mutated(v)
         return r
+    elif name in ("isdisjoint", "issuperset") and len(args) == 1 and isinstance(args[0], IterVar):
+        # CPython reads an iterator only until the answer is known (a generator's side effects stop there):
+        # isdisjoint at the first item in the set, issuperset at the first item not in it
+        while True:
+            ok, x = d.next(f, args[0])
+            if not ok:
+                return Const(True)
+            if (d.hash_key(f, x) in items) == (name == "isdisjoint"):
+                return Const(False)
     elif name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
                   "isdisjoint", "copy", "__contains__", "__len__"):
         others = [{d.hash_key(f, x): x for x in d.unpack_all(f, a)} for a in args]

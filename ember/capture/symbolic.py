@@ -455,6 +455,8 @@ class SymbolicDomain:
             return tuple(self.hash_key(f, x) for x in k.items)
         if isinstance(k, (ListVar, DictVar, SetVar)) and not (isinstance(k, SetVar) and k.frozen):
             raise UserException(TypeError(f"unhashable type: '{k.python_type().__name__}'"))
+        if isinstance(k, SetVar):       # a frozenset hashes by value: the frozenset of its items' keys
+            return frozenset(k.items)
         return _Identity(k)
 
     def list_to_tuple(self, f, v):

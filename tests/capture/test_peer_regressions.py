@@ -172,3 +172,77 @@ def test_absent_attribute_set_later(fresh_ember, cls, fn):
     torch.testing.assert_close(compiled(x, o), fn(x, o))
     o.attr = 4
     torch.testing.assert_close(compiled(x, o), fn(x, o))
+
+
+# A frozenset made in compiled code is hashed by value: test_sets.py::test_in_frozenset (the test's assertIn failed
+# inside the trace). `frozenset("ab") in {frozenset("ab")}` was False.
+def _fs_in_frozenset(x):
+    return x + (frozenset("abc") in frozenset([frozenset("abc")]))
+
+
+def _fs_in_set_reordered(x):
+    return x + (frozenset("ba") in {frozenset("ab")})
+
+
+def _fs_dict_key(x):
+    d = {frozenset("ab"): 2}
+    return x * d[frozenset("ba")]
+
+
+def _fs_dedup(x):
+    return x + len({frozenset("ab"), frozenset("ba"), frozenset("a")})
+
+
+def _fs_vs_input(x, keys):
+    return x + (frozenset(keys) in {frozenset(["u", "v"])})
+
+
+FROZEN_CASES = [_fs_in_frozenset, _fs_in_set_reordered, _fs_dict_key, _fs_dedup, _fs_vs_input]
+
+
+@pytest.mark.parametrize("fn", FROZEN_CASES, ids=[c.__name__ for c in FROZEN_CASES])
+def test_frozenset_made_in_trace_hashes_by_value(fresh_ember, fn):
+    x = torch.randn(3)
+    args = (x, ["v", "u"]) if fn is _fs_vs_input else (x,)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(*args), fn(*args))
+
+
+# set.isdisjoint / issuperset stop reading an iterator argument once the answer is known, as CPython does:
+# test_sets.py::test_isdisjoint_with_generator (the generator's side effects ran to the end under ember).
+def _counting_gen(n, values):
+    for v in values:
+        n.append(v)
+        yield v
+
+
+def _isdisjoint_stops(x):
+    n = []
+    r = {2, 4, 5}.isdisjoint(_counting_gen(n, [1, 2, 3]))
+    return x + len(n) + 10 * r
+
+
+def _isdisjoint_true(x):
+    n = []
+    r = {7}.isdisjoint(_counting_gen(n, [1, 2, 3]))
+    return x + len(n) + 10 * r
+
+
+def _issuperset_stops(x):
+    n = []
+    r = {1, 3}.issuperset(_counting_gen(n, [1, 2, 3]))
+    return x + len(n) + 10 * r
+
+
+def _frozenset_isdisjoint_stops(x):
+    n = []
+    r = frozenset([1]).isdisjoint(_counting_gen(n, [1, 2]))
+    return x + len(n) + 10 * r
+
+
+SHORT_CASES = [_isdisjoint_stops, _isdisjoint_true, _issuperset_stops, _frozenset_isdisjoint_stops]
+
+
+@pytest.mark.parametrize("fn", SHORT_CASES, ids=[c.__name__ for c in SHORT_CASES])
+def test_set_predicates_stop_early_on_iterators(fresh_ember, fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
