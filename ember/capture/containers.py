@@ -124,7 +124,9 @@ def sort_values(d, f, items: list[Value], key=None, reverse=False) -> list[Value
 
 
 def _eq(d, f, a, b) -> bool:
-    return d.truth(f, d.compare(f, "==", a, b))
+    """PyObject_RichCompareBool(a, b, Py_EQ), as list/tuple index, count and remove compare: identity first
+    (a value whose __eq__ is False, a nan, still matches itself), then ==."""
+    return a is b or d.truth(f, d.compare(f, "==", a, b))
 
 
 @R.METHOD.register(ListVar)

@@ -246,3 +246,49 @@ SHORT_CASES = [_isdisjoint_stops, _isdisjoint_true, _issuperset_stops, _frozense
 def test_set_predicates_stop_early_on_iterators(fresh_ember, fn):
     x = torch.randn(3)
     torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# list/tuple index, count and remove compare items as PyObject_RichCompareBool does: identity first, then ==.
+# test_list.py::test_remove_matches_identity_before_richcompare (an object whose __eq__ is always False).
+class _NeverEqual:
+    def __eq__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def _count_identity(x, it):
+    return x + [it, _NeverEqual(), it].count(it)
+
+
+def _tuple_count_identity(x, it):
+    return x + (it, 1).count(it)
+
+
+def _index_identity(x, it):
+    return x + [_NeverEqual(), it].index(it)
+
+
+def _tuple_index_identity(x, it):
+    return x + (1, it).index(it)
+
+
+def _remove_identity(x, it):
+    lst = [_NeverEqual(), it, 3]
+    lst.remove(it)
+    return x + len(lst) + 10 * (lst[-1] == 3)
+
+
+def _nan_count(x, it):
+    nan = float("nan")
+    return x + [nan, 1.0].count(nan)
+
+
+IDENTITY_CASES = [_count_identity, _tuple_count_identity, _index_identity, _tuple_index_identity,
+                  _remove_identity, _nan_count]
+
+
+@pytest.mark.parametrize("fn", IDENTITY_CASES, ids=[c.__name__ for c in IDENTITY_CASES])
+def test_sequence_methods_compare_identity_first(fresh_ember, fn):
+    x, it = torch.randn(3), _NeverEqual()
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x, it), fn(x, it))
