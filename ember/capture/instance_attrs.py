@@ -1,11 +1,18 @@
-"""Attributes of the real object behind a traced value: its instance ``__dict__`` read through the value's source,
-and the guard that an attribute the trace found absent is still absent (issue 32, PyTorch's test_dicts.py)."""
+"""Attribute reads that are not an object's own lookup: the instance ``__dict__`` of the real object behind a
+container subclass value, the guard that an attribute the trace found absent is still absent, and the attributes
+of iterators, partials, bound container methods and cells (issue 32, found by PyTorch's Dynamo tests)."""
 from __future__ import annotations
 
 from typing import Any
 
-from .interpreter import NULL
+from . import rules as R
+from .interpreter import NULL, UserException
 from .sources import AttrSource
+from .values import CellVar, Const, IterVar, MethodOf, PartialVar, RealCellVar, TupleVar
+
+
+def attr_error(obj_desc: str, name: str) -> UserException:
+    return UserException(AttributeError(f"'{obj_desc}' object has no attribute '{name}'"))
 
 
 def is_data_descriptor(a: Any) -> bool:
@@ -31,3 +38,33 @@ def guard_absent(d, v, name: str) -> None:
     obj = getattr(v, "obj", NULL)
     if v.source is not None and obj is not NULL and isinstance(getattr(obj, "__dict__", None), dict):
         d.guards.attr_absent(v.source, name)
+
+
+def _method_attr(v: MethodOf, name: str):
+    """``__name__``, ``__qualname__`` and ``__self__`` of a container's bound method (``lst.append``); unittest's
+    ``assertRaises(exc, lst.append)`` reads ``__name__``. NULL for other names."""
+    if name == "__self__":
+        return v.recv
+    if name not in ("__name__", "__qualname__"):
+        return NULL
+    owner = next((k for k in v.recv.python_type().__mro__ if v.name in vars(k)), v.recv.python_type())
+    return Const(v.name if name == "__name__" else f"{owner.__qualname__}.{v.name}")
+
+
+@R.GETATTR.register(IterVar, PartialVar, MethodOf, CellVar, RealCellVar)
+def _misc_getattr(d, f, v, name):
+    if isinstance(v, PartialVar):
+        if name == "func":
+            return v.func
+        if name == "args":
+            return TupleVar(v.args)
+        if name == "keywords":
+            return d._kwargs_dict(v.kwargs)
+    if isinstance(v, MethodOf) and _method_attr(v, name) is not NULL:
+        return _method_attr(v, name)
+    if isinstance(v, IterVar) and (name in ("__next__", "__iter__")
+                                   or v.frame is not None and name in ("send", "throw", "close")):
+        return MethodOf(v, name)
+    if isinstance(v, IterVar) and v.frame is None and name in ("send", "throw", "close"):
+        raise attr_error(v.describe(), name)
+    raise d.unsupported(f, f"reading attribute {name!r} of a {v.describe()}")

@@ -17,12 +17,13 @@ import types
 from typing import Any
 
 from . import rules as R
-from .instance_attrs import guard_absent, is_data_descriptor as _is_data_descriptor, real_instance_attr
+from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
+from .instance_attrs import real_instance_attr
 from .interpreter import NULL, UserException
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
-from .values import (SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
-                     ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value, is_immutable)
+from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
+                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
 _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
@@ -43,10 +44,6 @@ def lookup_type_attr(t: type, name: str) -> Any:
         if name in d:
             return d[name]
     return NULL
-
-
-def _attr_error(obj_desc: str, name: str) -> UserException:
-    return UserException(AttributeError(f"'{obj_desc}' object has no attribute '{name}'"))
 
 
 def is_pure_callable(fn: Any) -> bool:
@@ -318,23 +315,6 @@ def _super_getattr(d, f, v: SuperVar, name):
                 return Const(a)
             return _descriptor_get(d, f, obj, a, name, start_t)
     raise UserException(AttributeError(f"'super' object has no attribute '{name}'"))
-
-
-@R.GETATTR.register(IterVar, PartialVar, MethodOf, CellVar, RealCellVar)
-def _misc_getattr(d, f, v, name):
-    if isinstance(v, PartialVar):
-        if name == "func":
-            return v.func
-        if name == "args":
-            return TupleVar(v.args)
-        if name == "keywords":
-            return d._kwargs_dict(v.kwargs)
-    if isinstance(v, IterVar) and (name in ("__next__", "__iter__")
-                                   or v.frame is not None and name in ("send", "throw", "close")):
-        return MethodOf(v, name)
-    if isinstance(v, IterVar) and v.frame is None and name in ("send", "throw", "close"):
-        raise _attr_error(v.describe(), name)
-    raise d.unsupported(f, f"reading attribute {name!r} of a {v.describe()}")
 
 
 @R.METHOD.register(IterVar)
