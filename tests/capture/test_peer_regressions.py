@@ -317,3 +317,33 @@ def test_container_method_names(fresh_ember, fn):
     want = fn(x, [1])
     torch.testing.assert_close(got[0], want[0])
     assert got[1:] == want[1:]
+
+
+# A compiled module answers Python's container protocols as the module does (bool, len, iter, [], in):
+# _repros_part1.py::test_compiled_module_truthiness (bool() of a compiled empty ModuleList was True).
+def _protocols(m):
+    out = {"bool": bool(m)}
+    for name, op in (("len", len), ("list", lambda m: [type(c).__name__ for c in m]), ("first", lambda m: m[0]),
+                     ("in", lambda m: "a" in m)):
+        try:
+            r = op(m)
+            out[name] = type(r).__name__ if isinstance(r, torch.nn.Module) else r
+        except Exception as e:      # noqa: BLE001
+            out[name] = type(e).__name__
+    return out
+
+
+MODULES = {
+    "empty_modulelist": lambda: torch.nn.ModuleList(),
+    "modulelist": lambda: torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.ReLU()]),
+    "sequential": lambda: torch.nn.Sequential(torch.nn.Linear(2, 2)),
+    "moduledict": lambda: torch.nn.ModuleDict({"a": torch.nn.ReLU()}),
+    "empty_moduledict": lambda: torch.nn.ModuleDict(),
+    "linear": lambda: torch.nn.Linear(2, 2),
+}
+
+
+@pytest.mark.parametrize("make", MODULES.values(), ids=MODULES.keys())
+def test_compiled_module_container_protocols(fresh_ember, make):
+    m = make()
+    assert _protocols(ember.compile(m, backend="eager")) == _protocols(m)
