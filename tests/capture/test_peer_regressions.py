@@ -347,3 +347,42 @@ MODULES = {
 def test_compiled_module_container_protocols(fresh_ember, make):
     m = make()
     assert _protocols(ember.compile(m, backend="eager")) == _protocols(m)
+
+
+# The user's saved_tensors_hooks see only the real run's saves, not compiling's (fake-tensor capture, AOT joint
+# trace): _repros_part1.py::test_unpack_hooks_dont_run_during_tracing (pack ran 2-3 times, unpack once, before
+# backward).
+def _hook_counts(fn, backend):
+    counts = {"pack": 0, "unpack": 0}
+
+    def pack(t):
+        counts["pack"] += 1
+        return t
+
+    def unpack(t):
+        counts["unpack"] += 1
+        return t
+
+    x, y = torch.randn(4, requires_grad=True), torch.randn(4)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        out = (fn if backend is None else ember.compile(fn, backend=backend))(x, y)
+        after_forward = dict(counts)
+        out.sum().backward()
+    return after_forward, counts
+
+
+HOOK_FNS = {"mul": lambda x, y: x * y, "sin": lambda x, y: x.sin() + y, "exp_mul": lambda x, y: (x * y).exp()}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "ember"])
+@pytest.mark.parametrize("name", HOOK_FNS.keys())
+def test_saved_tensors_hooks_not_called_while_compiling(fresh_ember, name, backend):
+    fn = HOOK_FNS[name]
+    assert _hook_counts(fn, backend) == _hook_counts(fn, None)
+
+
+def test_compiling_under_disabled_saved_tensors_hooks(fresh_ember):
+    x = torch.randn(4, requires_grad=True)
+    with torch.autograd.graph.disable_saved_tensors_hooks("hooks are disabled"):
+        ember.compile(lambda x: (x * x).sum(), backend="aot_eager")(x).backward()
+    torch.testing.assert_close(x.grad, 2 * x)
