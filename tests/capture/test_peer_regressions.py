@@ -386,3 +386,37 @@ def test_compiling_under_disabled_saved_tensors_hooks(fresh_ember):
     with torch.autograd.graph.disable_saved_tensors_hooks("hooks are disabled"):
         ember.compile(lambda x: (x * x).sum(), backend="aot_eager")(x).backward()
     torch.testing.assert_close(x.grad, 2 * x)
+
+
+# A tensor made with requires_grad=True inside compiled code is a new leaf: the graph cannot return it as one
+# (under the AOT backends it came back with requires_grad False and no grad_fn on what was computed from it), so it
+# is a graph break and runs eagerly: _repros_part1.py::test_intermediate_leaf_requires_grad.
+def _new_leaf(x):
+    leaf = torch.ones(2, requires_grad=True)
+    return leaf, leaf * 2 + x
+
+
+def _new_leaf_full(x):
+    leaf = torch.full((2,), 3.0, requires_grad=True)
+    return leaf, (leaf * x).sum()
+
+
+def _new_leaf_tensor(x):
+    leaf = torch.tensor([1.0, 2.0], requires_grad=True)
+    return leaf, leaf.exp() * x
+
+
+LEAF_CASES = [_new_leaf, _new_leaf_full, _new_leaf_tensor]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "ember"])
+@pytest.mark.parametrize("fn", LEAF_CASES, ids=[c.__name__ for c in LEAF_CASES])
+def test_leaf_made_in_compiled_code(fresh_ember, fn, backend):
+    x = torch.randn(2)
+    leaf, out = ember.compile(fn, backend=backend)(x)
+    want_leaf, want = fn(x)
+    assert (leaf.requires_grad, leaf.is_leaf, out.requires_grad) == (True, True, True)
+    out.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(leaf.grad, want_leaf.grad)
