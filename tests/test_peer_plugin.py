@@ -89,6 +89,10 @@ CLASSIFY_CASES = [
     ("self.assertGreater(len(records), 0)", "AssertionError: 0 not greater than 0", "count"),
     ("fn(t, ctx)", "AssertionError: Unsupported not raised", "count"),
     ("fn(x)", "KeyError: 'a'", "crash"),
+    ("fn(x)", "ember.errors.Unsupported: reading attribute '__name__' of a list.append", "break"),
+    ("except Unsupported as e:  # ember's compile_entry, quoted in the traceback",
+     "InternalError: ember failed while compiling dummy: TypeError: set.isdisjoint() takes exactly one argument "
+     "(0 given)", "crash"),
 ]
 
 

@@ -68,12 +68,12 @@ def outcomes(xml: Path) -> dict[str, tuple[str, str]]:
 
 def classify(text: str) -> str:
     """The class of an ember failure, from its junit message and traceback."""
-    if "Unsupported" in text and ("ember" in text or "graph break" in text):
-        return "break"
-    if "PeerTimeout" in text:
-        return "crash"
     lines = text.splitlines()
     first = lines[0] if lines else ""
+    if "InternalError" in first or "PeerTimeout" in text:      # an ember bug (its message may quote Unsupported)
+        return "crash"
+    if "Unsupported" in first and ("ember" in text or "graph break" in text):
+        return "break"
     if _EXPECTED_BREAK.search(first):
         return "count"
     if "AssertionError" in first or first.startswith(("assert", "AssertionError")) or "AssertionError" in text[-400:]:
