@@ -102,6 +102,23 @@ def _dict_setitem(d, f, v, k, value):
 
 
 # -- methods ---------------------------------------------------------------------------------------------
+# (fewest, most) positional arguments of the list/tuple and set methods ember runs itself, checked before they
+# run: a wrong count is eager's TypeError (list.clear(1) was accepted, set.isdisjoint() an internal error)
+_SEQ_ARITY = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1), "remove": (1, 1),
+              "clear": (0, 0), "reverse": (0, 0), "sort": (0, 0), "index": (1, 3), "count": (1, 1),
+              "copy": (0, 0), "__getitem__": (1, 1), "__len__": (0, 0), "__contains__": (1, 1), "__iter__": (0, 0)}
+_SET_ARITY = {"add": (1, 1), "discard": (1, 1), "remove": (1, 1), "pop": (0, 0), "clear": (0, 0), "copy": (0, 0),
+              "isdisjoint": (1, 1), "issubset": (1, 1), "issuperset": (1, 1), "symmetric_difference": (1, 1),
+              "symmetric_difference_update": (1, 1), "__contains__": (1, 1), "__len__": (0, 0)}
+
+
+def _check_arity(table, owner: str, name: str, args) -> None:
+    lo, hi = table.get(name, (0, len(args)))
+    if not lo <= len(args) <= hi:
+        want = f"exactly {lo}" if lo == hi else f"from {lo} to {hi}"
+        raise UserException(TypeError(f"{owner}.{name}() takes {want} arguments ({len(args)} given)"))
+
+
 def _args(d, f, name, args, lo, hi):
     if not lo <= len(args) <= hi:
         raise UserException(TypeError(f"{name}() takes from {lo} to {hi} arguments ({len(args)} given)"))
@@ -131,6 +148,7 @@ def _eq(d, f, a, b) -> bool:
 
 @R.METHOD.register(ListVar)
 def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
+    _check_arity(_SEQ_ARITY, "list", name, args)
     items = v.items
     if name == "append":
         items.append(_args(d, f, name, args, 1, 1)[0])
@@ -174,9 +192,10 @@ def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
 
 def _seq_query(d, f, v, name, args):
     items = v.items
-    if name == "index":
-        for i, x in enumerate(items):
-            if _eq(d, f, x, args[0]):
+    if name == "index":         # index(x[, start[, stop]]): start and stop clamp as a slice's bounds do
+        start, stop = ([d.as_python(f, a) for a in args[1:]] + [None, None])[:2]
+        for i in range(*slice(start, stop).indices(len(items))):
+            if _eq(d, f, items[i], args[0]):
                 return Const(i)
         raise UserException(ValueError(f"{args[0].describe()} is not in {v.python_type().__name__}"))
     if name == "count":
@@ -199,6 +218,7 @@ def _tuple_method(d, f, v, name, args, kwargs):
     if v.cls is not None and name == "_asdict":
         return DictVar({k: x for k, x in zip(v.cls._fields, v.items)}, {k: Const(k) for k in v.cls._fields})
     if name in ("index", "count", "__getitem__", "__len__", "__contains__", "__iter__"):
+        _check_arity(_SEQ_ARITY, "tuple", name, args)
         return _seq_query(d, f, v, name, args)
     raise d.unsupported(f, f"tuple.{name}")
 
@@ -361,11 +381,12 @@ def _view_truth(d, f, v):
 
 @R.METHOD.register(SetVar)
 def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
+    _check_arity(_SET_ARITY, "frozenset" if v.frozen else "set", name, args)
     items = v.items
     if name == "add":
         items[d.hash_key(f, args[0])] = args[0]
     elif name in ("discard", "remove"):
-        hk = d.hash_key(f, args[0])
+        hk = d.set_key(f, args[0])
         if hk not in items and name == "remove":
             raise UserException(KeyError(hk))
         items.pop(hk, None)
@@ -391,15 +412,15 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
                 return Const(True)
             if (d.hash_key(f, x) in items) == (name == "isdisjoint"):
                 return Const(False)
+    elif name == "copy":
+        return SetVar(dict(items), frozen=v.frozen)
+    elif name == "__len__":
+        return Const(len(items))
+    elif name == "__contains__":
+        return Const(d.set_key(f, args[0]) in items)
     elif name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
-                  "isdisjoint", "copy", "__contains__", "__len__"):
+                  "isdisjoint"):
         others = [{d.hash_key(f, x): x for x in d.unpack_all(f, a)} for a in args]
-        if name == "copy":
-            return SetVar(dict(items), frozen=v.frozen)
-        if name == "__len__":
-            return Const(len(items))
-        if name == "__contains__":
-            return Const(d.hash_key(f, args[0]) in items)
         real = getattr(set(items), name)(*[set(o) for o in others])
         if isinstance(real, bool):
             return Const(real)

@@ -459,6 +459,13 @@ class SymbolicDomain:
             return frozenset(k.items)
         return _Identity(k)
 
+    def set_key(self, f, k: Value) -> Any:
+        """The key a set looks ``k`` up by (``in``, ``remove``, ``discard``): a set stands for the frozenset of
+        its items, as CPython's set_contains does; anything else is its hash_key."""
+        if isinstance(k, SetVar) and not k.frozen:
+            return frozenset(k.items)
+        return self.hash_key(f, k)
+
     def list_to_tuple(self, f, v):
         return TupleVar(list(v.items))
 

@@ -420,3 +420,80 @@ def test_leaf_made_in_compiled_code(fresh_ember, fn, backend):
     want.sum().backward()
     torch.testing.assert_close(out, want)
     torch.testing.assert_close(leaf.grad, want_leaf.grad)
+
+
+# Calls with a wrong number of arguments raise TypeError inside the trace, as eager does, for list and set methods:
+# test_list.py::test_clear/test_copy/test_reverse (list.clear(1) was accepted) and test_sets.py (set.isdisjoint()
+# with no argument was an InternalError).
+def _raises(call):
+    def fn(x):
+        try:
+            call()
+        except TypeError:
+            return x + 1
+        return x
+    fn.__name__ = call.__name__
+    return fn
+
+
+ARITY_CASES = [_raises(c) for c in (
+    lambda: [1].clear(1), lambda: [1].copy(1), lambda: [1].reverse(1), lambda: [1].index(),
+    lambda: [1].count(), lambda: (1,).count(), lambda: {1}.isdisjoint(), lambda: {1}.issubset(),
+    lambda: {1}.issuperset(), lambda: {1}.symmetric_difference(), lambda: frozenset([1]).copy(1),
+    lambda: {1}.copy(1), lambda: {1}.isdisjoint(1))]
+
+
+@pytest.mark.parametrize("fn", ARITY_CASES, ids=[f"arity{i}" for i in range(len(ARITY_CASES))])
+def test_wrong_argument_counts_raise_type_error(fresh_ember, fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# A set (unhashable) looked up in a set stands for the frozenset of its items, as CPython's set_contains,
+# set.remove and set.discard do: test_sets.py::SetTests::test_in_frozenset and the _SetKeyCoercionMixin tests.
+def _set_in_set(x):
+    return x + (set("abc") in {frozenset("abc")}) + 10 * (set("xy") in {frozenset("abc")})
+
+
+def _set_remove_set(x):
+    s = {frozenset("ab"), 1}
+    s.remove(set("ab"))
+    return x + len(s)
+
+
+def _set_discard_set(x):
+    s = {frozenset("ab"), 1}
+    s.discard(set("ba"))
+    s.discard(set("zz"))
+    return x + len(s)
+
+
+def _set_key_in_dict_raises(x):
+    try:
+        return x + ({frozenset("ab"): 1}.get(set("ab")) or 0)
+    except TypeError:
+        return x - 1
+
+
+SETKEY_CASES = [_set_in_set, _set_remove_set, _set_discard_set, _set_key_in_dict_raises]
+
+
+@pytest.mark.parametrize("fn", SETKEY_CASES, ids=[c.__name__ for c in SETKEY_CASES])
+def test_set_key_in_set_is_its_frozenset(fresh_ember, fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+def _index_bounds(x):
+    xs = [1, 2, 1, 2, 1]
+    return x + xs.index(1, 1) + 10 * xs.index(2, -2) + 100 * (1, 2, 1).index(1, 1, 3)
+
+
+def _contains_dunder(x):
+    return x + {1, 2}.__contains__(1) + 10 * frozenset([3]).__contains__(4)
+
+
+@pytest.mark.parametrize("fn", [_index_bounds, _contains_dunder], ids=["index_bounds", "contains_dunder"])
+def test_sequence_and_set_queries(fresh_ember, fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
