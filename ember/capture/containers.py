@@ -153,7 +153,15 @@ def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
     if name == "append":
         items.append(_args(d, f, name, args, 1, 1)[0])
     elif name == "extend":
-        items.extend(d.unpack_all(f, args[0]))
+        if isinstance(args[0], IterVar):        # appended as read: the iterator may look at the list
+            while True:
+                ok, x = d.next(f, args[0])
+                if not ok:
+                    break
+                items.append(x)
+                d.mark_mutated(v)
+        else:
+            items.extend(d.unpack_all(f, args[0]))
     elif name == "insert":
         i, x = _args(d, f, name, args, 2, 2)
         items.insert(d.as_python(f, i), x)
@@ -266,10 +274,19 @@ def _update_pairs(d, f, src) -> list[tuple[Value, Value]]:
     t = src.python_type()
     if t is not list and lookup_type_attr(t, "keys") is not NULL and type(src) is not Const:
         return [(k, d.getitem(f, src, k)) for k in d.unpack_all(f, d.call_method(f, src, "keys", [], {}))]
-    return [tuple(d.unpack(f, p, 2)) for p in d.unpack_all(f, src)]
+    pairs = []
+    for i, p in enumerate(d.unpack_all(f, src)):
+        kv = d.unpack_all(f, p)
+        if len(kv) != 2:
+            raise UserException(ValueError(f"dictionary update sequence element #{i} has length {len(kv)}; 2 "
+                                           "is required"))
+        pairs.append(tuple(kv))
+    return pairs
 
 
 def _dict_update(d, f, v, args, kwargs):
+    if len(args) > 1:
+        raise UserException(TypeError(f"update expected at most 1 argument, got {len(args)}"))
     pairs = _update_pairs(d, f, args[0]) if args else []
     pairs += [(Const(k), x) for k, x in kwargs.items()]
     for k, x in pairs:

@@ -497,3 +497,111 @@ def _contains_dunder(x):
 def test_sequence_and_set_queries(fresh_ember, fn):
     x = torch.randn(3)
     torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# PEP 479: a StopIteration escaping a generator's body is a RuntimeError for its caller
+# (test_generator.py::test_pep479_raise_stopiteration_in_body returned the StopIteration branch).
+def _pep479_body(x):
+    def gen():
+        yield x + 1
+        raise StopIteration("boom")
+
+    g = gen()
+    next(g)
+    try:
+        next(g)
+    except RuntimeError:
+        return x + 1.0
+    except StopIteration:
+        return x + 2.0
+    return x
+
+
+def _pep479_inner_next(x):
+    def inner():
+        yield x + 1
+
+    def gen():
+        it = inner()
+        while True:
+            yield next(it)
+
+    try:
+        return x * len(list(gen()))
+    except RuntimeError:
+        return x - 1
+
+
+def _pep479_for_loop(x):
+    def gen():
+        yield 1
+        raise StopIteration
+
+    try:
+        return x * sum(v for v in gen())
+    except RuntimeError as e:
+        return x - 10 * isinstance(e.__cause__, StopIteration)
+
+
+def _pep479_return_is_fine(x):
+    def gen():
+        yield 1
+        return 5
+
+    return x * sum(gen())
+
+
+# list.extend(generator) appends while it reads the generator, which may look at the list
+# (test_generator.py::test_list_extend: y.extend(y[-1] + z for z in range(3))).
+def _extend_reads_itself(x):
+    y = [1]
+    y.extend(y[-1] + z for z in range(3))
+    return x + sum(y) + 10 * len(y)
+
+
+def _extend_iterator(x):
+    y = [1, 2]
+    y.extend(iter([3, 4]))
+    return x + sum(y)
+
+
+GEN_CASES = [_pep479_body, _pep479_inner_next, _pep479_for_loop, _pep479_return_is_fine, _extend_reads_itself,
+             _extend_iterator]
+
+
+@pytest.mark.parametrize("fn", GEN_CASES, ids=[c.__name__ for c in GEN_CASES])
+def test_generator_protocol(fresh_ember, fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# dict.update validates its arguments as eager does (test_dicts.py::test_dict_update_rejects_*).
+def _update_bad_length(x):
+    try:
+        {}.update([(1, 2, 3)])
+    except ValueError as e:
+        return x + 1 + ("length 3; 2 is required" in str(e))
+    return x
+
+
+def _update_too_many(x):
+    try:
+        {}.update({}, {})
+    except TypeError:
+        return x + 1
+    return x
+
+
+def _update_pairs_and_kwargs(x):
+    d = {"a": 1}
+    d.update([("b", 2)], c=3)
+    return x + sum(d.values()) + 10 * len(d)
+
+
+UPDATE_CASES = [_update_bad_length, _update_too_many, _update_pairs_and_kwargs]
+
+
+@pytest.mark.parametrize("fn", UPDATE_CASES, ids=[c.__name__ for c in UPDATE_CASES])
+def test_dict_update_arguments(fresh_ember, fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
