@@ -96,6 +96,25 @@ CLASSIFY_CASES = [
 ]
 
 
+def _flag_failure(setup: str, line: str) -> str:
+    return (f"AssertionError: False is not true\n    def test(self):\n{setup}\n>       {line}\n"
+            "E       AssertionError: False is not true\n")
+
+
+FLAG_CASES = [
+    ("        found = any(\n            'mutations' in m\n            for m in counters['unimplemented']\n        )",
+     "self.assertTrue(found)", "count"),
+    ("        for gb in counters['unimplemented']:\n            if 'x' in gb:\n                break\n"
+     "        else:", "self.assertTrue(False, 'expected side effect error; not found')", "count"),
+    ("        ok = torch.equal(res, ref)", "self.assertTrue(ok)", "wrong"),
+]
+
+
+def test_classify_flags():
+    for setup, line, want in FLAG_CASES:
+        assert compare.classify(_flag_failure(setup, line)) == want, line
+
+
 def test_classify_table():
     for line, first, want in CLASSIFY_CASES:
         assert compare.classify(_failure(line, first)) == want, (line, first)

@@ -79,8 +79,25 @@ def classify(text: str) -> str:
     if "AssertionError" in first or first.startswith(("assert", "AssertionError")) or "AssertionError" in text[-400:]:
         failing = [ln for ln in lines if ln.startswith(">") or ln.strip().startswith("self.assert")]
         where = "\n".join(failing[-3:]) or text[-800:]
-        return "count" if _COUNT.search(where) else "wrong"
+        return "count" if _COUNT.search(where) or _COUNT.search(_flag_source(lines)) else "wrong"
     return "crash"
+
+
+_FLAG = re.compile(r"^>\s+self\.assert(?:True|False)\((\w+)\b")
+
+
+def _flag_source(lines: list[str]) -> str:
+    """Where a failing ``self.assertTrue(flag)`` got its flag: the lines from ``flag = ...`` (or, for a literal
+    ``assertTrue(False, ...)``, the 6 lines before) up to the assertion, in the test's traceback frame. A flag
+    computed from Dynamo's counters (``found = any(... counters["unimplemented"])``) makes it a count check."""
+    i = next((k for k in range(len(lines) - 1, -1, -1) if _FLAG.match(lines[k])), None)
+    if i is None:
+        return ""
+    name = _FLAG.match(lines[i]).group(1)
+    if name in ("False", "True"):
+        return "\n".join(lines[max(0, i - 6):i])
+    start = next((k for k in range(i - 1, -1, -1) if re.match(rf"\s+{name}\s*=", lines[k])), i)
+    return "\n".join(lines[start:i])
 
 
 def compare_file(path: Path, out: Path, extra: list[str], timeout: int) -> dict:
