@@ -117,6 +117,13 @@ def _delattr(d, f, args, kwargs):
     return Const(None)
 
 
+@rule(format)
+def _format(d, f, args, kwargs):
+    if kwargs or not 1 <= len(args) <= 2:
+        return NotImplemented
+    return d.format(f, args[0], args[1] if len(args) > 1 else None)
+
+
 @rule(iter)
 def _iter(d, f, args, kwargs):
     if len(args) != 1:
@@ -351,8 +358,12 @@ def _convert(pyfn, dunder):
         if all_const(args, kwargs):
             return call_real(d, f, pyfn, [Const(a.as_python()) for a in args], kwargs)
         v = args[0] if args else None
-        if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), dunder) is not NULL:
-            return d.call_method(f, v, dunder, [], {})
+        name = dunder
+        if pyfn is str and isinstance(v, ObjectVar) and \
+                lookup_type_attr(type(v.obj), "__str__") is object.__str__:
+            name = "__repr__"           # object.__str__ is repr(): the class's own __repr__ runs
+        if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), name) is not NULL:
+            return d.call_method(f, v, name, [], {})
         if pyfn is bool and v is not None:
             return Const(d.truth(f, v))
         return NotImplemented

@@ -437,6 +437,12 @@ class SymbolicDomain:
             except Exception as e:          # noqa: BLE001
                 raise UserException(e) from None
         if isinstance(v, ObjectVar):
+            from .objects import lookup_type_attr
+            if lookup_type_attr(type(v.obj), "__format__") is object.__format__:    # str(v), as CPython's
+                if s:
+                    raise UserException(TypeError(f"unsupported format string passed to "
+                                                  f"{type(v.obj).__name__}.__format__"))
+                return self.call(f, Const(str), [v], {})
             return self.call_method(f, v, "__format__", [Const(s)], {})
         try:
             return Const(format(v.as_python(), s))

@@ -605,3 +605,43 @@ UPDATE_CASES = [_update_bad_length, _update_too_many, _update_pairs_and_kwargs]
 def test_dict_update_arguments(fresh_ember, fn):
     x = torch.randn(3)
     torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# f-strings and format() of user objects whose class keeps object.__format__ run their __str__/__repr__
+# (test_sets.py's assertEqual builds f"{a} != {b}"; it broke with 'calling object.__format__ ... on a OrderedSet').
+class _Shown:
+    def __init__(self, v):
+        self.v = v
+
+    def __repr__(self):
+        return f"Shown({self.v})"
+
+
+class _Str(_Shown):
+    def __str__(self):
+        return f"<{self.v}>"
+
+
+def _fstring_repr(x):
+    return x + len(f"{_Shown(3)} and {_Shown(12)!r}")
+
+
+def _fstring_str(x):
+    return x + len(f"{_Str(4)}") + 10 * len(format(_Str(5)))
+
+
+def _format_spec_raises(x):
+    try:
+        format(_Shown(1), ">10")
+    except TypeError:
+        return x - 1
+    return x
+
+
+FORMAT_CASES = [_fstring_repr, _fstring_str, _format_spec_raises]
+
+
+@pytest.mark.parametrize("fn", FORMAT_CASES, ids=[c.__name__ for c in FORMAT_CASES])
+def test_format_of_user_objects(fresh_ember, fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
