@@ -435,6 +435,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         raise d.unsupported(f, f"call to {_fn_name(fn)}, which is marked ember.disable",
                             "it runs eagerly; compile the code around it separately")
     t = type(fn)
+    if t is types.BuiltinMethodType and isinstance(fn.__self__, BaseException) \
+            and fn.__name__ == "with_traceback":       # the trace's own exception object: run it
+        return Const(fn(*[d.as_python(f, a) for a in args]))
     if t is types.FunctionType:
         return d.inline(f, fn, args, kwargs, v.source)
     if t is types.MethodType:

@@ -645,3 +645,37 @@ FORMAT_CASES = [_fstring_repr, _fstring_str, _format_spec_raises]
 def test_format_of_user_objects(fresh_ember, fn):
     x = torch.randn(3)
     torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# unittest's assertRaises in compiled code (make_dynamo_test compiles whole test bodies): its __exit__ calls
+# exc.with_traceback(None) and traceback.clear_frames(tb), which were graph breaks ("call to TypeError.with_traceback
+# is not supported", "calling frame.clear"): about 50 of the breaks in PyTorch's test_list.py/test_sets.py.
+def _assert_raises_call(x, xs):
+    import unittest
+    tc = unittest.TestCase()
+    tc.assertRaises(TypeError, xs.append)
+    tc.assertRaises(IndexError, xs.pop, 10)
+    return x + 1
+
+
+def _assert_raises_with(x, xs):
+    import unittest
+    with unittest.TestCase().assertRaises(KeyError) as cm:
+        {}["missing"]
+    return x + len(cm.exception.args)
+
+
+def _with_traceback_is_self(x, xs):
+    try:
+        raise ValueError(2)
+    except ValueError as e:
+        return x * (e.with_traceback(None) is e) + e.args[0]
+
+
+RAISES_CASES = [_assert_raises_call, _assert_raises_with, _with_traceback_is_self]
+
+
+@pytest.mark.parametrize("fn", RAISES_CASES, ids=[c.__name__ for c in RAISES_CASES])
+def test_assert_raises_in_compiled_code(fresh_ember, fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x, [1]), fn(x, [1]))
