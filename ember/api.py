@@ -148,6 +148,24 @@ class OptimizedModule(torch.nn.Module):
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(dir(self._orig_mod)))
 
+    # Python looks protocol methods up on the type, past __getattr__: forward them so a compiled ModuleList,
+    # Sequential or ModuleDict is falsy when empty, has a len, iterates, indexes and tests membership as the
+    # original (a module without them raises the same TypeError)
+    def __bool__(self):
+        return bool(self._orig_mod)
+
+    def __len__(self):
+        return len(self._orig_mod)
+
+    def __iter__(self):
+        return iter(self._orig_mod)
+
+    def __getitem__(self, key):
+        return self._orig_mod[key]
+
+    def __contains__(self, key):
+        return key in self._orig_mod
+
     # state and structure are the original module's
     def state_dict(self, *args, **kwargs):
         return self._orig_mod.state_dict(*args, **kwargs)

@@ -70,3 +70,51 @@ def test_compare_classes_synthetic_file(tmp_path):
 
 def test_classify_break():
     assert compare.classify("ember.errors.Unsupported: graph break in f: print") == "break"
+
+
+def _failure(test_line: str, first: str = "AssertionError: Scalars are not equal!") -> str:
+    """A junit failure text shaped like pytest's: the message, then the traceback with '>' on failing lines."""
+    return (f"{first}\nself = <T>\n\n    def test(self):\n>       {test_line}\n\n"
+            "    def assertEqual(self, x, y):\n>       return super().assertEqual(x, y)\n"
+            f"E       {first}\n")
+
+
+CLASSIFY_CASES = [
+    ("self.assertEqual(y, x.sin())", "AssertionError: Tensor-likes are not close!", "wrong"),
+    ("self.assertTrue(same(ref, res))", "AssertionError: False is not true", "wrong"),
+    ("self.assertEqual(cnts.frame_count, 2)", "AssertionError: Scalars are not equal!", "count"),
+    ("self.assertEqual(len(eager.graphs), 0)", "AssertionError: Scalars are not equal!", "count"),
+    ("self.assertTrue(len(cnt.inductor_graphs), 1)", "AssertionError: False is not true", "count"),
+    ("self.assertEqual(len(backend.graphs), 1)", "AssertionError: Scalars are not equal!", "count"),
+    ("self.assertGreater(len(records), 0)", "AssertionError: 0 not greater than 0", "count"),
+    ("fn(t, ctx)", "AssertionError: Unsupported not raised", "count"),
+    ("fn(x)", "KeyError: 'a'", "crash"),
+    ("fn(x)", "ember.errors.Unsupported: reading attribute '__name__' of a list.append", "break"),
+    ("except Unsupported as e:  # ember's compile_entry, quoted in the traceback",
+     "InternalError: ember failed while compiling dummy: TypeError: set.isdisjoint() takes exactly one argument "
+     "(0 given)", "crash"),
+]
+
+
+def _flag_failure(setup: str, line: str) -> str:
+    return (f"AssertionError: False is not true\n    def test(self):\n{setup}\n>       {line}\n"
+            "E       AssertionError: False is not true\n")
+
+
+FLAG_CASES = [
+    ("        found = any(\n            'mutations' in m\n            for m in counters['unimplemented']\n        )",
+     "self.assertTrue(found)", "count"),
+    ("        for gb in counters['unimplemented']:\n            if 'x' in gb:\n                break\n"
+     "        else:", "self.assertTrue(False, 'expected side effect error; not found')", "count"),
+    ("        ok = torch.equal(res, ref)", "self.assertTrue(ok)", "wrong"),
+]
+
+
+def test_classify_flags():
+    for setup, line, want in FLAG_CASES:
+        assert compare.classify(_flag_failure(setup, line)) == want, line
+
+
+def test_classify_table():
+    for line, first, want in CLASSIFY_CASES:
+        assert compare.classify(_failure(line, first)) == want, (line, first)

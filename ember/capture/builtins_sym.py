@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import functools
 import operator
+import traceback
 import types
 from typing import Any, Callable
 
@@ -117,6 +118,20 @@ def _delattr(d, f, args, kwargs):
     return Const(None)
 
 
+@rule(traceback.clear_frames)
+def _clear_frames(d, f, args, kwargs):
+    """Only frees the frames' locals for the collector (unittest's assertRaises calls it): nothing to replay,
+    and a traceback seen by the trace holds ember's own frames, which must not be cleared."""
+    return Const(None)
+
+
+@rule(format)
+def _format(d, f, args, kwargs):
+    if kwargs or not 1 <= len(args) <= 2:
+        return NotImplemented
+    return d.format(f, args[0], args[1] if len(args) > 1 else None)
+
+
 @rule(iter)
 def _iter(d, f, args, kwargs):
     if len(args) != 1:
@@ -128,7 +143,7 @@ def _iter(d, f, args, kwargs):
 def _next(d, f, args, kwargs):
     it = args[0]
     has_next = isinstance(it, ObjectVar) and lookup_type_attr(type_of(it), "__next__") is not NULL
-    if type(it) is not IterVar and not has_next:
+    if not isinstance(it, IterVar) and not has_next:     # IterVar subclasses too: a container's SeqIterVar
         if type(it) is Const and hasattr(type(it.value), "__next__"):
             return NotImplemented
         raise UserException(TypeError(f"'{type_of(it).__name__}' object is not an iterator"))
@@ -351,8 +366,12 @@ def _convert(pyfn, dunder):
         if all_const(args, kwargs):
             return call_real(d, f, pyfn, [Const(a.as_python()) for a in args], kwargs)
         v = args[0] if args else None
-        if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), dunder) is not NULL:
-            return d.call_method(f, v, dunder, [], {})
+        name = dunder
+        if pyfn is str and isinstance(v, ObjectVar) and \
+                lookup_type_attr(type(v.obj), "__str__") is object.__str__:
+            name = "__repr__"           # object.__str__ is repr(): the class's own __repr__ runs
+        if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), name) is not NULL:
+            return d.call_method(f, v, name, [], {})
         if pyfn is bool and v is not None:
             return Const(d.truth(f, v))
         return NotImplemented

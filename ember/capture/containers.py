@@ -102,6 +102,23 @@ def _dict_setitem(d, f, v, k, value):
 
 
 # -- methods ---------------------------------------------------------------------------------------------
+# (fewest, most) positional arguments of the list/tuple and set methods ember runs itself, checked before they
+# run: a wrong count is eager's TypeError (list.clear(1) was accepted, set.isdisjoint() an internal error)
+_SEQ_ARITY = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1), "remove": (1, 1),
+              "clear": (0, 0), "reverse": (0, 0), "sort": (0, 0), "index": (1, 3), "count": (1, 1),
+              "copy": (0, 0), "__getitem__": (1, 1), "__len__": (0, 0), "__contains__": (1, 1), "__iter__": (0, 0)}
+_SET_ARITY = {"add": (1, 1), "discard": (1, 1), "remove": (1, 1), "pop": (0, 0), "clear": (0, 0), "copy": (0, 0),
+              "isdisjoint": (1, 1), "issubset": (1, 1), "issuperset": (1, 1), "symmetric_difference": (1, 1),
+              "symmetric_difference_update": (1, 1), "__contains__": (1, 1), "__len__": (0, 0)}
+
+
+def _check_arity(table, owner: str, name: str, args) -> None:
+    lo, hi = table.get(name, (0, len(args)))
+    if not lo <= len(args) <= hi:
+        want = f"exactly {lo}" if lo == hi else f"from {lo} to {hi}"
+        raise UserException(TypeError(f"{owner}.{name}() takes {want} arguments ({len(args)} given)"))
+
+
 def _args(d, f, name, args, lo, hi):
     if not lo <= len(args) <= hi:
         raise UserException(TypeError(f"{name}() takes from {lo} to {hi} arguments ({len(args)} given)"))
@@ -124,16 +141,27 @@ def sort_values(d, f, items: list[Value], key=None, reverse=False) -> list[Value
 
 
 def _eq(d, f, a, b) -> bool:
-    return d.truth(f, d.compare(f, "==", a, b))
+    """PyObject_RichCompareBool(a, b, Py_EQ), as list/tuple index, count and remove compare: identity first
+    (a value whose __eq__ is False, a nan, still matches itself), then ==."""
+    return a is b or d.truth(f, d.compare(f, "==", a, b))
 
 
 @R.METHOD.register(ListVar)
 def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
+    _check_arity(_SEQ_ARITY, "list", name, args)
     items = v.items
     if name == "append":
         items.append(_args(d, f, name, args, 1, 1)[0])
     elif name == "extend":
-        items.extend(d.unpack_all(f, args[0]))
+        if isinstance(args[0], IterVar):        # appended as read: the iterator may look at the list
+            while True:
+                ok, x = d.next(f, args[0])
+                if not ok:
+                    break
+                items.append(x)
+                d.mark_mutated(v)
+        else:
+            items.extend(d.unpack_all(f, args[0]))
     elif name == "insert":
         i, x = _args(d, f, name, args, 2, 2)
         items.insert(d.as_python(f, i), x)
@@ -172,9 +200,10 @@ def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
 
 def _seq_query(d, f, v, name, args):
     items = v.items
-    if name == "index":
-        for i, x in enumerate(items):
-            if _eq(d, f, x, args[0]):
+    if name == "index":         # index(x[, start[, stop]]): start and stop clamp as a slice's bounds do
+        start, stop = ([d.as_python(f, a) for a in args[1:]] + [None, None])[:2]
+        for i in range(*slice(start, stop).indices(len(items))):
+            if _eq(d, f, items[i], args[0]):
                 return Const(i)
         raise UserException(ValueError(f"{args[0].describe()} is not in {v.python_type().__name__}"))
     if name == "count":
@@ -197,6 +226,7 @@ def _tuple_method(d, f, v, name, args, kwargs):
     if v.cls is not None and name == "_asdict":
         return DictVar({k: x for k, x in zip(v.cls._fields, v.items)}, {k: Const(k) for k in v.cls._fields})
     if name in ("index", "count", "__getitem__", "__len__", "__contains__", "__iter__"):
+        _check_arity(_SEQ_ARITY, "tuple", name, args)
         return _seq_query(d, f, v, name, args)
     raise d.unsupported(f, f"tuple.{name}")
 
@@ -244,10 +274,19 @@ def _update_pairs(d, f, src) -> list[tuple[Value, Value]]:
     t = src.python_type()
     if t is not list and lookup_type_attr(t, "keys") is not NULL and type(src) is not Const:
         return [(k, d.getitem(f, src, k)) for k in d.unpack_all(f, d.call_method(f, src, "keys", [], {}))]
-    return [tuple(d.unpack(f, p, 2)) for p in d.unpack_all(f, src)]
+    pairs = []
+    for i, p in enumerate(d.unpack_all(f, src)):
+        kv = d.unpack_all(f, p)
+        if len(kv) != 2:
+            raise UserException(ValueError(f"dictionary update sequence element #{i} has length {len(kv)}; 2 "
+                                           "is required"))
+        pairs.append(tuple(kv))
+    return pairs
 
 
 def _dict_update(d, f, v, args, kwargs):
+    if len(args) > 1:
+        raise UserException(TypeError(f"update expected at most 1 argument, got {len(args)}"))
     pairs = _update_pairs(d, f, args[0]) if args else []
     pairs += [(Const(k), x) for k, x in kwargs.items()]
     for k, x in pairs:
@@ -359,11 +398,12 @@ def _view_truth(d, f, v):
 
 @R.METHOD.register(SetVar)
 def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
+    _check_arity(_SET_ARITY, "frozenset" if v.frozen else "set", name, args)
     items = v.items
     if name == "add":
         items[d.hash_key(f, args[0])] = args[0]
     elif name in ("discard", "remove"):
-        hk = d.hash_key(f, args[0])
+        hk = d.set_key(f, args[0])
         if hk not in items and name == "remove":
             raise UserException(KeyError(hk))
         items.pop(hk, None)
@@ -380,15 +420,24 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
         r = items.pop(k)
         d.mark_mutated(v)
         return r
+    elif name in ("isdisjoint", "issuperset") and len(args) == 1 and isinstance(args[0], IterVar):
+        # CPython reads an iterator only until the answer is known (a generator's side effects stop there):
+        # isdisjoint at the first item in the set, issuperset at the first item not in it
+        while True:
+            ok, x = d.next(f, args[0])
+            if not ok:
+                return Const(True)
+            if (d.hash_key(f, x) in items) == (name == "isdisjoint"):
+                return Const(False)
+    elif name == "copy":
+        return SetVar(dict(items), frozen=v.frozen)
+    elif name == "__len__":
+        return Const(len(items))
+    elif name == "__contains__":
+        return Const(d.set_key(f, args[0]) in items)
     elif name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
-                  "isdisjoint", "copy", "__contains__", "__len__"):
+                  "isdisjoint"):
         others = [{d.hash_key(f, x): x for x in d.unpack_all(f, a)} for a in args]
-        if name == "copy":
-            return SetVar(dict(items), frozen=v.frozen)
-        if name == "__len__":
-            return Const(len(items))
-        if name == "__contains__":
-            return Const(d.hash_key(f, args[0]) in items)
         real = getattr(set(items), name)(*[set(o) for o in others])
         if isinstance(real, bool):
             return Const(real)

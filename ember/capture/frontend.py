@@ -14,6 +14,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import contextlib
+
 from .. import logs
 from ..errors import EmberError, InternalError, Unsupported
 from .generators import check_suspended
@@ -396,7 +398,8 @@ class FrameCache:
             if logs.enabled("recompiles"):
                 logs.log("recompiles", f"recompiling {self.name} ({self._where()}): "
                                        f"{self._why_missed(args, kwargs)}")
-        entry = self.compile_entry(args, kwargs)
+        with _user_saved_tensors_hooks_off():
+            entry = self.compile_entry(args, kwargs)
         self._add(entry)
         return entry, None
 
@@ -574,3 +577,20 @@ def compile_python(fn: types.FunctionType, fullgraph: bool = False) -> Callable:
 def symbolic_call(fn: types.FunctionType, *args, **kwargs):
     """Trace ``fn`` on these arguments, generate its glue and run it (breaking where unsupported)."""
     return compile_python(fn)(*args, **kwargs)
+
+
+def _same(t: Any) -> Any:
+    return t
+
+
+@contextlib.contextmanager
+def _user_saved_tensors_hooks_off():
+    """Compiling runs tensor ops (on fake tensors; the AOT joint trace) that save tensors for backward: the
+    user's ``saved_tensors_hooks`` must not see them, only the saves of the real run, as eager would. Identity
+    hooks pushed on top stand in for them while compiling (unless hooks are disabled altogether)."""
+    import torch
+    if torch._C._autograd._saved_tensors_hooks_get_disabled_error_message() is not None:
+        yield
+        return
+    with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+        yield

@@ -25,15 +25,22 @@ class _Throw(Exception):
 
 
 def drive(frame: Frame):
-    r = frame.run()
-    while type(r) is Yield:
-        try:
-            sent = yield r.value
-        except _Throw as t:
-            r = frame.throw(t.exc)
-        else:
-            frame.stack.append(Const(None) if sent is None else sent)
-            r = frame.run()
+    try:
+        r = frame.run()
+        while type(r) is Yield:
+            try:
+                sent = yield r.value
+            except _Throw as t:
+                r = frame.throw(t.exc)
+            else:
+                frame.stack.append(Const(None) if sent is None else sent)
+                r = frame.run()
+    except UserException as ue:
+        if isinstance(ue.exc, StopIteration):       # PEP 479: it leaves the generator as a RuntimeError
+            err = RuntimeError("generator raised StopIteration")
+            err.__cause__ = err.__context__ = ue.exc
+            raise UserException(err, chained=True) from None
+        raise
     return r.value
 
 

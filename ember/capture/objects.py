@@ -17,12 +17,14 @@ import types
 from typing import Any
 
 from . import rules as R
+from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
+from .instance_attrs import real_instance_attr
 from .interpreter import NULL, UserException
 from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
-from .values import (SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
-                     ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value, is_immutable)
+from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
+                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
 _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
@@ -43,10 +45,6 @@ def lookup_type_attr(t: type, name: str) -> Any:
         if name in d:
             return d[name]
     return NULL
-
-
-def _attr_error(obj_desc: str, name: str) -> UserException:
-    return UserException(AttributeError(f"'{obj_desc}' object has no attribute '{name}'"))
 
 
 def is_pure_callable(fn: Any) -> bool:
@@ -218,6 +216,8 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
     class_lookup(d, t, "__getattr__", ga)
     if ga is not NULL and type(ga) is types.FunctionType:
         return d.inline(f, ga, [v, Const(name)], {})
+    if not v.is_new and name not in v.overlay:
+        guard_absent(d, v, name)
     raise _attr_error(t.__name__, name)
 
 
@@ -231,11 +231,6 @@ def _attrs_dict(v: ObjectVar) -> DictVar:
         v.attrs = DictVar({}, {k: Const(k) for k in v.overlay})
         v.attrs.items = v.overlay
     return v.attrs
-
-
-def _is_data_descriptor(a: Any) -> bool:
-    t = type(a)
-    return (hasattr(t, "__set__") or hasattr(t, "__delete__")) and hasattr(t, "__get__")
 
 
 def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner: type) -> Value:
@@ -290,6 +285,9 @@ def _container_getattr(d, f, v, name):
     if name == "__class__":
         return Const(v.python_type())
     cls = v.python_type()
+    inst = real_instance_attr(d, v, lookup_type_attr(cls, name), name)
+    if inst is not NULL:
+        return inst
     if cls not in (tuple, list, dict, set, frozenset):      # a subclass's own Python methods win
         own = lookup_type_attr(cls, name)
         if type(own) is types.FunctionType:
@@ -297,6 +295,7 @@ def _container_getattr(d, f, v, name):
     if name == "default_factory" and isinstance(v, DictVar):
         return v.default_factory or Const(None)
     if lookup_type_attr(v.python_type(), name) is NULL:
+        guard_absent(d, v, name)
         raise _attr_error(v.python_type().__name__, name)
     return MethodOf(v, name)
 
@@ -340,23 +339,6 @@ def _super_getattr(d, f, v: SuperVar, name):
     raise UserException(AttributeError(f"'super' object has no attribute '{name}'"))
 
 
-@R.GETATTR.register(IterVar, PartialVar, MethodOf, CellVar, RealCellVar)
-def _misc_getattr(d, f, v, name):
-    if isinstance(v, PartialVar):
-        if name == "func":
-            return v.func
-        if name == "args":
-            return TupleVar(v.args)
-        if name == "keywords":
-            return d._kwargs_dict(v.kwargs)
-    if isinstance(v, IterVar) and (name in ("__next__", "__iter__")
-                                   or v.frame is not None and name in ("send", "throw", "close")):
-        return MethodOf(v, name)
-    if isinstance(v, IterVar) and v.frame is None and name in ("send", "throw", "close"):
-        raise _attr_error(v.describe(), name)
-    raise d.unsupported(f, f"reading attribute {name!r} of a {v.describe()}")
-
-
 @R.METHOD.register(IterVar)
 def _iter_method(d, f, v, name, args, kwargs):
     if name == "__iter__":
@@ -391,6 +373,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         raise d.unsupported(f, f"call to {_fn_name(fn)}, which is marked ember.disable",
                             "it runs eagerly; compile the code around it separately")
     t = type(fn)
+    if t is types.BuiltinMethodType and isinstance(fn.__self__, BaseException) \
+            and fn.__name__ == "with_traceback":       # the trace's own exception object: run it
+        return Const(fn(*[d.as_python(f, a) for a in args]))
     if t is types.FunctionType:
         return d.inline(f, fn, args, kwargs, v.source)
     if t is types.MethodType:
@@ -456,8 +441,8 @@ def _defer_logging(d: SymbolicDomain, f, v: Value, args, kwargs) -> Value:
 def _call_pure(d: SymbolicDomain, f, fn, args, kwargs) -> Value | None:
     """A pure builtin on known values. Lazy iterators among the arguments (``",".join(str(x) for x in xs)``)
     are drained first, as the builtin itself would; None when some argument is not a known value."""
-    if any(type(a) is IterVar for a in args):
-        args = [ListVar(d.unpack_all(f, a)) if type(a) is IterVar else a for a in args]
+    if any(isinstance(a, IterVar) for a in args):
+        args = [ListVar(d.unpack_all(f, a)) if isinstance(a, IterVar) else a for a in args]
         if not all_const(args, kwargs):
             raise d.unsupported(f, f"call to {_fn_name(fn)} on an iterator of values that are not constants")
     return call_real(d, f, fn, args, kwargs) if all_const(args, kwargs) else None

@@ -215,7 +215,9 @@ def contains(d, f, item: Value, container: Value) -> bool:
     t = type(container)
     if t in (ListVar, TupleVar):
         return any(x is item or d.truth(f, compare(d, f, "==", x, item)) for x in container.items)
-    if t in (DictVar, SetVar):
+    if t is SetVar:
+        return d.set_key(f, item) in container.items
+    if t is DictVar:
         return d.hash_key(f, item) in container.items
     if t is Const:
         try:

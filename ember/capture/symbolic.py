@@ -459,6 +459,12 @@ class SymbolicDomain:
             except Exception as e:          # noqa: BLE001
                 raise UserException(e) from None
         if isinstance(v, ObjectVar):
+            from .objects import lookup_type_attr
+            if lookup_type_attr(type(v.obj), "__format__") is object.__format__:    # str(v), as CPython's
+                if s:
+                    raise UserException(TypeError(f"unsupported format string passed to "
+                                                  f"{type(v.obj).__name__}.__format__"))
+                return self.call(f, Const(str), [v], {})
             return self.call_method(f, v, "__format__", [Const(s)], {})
         try:
             return Const(format(v.as_python(), s))
@@ -477,7 +483,16 @@ class SymbolicDomain:
             return tuple(self.hash_key(f, x) for x in k.items)
         if isinstance(k, (ListVar, DictVar, SetVar)) and not (isinstance(k, SetVar) and k.frozen):
             raise UserException(TypeError(f"unhashable type: '{k.python_type().__name__}'"))
+        if isinstance(k, SetVar):       # a frozenset hashes by value: the frozenset of its items' keys
+            return frozenset(k.items)
         return _Identity(k)
+
+    def set_key(self, f, k: Value) -> Any:
+        """The key a set looks ``k`` up by (``in``, ``remove``, ``discard``): a set stands for the frozenset of
+        its items, as CPython's set_contains does; anything else is its hash_key."""
+        if isinstance(k, SetVar) and not k.frozen:
+            return frozenset(k.items)
+        return self.hash_key(f, k)
 
     def list_to_tuple(self, f, v):
         return TupleVar(list(v.items))

@@ -8,7 +8,8 @@ and never committed: put them, with the helper modules they import, in an ignore
 ``.peer/dynamo/``. Each file runs twice in its own pytest process: plain (torch.compile) and with
 ``-p tools.peer.plugin`` (ember). Among the tests torch.compile passes, ember's failures are classed as
 - ``wrong``: an assertion about values failed (the worst: ember computed something else);
-- ``count``: an assertion about frame/op/graph counts or Dynamo's counters failed (the values were right);
+- ``count``: an assertion about frame/op/graph counts, Dynamo's counters, a recording backend's graphs or log
+  records failed, or an expected ``Unsupported`` was not raised (the values were right);
 - ``break``: ``ember.Unsupported`` (a graph break under fullgraph/nopython);
 - ``crash``: any other exception, a timeout included.
 Prints a table per file and writes ``results.json`` (every test: both outcomes, the class, the error's first
@@ -27,8 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# What a count assertion looks like on its failing line: Dynamo's compile counters, a recording backend's graph
+# list (``len(eager.graphs)``, ``backend.inductor_graphs``), captured log records, or a recompile ban.
 _COUNT = re.compile(r"frame_count|op_count|graph_count|counters\[|\.frame_count|CompileCounter|"
-                    r"assertExpectedInline|assert_frame_count|unique_graphs|graph_break|recompil")
+                    r"assertExpectedInline|assert_frame_count|unique_graphs|graph_break|recompil|"
+                    r"\.graphs\b|_graphs\b|len\(records\)|RecompileError")
+# An expectation that Dynamo itself breaks (``with self.assertRaises(Unsupported)``) failed: not a value.
+_EXPECTED_BREAK = re.compile(r"Unsupported not raised")
 
 
 def _run(path: Path, engine: str, out: Path, extra: list[str], timeout: int) -> Path:
@@ -62,17 +68,36 @@ def outcomes(xml: Path) -> dict[str, tuple[str, str]]:
 
 def classify(text: str) -> str:
     """The class of an ember failure, from its junit message and traceback."""
-    if "Unsupported" in text and ("ember" in text or "graph break" in text):
-        return "break"
-    if "PeerTimeout" in text:
-        return "crash"
     lines = text.splitlines()
     first = lines[0] if lines else ""
+    if "InternalError" in first or "PeerTimeout" in text:      # an ember bug (its message may quote Unsupported)
+        return "crash"
+    if "Unsupported" in first and ("ember" in text or "graph break" in text):
+        return "break"
+    if _EXPECTED_BREAK.search(first):
+        return "count"
     if "AssertionError" in first or first.startswith(("assert", "AssertionError")) or "AssertionError" in text[-400:]:
         failing = [ln for ln in lines if ln.startswith(">") or ln.strip().startswith("self.assert")]
         where = "\n".join(failing[-3:]) or text[-800:]
-        return "count" if _COUNT.search(where) else "wrong"
+        return "count" if _COUNT.search(where) or _COUNT.search(_flag_source(lines)) else "wrong"
     return "crash"
+
+
+_FLAG = re.compile(r"^>\s+self\.assert(?:True|False)\((\w+)\b")
+
+
+def _flag_source(lines: list[str]) -> str:
+    """Where a failing ``self.assertTrue(flag)`` got its flag: the lines from ``flag = ...`` (or, for a literal
+    ``assertTrue(False, ...)``, the 6 lines before) up to the assertion, in the test's traceback frame. A flag
+    computed from Dynamo's counters (``found = any(... counters["unimplemented"])``) makes it a count check."""
+    i = next((k for k in range(len(lines) - 1, -1, -1) if _FLAG.match(lines[k])), None)
+    if i is None:
+        return ""
+    name = _FLAG.match(lines[i]).group(1)
+    if name in ("False", "True"):
+        return "\n".join(lines[max(0, i - 6):i])
+    start = next((k for k in range(i - 1, -1, -1) if re.match(rf"\s+{name}\s*=", lines[k])), i)
+    return "\n".join(lines[start:i])
 
 
 def compare_file(path: Path, out: Path, extra: list[str], timeout: int) -> dict:

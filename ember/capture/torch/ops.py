@@ -91,6 +91,12 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
            meta_fn: Any = None, device: torch.device | None = None) -> Value:
     """Add one node (call_function or call_method) and return its result values."""
     st = d.torch
+    rg = kwargs.get("requires_grad")
+    if kind == "call_function" and type(rg) is Const and rg.value:
+        # a new leaf: a graph output is computed, never a leaf that requires grad (the AOT backends would
+        # return it detached, and what depends on it without a grad_fn)
+        raise d.unsupported(f, f"{_opname(target)}(..., requires_grad=True) makes a new leaf tensor in compiled "
+                               "code", "create it outside the compiled function and pass it in")
     args, kwargs = weak_floats(d, list(args), dict(kwargs))
     nargs = tuple(node_arg(d, f, a) for a in args)
     nkwargs = {k: node_arg(d, f, v) for k, v in kwargs.items()}

@@ -1,0 +1,70 @@
+"""Attribute reads that are not an object's own lookup: the instance ``__dict__`` of the real object behind a
+container subclass value, the guard that an attribute the trace found absent is still absent, and the attributes
+of iterators, partials, bound container methods and cells (issue 32, found by PyTorch's Dynamo tests)."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import rules as R
+from .interpreter import NULL, UserException
+from .sources import AttrSource
+from .values import CellVar, Const, IterVar, MethodOf, PartialVar, RealCellVar, TupleVar
+
+
+def attr_error(obj_desc: str, name: str) -> UserException:
+    return UserException(AttributeError(f"'{obj_desc}' object has no attribute '{name}'"))
+
+
+def is_data_descriptor(a: Any) -> bool:
+    t = type(a)
+    return (hasattr(t, "__set__") or hasattr(t, "__delete__")) and hasattr(t, "__get__")
+
+
+def real_instance_attr(d, v, cattr: Any, name: str):
+    """``name`` from the instance ``__dict__`` of the real object behind a container subclass value (a dict
+    subclass is a DictVar, so ``sd.attr = 4`` set before the call lives only on the real object), read and
+    guarded through its source as ObjectVar reads them; NULL when it has none. ``cattr`` is the class's
+    attribute of that name: a data descriptor there wins, as in Python."""
+    obj = getattr(v, "obj", NULL)
+    inst = getattr(obj, "__dict__", None) if obj is not NULL else None
+    if not inst or name not in inst or is_data_descriptor(cattr):
+        return NULL
+    return d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)
+
+
+def guard_absent(d, v, name: str) -> None:
+    """The trace saw no attribute ``name`` on the real object behind ``v`` (``getattr(o, name, default)``,
+    ``hasattr``): guard that it still has none, or a call after ``o.name = ...`` would reuse the default."""
+    obj = getattr(v, "obj", NULL)
+    if v.source is not None and obj is not NULL and isinstance(getattr(obj, "__dict__", None), dict):
+        d.guards.attr_absent(v.source, name)
+
+
+def _method_attr(v: MethodOf, name: str):
+    """``__name__``, ``__qualname__`` and ``__self__`` of a container's bound method (``lst.append``); unittest's
+    ``assertRaises(exc, lst.append)`` reads ``__name__``. NULL for other names."""
+    if name == "__self__":
+        return v.recv
+    if name not in ("__name__", "__qualname__"):
+        return NULL
+    owner = next((k for k in v.recv.python_type().__mro__ if v.name in vars(k)), v.recv.python_type())
+    return Const(v.name if name == "__name__" else f"{owner.__qualname__}.{v.name}")
+
+
+@R.GETATTR.register(IterVar, PartialVar, MethodOf, CellVar, RealCellVar)
+def _misc_getattr(d, f, v, name):
+    if isinstance(v, PartialVar):
+        if name == "func":
+            return v.func
+        if name == "args":
+            return TupleVar(v.args)
+        if name == "keywords":
+            return d._kwargs_dict(v.kwargs)
+    if isinstance(v, MethodOf) and _method_attr(v, name) is not NULL:
+        return _method_attr(v, name)
+    if isinstance(v, IterVar) and (name in ("__next__", "__iter__")
+                                   or v.frame is not None and name in ("send", "throw", "close")):
+        return MethodOf(v, name)
+    if isinstance(v, IterVar) and v.frame is None and name in ("send", "throw", "close"):
+        raise attr_error(v.describe(), name)
+    raise d.unsupported(f, f"reading attribute {name!r} of a {v.describe()}")
