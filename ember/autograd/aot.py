@@ -34,7 +34,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_unflatten
 
 from ember import logs
-from ember.autograd.aliasing import SyntheticBases, alias_groups
+from ember.autograd.aliasing import SyntheticBases, alias_groups, output_views
 from ember.autograd.functionalize import functionalize
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, run_inference, run_training,
@@ -148,7 +148,7 @@ def _copy_graph(g: fx.Graph) -> fx.Graph:
 def _aliases(traced: TracedGraph) -> list[AliasInfo]:
     """User outputs of the (unfunctionalized) trace that are views of an input (eager returns a view that shares
     the input's memory; the compiled graphs, decomposed or generated, may return a copy, so the runtime
-    rebuilds such outputs as views of the real input)."""
+    rebuilds such outputs as views of the real input), then outputs that are views of another output."""
     phs = [n for n in traced.gm.graph.nodes if n.op == "placeholder"][:traced.num_inputs]
     out = next(n for n in traced.gm.graph.nodes if n.op == "output")
     storages: dict[int, int] = {}
@@ -164,7 +164,7 @@ def _aliases(traced: TracedGraph) -> list[AliasInfo]:
             if i is not None and _val(phs[i]).dtype == v.dtype:
                 found.append(AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset(),
                                        bool(v.requires_grad)))
-    return found
+    return found + output_views(_user_output_vals(traced), set(storages))
 
 
 def _user_output_vals(traced: TracedGraph) -> list[Any]:

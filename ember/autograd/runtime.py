@@ -50,6 +50,10 @@ class AliasInfo:
     stride: tuple[int, ...]
     offset: int
     requires_grad: bool = True      # False: the traced output had no autograd history (``x.detach()``)
+    # set for a view of another user output (an intermediate and its view, both returned): ``input`` is that
+    # output's index, ``offset`` is relative to its start, and the view is rebuilt only where the compiled
+    # base output has the traced size and strides (``base_layout``)
+    base_layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -223,11 +227,25 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
     if stored:
         _bump_versions(stored)
     for a in aliases:
+        if a.base_layout is not None:
+            _rebuild_output_view(a, outs)
+            continue
         base = args[a.input] if a.requires_grad else args[a.input].detach()
         if tuple(base.shape) == a.size and tuple(base.stride()) == a.stride and base.storage_offset() == a.offset:
             outs[a.output] = base
         else:
             outs[a.output] = base.as_strided(a.size, a.stride, a.offset)
+
+
+def _rebuild_output_view(a: AliasInfo, outs: list[Any]) -> None:
+    """Output ``a.output`` as the view of output ``a.input`` that it was in the trace (generated code returns
+    each output in its own buffer; eager's caller may mutate one and read the other)."""
+    base = outs[a.input]
+    if not isinstance(base, torch.Tensor) or (tuple(base.shape), tuple(base.stride())) != a.base_layout:
+        return
+    if not a.requires_grad:
+        base = base.detach()
+    outs[a.output] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
 
 
 def _same_memory(a: Any, b: Any) -> bool:
