@@ -261,12 +261,12 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
         diff, non_diff = [], list(range(n_user + len(write_backs)))
     # Decompose the functional joint graph, so the partitioner cuts (and recomputes) prims: what the backward
     # recomputes is then the cheap prims themselves, not whole ATen ops such as layer norm.
+    grad_tangents = tangent_dependencies(joint, traced.num_inputs, diff)
     joint = _maybe_decompose(joint, decompose)
     part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
                           recompute=recompute)
     fwd, bwd = part.fwd, part.bwd
     _log_graphs("training", fwd, bwd, part.summary)
-    grad_tangents = tangent_dependencies(bwd, part.num_saved)
     if compile_graph is not None:
         saved_from = n_user + len(write_backs)
         fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place

@@ -183,19 +183,33 @@ def _unreached(graphs: CompiledGraphs, grad_outputs: tuple, grads: list) -> list
     return grads
 
 
-def tangent_dependencies(bwd: Any, num_saved: int) -> list[frozenset]:
-    """For each output of the backward graph ``bwd`` (an FX GraphModule whose inputs are the saved values, then
-    the tangents), the indices of the tangents it is computed from."""
-    deps: dict[Any, frozenset] = {}
+def tangent_dependencies(joint: Any, num_inputs: int, diff_outputs: Sequence[int]) -> list[frozenset]:
+    """For each primal of the functional joint graph ``joint`` (before decomposition), the indices of the
+    tangents (positions in ``diff_outputs``) whose forward output it reaches through values that require grad.
+
+    This is eager's autograd connectivity, not the backward's data flow: ``t = x * 2; t.zero_()`` has a
+    gradient that is zeros whatever the tangent, yet eager's ``x.grad`` becomes zeros when the loss uses ``t``
+    (decomposed backward graphs drop such tangents, which made the gradient None). An edge through a value
+    that does not require grad (``detach``, integer results) carries nothing, as in eager."""
+    reach: dict[Any, frozenset] = {}
     k = 0
-    for n in bwd.graph.nodes:
+    for n in joint.graph.nodes:
         if n.op == "placeholder":
-            deps[n] = frozenset((k - num_saved,)) if k >= num_saved else frozenset()
+            reach[n] = frozenset((k,)) if k < num_inputs else frozenset()
             k += 1
         elif n.op == "output":
-            return [deps.get(o, frozenset()) if hasattr(o, "op") else frozenset() for o in n.args[0]]
+            outs = list(n.args[0])
+            per_primal: list[set] = [set() for _ in range(num_inputs)]
+            for t, i in enumerate(diff_outputs):
+                for p in reach.get(outs[i], ()) if hasattr(outs[i], "op") else ():
+                    per_primal[p].add(t)
+            return [frozenset(d) for d in per_primal]
         else:
-            deps[n] = frozenset().union(*(deps.get(a, frozenset()) for a in n.all_input_nodes))
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor) and not v.requires_grad:
+                reach[n] = frozenset()
+            else:
+                reach[n] = frozenset().union(*(reach.get(a, frozenset()) for a in n.all_input_nodes))
     return []
 
 
