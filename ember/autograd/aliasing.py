@@ -112,3 +112,57 @@ class SyntheticBases:
             return fn(*flat)
         return with_bases
 
+
+
+def output_views(vals: Sequence[Any], input_storages: set) -> list:
+    """User outputs that are views of another user output (``t = x * 2; v = t[1]; return t, v``), as
+    ``AliasInfo`` with ``base_layout`` set.
+
+    ``vals`` are the trace's fake output values, where views share their base's storage. Generated code returns
+    each output in its own buffer, so without this a caller that mutates ``v`` (the code after a graph break)
+    would not see the change in ``t``. Per storage not owned by an input, the base is the largest output that is
+    dense over one memory range; members within that range are rebuilt as views of it. Symbolic layouts are
+    left alone."""
+    from ember.autograd.runtime import AliasInfo
+
+    groups: dict[int, list[int]] = {}
+    for k, v in enumerate(vals):
+        if isinstance(v, torch.Tensor) and hasattr(v, "_meta") and _static_layout(v._meta):
+            key = v._meta.untyped_storage()._cdata
+            if key not in input_storages:
+                groups.setdefault(key, []).append(k)
+    found = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        dense = [k for k in members if _dense(vals[k]._meta)]
+        if not dense:
+            continue
+        b = max(dense, key=lambda k: vals[k]._meta.numel())
+        base = vals[b]._meta
+        lo, hi = base.storage_offset(), base.storage_offset() + base.numel()
+        for k in members:
+            m = vals[k]._meta
+            if k == b or m.numel() == 0 or m.dtype != base.dtype:
+                continue
+            end = m.storage_offset() + sum((n - 1) * s for n, s in zip(m.shape, m.stride()))
+            if lo <= m.storage_offset() and end < hi:
+                found.append(AliasInfo(k, b, tuple(m.shape), tuple(m.stride()), m.storage_offset() - lo,
+                                       bool(vals[k].requires_grad), (tuple(base.shape), tuple(base.stride()))))
+    return found
+
+
+def _static_layout(t: torch.Tensor) -> bool:
+    return all(type(d) is int for d in (*t.shape, *t.stride(), t.storage_offset()))
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """``t`` covers one contiguous range of its storage, each element once (any order of dimensions)."""
+    if t.numel() == 0:
+        return False
+    expected = 1
+    for n, s in sorted(((n, s) for n, s in zip(t.shape, t.stride()) if n != 1), key=lambda d: d[1]):
+        if s != expected:
+            return False
+        expected *= n
+    return True

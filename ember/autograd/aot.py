@@ -34,7 +34,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_unflatten
 
 from ember import logs
-from ember.autograd.aliasing import SyntheticBases, alias_groups
+from ember.autograd.aliasing import SyntheticBases, alias_groups, output_views
 from ember.autograd.functionalize import functionalize
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, run_inference, run_training,
@@ -148,7 +148,7 @@ def _copy_graph(g: fx.Graph) -> fx.Graph:
 def _aliases(traced: TracedGraph) -> list[AliasInfo]:
     """User outputs of the (unfunctionalized) trace that are views of an input (eager returns a view that shares
     the input's memory; the compiled graphs, decomposed or generated, may return a copy, so the runtime
-    rebuilds such outputs as views of the real input)."""
+    rebuilds such outputs as views of the real input), then outputs that are views of another output."""
     phs = [n for n in traced.gm.graph.nodes if n.op == "placeholder"][:traced.num_inputs]
     out = next(n for n in traced.gm.graph.nodes if n.op == "output")
     storages: dict[int, int] = {}
@@ -164,7 +164,7 @@ def _aliases(traced: TracedGraph) -> list[AliasInfo]:
             if i is not None and _val(phs[i]).dtype == v.dtype:
                 found.append(AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset(),
                                        bool(v.requires_grad)))
-    return found
+    return found + output_views(_user_output_vals(traced), set(storages))
 
 
 def _user_output_vals(traced: TracedGraph) -> list[Any]:
@@ -261,12 +261,12 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
         diff, non_diff = [], list(range(n_user + len(write_backs)))
     # Decompose the functional joint graph, so the partitioner cuts (and recomputes) prims: what the backward
     # recomputes is then the cheap prims themselves, not whole ATen ops such as layer norm.
+    grad_tangents = tangent_dependencies(joint, traced.num_inputs, diff)
     joint = _maybe_decompose(joint, decompose)
     part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
                           recompute=recompute)
     fwd, bwd = part.fwd, part.bwd
     _log_graphs("training", fwd, bwd, part.summary)
-    grad_tangents = tangent_dependencies(bwd, part.num_saved)
     if compile_graph is not None:
         saved_from = n_user + len(write_backs)
         fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place

@@ -50,6 +50,10 @@ class AliasInfo:
     stride: tuple[int, ...]
     offset: int
     requires_grad: bool = True      # False: the traced output had no autograd history (``x.detach()``)
+    # set for a view of another user output (an intermediate and its view, both returned): ``input`` is that
+    # output's index, ``offset`` is relative to its start, and the view is rebuilt only where the compiled
+    # base output has the traced size and strides (``base_layout``)
+    base_layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -179,19 +183,33 @@ def _unreached(graphs: CompiledGraphs, grad_outputs: tuple, grads: list) -> list
     return grads
 
 
-def tangent_dependencies(bwd: Any, num_saved: int) -> list[frozenset]:
-    """For each output of the backward graph ``bwd`` (an FX GraphModule whose inputs are the saved values, then
-    the tangents), the indices of the tangents it is computed from."""
-    deps: dict[Any, frozenset] = {}
+def tangent_dependencies(joint: Any, num_inputs: int, diff_outputs: Sequence[int]) -> list[frozenset]:
+    """For each primal of the functional joint graph ``joint`` (before decomposition), the indices of the
+    tangents (positions in ``diff_outputs``) whose forward output it reaches through values that require grad.
+
+    This is eager's autograd connectivity, not the backward's data flow: ``t = x * 2; t.zero_()`` has a
+    gradient that is zeros whatever the tangent, yet eager's ``x.grad`` becomes zeros when the loss uses ``t``
+    (decomposed backward graphs drop such tangents, which made the gradient None). An edge through a value
+    that does not require grad (``detach``, integer results) carries nothing, as in eager."""
+    reach: dict[Any, frozenset] = {}
     k = 0
-    for n in bwd.graph.nodes:
+    for n in joint.graph.nodes:
         if n.op == "placeholder":
-            deps[n] = frozenset((k - num_saved,)) if k >= num_saved else frozenset()
+            reach[n] = frozenset((k,)) if k < num_inputs else frozenset()
             k += 1
         elif n.op == "output":
-            return [deps.get(o, frozenset()) if hasattr(o, "op") else frozenset() for o in n.args[0]]
+            outs = list(n.args[0])
+            per_primal: list[set] = [set() for _ in range(num_inputs)]
+            for t, i in enumerate(diff_outputs):
+                for p in reach.get(outs[i], ()) if hasattr(outs[i], "op") else ():
+                    per_primal[p].add(t)
+            return [frozenset(d) for d in per_primal]
         else:
-            deps[n] = frozenset().union(*(deps.get(a, frozenset()) for a in n.all_input_nodes))
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor) and not v.requires_grad:
+                reach[n] = frozenset()
+            else:
+                reach[n] = frozenset().union(*(reach.get(a, frozenset()) for a in n.all_input_nodes))
     return []
 
 
@@ -223,11 +241,25 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
     if stored:
         _bump_versions(stored)
     for a in aliases:
+        if a.base_layout is not None:
+            _rebuild_output_view(a, outs)
+            continue
         base = args[a.input] if a.requires_grad else args[a.input].detach()
         if tuple(base.shape) == a.size and tuple(base.stride()) == a.stride and base.storage_offset() == a.offset:
             outs[a.output] = base
         else:
             outs[a.output] = base.as_strided(a.size, a.stride, a.offset)
+
+
+def _rebuild_output_view(a: AliasInfo, outs: list[Any]) -> None:
+    """Output ``a.output`` as the view of output ``a.input`` that it was in the trace (generated code returns
+    each output in its own buffer; eager's caller may mutate one and read the other)."""
+    base = outs[a.input]
+    if not isinstance(base, torch.Tensor) or (tuple(base.shape), tuple(base.stride())) != a.base_layout:
+        return
+    if not a.requires_grad:
+        base = base.detach()
+    outs[a.output] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
 
 
 def _same_memory(a: Any, b: Any) -> bool:

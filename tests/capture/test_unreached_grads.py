@@ -1,6 +1,6 @@
 """An input whose gradient can only come from graph outputs the loss does not use keeps ``.grad is None``, as in
 eager (the graph output feeding ``.item()`` at a break, a second output left out of the loss); inputs the loss
-does reach get eager's gradients."""
+does reach get eager's gradients, zeros included (an output zeroed in place still connects its inputs)."""
 from __future__ import annotations
 
 import pytest
@@ -26,9 +26,36 @@ def _shared(x0, x1):
     return a.sum(), x1.cos()
 
 
+def _zeroed_before_break(x0, x1):
+    t = x0 * 2 + x1
+    t.zero_()
+    float(x1.sum())         # a graph break; the graph's sum output is not in the loss
+    return t
+
+
+def _filled_before_break(x0, x1):
+    t = x0[1] + (2 - x1).sum(0)
+    t.fill_(1.5)
+    float(x0.abs().sum())
+    return t
+
+
+def _scalar_zeroed(x0, x1):
+    t = x0.sum() + x1.mean()
+    t.zero_()
+    x0.mean().item()
+    return t, t.unsqueeze(0) * x1
+
+
+def _detached_factor(x0, x1):
+    return x1 * x0.detach(), x0.sin()
+
+
 CASES = [(_item_at_break, lambda outs: outs.sum()), (_two_outputs, lambda outs: outs[0].sum()),
          (_two_outputs, lambda outs: outs[1].sum()), (_shared, lambda outs: outs[1].sum()),
-         (_shared, lambda outs: outs[0])]
+         (_shared, lambda outs: outs[0]), (_zeroed_before_break, lambda outs: outs.sum()),
+         (_filled_before_break, lambda outs: outs * 3), (_scalar_zeroed, lambda outs: outs[0]),
+         (_detached_factor, lambda outs: outs[0].sum())]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
