@@ -362,9 +362,16 @@ class _Gen:
         val = f"{st.var}.to({tl_dtype(dt)})"
         if st.mode == "add":        # two points may add to one address (ember.loopir.scatter)
             # the value as a block of the pointer's shape: a constant (one element) broadcast by tl.broadcast_to
-            # is a stride-0 view that Triton's interpreter adds from the wrong memory; a select makes a block
+            # is a stride-0 view that Triton's interpreter adds from the wrong memory; a select makes a block.
+            # The mask and value may both be of one element (a scatter through a one-element index tensor: the
+            # gradient of x[idx]): both are selected into full blocks (a broadcast mask is a stride-0 view too,
+            # and the interpreter then added the first lane only)
             shape = f"[{self.cfg.xblock}, 1]" if self.red else f"[{self.cfg.xblock}]"
-            val = f"tl.where({mask}, {val}, 0)" if mask else f"tl.broadcast_to({val}, {shape})"
+            if mask:
+                val = f"tl.where({mask}, {val}, tl.zeros({shape}, {tl_dtype(dt)}))"
+                mask = f"tl.where({mask}, tl.full({shape}, 1, tl.int1), tl.full({shape}, 0, tl.int1))"
+            else:
+                val = f"tl.broadcast_to({val}, {shape})"
             self.emit(f"tl.atomic_add({self.ptr(st.buf)} + ({off}), {val}" + (f", {mask}" if mask else "")
                       + ", sem='relaxed')")
             return

@@ -337,7 +337,7 @@ def _uses(e: Any, v: sympy.Symbol) -> bool:
     return False
 
 
-def _gathered_rows_stored(L: Lowerer, body: Any, ranges: tuple, rranges: tuple, rs: list,
+def _gathered_rows_stored(L: Lowerer, body: Any, ranges: tuple, rranges: tuple, xs: list, rs: list,
                           device: torch.device) -> Any:
     """The body of a reduction to one value (a loss's mean over rows) that gathers one value per reduced point
     and reads per-row results of other reductions (cross-entropy: ``logits[r, target[r]] - max[r] - log(sum[r])``),
@@ -351,8 +351,12 @@ def _gathered_rows_stored(L: Lowerer, body: Any, ranges: tuple, rranges: tuple, 
     reduced = {n.name for n in L.nodes if isinstance(n, Reduction)}
     if not any(ld.buf in reduced for ld in loads(body)):
         return body
+    # the stored node's own loop variables are x0.., which name the reduction's kept dims in ``body`` too:
+    # those (all of size 1 here) are bound to 0 in the same rewrite, or a kept dim's x0 would become the
+    # stored node's x0, running over the reduced points (a one-row x[idx] read idx[r] out of bounds)
+    at = {x: sympy.Integer(0) for x in xs}
     stored = L.realize(TV(tuple(rranges), body.dtype, device,
-                          lambda idx: substitute(body, lambda e: e.xreplace(dict(zip(rs, idx))))))
+                          lambda idx: substitute(body, lambda e: e.xreplace({**at, **dict(zip(rs, idx))}))))
     return Load(stored.name, stored.layout.index(rs), body.dtype)
 
 
@@ -398,7 +402,7 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
         for i in (d if keepdim else ()):
             out = _unsqueeze(L, out, i)
         return out
-    body = _gathered_rows_stored(L, body, ranges, rranges, rs, x.device)
+    body = _gathered_rows_stored(L, body, ranges, rranges, xs, rs, x.device)
     name = L.new_name()
     lay = Layout.contiguous(ranges, out_dtype, x.device)
     outer = _kept_dim_contiguous(body, xs, rs)
