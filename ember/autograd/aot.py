@@ -167,6 +167,24 @@ def _aliases(traced: TracedGraph) -> list[AliasInfo]:
     return found + output_views(_user_output_vals(traced), set(storages))
 
 
+def _grad_tangents(traced: TracedGraph, joint: fx.GraphModule, diff: list[int], n_user: int) -> list:
+    """Which tangents each primal's gradient is connected to (``runtime.tangent_dependencies``). Functionalization
+    turns ``t.zero_()`` into a fresh ``zeros`` that no longer reaches t's inputs, while eager's autograd still
+    connects them (``x.grad`` becomes zeros): a trace with in-place ops is walked before functionalization, and
+    where a mutated input's new value takes a tangent, the gradients stay as computed (none become None)."""
+    if not _mutates(traced.gm):
+        return tangent_dependencies(joint, traced.num_inputs, diff)
+    if any(i >= n_user for i in diff):
+        return []
+    return tangent_dependencies(traced.gm, traced.num_inputs, diff)
+
+
+def _mutates(gm: fx.GraphModule) -> bool:
+    """Whether the (unfunctionalized) trace calls an ATen op that writes into one of its arguments."""
+    return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+               and n.target._schema.is_mutable for n in gm.graph.nodes)
+
+
 def _user_output_vals(traced: TracedGraph) -> list[Any]:
     out = next(n for n in traced.gm.graph.nodes if n.op == "output")
     return [_val(o) for o in list(out.args[0])[:traced.num_forward_outputs]]
@@ -261,7 +279,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
         diff, non_diff = [], list(range(n_user + len(write_backs)))
     # Decompose the functional joint graph, so the partitioner cuts (and recomputes) prims: what the backward
     # recomputes is then the cheap prims themselves, not whole ATen ops such as layer norm.
-    grad_tangents = tangent_dependencies(joint, traced.num_inputs, diff)
+    grad_tangents = _grad_tangents(traced, joint, diff, n_user)
     joint = _maybe_decompose(joint, decompose)
     part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
                           recompute=recompute)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import contextlib
+import sys
 
 from .. import logs
 from ..errors import EmberError, InternalError, Unsupported
@@ -588,8 +589,8 @@ def _user_saved_tensors_hooks_off():
     """Compiling runs tensor ops (on fake tensors; the AOT joint trace) that save tensors for backward: the
     user's ``saved_tensors_hooks`` must not see them, only the saves of the real run, as eager would. Identity
     hooks pushed on top stand in for them while compiling (unless hooks are disabled altogether)."""
-    import torch
-    if torch._C._autograd._saved_tensors_hooks_get_disabled_error_message() is not None:
+    torch = sys.modules.get("torch")          # the interpreter core imports no torch: without it, no hooks
+    if torch is None or torch._C._autograd._saved_tensors_hooks_get_disabled_error_message() is not None:
         yield
         return
     with torch.autograd.graph.saved_tensors_hooks(_same, _same):

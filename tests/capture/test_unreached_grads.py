@@ -51,7 +51,14 @@ def _detached_factor(x0, x1):
     return x1 * x0.detach(), x0.sin()
 
 
-CASES = [(_item_at_break, lambda outs: outs.sum()), (_two_outputs, lambda outs: outs[0].sum()),
+def _inplace_elsewhere(x0, x1):
+    t = x1 * 2
+    t.mul_(3)                           # an in-place op in the graph: x0 still reaches only the unused output
+    x0.mean().item()
+    return t
+
+
+CASES = [(_inplace_elsewhere, lambda outs: outs.sum()), (_item_at_break, lambda outs: outs.sum()), (_two_outputs, lambda outs: outs[0].sum()),
          (_two_outputs, lambda outs: outs[1].sum()), (_shared, lambda outs: outs[1].sum()),
          (_shared, lambda outs: outs[0]), (_zeroed_before_break, lambda outs: outs.sum()),
          (_filled_before_break, lambda outs: outs * 3), (_scalar_zeroed, lambda outs: outs[0]),
