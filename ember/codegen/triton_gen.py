@@ -69,7 +69,7 @@ def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, i
     elif inner and xnumel >= WIDE_ROWS_MIN_X and rnumel >= WIDE_ROWS_MIN_R:
         # many long rows (cross-entropy over a 32k vocabulary for 4096 tokens): a row per program, 4096 points
         # per step (with the online softmax's running max and sum per row: 88% of the H100's copy bandwidth for
-        # 4096 x 32768 bf16 against 73% for four rows of 1024 points per step; bench/ce_variants.py)
+        # 4096 x 32768 bf16 against 73% for four rows of 1024 points per step; bench/ce_variants.py (in git history))
         xb, rb, warps = 1, 4096, 8
     elif inner:
         xb, rb, warps = 1, 2048, 8
@@ -294,7 +294,7 @@ class _Gen:
         threads), then ``s * exp(m - m') + sum(exp(g - m'))``: per point a subtraction, an exp and an add. A
         max and sum per lane, updated at every point, did twice the ALU work per point, which bound a bf16
         cross-entropy over 32k logits at ~73% of the H100's copy bandwidth (88% per row;
-        ``bench/ce_variants.py``)."""
+        ``bench/ce_variants.py (in git history)``)."""
         self.accs[st.acc_max] = ("amax", st.dtype)
         self.accs[st.acc_sum] = ("sum", st.dtype)
         vals = []

@@ -58,7 +58,7 @@ class _Pool:
         self.inflight: dict[tuple, tuple] = {}      # (function text, options, dtypes) -> its compile's futures
         self.shared = 0                          # kernels that took another kernel's compile (same function)
         self.pids: set[int] = set()
-        # timing (seconds since the pool started; bench/compile_breakdown.py prints them)
+        # timing (seconds since the pool started; bench/compile_breakdown.py (in git history) prints them)
         self.t0 = time.perf_counter()
         self.boot_s: list[float] = []            # each worker's start: spawn until it has imported torch and triton
         self.busy_s: list[float] = []            # each request's compile, as its worker served it

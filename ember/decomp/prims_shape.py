@@ -343,7 +343,7 @@ register_prim("bmm", torch.bmm, _bmm_meta, "extern")
 register_prim("addmm", lambda bias, a, b, beta=1, alpha=1: torch.addmm(bias, a, b, beta=beta, alpha=alpha),
               _addmm_meta, "extern")
 # ``torch.convolution`` is ``aten.convolution.default`` through the Python bindings' argument parser: on an H100
-# host it costs 27 us per call against 35 us through ``torch.ops`` (schema-boxed), ``bench/conv_host.py``.
+# host it costs 27 us per call against 35 us through ``torch.ops`` (schema-boxed), ``bench/conv_host.py (in git history)``.
 register_prim("convolution", torch.convolution, _conv_meta, "extern")
 register_prim("sdpa", _sdpa_impl, _sdpa_meta, "extern")
 register_prim("aten_extern", lambda op, args, kwargs=None: op(*args, **(kwargs or {})), _extern_meta,

@@ -56,18 +56,18 @@ class ReusePolicy:
 
 
 # One policy for every device. Recomputing on a GPU what the CPU stores was measured and lost: the handwritten
-# encoder's training step at batch 16 x 512 on an H100 (bench/reuse_policy_ab.py, generated kernels' device
+# encoder's training step at batch 16 x 512 on an H100 (bench/reuse_policy_ab.py (in git history), generated kernels' device
 # time per step): 7.31 ms storing both kinds, 7.58 ms not counting broadcast reads, 8.91 ms recomputing exps,
-# 9.17 ms both (bench/results/2026-11-25-h100-i/ab_*.log). The other policies stay for such measurements and
+# 9.17 ms both (bench/results/2026-11-25-h100-i/ab_*.log, in git history). The other policies stay for such measurements and
 # for the tests of the recomputing paths.
 REUSE_POLICY = ReusePolicy(expensive_stored=True, count_broadcast_reads=True)
 # a value stored anyway (for an ATen call, or as an output) is loaded by its other users rather than recomputed
-# from two or more buffers of its size (bench/reuse_stored_ab.py measures the difference)
+# from two or more buffers of its size (bench/reuse_stored_ab.py (in git history) measures the difference)
 REUSE_STORED = True
 # a small value computing a COSTLY_OPS or EXPENSIVE_OPS op from a buffer is stored when a user broadcasts it
 # over at least HOIST_FRACTION times its points (expr.py): computing a batch norm's per-channel mean and rsqrt(var /
 # n + eps) once per element (two IEEE divisions and a rsqrt) made its normalize kernels on the H100 run at 2.4
-# TB/s against 2.9 TB/s for Inductor's, which loads them (bench/results/2026-11-26-h100-j)
+# TB/s against 2.9 TB/s for Inductor's, which loads them (bench/results/2026-11-26-h100-j (in git history))
 HOIST_MAX_NUMEL = 1 << 16
 # any value whose body grew beyond this many ops is realized (bounds the size of inlined bodies)
 MAX_INLINE_OPS = 200

@@ -3,7 +3,7 @@
 cuBLAS picks its fast kernels only when the matrices' rows are 16-byte aligned and the output's columns and
 the inner dimension are multiples of 8 (bf16/fp16) or 4 (fp32). GPT-2's vocabulary of 50257 breaks that for
 the LM head and both its gradients, which then ran "align1" kernels 3-7x slower than aligned ones
-(bench/mm_alignment.py: 3.3 ms against 0.45 ms on an H100; an aligned row stride alone does not help).
+(bench/mm_alignment.py (in git history): 3.3 ms against 0.45 ms on an H100; an aligned row stride alone does not help).
 
 So for mm/addmm/bmm on CUDA with enough work (and, for float32, a computed right operand written row-major:
 ``align_matmul``):
@@ -211,7 +211,7 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
         if i == mats[1] and x.view is None and a.dtype == torch.float32 and _column_major(lay):
             # a float32 right operand computed here (attention's keys cast up to float32 for the scores) is
             # written row-major: cuBLAS's float32 kernels take a transposed right operand ~19% slower (bmm of
-            # 96 x 512 x 64 by 64 x 512 on an H100: 125.8 against 106.0 us; bench/bmm_layouts.py), and its
+            # 96 x 512 x 64 by 64 x 512 on an H100: 125.8 against 106.0 us; bench/bmm_layouts.py (in git history)), and its
             # kernel writes either layout at the same cost. bf16/fp16 (tensor cores) do not care.
             ref = L.realize(x, Layout.contiguous(tuple(x.shape), x.dtype, x.device))
             new_args[i] = x = buffer_view(ref.name, ref.layout)

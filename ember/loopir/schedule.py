@@ -40,8 +40,8 @@ HORIZONTAL_MAX_POINTS = 1 << 20  # ... while buffers x points stays below this (
 # a kernel's programs run on many cores at once, and independent work joined into one kernel runs in sequence in
 # each program, so horizontal joins of pointwise nodes stop at this many buffer points and this many buffers
 # (streams) per program. An Adam-like update over 120 float32 tensors on an H100 took 245 us in 56 kernels, 77 us
-# as 5 combo kernels while 36 updates of 256 points still shared one program (bench/adam_shapes.py, results in
-# bench/results/2026-11-26-h100-k); the same bytes in one tensor take 23 us.
+# as 5 combo kernels while 36 updates of 256 points still shared one program (bench/adam_shapes.py (in git history), results in
+# bench/results/2026-11-26-h100-k (in git history)); the same bytes in one tensor take 23 us.
 SPREAD_MAX_POINTS = 1 << 16
 SPREAD_MAX_STREAMS = 16
 # A node of more than HORIZONTAL_MAX_NUMEL points joins a kernel for reading the same input only when that input
@@ -49,7 +49,7 @@ SPREAD_MAX_STREAMS = 16
 # mask, a norm's weight) saves nothing, and the joined kernel holds two unrelated computations at once. The
 # handwritten encoder's attention backward on an H100 took the previous layer's probabilities, recomputed in
 # float32 and bf16, into the softmax backward's kernel for the mask they both read: 425 us per layer, against
-# 140 us for the softmax backward alone (bench/results/2026-11-25-h100-i/uprof_encoder.log.gz) and about as
+# 140 us for the softmax backward alone (bench/results/2026-11-25-h100-i/uprof_encoder.log.gz (in git history)) and about as
 # much for the recomputation, a pass over the same bytes.
 SHARED_READ_FRACTION = 8
 
