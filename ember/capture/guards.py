@@ -99,12 +99,6 @@ class GuardSet:
         e = src.expr(self.cg)
         self.add(f"len({e}) == {n}", f"len({self.cg.plain(src)}) == {n}")
 
-    def attr_absent(self, src: Source, name: str) -> None:
-        """``name`` is not in the instance ``__dict__`` of ``src`` (a lookup that found nothing there must see
-        an attribute set on the object later)."""
-        e = src.expr(self.cg)
-        self.add(f"{name!r} not in {e}.__dict__", f"{self.cg.plain(src)} has no attribute {name!r} of its own")
-
     def dict_keys(self, src: Source, keys: list) -> None:
         self.cg.hoist(src)        # its items are guarded next
         e = src.expr(self.cg)

@@ -7,6 +7,7 @@ from typing import Any
 
 from . import rules as R
 from .interpreter import NULL, UserException
+from .lookups import not_in_instance
 from .sources import AttrSource
 from .values import CellVar, Const, IterVar, MethodOf, PartialVar, RealCellVar, TupleVar
 
@@ -36,8 +37,8 @@ def guard_absent(d, v, name: str) -> None:
     """The trace saw no attribute ``name`` on the real object behind ``v`` (``getattr(o, name, default)``,
     ``hasattr``): guard that it still has none, or a call after ``o.name = ...`` would reuse the default."""
     obj = getattr(v, "obj", NULL)
-    if v.source is not None and obj is not NULL and isinstance(getattr(obj, "__dict__", None), dict):
-        d.guards.attr_absent(v.source, name)
+    if obj is not NULL:
+        not_in_instance(d, v.source, obj, name)
 
 
 def _method_attr(v: MethodOf, name: str):

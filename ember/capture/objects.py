@@ -216,9 +216,7 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
     class_lookup(d, t, "__getattr__", ga)
     if ga is not NULL and type(ga) is types.FunctionType:
         return d.inline(f, ga, [v, Const(name)], {})
-    if not v.is_new and name not in v.overlay:
-        guard_absent(d, v, name)
-    raise _attr_error(t.__name__, name)
+    raise _attr_error(t.__name__, name)     # its absence from the instance is guarded above
 
 
 R.GETATTR.register(ObjectVar)(object_getattr)
