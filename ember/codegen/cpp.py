@@ -513,7 +513,9 @@ def checked_indices(body: KernelBody) -> dict[str, int]:
 
 class IndexOutOfRange(IndexError, RuntimeError):
     """An index loaded from a tensor was outside its dimension (eager raises IndexError for indexing and
-    index_select, RuntimeError for gather: this is both)."""
+    index_select, RuntimeError for gather: this is both). Where capture can name the op that raised, eager's
+    own error is raised instead (``capture.torch.located``)."""
+    stands_in_for_eager = True
 
 
 def _caller(fn: Any, n: int, parallel: bool, checked: bool = False) -> Callable[..., None]:

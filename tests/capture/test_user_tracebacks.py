@@ -182,8 +182,7 @@ def index_after_break(x, idx):
 
 RUNTIME_PROGRAMS = [index_in_inlined_callee, gather_out_of_range, index_after_break]
 # the ember backend's C++ kernels do not check indices (no error, an out-of-bounds read): not run there
-RUNTIME_BACKENDS = [pytest.param("ember", marks=pytest.mark.xfail(run=False, reason="C++ kernels do not "
-                                                                   "bounds-check indices")), "aot_eager", "eager"]
+RUNTIME_BACKENDS = ["ember", "aot_eager", "eager"]
 
 
 @pytest.mark.parametrize("backend", RUNTIME_BACKENDS)
