@@ -1,0 +1,207 @@
+"""The symbol table of one compiled graph: symbols, hints, ranges, sources and the relations relied on."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+import sympy
+
+from ..errors import EmberError
+from .printer import to_python
+
+_LOCATION: contextvars.ContextVar[str] = contextvars.ContextVar("ember_shapes_location", default="")
+
+
+class SymbolicUnsupported(EmberError):
+    """A stage cannot compile this graph with symbolic sizes; the caller compiles it with static sizes."""
+
+
+@contextlib.contextmanager
+def located(where: str) -> Iterator[None]:
+    """Relations recorded inside this block say they were added at ``where`` (a user ``file:line``)."""
+    token = _LOCATION.set(where)
+    try:
+        yield
+    finally:
+        _LOCATION.reset(token)
+
+
+def current_location() -> str:
+    return _LOCATION.get()
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A fact about sizes the compiled code relies on (``s0 >= 3``, ``Eq(s1, s0)``), and who relied on it."""
+
+    expr: sympy.Basic
+    where: str
+
+    def __str__(self) -> str:
+        return f"{to_python(self.expr)}" + (f"  # {self.where}" if self.where else "")
+
+
+def _negate(cond: sympy.Basic) -> sympy.Basic:
+    flip = {sympy.Eq: sympy.Ne, sympy.Ne: sympy.Eq, sympy.Lt: sympy.Ge, sympy.Le: sympy.Gt,
+            sympy.Gt: sympy.Le, sympy.Ge: sympy.Lt}
+    for a, b in flip.items():
+        if isinstance(cond, a):
+            return b(cond.lhs, cond.rhs)
+    return sympy.Not(cond)
+
+
+class SymbolTable:
+    """Symbols ``s0, s1, ...`` (positive integer sizes) and ``i0, i1, ...`` (Python ints) with hints and ranges.
+
+    ``decide`` answers a question about symbolic values with the hints and records the answer as a ``Relation``
+    unless the ranges already imply it. ``check`` tells whether a call's values satisfy every relation.
+    """
+
+    def __init__(self) -> None:
+        self.symbols: list[sympy.Symbol] = []
+        self.hints: dict[sympy.Symbol, int] = {}
+        self.sources: dict[sympy.Symbol, str] = {}
+        self.ranges: dict[sympy.Symbol, tuple[int | None, int | None]] = {}
+        self.relations: list[Relation] = []
+        self.replacements: dict[sympy.Symbol, sympy.Expr] = {}
+        self._lock = threading.RLock()
+
+    # symbols ------------------------------------------------------------------------------------------------
+    def new_symbol(self, hint: int, source: str, *, lo: int | None = 2, hi: int | None = None,
+                   size: bool = True) -> sympy.Symbol:
+        """A fresh symbol for a size (``s``, positive, default range ``[2, inf)``) or an int (``i``)."""
+        with self._lock:
+            prefix = "s" if size else "i"
+            n = sum(1 for s in self.symbols if s.name[0] == prefix)
+            sym = (sympy.Symbol(f"s{n}", integer=True, positive=True) if size
+                   else sympy.Symbol(f"i{n}", integer=True))
+            self.symbols.append(sym)
+            self.hints[sym] = int(hint)
+            self.sources[sym] = source
+            self.ranges[sym] = (lo, hi)
+            return sym
+
+    def symint(self, expr: sympy.Expr | int):
+        """``expr`` as PyTorch sees a size: an ``int`` when constant, else a ``torch.SymInt`` over this table."""
+        from .node import symint
+        return symint(self, expr)
+
+    def simplify(self, expr):
+        if not isinstance(expr, sympy.Basic):
+            return expr
+        if self.replacements:
+            expr = expr.xreplace(self.replacements)
+        return expr
+
+    def hint(self, expr):
+        """The value of ``expr`` at the hints (an int, or a bool for a relation)."""
+        if not isinstance(expr, sympy.Basic):
+            return expr
+        v = expr.xreplace({k: sympy.Integer(v) for k, v in self.hints.items()})
+        if v is sympy.true or v is sympy.false or isinstance(v, sympy.logic.boolalg.BooleanAtom):
+            return bool(v)
+        if isinstance(v, sympy.Integer):
+            return int(v)
+        if v.is_Boolean:
+            return bool(v)
+        if v.is_Number:
+            return int(v) if v.is_integer else float(v)
+        raise ValueError(f"ember.shapes: {expr} has no value at the hints")
+
+    # decisions ----------------------------------------------------------------------------------------------
+    def bounds(self, expr) -> tuple:
+        """(lowest, highest) value of a linear ``expr`` over the symbols' ranges; ``None`` = unbounded."""
+        expr = sympy.expand(expr)
+        lo = hi = 0
+        const, terms = expr.as_coeff_add()
+        lo = hi = const
+        for t in terms:
+            c, rest = t.as_coeff_Mul()
+            if not (isinstance(rest, sympy.Symbol) and rest in self.ranges and c.is_number):
+                return None, None
+            a, b = self.ranges[rest]
+            tl, th = (a, b) if c > 0 else (b, a)
+            lo = None if lo is None or tl is None else lo + c * tl
+            hi = None if hi is None or th is None else hi + c * th
+        return lo, hi
+
+    def known(self, cond) -> bool | None:
+        """True/False when the ranges alone decide ``cond``, else None."""
+        cond = self.simplify(cond)
+        if cond in (sympy.true, sympy.false):
+            return bool(cond)
+        if not isinstance(cond, (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)):
+            return None
+        lo, hi = self.bounds(cond.lhs - cond.rhs)
+        if isinstance(cond, (sympy.Eq, sympy.Ne)):
+            if (lo is not None and lo > 0) or (hi is not None and hi < 0):
+                return isinstance(cond, sympy.Ne)
+            if lo == hi == 0:
+                return isinstance(cond, sympy.Eq)
+            return None
+        if isinstance(cond, (sympy.Gt, sympy.Ge)):       # lhs - rhs > 0 (or >= 0)
+            strict = isinstance(cond, sympy.Gt)
+            if lo is not None and (lo > 0 if strict else lo >= 0):
+                return True
+            if hi is not None and (hi <= 0 if strict else hi < 0):
+                return False
+            return None
+        strict = isinstance(cond, sympy.Lt)
+        if hi is not None and (hi < 0 if strict else hi <= 0):
+            return True
+        if lo is not None and (lo >= 0 if strict else lo > 0):
+            return False
+        return None
+
+    def decide(self, cond, *, record: bool = True) -> bool:
+        """Answer ``cond`` (a sympy boolean over the symbols) at the hints; record the answer as a relation."""
+        cond = self.simplify(cond)
+        if isinstance(cond, (bool, sympy.logic.boolalg.BooleanAtom)):
+            return bool(cond)
+        value = bool(self.hint(cond))
+        if self.known(cond) is not None or not record:
+            return value
+        fact = cond if value else _negate(cond)
+        with self._lock:
+            if all(r.expr != fact for r in self.relations):
+                self.relations.append(Relation(fact, current_location()))
+                self._learn(fact)
+        return value
+
+    def _learn(self, fact) -> None:
+        """Equalities between a symbol and another expression become replacements (``s1 -> s0``)."""
+        if not isinstance(fact, sympy.Eq):
+            return
+        lhs, rhs = fact.lhs, fact.rhs
+        for a, b in ((lhs, rhs), (rhs, lhs)):
+            if isinstance(a, sympy.Symbol) and a in self.hints and a not in b.free_symbols:
+                if isinstance(b, sympy.Symbol) and self.symbols.index(b) > self.symbols.index(a):
+                    continue   # keep the older symbol
+                self.replacements = {k: v.xreplace({a: b}) for k, v in self.replacements.items()}
+                self.replacements[a] = b
+                return
+
+    def check(self, values: dict) -> bool:
+        """Do the symbols' values for a call (``{symbol: int}``) satisfy the ranges and every relation?"""
+        for s, (lo, hi) in self.ranges.items():
+            v = values.get(s)
+            if v is None:
+                continue
+            if (lo is not None and v < lo) or (hi is not None and v > hi):
+                return False
+        subs = {k: sympy.Integer(v) for k, v in values.items()}
+        return all(bool(r.expr.xreplace(subs)) for r in self.relations)
+
+    def describe(self) -> str:
+        """What ``EMBER_LOGS=dynamic`` prints: each symbol and each relation with the line that added it."""
+        lines = []
+        for s in self.symbols:
+            lo, hi = self.ranges[s]
+            rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+            lines.append(f"symbol {s} = {self.sources[s]} (hint {self.hints[s]}, range {rng})")
+        for r in self.relations:
+            lines.append(f"relation {r}")
+        return "\n".join(lines)

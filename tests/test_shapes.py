@@ -1,0 +1,58 @@
+"""ember.shapes: symbols, hints, relations, and PyTorch's meta kernels computing with ember's SymNode."""
+import sympy
+import torch
+
+from ember.shapes import SymbolTable, expr_of, hint_of, is_symbolic, located, to_python
+
+
+def _table(*hints):
+    t = SymbolTable()
+    return t, [t.symint(t.new_symbol(h, f"L['x'].size()[{i}]")) for i, h in enumerate(hints)]
+
+
+def test_arithmetic_keeps_hint_and_expression():
+    t, (s0, s1) = _table(5, 7)
+    n = (s0 * 2 + s1) // 3
+    assert hint_of(n) == (5 * 2 + 7) // 3
+    assert is_symbolic(n) and expr_of(n) == sympy.floor((2 * sympy.Symbol("s0", integer=True, positive=True)
+                                                          + sympy.Symbol("s1", integer=True, positive=True)) / 3)
+    src = to_python(expr_of(n))
+    assert eval(src, {"s0": 11, "s1": 4}) == (11 * 2 + 4) // 3
+
+
+def test_branch_records_relation_with_location_and_check():
+    t, (s0,) = _table(6)
+    with located("model.py:12"):
+        assert bool(s0 % 2 == 0)
+    assert len(t.relations) == 1 and t.relations[0].where == "model.py:12"
+    s = t.symbols[0]
+    assert t.check({s: 8}) and not t.check({s: 7})
+
+
+def test_ranges_decide_without_a_guard():
+    t, (s0,) = _table(4)
+    assert bool(s0 >= 2) and bool(s0 != 1) and not bool(s0 == 0)
+    assert t.relations == []
+    assert not t.check({t.symbols[0]: 1})       # sizes 0 and 1 are outside a symbol's range
+
+
+def test_equal_sizes_unify():
+    t, (s0, s1) = _table(5, 5)
+    assert bool(s0 == s1)
+    assert expr_of(s1 * 1 + 0) == expr_of(s0) or t.simplify(expr_of(s1)) == expr_of(s0)
+
+
+def test_guard_int_specializes():
+    t, (s0,) = _table(5)
+    assert int(s0) == 5
+    assert not t.check({t.symbols[0]: 6})
+
+
+def test_meta_kernels_compute_symbolic_shapes():
+    t, (s0, s1) = _table(5, 7)
+    x = torch.empty(s0, 3, device="meta")
+    assert x.sum(1).shape[0] is not None and str(x.sum(1).shape[0]) == "s0"
+    assert str(torch.cat([x, x]).shape[0]) == "2*s0"
+    assert [str(d) for d in (torch.empty(s0, s1, device="meta") @ torch.empty(s1, 4, device="meta")).shape] == ["s0", "4"]
+    y = torch.nn.functional.conv2d(torch.empty(s0, 3, s1, s1, device="meta"), torch.empty(4, 3, 3, 3, device="meta"))
+    assert [str(d) for d in y.shape] == ["s0", "4", "s1 - 2", "s1 - 2"]
