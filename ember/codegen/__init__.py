@@ -42,6 +42,8 @@ def _backend_module(name: str) -> Any:
         from . import python as mod
     elif name == "triton":
         from . import triton as mod  # type: ignore[no-redef]
+        from .triton_cache import install
+        install()           # Triton's binary cache is signed (triton_cache.py)
     elif name == "cpp":
         from . import cpp as mod  # type: ignore[no-redef]
     else:

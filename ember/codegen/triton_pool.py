@@ -174,6 +174,8 @@ def start() -> _Pool | None:
     """The pool, started on first use (workers take a few seconds to import torch and triton, so the backend
     starts it as soon as it sees a graph with CUDA inputs); None when compiling in-process."""
     global _POOL, _POOL_PID
+    from .triton_cache import install
+    install()           # before any worker starts: they inherit the environment
     with _POOL_LOCK:
         if _POOL is not None and _POOL_PID != os.getpid():
             _POOL = None        # a forked child: the parent's serving threads did not come along
