@@ -26,6 +26,7 @@ def export(model: Any, args: Any = (), kwargs: dict | None = None, *, dynamic_sh
         raise TypeError(f"ember.export: model must be an nn.Module or a function, got {type(model).__name__}")
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
+    register_dataclasses((args, kwargs))
     with_paths, in_spec = tree_flatten_with_path((args, kwargs))
     leaves = [v for _, v in with_paths]
     names = [_leaf_name(p) for p, _ in with_paths]
@@ -60,6 +61,33 @@ def export(model: Any, args: Any = (), kwargs: dict | None = None, *, dynamic_sh
     ranges = {dim.name: (dim.min, dim.max) for d in dims for dim in d.values()}
     return ExportedProgram(traced.gm, input_specs, output_specs, dict(zip(state_names, state)), in_spec,
                            traced.out_spec, metas, ranges, frozenset(params))
+
+
+def register_dataclasses(tree: Any) -> None:
+    """Register with PyTorch's pytree every dataclass type found in ``tree`` that is not registered yet (as
+    ``torch.export.register_dataclass`` would), so its tensor fields become graph inputs/outputs rather than one
+    opaque leaf. The serialized name is the type's module and qualified name; ``ember.load`` needs the type
+    registered (imported and registered, or pytree-registered by its library) in the loading process."""
+    import dataclasses
+
+    from torch.utils import _pytree as pytree
+    for _ in range(32):         # each round registers the dataclasses now visible as leaves
+        leaves = pytree.tree_leaves(tree)
+        new = {type(v) for v in leaves if dataclasses.is_dataclass(v) and not isinstance(v, type)
+               and type(v) not in pytree.SUPPORTED_NODES}
+        if not new:
+            return
+        for cls in new:
+            pytree.register_dataclass(cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}")
+
+
+def _check_outputs(out: Any) -> None:
+    from torch.utils._pytree import tree_flatten_with_path
+    for path, v in tree_flatten_with_path(out)[0]:
+        if not isinstance(v, (torch.Tensor, *_VALUE_TYPES)):
+            raise ValueError(f"ember.export: output{keystr(path)} is a {type(v).__name__}; outputs must be "
+                             "tensors or numbers inside tuples, lists, dicts, dataclasses or types registered "
+                             "with torch.utils._pytree")
 
 
 def _leaf_name(path: tuple) -> str:
@@ -118,7 +146,10 @@ def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spe
         ctx = (_reparametrize_module(model, dict(zip(state_names, flat[:n_state]))) if state_names
                else contextlib.nullcontext())
         with ctx:
-            return model(*a, **k)
+            out = model(*a, **k)
+        register_dataclasses(out)       # before trace_aten flattens the outputs
+        _check_outputs(out)
+        return out
 
     try:
         with torch.no_grad():

@@ -43,6 +43,27 @@ class Mutates(torch.nn.Module):
         return x.cos() + y
 
 
+@dataclasses.dataclass
+class Pair:
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class DataclassIO(torch.nn.Module):
+    def forward(self, p, k=1):
+        return Pair(p.a * p.b, p.a + k), {"sum": (p.a - p.b).sum()}
+
+
+class Opaque:
+    def __init__(self, t):
+        self.t = t
+
+
+class ReturnsObject(torch.nn.Module):
+    def forward(self, x):
+        return Opaque(x + 1)
+
+
 def _f(x, *, y):
     return torch.sin(x) @ y.T
 
@@ -73,7 +94,13 @@ CASES = [
     ("module_kwarg", lambda: Net(), lambda: ((torch.randn(5, 4),), {"scale": 3.0})),
     ("constants_nested_out", lambda: WithConst(), lambda: ((torch.randn(2, 4),), {})),
     ("function_kwargs", lambda: _f, lambda: ((torch.randn(3, 5),), {"y": torch.randn(2, 5)})),
+    ("dataclass_in_out", lambda: DataclassIO(), lambda: ((Pair(torch.randn(3), torch.randn(3)),), {"k": 2})),
 ]
+
+
+def test_outputs_that_are_not_pytrees_are_a_clear_error():
+    with pytest.raises(ValueError, match="output.* is a Opaque"):
+        ember.export(ReturnsObject(), (torch.randn(2),))
 
 
 @pytest.mark.parametrize("name,make,inputs", CASES, ids=[c[0] for c in CASES])
@@ -284,5 +311,3 @@ def test_node_names_from_the_file_never_reach_generated_code(tmp_path):
     assert "pwned" not in ep.graph_module.code
     _close(ep.module()(torch.ones(5, 4)), want)
 
-
-_ = dataclasses
