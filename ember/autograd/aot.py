@@ -34,6 +34,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_unflatten
 
 from ember import logs
+from ember.autograd import regions
 from ember.autograd.aliasing import SyntheticBases, alias_groups, output_views
 from ember.autograd.functionalize import functionalize
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
@@ -364,11 +365,23 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
         env = dict(zip([n for n in sub.nodes if n.op == "placeholder"], operands))
         with graph.inserting_before(node):
             result = graph.graph_copy(sub, env)
+        _keep_region(node, env, sub)
         _keep_eager_strides(node, result, operands)
         _replace_result(graph, node, result, traced)
         _erase_replaced(graph, node)
     graph.eliminate_dead_code(is_impure_node)
     return fx.GraphModule(gm, graph)
+
+
+def _keep_region(node: fx.Node, env: dict, sub: fx.Graph) -> None:
+    """The prims an op inside an activation-checkpoint region decomposes to stay in its region."""
+    region = node.meta.get(regions.TAG)
+    if region is None:
+        return
+    for n in sub.nodes:
+        new = env.get(n)
+        if isinstance(new, fx.Node) and n.op != "placeholder":
+            new.meta[regions.TAG] = region
 
 
 # ATen calls whose strides and offset address their input's memory: meaningful only on the traced layout

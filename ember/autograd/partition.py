@@ -40,6 +40,7 @@ import torch.fx as fx
 from ember.errors import EmberError
 
 aten = torch.ops.aten
+REGION_TAG = "ember_recompute"     # ember.autograd.regions.TAG: the op ran inside torch.utils.checkpoint
 
 # Cheap ops the backward may recompute from saved inputs: pointwise math, views/movement, casts, factories.
 RECOMPUTABLE: frozenset[str] = frozenset("""
@@ -146,9 +147,12 @@ def is_rng(node: fx.Node) -> bool:
 
 
 def can_recompute(node: fx.Node) -> bool:
-    """Whether the backward may recompute ``node`` instead of loading it from the saved set."""
+    """Whether the backward may recompute ``node`` instead of loading it from the saved set (every op of an
+    activation-checkpoint region may, as eager checkpointing recomputes them, except random ones)."""
     if node.op != "call_function" or is_rng(node):
         return False
+    if REGION_TAG in node.meta:
+        return True
     kind = _prim_kind(node)
     if kind is not None:
         return kind in PRIM_RECOMPUTABLE_KINDS or node.target.name in PRIM_RECOMPUTABLE_READS
@@ -408,6 +412,17 @@ def _analyse(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd
     return _Joint(placeholders[:num_primals], tangents, fwd_outs, grads, dep, boundary)
 
 
+def must_recompute(node: fx.Node, forward: set[fx.Node]) -> bool:
+    """A value inside an activation-checkpoint region that, in the forward, only its region's ops read: never
+    saved, as eager's ``checkpoint`` saves only what the region reads (its outputs are read after it and may
+    be saved). ``forward`` is the set of nodes the forward outputs need; the backward's readers do not count.
+    Random ops' values are saved, so the recomputation draws nothing."""
+    region = node.meta.get(REGION_TAG)
+    if region is None or is_rng(node):
+        return False
+    return all(u not in forward or u.meta.get(REGION_TAG) == region for u in node.users)
+
+
 def _min_cut(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
     """The cheapest set of forward-computable values from which the backward can recompute what it reads: by
     bytes, a value the forward does not hold in memory weighing twice (``in_memory_forward``); by plain bytes
@@ -426,12 +441,15 @@ def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool) -> list[fx.Node]:
     net = FlowNetwork(2 * len(region) + 2)
     primals, cache = set(j.primals), {}
     outputs = set(j.fwd_outs)
+    forward = _ancestors([o for o in j.fwd_outs if isinstance(o, fx.Node)]) | outputs
     for n, i in index.items():
         size = node_bytes(n, cache)
         if weigh and size is not None and not in_memory_forward(n, j.tangent_dep, outputs):
             size *= 2
-        net.add_edge(2 * i, 2 * i + 1, _INF if size is None else size * scale + 1)
-        if n in primals or not can_recompute(n) or stored_both_ways(n, j.tangent_dep):
+        never = size is None or must_recompute(n, forward)
+        net.add_edge(2 * i, 2 * i + 1, _INF if never else size * scale + 1)
+        if n in primals or not can_recompute(n) or (stored_both_ways(n, j.tangent_dep)
+                                                    and REGION_TAG not in n.meta):
             net.add_edge(src, 2 * i, _INF)
         for a in n.all_input_nodes:
             if a in index:

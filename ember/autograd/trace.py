@@ -29,6 +29,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ember.autograd.fake import INPLACE_VIEW_OPS, FakeMode, FakeTensor
+from ember.autograd import regions
 
 
 @dataclass
@@ -89,12 +90,18 @@ class _Recorder(TorchDispatchMode):
 
     def _bind_outputs(self, out: Any, node: fx.Node) -> None:
         node.meta["val"] = out
+        region = regions.current()
+        if region is not None:       # recorded inside torch.utils.checkpoint (ember.autograd.regions)
+            node.meta[regions.TAG] = region
         if isinstance(out, torch.Tensor):
             self.bind(out, node)
         elif isinstance(out, (tuple, list)):
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
-                    self.bind(o, self.graph.call_function(operator.getitem, (node, i)))
+                    item = self.graph.call_function(operator.getitem, (node, i))
+                    self.bind(o, item)
+                    if region is not None:
+                        item.meta[regions.TAG] = region
 
 
 # in-place view ops that reshape their input (resize_ changes the storage too, and is functionalized as such)
@@ -128,6 +135,7 @@ def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, trainin
     # autocast caches the low-precision casts of leaf tensors (parameters) until the autocast region exits:
     # with the cache on, the casts made while tracing would hand fake tensors to the caller's eager code
     torch.set_autocast_cache_enabled(False)
+    regions.clear()
     try:
         with mode, rec:
             outs = fn(*fakes)
@@ -137,6 +145,7 @@ def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, trainin
                 grads, grad_idx, n_tan = _trace_backward(rec, fakes, flat_outs)
     finally:
         torch.set_autocast_cache_enabled(cache)
+        regions.clear()
     out_nodes = [rec.node_of(o) if isinstance(o, torch.Tensor) else o for o in flat_outs + grads]
     graph.output(tuple(out_nodes))
     root = torch.nn.Module()

@@ -64,6 +64,8 @@ def _constant_rules() -> dict[Any, Callable]:
         if hasattr(torch, name):
             out[getattr(torch, name)] = lambda d, f, a, k, dev=dev: Const(d.torch.autocast_dtype(dev) is not None)
     out[torch._C._set_grad_enabled] = _set_grad_call
+    from .checkpoint import RULES as _checkpoint_rules
+    out.update(_checkpoint_rules)
     for fn, what in _GLOBAL_STATE.items():
         out[fn] = lambda d, f, a, k, fn=fn, what=what: _read_global_state(d, fn, what)
     return out

@@ -1,0 +1,154 @@
+"""torch.utils.checkpoint inside compiled code (issue 34 part 1): captured into the graph, values and gradients
+equal eager's, and the forward saves what eager checkpointing saves (the regions' inputs), not the
+activations inside the regions."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+import ember
+from ember.autograd.aot import aot_compile
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d=16, p=0.0):
+        super().__init__()
+        self.l1, self.l2, self.p = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d), p
+
+    def forward(self, x, scale=1.0):
+        h = F.gelu(self.l1(x))
+        if self.p:
+            h = F.dropout(h, self.p, self.training)
+        return x + self.l2(h) * scale
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, n=3, mode="nonreentrant", p=0.0):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block(p=p) for _ in range(n))
+        self.mode = mode
+
+    def forward(self, x):
+        if self.mode == "sequential":
+            return checkpoint_sequential(torch.nn.Sequential(*self.blocks), 2, x, use_reentrant=False).sum()
+        for b in self.blocks:
+            if self.mode == "none":
+                x = b(x)
+            elif self.mode == "reentrant":
+                x = checkpoint(b, x, use_reentrant=True)
+            elif self.mode == "kwargs":
+                x = checkpoint(b, x, use_reentrant=False, scale=0.5)
+            elif self.mode == "nested":
+                x = checkpoint(lambda y: checkpoint(b, y, use_reentrant=False) * 2, x, use_reentrant=False)
+            else:
+                x = checkpoint(b, x, use_reentrant=False)
+        return x.sum()
+
+
+def _fn_ckpt(x, w):
+    def inner(a):
+        return torch.tanh(a @ w).sin()
+    return checkpoint(inner, x, use_reentrant=False).pow(2).mean()
+
+
+MODES = ["nonreentrant", "reentrant", "kwargs", "nested", "sequential"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    ember.reset()
+    yield
+    ember.reset()
+
+
+def _grads(m, x):
+    loss = m(x)
+    loss.backward()
+    return loss.detach(), x.grad.clone(), [p.grad.clone() for p in m.parameters()]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+@pytest.mark.parametrize("mode", MODES)
+def test_values_and_gradients_equal_eager_in_one_graph(mode, backend):
+    torch.manual_seed(0)
+    ref = Stack(mode=mode)
+    m = Stack(mode=mode)
+    m.load_state_dict(ref.state_dict())
+    x = torch.randn(8, 16)
+    out_ref = _grads(ref, x.clone().requires_grad_())
+    out = _grads(ember.compile(m, backend=backend), x.clone().requires_grad_())
+    torch.testing.assert_close(out, out_ref, rtol=1e-4, atol=1e-5)
+    s = ember.stats()
+    assert s["graph_breaks"] == 0 and s["fallbacks_to_eager"] == 0 and s["graphs_compiled"] == 1, s
+
+
+def test_function_with_a_captured_weight():
+    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    ref = torch.autograd.grad(_fn_ckpt(x, w), (x, w))
+    got = torch.autograd.grad(ember.compile(_fn_ckpt)(x, w), (x, w))
+    torch.testing.assert_close(got, ref)
+
+
+def test_dropout_inside_a_region_matches_eager_with_the_same_seed():
+    torch.manual_seed(1)
+    ref = Stack(mode="nonreentrant", p=0.5).train()
+    m = Stack(mode="nonreentrant", p=0.5).train()
+    m.load_state_dict(ref.state_dict())
+    x = torch.randn(8, 16)
+    torch.manual_seed(5)
+    out_ref = _grads(ref, x.clone().requires_grad_())
+    c = ember.compile(m, backend="aot_eager")
+    torch.manual_seed(5)
+    out = _grads(c, x.clone().requires_grad_())
+    torch.testing.assert_close(out, out_ref)
+
+
+def _saved_bytes(mode: str) -> int:
+    """Bytes of activations the compiled forward saves for the backward (AOT autograd without prims): saved
+    values that are not inputs (parameters and inputs cost no memory of their own)."""
+    seen = []
+
+    def backend(gm, inputs):
+        compiled = aot_compile(gm, inputs, None, decompose=False)
+        seen.append(compiled.__ember_aot__)
+        return compiled
+    m = Stack(n=4, mode=mode)
+    ember.compile(m, backend=backend)(torch.randn(64, 16, requires_grad=True)).backward()
+    (built, _, _), = [v for v in seen[0].values()]
+    fwd = built.fwd
+    outs = next(n for n in fwd.graph.nodes if n.op == "output").args[0]
+    saved = outs[len(outs) - built.num_saved:]
+    return sum(n.meta["val"].numel() * n.meta["val"].element_size() for n in saved
+               if isinstance(n, torch.fx.Node) and n.op != "placeholder"
+               and isinstance(n.meta.get("val"), torch.Tensor))
+
+
+def test_forward_saves_only_what_eager_checkpointing_saves():
+    plain, ckpt = _saved_bytes("none"), _saved_bytes("nonreentrant")
+    # without checkpointing each block keeps its 64x64 hidden activation (and more); with it, each region
+    # keeps only its 64x16 input (and the parameters, which are inputs anyway)
+    assert plain >= 4 * 64 * 64 * 4, plain
+    assert ckpt <= 4 * 64 * 16 * 4, ckpt
+
+
+def test_reentrant_without_inputs_requiring_grad_keeps_eager_semantics():
+    torch.manual_seed(0)
+    ref, m = Stack(mode="reentrant"), Stack(mode="reentrant")
+    m.load_state_dict(ref.state_dict())
+    x = torch.randn(8, 16)         # no input requires grad: eager computes no gradient through the region
+    assert ref(x).requires_grad is False
+    assert ember.compile(m, backend="aot_eager")(x).requires_grad is False
+
+
+def test_selective_policy_is_a_graph_break_with_a_reason():
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    def fn(x):
+        return checkpoint(torch.sin, x, use_reentrant=False,
+                          context_fn=lambda: create_selective_checkpoint_contexts([torch.ops.aten.mm.default]))
+    x = torch.randn(3, requires_grad=True)
+    explained = ember.explain(fn)(x)
+    assert any("context_fn" in str(b) for b in explained.break_reasons), explained.break_reasons
+    torch.testing.assert_close(ember.compile(fn)(x), fn(x))
