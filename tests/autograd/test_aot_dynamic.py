@@ -268,3 +268,12 @@ def test_static_graph_unchanged():
             v = n.meta.get("val")
             if isinstance(v, torch.Tensor):
                 assert all(type(d) is int for d in v.shape)
+
+
+def test_decompose_symbolic_is_unsupported():
+    """Decomposition to prims (the "ember" backend) does not handle symbolic sizes yet: SymbolicUnsupported,
+    so the caller compiles static, never a graph with sizes baked in."""
+    x = torch.randn(5, 8)
+    gm, _ = symbolic_graph(mlp, [x, W1, W2], [("b", 8), None, None])
+    with pytest.raises(SymbolicUnsupported):
+        aot_compile(gm, [x, W1, W2], decompose=True)
