@@ -56,3 +56,11 @@ def test_meta_kernels_compute_symbolic_shapes():
     assert [str(d) for d in (torch.empty(s0, s1, device="meta") @ torch.empty(s1, 4, device="meta")).shape] == ["s0", "4"]
     y = torch.nn.functional.conv2d(torch.empty(s0, 3, s1, s1, device="meta"), torch.empty(4, 3, 3, 3, device="meta"))
     assert [str(d) for d in y.shape] == ["s0", "4", "s1 - 2", "s1 - 2"]
+
+
+def test_python_meta_code_reads_the_hint():
+    """PyTorch's Python meta kernels (native_layer_norm_backward's ``statically_known_true(M == 0)``) read
+    ``node._hint``."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    t, (s0,) = _table(5)
+    assert statically_known_true(s0 == 0) is False and t.relations == []

@@ -38,11 +38,13 @@ from ember.autograd import regions
 from ember.autograd.aliasing import SyntheticBases, alias_groups, output_views
 from ember.autograd.functionalize import functionalize
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
-from ember.autograd.runtime import (AliasInfo, CompiledGraphs, run_inference, run_training,
+from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
+from ember.autograd.symbolic import graph_table, symbol_binder, symbolic_inputs
 from ember.autograd.trace import TracedGraph, trace_aten
 from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
+from ember.shapes import SymbolicUnsupported, expr_of, is_symbolic
 
 GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
 
@@ -146,7 +148,20 @@ def _copy_graph(g: fx.Graph) -> fx.Graph:
     return new
 
 
-def _aliases(traced: TracedGraph) -> list[AliasInfo]:
+def _alias_info(k: int, i: int, v: torch.Tensor, binder: SymbolBinder | None) -> AliasInfo:
+    if binder is None:
+        return AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset(), bool(v.requires_grad))
+    # symbolic layout: evaluated per call (a symbolic input's fake starts at offset 0 of its storage)
+    exprs = [expr_of(d) for d in (*v.shape, *v.stride(), v.storage_offset())]
+    evaluate, n = binder.evaluator(exprs), v.ndim
+
+    def layout(args: Sequence[Any]) -> tuple:
+        vals = evaluate(args)
+        return vals[:n], vals[n:2 * n], vals[2 * n]
+    return AliasInfo(k, i, (), (), 0, bool(v.requires_grad), dynamic=layout)
+
+
+def _aliases(traced: TracedGraph, binder: SymbolBinder | None = None) -> list[AliasInfo]:
     """User outputs of the (unfunctionalized) trace that are views of an input (eager returns a view that shares
     the input's memory; the compiled graphs, decomposed or generated, may return a copy, so the runtime
     rebuilds such outputs as views of the real input), then outputs that are views of another output."""
@@ -163,8 +178,7 @@ def _aliases(traced: TracedGraph) -> list[AliasInfo]:
         if isinstance(v, torch.Tensor) and hasattr(v, "_meta"):
             i = storages.get(v._meta.untyped_storage()._cdata)
             if i is not None and _val(phs[i]).dtype == v.dtype:
-                found.append(AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset(),
-                                       bool(v.requires_grad)))
+                found.append(_alias_info(k, i, v, binder))
     return found + output_views(_user_output_vals(traced), set(storages))
 
 
@@ -202,11 +216,12 @@ class _Inference:
 
 
 def _build_inference(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
-                     compile_graph: GraphCompiler | None = None) -> tuple[_Inference, Any]:
+                     compile_graph: GraphCompiler | None = None,
+                     binder: SymbolBinder | None = None) -> tuple[_Inference, Any]:
     traced, grad_after = _trace(gm, inputs, training=False)
     func = functionalize(traced)
-    fwd = _maybe_decompose(func.gm, decompose)
-    aliases = _aliases(traced)
+    fwd = _with_table(_maybe_decompose(func.gm, decompose), binder)
+    aliases = _aliases(traced, binder)
     _log_graphs("inference", fwd, None, "no backward: forward-only inference graph")
     if compile_graph is not None:
         fwd.meta["ember_write_backs"] = list(func.write_backs)   # the kernel compiler may store in place
@@ -233,7 +248,8 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
             if torch.is_inference_mode_enabled():
                 stack.enter_context(torch.inference_mode(False))
                 stack.enter_context(torch.set_grad_enabled(grad_before))
-            traced = trace_aten(fn, inputs, training=training)
+            mode, fakes = symbolic_inputs(gm, inputs)
+            traced = trace_aten(fn, fakes, training=training, fake_mode=mode)
     finally:
         torch._C._set_grad_enabled(grad_before)
         _restore_autocast(autocast_before)
@@ -262,8 +278,16 @@ def _restore_autocast(state: tuple) -> None:
         torch.set_autocast_dtype(d, dtype)
 
 
+def _with_table(gm: fx.GraphModule, binder: SymbolBinder | None) -> fx.GraphModule:
+    """A graph with symbolic sizes carries its symbol table (``gm.meta["ember_symbols"]``, the contract)."""
+    if binder is not None:
+        gm.meta["ember_symbols"] = binder.table
+    return gm
+
+
 def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
-                    recompute: bool, compile_graph: GraphCompiler | None = None) -> tuple[CompiledGraphs, Any]:
+                    recompute: bool, compile_graph: GraphCompiler | None = None,
+                    binder: SymbolBinder | None = None) -> tuple[CompiledGraphs, Any]:
     traced, grad_after = _trace(gm, inputs, training=True)
     func = functionalize(traced)
     _check_write_backs(func)
@@ -284,7 +308,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     joint = _maybe_decompose(joint, decompose)
     part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
                           recompute=recompute)
-    fwd, bwd = part.fwd, part.bwd
+    fwd, bwd = _with_table(part.fwd, binder), _with_table(part.bwd, binder)
     _log_graphs("training", fwd, bwd, part.summary)
     if compile_graph is not None:
         saved_from = n_user + len(write_backs)
@@ -293,9 +317,9 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
         fwd_c = compile_graph(fwd, "forward")
         _adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), saved_from)
         fwd, bwd = fwd_c, compile_graph(bwd, "backward")
-    aliases = _aliases(traced)
+    aliases = _aliases(traced, binder)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,
-                            grad_after, grad_tangents=grad_tangents)
+                            grad_after, grad_tangents=grad_tangents, dynamic=binder is not None)
     return graphs, traced.out_spec
 
 
@@ -344,6 +368,10 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
 
     from ember.decomp import MISSING, decomposition_graph, has_decomposition
 
+    if any(isinstance(n.meta.get("val"), torch.Tensor) and any(map(is_symbolic, n.meta["val"].shape))
+           for n in gm.graph.nodes if n.op == "placeholder"):
+        # ember's decompositions read sizes as ints and sympy, not the fake tensors' SymInts: not yet
+        raise SymbolicUnsupported("decomposing a graph with symbolic sizes to ember prims is not supported yet")
     graph = _copy_graph(gm.graph)
     traced = {n: n.meta.get("val") for n in graph.nodes}     # each value as eager lays it out
     for node in list(graph.nodes):
@@ -581,6 +609,9 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
     if decompose is None:
         decompose = bool(getattr(options, "aot_decompose", False))
     lifted, paths = _lift_params(gm)
+    binder = symbol_binder(lifted, graph_table(gm))     # None for a static graph
+    if binder is not None:
+        lifted.meta["ember_symbols"] = binder.table
     sets_grad = _sets_grad_mode(gm)
     variants: dict[Any, tuple[Any, Any, Any]] = {}
     mutates = [False]       # some variant writes inputs back: the inputs' aliasing pattern joins the key
@@ -593,16 +624,17 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         return (key, alias_groups(flat)) if mutates[0] else key
 
     def build(training: bool, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, Any]:
-        return (_build_training(fn, args, decompose, recompute, compile_graph) if training
-                else _build_inference(fn, args, decompose, compile_graph))
+        return (_build_training(fn, args, decompose, recompute, compile_graph, binder) if training
+                else _build_inference(fn, args, decompose, compile_graph, binder))
 
     eager_only = _eager_only_reason(gm)
 
-    def variant(flat: Sequence[Any]) -> tuple[Any, Any, Any]:
+    def variant(flat: Sequence[Any], first: bool = False) -> tuple[Any, Any, Any]:
         hit = variants.get(key_of(flat))
         if hit is not None:
             return hit
         training = isinstance(_grad_key(flat, sets_grad), tuple)
+        relied = len(binder.table.relations) if binder is not None else 0
         try:
             if eager_only:
                 raise AotError(eager_only)
@@ -613,9 +645,18 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
                 mutated = {i for i, _ in built.write_backs}
                 groups = tuple(g for g in alias_groups(flat) if mutated & set(g))
                 if groups:      # a mutation another input must see: rebuild members from one base
+                    if binder is not None:
+                        raise SymbolicUnsupported("inputs that share memory, one of them mutated in place")
                     bases = SyntheticBases.of(flat, groups)
                     built, spec = build(training, bases.wrap(lifted), bases.args(flat))
             hit = (built, spec, bases)
+            if binder is not None and not first and len(binder.table.relations) > relied:
+                # built after the entry's guards were made: the relations it added are checked per call
+                hit = (built, spec, bases, binder)
+        except SymbolicUnsupported:
+            if first:           # the caller compiles the graph with static sizes instead
+                raise
+            hit = (_EAGER, None, None)
         except (EmberError, RuntimeError, NotImplementedError) as e:
             # what AOT tracing cannot handle (data-dependent shapes, ops without meta kernels...) runs
             # as captured, with eager autograd: correct, not optimized, and said so
@@ -627,8 +668,8 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
 
     def compiled(*args: Any) -> Any:
         flat = full_args(args)
-        built, spec, bases = variant(flat)
-        if built is _EAGER:
+        built, spec, bases, *checked = variant(flat)
+        if built is _EAGER or checked and not checked[0].holds(flat):
             return gm(*args)
         if bases is not None:
             flat = bases.args(flat)
@@ -643,7 +684,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
             torch._C._set_grad_enabled(built.grad_after)
         return tree_unflatten(outs, spec)
 
-    variant(full_args(example_inputs))
+    variant(full_args(example_inputs), first=True)
     compiled.__ember_aot__ = variants  # type: ignore[attr-defined]
     return compiled
 

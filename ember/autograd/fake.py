@@ -108,6 +108,7 @@ class FakeMode(TorchDispatchMode):
         super().__init__()
         self._memo: dict[int, tuple[torch.Tensor, FakeTensor]] = {}
         self._storages: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
+        self.symbolic = False       # inputs with symbolic sizes (ember.autograd.symbolic.symbolic_inputs)
 
     def __enter__(self) -> "FakeMode":
         avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free): once
@@ -152,11 +153,12 @@ class FakeMode(TorchDispatchMode):
         return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
     def fake_empty(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
-                   device: torch.device) -> FakeTensor:
-        """A fresh fake tensor (no real counterpart), e.g. a tangent input of a joint graph."""
+                   device: torch.device, requires_grad: bool = False) -> FakeTensor:
+        """A fresh fake tensor (no real counterpart), e.g. a tangent input of a joint graph; sizes and strides
+        may be ``torch.SymInt``s (a graph input with symbolic sizes)."""
         with _disable_current_modes():
             meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-        return FakeTensor(meta, device, self)
+        return FakeTensor(meta, device, self, requires_grad=requires_grad)
 
     # -- dispatch -----------------------------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -173,7 +175,7 @@ class FakeMode(TorchDispatchMode):
         if _cuda_missing(device) and _grad_needed(args, kwargs):
             raise FakeDeviceError(
                 f"{func}: autograd on fake {device} tensors needs a CUDA build of PyTorch (this one has none)")
-        out = _run_meta(func, meta_args, meta_kwargs)
+        out = _run_meta(func, meta_args, meta_kwargs, self.symbolic)
         layout_rule = DEVICE_LAYOUT_RULES.get(func._schema.name)
         if layout_rule is not None and device.type in ("cpu", "cuda"):
             out = layout_rule(out, meta_args)
@@ -300,7 +302,13 @@ def _channels_last_order(t: torch.Tensor) -> bool:
 DEVICE_LAYOUT_RULES: dict[str, Callable[[Any, tuple], Any]] = {"aten::convolution": _channels_last_conv}
 
 
-def _run_meta(func: Any, args: tuple, kwargs: dict) -> Any:
+def _run_meta(func: Any, args: tuple, kwargs: dict, symbolic: bool = False) -> Any:
+    if symbolic:
+        # C++ view kernels that do not fail on symbolic sizes may still specialize them (slice clamps its end
+        # with guard_int): view ops with a symbolic rule use it
+        from ember.autograd.symbolic import prefers_rule, symbolic_meta
+        if prefers_rule(func, args, kwargs):
+            return symbolic_meta(func, args, kwargs, None)
     try:
         return func(*args, **kwargs)
     except NotImplementedError as e:
@@ -310,6 +318,12 @@ def _run_meta(func: Any, args: tuple, kwargs: dict) -> Any:
             return _run_on_placeholders(func, args, kwargs)
         except Exception:       # noqa: BLE001 - report the missing meta kernel, the real cause
             raise MissingMetaKernelError(f"{func} has no meta kernel, so ember cannot trace it: {e}") from e
+    except RuntimeError as e:
+        # a meta kernel that cannot compute with symbolic sizes: ember's own rules (ember.autograd.symbolic)
+        from ember.autograd.symbolic import has_symbols, symbolic_meta
+        if not has_symbols(args, kwargs):
+            raise
+        return symbolic_meta(func, args, kwargs, e)
 
 
 def _run_on_placeholders(func: Any, args: tuple, kwargs: dict) -> Any:

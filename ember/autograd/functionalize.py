@@ -27,7 +27,10 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
+from ember.autograd.symnodes import SymNodes
 from ember.autograd.trace import TracedGraph
+from ember.decomp.trees import tree_map
+from ember.shapes import is_symbolic
 from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
 
@@ -139,6 +142,7 @@ class _Functionalizer:
         self.current: dict[fx.Node, fx.Node] = {}     # root -> newest value (new graph)
         self.version: dict[fx.Node, int] = {}
         self.views: dict[fx.Node, tuple[fx.Node, int]] = {}  # view node -> (new node, root version)
+        self.sym = SymNodes(self.graph)     # symbolic sizes of the ops this pass adds, as nodes
 
     # -- reading values ---------------------------------------------------------------------------------
     def value(self, node: fx.Node) -> fx.Node:
@@ -169,8 +173,8 @@ class _Functionalizer:
         if flat is None:
             return base, chain
         val = chain[last][3].meta.get("val")
-        step = (aten.as_strided.default,
-                (list(val.shape), list(val.stride()), val.storage_offset() - root_val.storage_offset()), {},
+        step = (aten.as_strided.default, self._sizes(
+                (list(val.shape), list(val.stride()), val.storage_offset() - root_val.storage_offset())), {},
                 chain[last][3])
         return flat, (step, *chain[last + 1:])
 
@@ -204,6 +208,8 @@ class _Functionalizer:
 
     def _new_root(self, old: fx.Node, new: fx.Node) -> None:
         new.meta = dict(old.meta)
+        if new.op == "placeholder":
+            self.sym.add_source(new, new.meta.get("val"))
         self.alias[old] = _Alias(old, ())
         self.current[old] = new
         self.version[old] = 0
@@ -308,8 +314,12 @@ class _Functionalizer:
         inverse = sorted(range(len(order)), key=order.__getitem__)
         return self._call(aten.permute.default, (unflat, inverse), root_val)
 
+    def _sizes(self, args: Any) -> Any:
+        """``args`` with each symbolic size an FX node computing it (``ember.autograd.symnodes``)."""
+        return tree_map(lambda a: self.sym.node_of(a) if is_symbolic(a) else a, args)
+
     def _call(self, target: Any, args: tuple, val: Any) -> fx.Node:
-        out = self.graph.call_function(target, args)
+        out = self.graph.call_function(target, self._sizes(args))
         out.meta["val"] = val
         return out
 

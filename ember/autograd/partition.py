@@ -38,6 +38,7 @@ import torch
 import torch.fx as fx
 
 from ember.errors import EmberError
+from ember.shapes import hint_of
 
 aten = torch.ops.aten
 REGION_TAG = "ember_recompute"     # ember.autograd.regions.TAG: the op ran inside torch.utils.checkpoint
@@ -219,10 +220,8 @@ def node_bytes(node: fx.Node, _cache: dict[fx.Node, Any] | None = None) -> int |
     """Bytes it takes to save ``node``'s value; None when it cannot be saved as one value (a tuple)."""
     val = node.meta["val"] if "val" in node.meta else _infer_val(node, {} if _cache is None else _cache)
     if isinstance(val, torch.Tensor):
-        try:
-            return int(val.numel()) * val.element_size()
-        except (TypeError, RuntimeError):   # symbolic sizes: unknown, assume large
-            return 1 << 40
+        # symbolic sizes weigh their value at the hints (int() of a SymInt would specialize the size)
+        return int(hint_of(val.numel())) * val.element_size()
     if _is_tensor_meta(val):              # a prim's value (ember.decomp.TensorMeta)
         try:
             return int(val.numel()) * _itemsize(val.dtype)

@@ -54,6 +54,8 @@ class AliasInfo:
     # output's index, ``offset`` is relative to its start, and the view is rebuilt only where the compiled
     # base output has the traced size and strides (``base_layout``)
     base_layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # symbolic layout (a graph with symbolic sizes): args -> (size, stride, offset from the input's start)
+    dynamic: Callable[[Sequence[Any]], tuple] | None = None
 
 
 @dataclass
@@ -72,6 +74,7 @@ class CompiledGraphs:
     grad_after: bool = True                     # grad mode the traced graph left behind
     diff_meta: list | None = None               # (shape, dtype, device) per diff output: zeros for unused ones
     grad_tangents: list = field(default_factory=list)   # per backward output: the tangents it depends on
+    dynamic: bool = False                       # symbolic sizes: output shapes differ from call to call
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -126,9 +129,10 @@ class AotFunction(torch.autograd.Function):
         # zeros only for the differentiable outputs the loss does not use (the backward's tangents), not for
         # every output: a BatchNorm network has three non-differentiable running-stat outputs per layer
         ctx.set_materialize_grads(False)
-        if graphs.diff_meta is None:     # the same on every call: shapes, dtypes and devices are guarded
+        if graphs.diff_meta is None or graphs.dynamic:  # static graphs: the same on every call (guarded)
             graphs.diff_meta = [(fwd_outs[i].shape, fwd_outs[i].dtype, fwd_outs[i].device)
                                 for i in graphs.diff_outputs]
+        ctx.diff_meta = graphs.diff_meta
         return tuple(fwd_outs)
 
     @staticmethod
@@ -142,7 +146,7 @@ class AotFunction(torch.autograd.Function):
         for k, i in enumerate(graphs.diff_outputs):
             g = grad_outputs[i]
             if g is None:
-                shape, dtype, device = graphs.diff_meta[k]
+                shape, dtype, device = ctx.diff_meta[k]
                 g = torch.zeros(shape, dtype=dtype, device=device)
             if graphs.tangent_contiguous and graphs.tangent_contiguous[k] and not g.is_contiguous():
                 g = g.contiguous()
@@ -245,6 +249,10 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
             _rebuild_output_view(a, outs)
             continue
         base = args[a.input] if a.requires_grad else args[a.input].detach()
+        if a.dynamic is not None:
+            size, stride, offset = a.dynamic(args)
+            outs[a.output] = base.as_strided(size, stride, base.storage_offset() + offset)
+            continue
         if tuple(base.shape) == a.size and tuple(base.stride()) == a.stride and base.storage_offset() == a.offset:
             outs[a.output] = base
         else:
@@ -275,6 +283,31 @@ def _bump_versions(ts: list) -> None:
     except TypeError:         # torch < 2.7 takes one tensor at a time
         for t in ts:
             torch.autograd.graph.increment_version(t)
+
+
+class SymbolBinder:
+    """Reads the values of a graph's symbols from a call's flat inputs (``sources``: symbol -> (input index,
+    dim), dim None for an int input) and evaluates size expressions or checks relations with them."""
+
+    def __init__(self, table: Any, sources: dict) -> None:
+        self.table, self.sources = table, sources
+
+    def values(self, args: Sequence[Any]) -> dict:
+        return {s: (args[i] if d is None else args[i].size(d)) for s, (i, d) in self.sources.items()}
+
+    def evaluator(self, exprs: Sequence[Any]) -> Callable[[Sequence[Any]], list]:
+        """``args -> [int(e) for e in exprs]`` at the call's sizes."""
+        from ember.shapes import to_python
+        code = compile("[" + ", ".join(to_python(self.table.simplify(e)) if hasattr(e, "free_symbols")
+                                       else repr(int(e)) for e in exprs) + "]", "<ember sizes>", "eval")
+
+        def evaluate(args: Sequence[Any]) -> list:
+            return eval(code, {}, {s.name: v for s, v in self.values(args).items()})   # noqa: S307
+        return evaluate
+
+    def holds(self, args: Sequence[Any]) -> bool:
+        """Whether the call's sizes satisfy the table's ranges and relations."""
+        return self.table.check(self.values(args))
 
 
 def run_inference(fwd: Callable[..., Any], num_user_outputs: int, write_backs: Sequence[tuple[int, int]],

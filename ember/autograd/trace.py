@@ -9,6 +9,8 @@ tuple: the forward outputs, then (training) the gradient of each input that requ
 
 Invariants:
 - ``node.meta["val"]`` is the fake value of every placeholder and op node.
+- A symbolic size an op takes (``torch.SymInt``) is an FX node (``ember.autograd.symnodes``): a ``sym_size`` of
+  a placeholder, an int placeholder, or ``operator`` arithmetic on those, one node per expression.
 - A tensor returned by an op maps to that op's node, also when it is the mutated ``self`` of an in-place op
   (later uses read the in-place node), so the graph replays eager's data flow op by op.
 - Real tensors met during tracing that are not inputs (module attributes, ``torch.tensor`` constants) become
@@ -30,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from ember.autograd.fake import INPLACE_VIEW_OPS, FakeMode, FakeTensor
 from ember.autograd import regions
+from ember.autograd.symnodes import SymNodes
 
 
 @dataclass
@@ -54,13 +57,18 @@ class _Recorder(TorchDispatchMode):
         self.fake_mode = fake_mode
         self.nodes: dict[int, tuple[torch.Tensor, fx.Node]] = {}
         self.constants: dict[str, torch.Tensor] = {}
+        self.sym = SymNodes(graph)
 
     def bind(self, value: torch.Tensor, node: fx.Node) -> None:
         self.nodes[id(value)] = (value, node)
         node.meta["val"] = value
+        if node.op == "placeholder":
+            self.sym.add_source(node, value)
 
     def node_of(self, x: Any) -> Any:
         if not isinstance(x, torch.Tensor):
+            if isinstance(x, torch.SymInt) and x.node.is_symbolic():
+                return self.sym.node_of(x)
             return x
         hit = self.nodes.get(id(x))
         if hit is not None and hit[0] is x:
@@ -131,6 +139,7 @@ def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, trainin
             rec.bind(f, node)
         else:
             node.meta["val"] = f
+            rec.sym.add_source(node, f)
     cache = torch.is_autocast_cache_enabled()
     # autocast caches the low-precision casts of leaf tensors (parameters) until the autocast region exits:
     # with the cache on, the casts made while tracing would hand fake tensors to the caller's eager code
@@ -146,7 +155,7 @@ def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, trainin
     finally:
         torch.set_autocast_cache_enabled(cache)
         regions.clear()
-    out_nodes = [rec.node_of(o) if isinstance(o, torch.Tensor) else o for o in flat_outs + grads]
+    out_nodes = [rec.node_of(o) for o in flat_outs + grads]
     graph.output(tuple(out_nodes))
     root = torch.nn.Module()
     for name, value in rec.constants.items():

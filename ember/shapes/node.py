@@ -55,6 +55,11 @@ class SymNode:
     def is_symbolic(self) -> bool: return bool(getattr(self.expr, "free_symbols", ()))
     def is_constant(self) -> bool: return False
     def has_hint(self) -> bool: return True
+
+    @property
+    def _hint(self):
+        """PyTorch's Python meta code (``statically_known_true``) reads the hint under this name."""
+        return self.hint
     def constant_int(self): return None
     def constant_bool(self): return None
 

@@ -1,0 +1,399 @@
+"""Symbolic sizes in ember's fake tensors: output metadata where PyTorch's meta kernel cannot compute it.
+
+Input: an ATen op whose meta kernel raised on inputs with symbolic sizes (C++ composite code calling
+``sizes()``: broadcasting ``add``, ``expand``, ``view``, ``cumsum``, ...; or the INTERNAL ASSERT
+"dispatch_on_subclass" that PyTorch's Python-arg parser raises for view ops such as ``permute`` and ``slice``
+on meta tensors with symbolic sizes, whose C++ view code re-enters Python). Output: meta tensors with
+symbolic sizes/strides, as the meta kernel would have made them.
+
+How:
+- View ops use a small per-op rule (``VIEW_RULES``) giving (sizes, strides, storage offset) as sympy
+  expressions; the result is an ``as_strided`` view of the input's meta tensor, so it shares its storage as
+  eager's view does (aliasing and functionalization depend on that).
+- Other ops run ember's decomposition on ``TensorMeta`` inputs (``ember.decomp.interp.meta_decomposition``,
+  whose prim meta rules accept sympy sizes) for the symbolic shape; the strides are the dense strides, in the
+  dimension order the concrete meta kernel gives at the hints. The symbolic result evaluated at the hints must
+  equal the concrete meta kernel's output (shape and strides), else ``SymbolicUnsupported``.
+- In-place and ``out=`` ops return the tensors they write (their metadata does not change).
+Every decision on a symbolic size goes through ``SymbolTable.decide`` (recorded as a relation). No rule or a
+failing decomposition -> ``SymbolicUnsupported`` (the caller compiles the graph with static sizes).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import sympy
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from ember.decomp.trees import tree_leaves, tree_map
+from ember.shapes import SymbolicUnsupported, SymbolTable, expr_of, hint_of, is_symbolic
+
+aten = torch.ops.aten
+_BIG = 1 << 62          # slice ends at or past this mean "to the end" (INT64_MAX)
+
+
+def has_symbols(args: Any, kwargs: Any) -> bool:
+    """Whether an op's arguments hold a symbolic size (a SymInt, or a tensor with symbolic sizes/strides)."""
+    for x in tree_leaves((args, kwargs)):
+        if isinstance(x, torch.Tensor):
+            if any(map(is_symbolic, (*x.shape, *x.stride(), x.storage_offset()))):
+                return True
+        elif is_symbolic(x):
+            return True
+    return False
+
+
+def table_of(args: Any, kwargs: Any) -> SymbolTable:
+    for x in tree_leaves((args, kwargs)):
+        vals = (*x.shape, *x.stride()) if isinstance(x, torch.Tensor) else (x,)
+        for v in vals:
+            if is_symbolic(v):
+                return v.node.table
+    raise SymbolicUnsupported("no symbolic size among the arguments")
+
+
+def prefers_rule(func: Any, args: tuple, kwargs: dict) -> bool:
+    """A view op with a rule in ``VIEW_RULES``, on symbolic arguments."""
+    return func._overloadpacket.__name__ in VIEW_RULES and not _written_indices(func) and \
+        has_symbols(args, kwargs)
+
+
+def _written_indices(func: Any) -> list[int]:
+    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+def symbolic_meta(func: Any, args: tuple, kwargs: dict, error: Exception) -> Any:
+    """``func``'s meta output(s) for arguments with symbolic sizes (see the module docstring)."""
+    table = table_of(args, kwargs)
+    written = _written_indices(func)
+    if written:
+        return _written(func, args, kwargs, written)
+    rule = VIEW_RULES.get(func._overloadpacket.__name__)
+    if rule is not None:
+        return _views(table, args[0], rule(table, *args, **kwargs))
+    if any(a.alias_info is not None for a in func._schema.returns):
+        raise SymbolicUnsupported(f"{func}: a view op without a symbolic shape rule ({_first_line(error)})")
+    return _decomposed(func, table, args, kwargs, error)
+
+
+def _first_line(e: Exception | None) -> str:
+    if e is None:
+        return "no rule"
+    return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+
+
+def _written(func: Any, args: tuple, kwargs: dict, written: list[int]) -> Any:
+    schema = func._schema.arguments
+    outs = [kwargs[schema[i].name] if schema[i].name in kwargs else args[i] for i in written]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# -- views ---------------------------------------------------------------------------------------------
+def _layout(t: torch.Tensor) -> tuple[list, list, Any]:
+    return [expr_of(d) for d in t.shape], [expr_of(d) for d in t.stride()], expr_of(t.storage_offset())
+
+
+def _views(table: SymbolTable, base: torch.Tensor, layouts: Any) -> Any:
+    def make(layout: tuple) -> torch.Tensor:
+        shape, stride, offset = layout
+        with _disable_current_modes():
+            return base.as_strided([table.symint(e) for e in shape], [table.symint(e) for e in stride],
+                                   table.symint(offset))
+    return [make(lay) for lay in layouts] if isinstance(layouts, list) else make(layouts)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _equal(table: SymbolTable, a: Any, b: Any) -> bool:
+    """``a == b`` for sizes: structural, else decided (and recorded) at the hints."""
+    return _same(a, b) or table.decide(sympy.Eq(sympy.sympify(a), sympy.sympify(b)))
+
+
+def _prod(xs: Any) -> Any:
+    out: Any = sympy.Integer(1)
+    for x in xs:
+        out = out * x
+    return out
+
+
+def dense_strides(shape: list, order: list[int]) -> list:
+    """Strides of a dense tensor of ``shape`` whose dims are laid out ``order`` (outermost first)."""
+    stride: list = [0] * len(shape)
+    acc: Any = sympy.Integer(1)
+    for d in reversed(order):
+        stride[d] = acc
+        acc = acc * shape[d]
+    return stride
+
+
+def _contiguous(shape: list, stride: list) -> bool:
+    expected: Any = sympy.Integer(1)
+    for n, s in zip(reversed(shape), reversed(stride)):
+        if _same(n, 1):
+            continue
+        if not _same(s, expected):
+            return False
+        expected = expected * n
+    return True
+
+
+def _view(table: SymbolTable, x: torch.Tensor, size: Any, *_: Any) -> tuple:
+    shape, stride, offset = _layout(x)
+    size = [expr_of(s) for s in size]
+    numel = _prod(shape)
+    if -1 in size:
+        k = size.index(-1)
+        known = _prod(size[:k] + size[k + 1:])
+        q = sympy.simplify(numel / known)
+        if not q.is_integer:
+            table.decide(sympy.Eq(sympy.Mod(numel, known), 0))
+            q = sympy.floor(numel / known)
+        size[k] = q
+    if not _equal(table, _prod(size), numel):
+        raise SymbolicUnsupported(f"view of {shape} as {size}: sizes do not match")
+    if len(size) == len(shape) and all(_same(a, b) for a, b in zip(size, shape)):
+        return size, stride, offset
+    if _contiguous(shape, stride):
+        return size, dense_strides(size, list(range(len(size)))), offset
+    new_stride = _view_strides(table, shape, stride, size)
+    if new_stride is None:
+        raise SymbolicUnsupported(f"view of a tensor of sizes {shape}, strides {stride} as {size}")
+    return size, new_stride, offset
+
+
+def _view_strides(table: SymbolTable, shape: list, stride: list, size: list) -> list | None:
+    """Strides viewing ``shape``/``stride`` as ``size`` without a copy, or None: each run of input dims that are
+    contiguous with each other (a chunk) must be covered by whole output dims, which get strides within it."""
+    def ne(a: Any, b: Any) -> bool:
+        return not _same(a, b) and not table.decide(sympy.Eq(sympy.sympify(a), sympy.sympify(b)))
+
+    out: list = [0] * len(size)
+    v = len(size) - 1
+    base, t_numel, v_numel = stride[-1] if stride else 1, sympy.Integer(1), sympy.Integer(1)
+    for d in reversed(range(len(shape))):
+        t_numel = t_numel * shape[d]
+        if d == 0 or (ne(shape[d - 1], 1) and ne(stride[d - 1], t_numel * base)):
+            while v >= 0 and (table.decide(sympy.Lt(v_numel, t_numel)) or _same(size[v], 1)):
+                out[v] = v_numel * base
+                v_numel = v_numel * size[v]
+                v -= 1
+            if ne(v_numel, t_numel):
+                return None
+            if d > 0:
+                base, t_numel, v_numel = stride[d - 1], sympy.Integer(1), sympy.Integer(1)
+    return out if v == -1 else None
+
+
+def _expand(table: SymbolTable, x: torch.Tensor, size: Any, *_: Any, **__: Any) -> tuple:
+    shape, stride, offset = _layout(x)
+    size = [expr_of(s) for s in size]
+    new = len(size) - len(shape)
+    out_shape, out_stride = [], []
+    for i, s in enumerate(size):
+        if i < new:
+            out_shape.append(s)
+            out_stride.append(0)
+            continue
+        cur, st = shape[i - new], stride[i - new]
+        if _same(s, -1) or _same(s, cur):
+            out_shape.append(cur)
+            out_stride.append(st)
+        elif _same(cur, 1):
+            out_shape.append(s)
+            out_stride.append(0)
+        elif _equal(table, s, cur):
+            out_shape.append(cur)
+            out_stride.append(st)
+        else:
+            raise SymbolicUnsupported(f"expand of {shape} to {size}")
+    return out_shape, out_stride, offset
+
+
+def _permute(table: SymbolTable, x: torch.Tensor, dims: Any) -> tuple:
+    shape, stride, offset = _layout(x)
+    dims = [d % max(len(shape), 1) for d in dims]
+    return [shape[d] for d in dims], [stride[d] for d in dims], offset
+
+
+def _clamp(table: SymbolTable, v: Any, n: Any) -> Any:
+    """A slice bound as Python clamps it to ``[0, n]`` (negative counts from the end)."""
+    v = sympy.sympify(v)
+    if v.is_number and int(v) >= _BIG:
+        return n
+    if table.decide(sympy.Lt(v, 0)):
+        v = v + n
+        if table.decide(sympy.Lt(v, 0)):
+            return sympy.Integer(0)
+    if table.decide(sympy.Gt(v, n)):
+        return n
+    return v
+
+
+def _slice_of(table: SymbolTable, shape: list, stride: list, offset: Any, dim: int, start: Any, end: Any,
+              step: Any) -> tuple:
+    dim = dim % len(shape)
+    n = shape[dim]
+    lo = _clamp(table, 0 if start is None else expr_of(start), n)
+    hi = _clamp(table, n if end is None else expr_of(end), n)
+    step = int(step)
+    length = sympy.Integer(0) if not table.decide(sympy.Gt(hi, lo)) else \
+        (hi - lo if step == 1 else sympy.floor((hi - lo + step - 1) / step))
+    shape, stride = list(shape), list(stride)
+    offset = offset + lo * stride[dim]
+    shape[dim], stride[dim] = length, stride[dim] * step
+    return shape, stride, offset
+
+
+def _slice(table: SymbolTable, x: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None,
+           step: Any = 1) -> tuple:
+    return _slice_of(table, *_layout(x), dim, start, end, step)
+
+
+def _narrow(table: SymbolTable, x: torch.Tensor, dim: int, start: Any, length: Any) -> tuple:
+    return _slice_of(table, *_layout(x), dim, start, expr_of(start) + expr_of(length), 1)
+
+
+def _split_with_sizes(table: SymbolTable, x: torch.Tensor, sizes: Any, dim: int = 0) -> list:
+    layout, at, out = _layout(x), sympy.Integer(0), []
+    for s in sizes:
+        out.append(_slice_of(table, *layout, dim, at, at + expr_of(s), 1))
+        at = at + expr_of(s)
+    _equal(table, at, layout[0][dim % len(layout[0])])
+    return out
+
+
+def _split(table: SymbolTable, x: torch.Tensor, split_size: Any, dim: int = 0) -> list:
+    n, ss = expr_of(x.shape[dim]), expr_of(split_size)
+    count = max(-(-int(hint_of(x.shape[dim])) // int(hint_of(split_size))), 1)
+    # the number of pieces is fixed by the graph: record that the size gives that many
+    table.decide(sympy.Eq(sympy.ceiling(sympy.sympify(n) / ss), count))
+    sizes = [ss] * (count - 1) + [n - ss * (count - 1)]
+    return _split_with_sizes(table, x, sizes, dim)
+
+
+def _alias(table: SymbolTable, x: torch.Tensor, *_: Any) -> tuple:
+    return _layout(x)
+
+
+VIEW_RULES: dict[str, Callable[..., Any]] = {
+    "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "expand": _expand, "permute": _permute,
+    "slice": _slice, "narrow": _narrow, "split": _split, "split_with_sizes": _split_with_sizes,
+    "alias": _alias, "detach": _alias, "lift_fresh": _alias,
+}
+
+
+# -- other ops: ember's decompositions on TensorMeta --------------------------------------------------------
+def _at_hints(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided([hint_of(d) for d in x.shape], [hint_of(d) for d in x.stride()],
+                                   dtype=x.dtype, device="meta")
+    return hint_of(x) if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) else x
+
+
+def _tensor_meta(x: Any) -> Any:
+    from ember.decomp.meta import TensorMeta
+
+    if isinstance(x, torch.Tensor):
+        return TensorMeta(tuple(expr_of(d) for d in x.shape), x.dtype, x.device,
+                          tuple(expr_of(d) for d in x.stride()))
+    return expr_of(x) if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) else x
+
+
+def _decomposed(func: Any, table: SymbolTable, args: tuple, kwargs: dict, error: Exception) -> Any:
+    from ember.decomp import has_decomposition
+    from ember.decomp.interp import meta_decomposition
+
+    if not has_decomposition(func):
+        raise SymbolicUnsupported(f"{func}: its meta kernel fails on symbolic sizes ({_first_line(error)}) and "
+                                  "ember has no decomposition to compute them")
+    with _disable_current_modes():
+        concrete = func(*tree_map(_at_hints, args), **tree_map(_at_hints, kwargs))
+    try:
+        metas = meta_decomposition(func, *tree_map(_tensor_meta, args), **tree_map(_tensor_meta, kwargs))
+    except SymbolicUnsupported:
+        raise
+    except Exception as e:      # noqa: BLE001 - any failure of the decomposition means "no symbolic rule"
+        raise SymbolicUnsupported(f"{func}: ember's decomposition cannot compute symbolic sizes: "
+                                  f"{_first_line(e)}") from e
+    return _match(func, table, metas, concrete)
+
+
+def _match(func: Any, table: SymbolTable, meta: Any, concrete: Any) -> Any:
+    """The concrete meta output with the decomposition's symbolic shape (strides dense in its dim order)."""
+    if isinstance(concrete, (tuple, list)):
+        if not isinstance(meta, (tuple, list)) or len(meta) != len(concrete):
+            raise SymbolicUnsupported(f"{func}: the decomposition returns {meta!r}, the meta kernel {concrete!r}")
+        return type(concrete)(_match(func, table, m, c) for m, c in zip(meta, concrete))
+    if not isinstance(concrete, torch.Tensor):
+        return concrete
+    shape = [table.simplify(sympy.sympify(d)) for d in getattr(meta, "shape", ())]
+    if len(shape) != concrete.ndim or [table.hint(d) for d in shape] != list(concrete.shape):
+        raise SymbolicUnsupported(f"{func}: symbolic shape {shape} disagrees with the meta kernel's "
+                                  f"{list(concrete.shape)} at the hints")
+    order = sorted(range(concrete.ndim), key=lambda d: (-concrete.stride(d), d))
+    stride = dense_strides(shape, order)
+    if [table.hint(s) for s in stride] != list(concrete.stride()) and concrete.numel() > 1:
+        raise SymbolicUnsupported(f"{func}: its output strides {concrete.stride()} are not dense")
+    with _disable_current_modes():
+        return torch.empty_strided([table.symint(d) for d in shape], [table.symint(s) for s in stride],
+                                   dtype=concrete.dtype, device="meta")
+
+
+# -- graph inputs with symbolic sizes (the capture -> backend contract) -------------------------------------
+def graph_table(gm: Any) -> SymbolTable | None:
+    """The symbol table of a graph with symbolic sizes (``gm.meta["ember_symbols"]``); None for a static one."""
+    table = getattr(gm, "meta", {}).get("ember_symbols")
+    return table if table is not None and table.symbols else None
+
+
+def symbol_binder(gm: Any, table: SymbolTable | None) -> Any:
+    """Where each symbol of ``table`` is read from ``gm``'s inputs (a ``runtime.SymbolBinder``), or None for a
+    static graph. A symbol no placeholder carries -> ``SymbolicUnsupported``."""
+    from ember.autograd.runtime import SymbolBinder
+
+    if table is None:
+        return None
+    sources: dict = {}
+    for i, ph in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        if "ember_int" in ph.meta:
+            e = table.simplify(sympy.sympify(ph.meta["ember_int"]))
+            if isinstance(e, sympy.Symbol):
+                sources.setdefault(e, (i, None))
+        for d, size in enumerate(ph.meta.get("ember_shape", ())):
+            e = table.simplify(sympy.sympify(size))
+            if isinstance(e, sympy.Symbol):
+                sources.setdefault(e, (i, d))
+    missing = [s for s in table.symbols if s not in sources and s not in table.replacements]
+    if missing:
+        raise SymbolicUnsupported(f"symbols {missing} are not a size of any graph input")
+    return SymbolBinder(table, sources)
+
+
+def symbolic_inputs(gm: Any, inputs: Any) -> tuple[Any, list]:
+    """``(fake_mode, inputs)`` for tracing ``gm``: with symbolic sizes, each placeholder with ``ember_shape``
+    gets a fake tensor of those sizes and strides (``ember_stride``), each with ``ember_int`` a ``SymInt``;
+    a static graph gets ``(None, inputs)`` (fakes made from the real values)."""
+    from ember.autograd.fake import FakeMode, _with_index
+
+    table = graph_table(gm)
+    if table is None:
+        return None, list(inputs)
+    mode = FakeMode()
+    mode.symbolic = True
+    out = []
+    for ph, x in zip([n for n in gm.graph.nodes if n.op == "placeholder"], inputs):
+        if "ember_shape" in ph.meta and isinstance(x, torch.Tensor):
+            shape = [table.symint(sympy.sympify(e)) for e in ph.meta["ember_shape"]]
+            stride = ph.meta.get("ember_stride")
+            stride = [table.symint(sympy.sympify(e)) for e in stride] if stride is not None else \
+                [table.symint(e) for e in dense_strides([sympy.sympify(e) for e in ph.meta["ember_shape"]],
+                                                        list(range(len(shape))))]
+            out.append(mode.fake_empty(shape, stride, x.dtype, _with_index(x.device), x.requires_grad))
+        elif "ember_int" in ph.meta:
+            out.append(table.symint(sympy.sympify(ph.meta["ember_int"])))
+        else:
+            out.append(mode.to_fake(x) if isinstance(x, torch.Tensor) else x)
+    return mode, out
