@@ -42,7 +42,7 @@ class _Config:
         self.fullgraph, self.dynamic, self.mode, self.backend = fullgraph, dynamic, mode, backend
         self.raw_options = options
 
-        self.session = new_session(plugins_factory(self.backend_fn, self.backend_name, self.options),
+        self.session = new_session(plugins_factory(self.backend_fn, self.backend_name, self.options, dynamic),
                                    fullgraph=fullgraph, limit=self.options.cache_size_limit, options=self.options)
         _ALL_SESSIONS.add(self.session)
 
@@ -267,13 +267,22 @@ def stats() -> dict[str, int]:
     return STATS.snapshot()
 
 
-def mark_dynamic(t: torch.Tensor, dim: int | list[int]) -> None:
+def mark_dynamic(t: torch.Tensor, dim: int | list[int], min: int | None = None, max: int | None = None) -> None:
+    """Make ``t``'s ``dim`` symbolic on the first call (range ``[max(min, 2), max]``, checked by the guards)."""
     dims = [dim] if isinstance(dim, int) else list(dim)
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"ember.mark_dynamic: min={min} is larger than max={max}")
+    dims = [d % t.dim() if t.dim() else d for d in dims]
     t._ember_dynamic = set(getattr(t, "_ember_dynamic", set())) | set(dims)
+    ranges = dict(getattr(t, "_ember_dynamic_ranges", {}))
+    for d in dims:
+        ranges[d] = (min, max)
+    t._ember_dynamic_ranges = ranges
 
 
 def mark_static(t: torch.Tensor, dim: int | list[int]) -> None:
     dims = [dim] if isinstance(dim, int) else list(dim)
+    dims = [d % t.dim() if t.dim() else d for d in dims]
     t._ember_static = set(getattr(t, "_ember_static", set())) | set(dims)
 
 

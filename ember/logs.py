@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-KINDS = ("graph_breaks", "guards", "recompiles", "graph", "aot_graphs", "output_code", "schedule",
+KINDS = ("graph_breaks", "guards", "recompiles", "dynamic", "graph", "aot_graphs", "output_code", "schedule",
          "perf_hints", "cache", "autotune")
 _enabled: set[str] = set()
 _logger = logging.getLogger("ember")

@@ -351,10 +351,10 @@ def test_mark_dynamic_and_mark_static_keep_results():
     torch.testing.assert_close(c(x, y), _f(x, y))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="mark_dynamic takes no min/max yet (docs/api.md, "
-                   "dynamic shapes: contract for upcoming work)")
 def test_mark_dynamic_with_a_range():
-    ember.mark_dynamic(torch.randn(4, 2), 0, min=2, max=64)
+    x = torch.randn(4, 2)
+    ember.mark_dynamic(x, 0, min=2, max=64)
+    assert x._ember_dynamic_ranges == {0: (2, 64)}
 
 
 def test_set_logs_prints_graph_breaks(caplog):
@@ -395,8 +395,6 @@ def test_cache_log_kind_reports_hits_and_misses(tmp_path):
     assert "[ember cache]" in out.stderr
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="the 'dynamic' log kind of the dynamic-shapes "
-                   "contract does not exist yet (docs/api.md)")
 def test_dynamic_log_kind():
     ember.set_logs(dynamic=True)
     ember.set_logs(dynamic=False)

@@ -42,7 +42,8 @@ def type_of(v: Value) -> type:
 def _len(d, f, args, kwargs):
     if len(args) != 1:
         raise UserException(TypeError(f"len() takes exactly one argument ({len(args)} given)"))
-    return Const(d.len(f, args[0]))
+    n = d.len(f, args[0])
+    return n if isinstance(n, Value) else Const(n)     # a symbolic size stays a value
 
 
 @rule(isinstance)

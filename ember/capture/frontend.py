@@ -45,7 +45,8 @@ class Counters:
     lock; cache hits, counted on every cached call, are ``next()`` of an ``itertools.count`` (one C call, atomic
     under the GIL: no lock and no lost update on the hot path)."""
 
-    NAMES = ("frames_compiled", "graphs_compiled", "graph_breaks", "recompiles", "fallbacks_to_eager")
+    NAMES = ("frames_compiled", "graphs_compiled", "graph_breaks", "recompiles", "fallbacks_to_eager",
+             "symbolic_graphs")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -279,6 +280,8 @@ class FrameCache:
         self.options = options
         self.native = False        # a continuation whose first instruction always breaks: stepped natively
         self.dynamic: set[str] = set()      # sources of numbers that changed between calls (not guarded)
+        self.frame_state: dict = {}         # sizes and ints earlier compiles saw (automatic dynamic shapes)
+        self.static_shapes = False          # symbolic sizes failed for this frame once: compile it static
         self.entries: list[Entry] = []
         self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry.fn of each entry
         self.break_reasons: list[Unsupported] = []
@@ -455,7 +458,17 @@ class FrameCache:
         STATS.bump("frames_compiled")
         d = SymbolicDomain(self.plugins_factory(), self.options)
         d.dynamic = self.dynamic
+        d.is_resume = self.resume is not None
+        d.frame_state = self.frame_state
+        d.static_shapes = self.static_shapes
         return d
+
+    def _static_retry(self, e: EmberError, args, kwargs) -> Entry:
+        """A stage could not handle the symbolic sizes (``ember.shapes.SymbolicUnsupported``): this frame is
+        compiled with static sizes from now on (never eagerly because of dynamic shapes)."""
+        self.static_shapes = True
+        logs.log("dynamic", f"{self.name} ({self._where()}): compiled with static sizes: {e}")
+        return self.compile_entry(args, kwargs)
 
     def compile_entry(self, args, kwargs) -> Entry:
         t0 = time.perf_counter()
@@ -472,7 +485,12 @@ class FrameCache:
                 self.session.log_break(self.name, e)
             else:
                 logs.log("graph_breaks", f"{self.name}: runs eagerly: {e}")
-            return self._on_break(e, d, args, kwargs, t0)
+            try:
+                return self._on_break(e, d, args, kwargs, t0)
+            except EmberError as e2:
+                if _symbolic_unsupported(e2) and not self.static_shapes:
+                    return self._static_retry(e2, args, kwargs)
+                raise
         except UserException as ue:
             where = (getattr(ue, "user_stack", None) or ["?"])[-1]
             why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
@@ -483,7 +501,9 @@ class FrameCache:
                                   getattr(ue, "user_stack", None)) from None
             logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
             return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
-        except EmberError:
+        except EmberError as e:
+            if _symbolic_unsupported(e) and not self.static_shapes:
+                return self._static_retry(e, args, kwargs)
             raise
         except Exception as e:       # noqa: BLE001 - an ember bug must not break the user's program
             if self.fullgraph:
@@ -546,6 +566,11 @@ class FrameCache:
         bindings = dict(d.cg.bindings if d is not None else {}, __MISS=MISS, __fn=run, **self.sig_binds)
         return Entry(_exec(src, bindings, f"<ember eager {self.name}>"), "", src, list(guards), bindings, eager=True,
                      reason=reason)
+
+
+def _symbolic_unsupported(e: BaseException) -> bool:
+    """``ember.shapes.SymbolicUnsupported`` (named, not imported: this module stays torch-free)."""
+    return any(c.__name__ == "SymbolicUnsupported" for c in type(e).__mro__)
 
 
 def new_session(plugins_factory: Callable[[], list] = list, graph_hook: Callable | None = None,

@@ -48,6 +48,10 @@ class SymbolicDomain:
         self.global_writes: dict[tuple[int, str], tuple[dict, str, Any]] = {}
         self.new_objects: list[ObjectVar] = []
         self.dynamic: set[str] = set()      # sources of numbers not to guard (they changed between calls)
+        self.is_resume = False              # tracing a continuation after a graph break
+        self.static_shapes = False          # dynamic shapes off for this trace (a backend could not take them)
+        self.frame_state: dict | None = None    # sizes and ints seen by earlier compiles of the frame
+        self.number_hooks = [p.wrap_number for p in self.plugins if hasattr(p, "wrap_number")]
         self.generators: list[IterVar] = []          # user generators started by the trace
         self.deferred_calls: list[tuple[Value, list[Value]]] = []   # logging calls run after the graph
         for p in self.plugins:
@@ -90,7 +94,13 @@ class SymbolicDomain:
             v = self.by_source.get(source)
             if v is not None:
                 return v
-            if self.dynamic and type(obj) in (int, float) and self.cg.plain(source) in self.dynamic:
+            if type(obj) is int and self.number_hooks:      # a plugin may make it symbolic (dynamic shapes)
+                for hook in self.number_hooks:
+                    v = hook(self, obj, source)
+                    if v is not None:
+                        self.by_source[source] = v
+                        return v
+            if self.dynamic and type(obj) in (int, float) and self.is_resume and self.cg.plain(source) in self.dynamic:
                 from .values import OpaqueVar       # automatic dynamic: this number changed between calls
                 v = self.by_source[source] = OpaqueVar(obj, source)
                 return v
@@ -485,6 +495,11 @@ class SymbolicDomain:
             raise UserException(TypeError(f"unhashable type: '{k.python_type().__name__}'"))
         if isinstance(k, SetVar):       # a frozenset hashes by value: the frozenset of its items' keys
             return frozenset(k.items)
+        if k.python_type() is int:          # a symbolic int: its value (specialized)
+            try:
+                return k.as_python()
+            except NotConst:
+                pass
         return _Identity(k)
 
     def set_key(self, f, k: Value) -> Any:

@@ -24,16 +24,17 @@ META = torch.device("meta")
 
 class TensorVar(Value):
     """A tensor in the graph: ``node`` computes it, ``meta`` describes it, ``device`` is where it really lives."""
-    __slots__ = ("node", "meta", "device", "cls")
+    __slots__ = ("node", "meta", "device", "cls", "sym")
     op_priority = 10
 
     def __init__(self, node: fx.Node, meta: torch.Tensor, device: torch.device, cls: type = torch.Tensor,
                  source: Source | None = None):
         super().__init__(source)
         self.node = node
-        self.meta = meta
+        self.meta = meta            # at the call's sizes (the hints, where sizes are symbolic)
         self.device = device
         self.cls = cls
+        self.sym = None             # symbolic sizes (int | sympy.Expr | None=unknown per dim); None: all static
 
     def python_type(self):
         return self.cls
@@ -67,6 +68,8 @@ class TorchState:
         self.n_calls = 0
         self._names: set[str] = set()
         self.scalar_casts: dict = {}     # (scalar input node, dtype) -> its cast (ops.weak_floats)
+        self.table = None                # the graph's ember.shapes.SymbolTable, once a size is symbolic
+        self.size_nodes: dict = {}       # (tensor node, dim) -> the value of its symbolic size
 
     def placeholder(self, source: Source, real: torch.Tensor) -> fx.Node:
         hint = source.name_hint()
@@ -123,6 +126,8 @@ def node_arg(d, f, v: Value) -> Any:
     t = type(v)
     if t is TensorVar:
         return v.node
+    if t.__name__ == "SymNumVar":
+        return v.node
     if t is OpaqueVar and type(v.obj) in (float, int, bool):   # a number from outside the graph: a scalar input
         return d.torch.scalar_input(d, v)
     if t is Const:
@@ -146,6 +151,8 @@ def meta_arg(v: Value) -> Any:
     t = type(v)
     if t is TensorVar:
         return v.meta
+    if t.__name__ == "SymNumVar":
+        return v.sym.node.hint      # the meta run is at the hints (symsize/propagate.py computes the symbols)
     if t is OpaqueVar:
         return torch.empty((), dtype=scalar_dtype(v.obj), device=META)
     if t is Const:

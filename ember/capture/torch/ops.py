@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..values import Const, Value
+from .symprop import final_sym, has_symbols, propagate
 from .graph import TensorVar, location_meta, meta_arg, node_arg, result_device, run_meta, tensors_in, wrap_result
 
 # Ops that run in the autocast dtype / in float32 under autocast (the meta run must see the same casts).
@@ -112,6 +113,9 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
     if meta_fn is None:
         meta_fn = (lambda s, *a, **k: getattr(s, target)(*a, **k)) if kind == "call_method" else target
     out = run_meta(d, f, st, meta_fn, margs, mkwargs)
+    sym = None
+    if st.table is not None and has_symbols(args, kwargs):
+        sym = propagate(d, f, kind, target, meta_fn, args, kwargs, out)
     if kind == "call_method":
         node = st.graph.call_method(target, nargs, nkwargs)
     else:
@@ -128,7 +132,21 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
             node.meta["example_value"] = out
             node.meta["ember_device"] = t.device
             return t
-    return wrap_result(d, f, st, node, out, device)
+    res = wrap_result(d, f, st, node, out, device)
+    if sym is not None:
+        _set_sym(res, sym)
+    return res
+
+
+def _set_sym(v: Value, sym) -> None:
+    """Give the result's tensors their symbolic sizes (``symprop``), matched by position."""
+    if type(v) is TensorVar:
+        v.sym = final_sym(sym) if isinstance(sym, tuple) else None
+        if isinstance(sym, tuple):
+            v.node.meta["ember_shape"] = sym
+    elif type(v).__name__ in ("TupleVar", "ListVar") and isinstance(sym, list):
+        for x, s in zip(v.items, sym):
+            _set_sym(x, s)
 
 
 BINARY_FNS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,

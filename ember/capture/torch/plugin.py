@@ -9,7 +9,8 @@ import torch
 import torch.fx as fx
 
 from ...dynamo_free import avoid_dynamo_import
-from ...errors import BackendCompilerFailed
+from ...errors import BackendCompilerFailed, InternalError
+from ...shapes import SymbolicUnsupported
 from ..objects import lookup_type_attr
 from ..sources import AttrSource, ConstSource, ItemSource, Source
 from ..values import IMMUTABLE_TYPES, Const, MethodOf
@@ -19,6 +20,8 @@ from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
 from .located import graph_error
+from . import dynamic as DYN
+from . import symsize as _symsize  # noqa: F401  (registers the rules of symbolic ints)
 from .modules import NNModuleVar, _has_hooks, _own_getattribute, construct_module
 from .ops import record
 
@@ -127,10 +130,12 @@ def is_torch_op(fn: Any) -> bool:
 
 class TorchPlugin:
     trusted_prefixes = ("torch",)       # torch's own module globals are not guarded
-    def __init__(self, backend: Callable | None = None, backend_name: str = "eager", options: Any = None):
+    def __init__(self, backend: Callable | None = None, backend_name: str = "eager", options: Any = None,
+                 dynamic: bool | None = None):
         self.backend = backend
         self.backend_name = backend_name
         self.options = options
+        self.dynamic = dynamic      # the compile's dynamic= (dynamic.py)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self, d) -> None:
@@ -197,19 +202,29 @@ class TorchPlugin:
         if t.layout is not torch.strided or t.is_nested or t.is_quantized:
             from ...errors import Unsupported
             raise Unsupported(f"{t.layout} / nested / quantized tensors are not supported yet")
+        sizes = None
         if source is None:
             source = ConstSource(id(t), t)
         else:
-            self._tensor_guard(d, source, t)
+            dims = DYN.dynamic_dims(self, d, source, t)
+            sizes = DYN.symbolic_input(d, source, t, dims) if dims else None
+            self._tensor_guard(d, source, t, sizes)
         st = d.torch
         node = st.placeholder(source, t)
         meta = to_meta(t)
         node.meta["example_value"] = meta
         node.meta["ember_device"] = t.device
-        return TensorVar(node, meta, t.device, cls, source)
+        v = TensorVar(node, meta, t.device, cls, source)
+        if sizes is not None:
+            DYN.input_meta(d, node, meta, sizes)
+            v.sym = sizes
+        return v
+
+    def wrap_number(self, d, obj: Any, source: Source):
+        return DYN.wrap_number(self, d, obj, source)
 
     @staticmethod
-    def _tensor_guard(d, source: Source, t: torch.Tensor) -> None:
+    def _tensor_guard(d, source: Source, t: torch.Tensor, sizes: tuple | None = None) -> None:
         cg = d.cg
         cg.hoist(source)
         first = source.expr(cg)
@@ -226,10 +241,12 @@ class TorchPlugin:
         else:
             dev_check = f"{e}.device == {cg.bind(dev, 'device')}"
         layout = f"{e}.is_contiguous()" if t.is_contiguous() else f"{e}.stride() == {t.stride()!r}"
-        meta = (f"{e}.dtype is {cg.bind(t.dtype, 'dtype')} and {dev_check} and {e}.shape == {tuple(t.shape)!r} "
-                f"and {layout}")
+        shape = f"{e}.shape == {tuple(t.shape)!r}"
+        if sizes is not None:       # symbolic sizes: bind the symbols, check ranges and the symbolic layout
+            shape, layout = DYN.shape_check(d, e, sizes), DYN.layout_check(d, e, t, sizes)
+        meta = f"{e}.dtype is {cg.bind(t.dtype, 'dtype')} and {dev_check} and {shape} and {layout}"
         cls = cg.bind(type(t), type(t).__name__)
-        if _module_weight(source) and not torch.is_grad_enabled() and not t.is_inference():
+        if _module_weight(source) and not torch.is_grad_enabled() and not t.is_inference() and sizes is None:
             # the same tensor with the same version as at its last full check (ember.capture.torch.fastguard)
             fastguard.install()
             st: TorchState = d.torch
@@ -320,10 +337,17 @@ class TorchPlugin:
             if keep is not None:
                 d.guards.drop(lambda g: type(g.tag) is tuple and g.tag[0] == REQUIRES_GRAD and g.tag[1] not in keep)
         if st.n_calls == 0 and not outs:
+            if st.table is not None:        # no graph, but the glue relied on sizes (a returned size, a branch)
+                _symsize.relation_guards(d, st.table)
             return [], []
         st.graph.output(tuple(t.node for t in outs))
+        symbolic = st.table is not None and bool(st.table.symbols)
+        if symbolic:
+            _drop_unused_sizes(st.graph)
         gm = fx.GraphModule(torch.nn.Module(), st.graph, class_name="EmberGraph")
         gm.graph.lint()
+        if symbolic:
+            gm.meta["ember_symbols"] = st.table
         example_inputs = [real for _, real, _ in st.inputs]
         from ..frontend import STATS
         STATS.bump("graphs_compiled")
@@ -333,10 +357,20 @@ class TorchPlugin:
         grad = torch.is_grad_enabled()
         try:
             compiled = self.backend(gm, example_inputs) if self.backend is not None else gm.forward
+        except SymbolicUnsupported:
+            if symbolic:
+                STATS.bump("graphs_compiled", -1)
+                raise
+            raise BackendCompilerFailed(self.backend_name, InternalError("SymbolicUnsupported on a static graph"))
         except Exception as e:      # noqa: BLE001
             raise BackendCompilerFailed(self.backend_name, e) from e
         finally:        # a backend that runs the graph while compiling must not leave its grad mode behind
             torch._C._set_grad_enabled(grad)
+        if symbolic:        # what the trace and the backend relied on about the sizes
+            _symsize.relation_guards(d, st.table)
+            STATS.bump("symbolic_graphs")
+            if logs.enabled("dynamic"):
+                logs.log("dynamic", f"graph with symbolic sizes:\n{st.table.describe()}")
         name = f"__graph_{id(gm):x}"
         args = ", ".join(src.expr(d.cg) for src, _, _ in st.inputs)
         call = f"__out = {name}({args})" if outs else f"{name}({args})"
@@ -345,6 +379,13 @@ class TorchPlugin:
                  f"    __graph_error(__x, {name}_gm, ({args}{',' if args else ''}))", "    raise"]
         return lines, [{"gm": gm, "bindings": {name: compiled, f"{name}_gm": gm, "__graph_error": graph_error},
                         "n_inputs": len(st.inputs), "n_ops": st.n_calls}]
+
+
+def _drop_unused_sizes(graph: fx.Graph) -> None:
+    """Size reads and int arithmetic the trace recorded but nothing uses (``symsize.make``)."""
+    for n in reversed(list(graph.nodes)):
+        if n.meta.get("ember_sym") and not n.users:
+            graph.erase_node(n)
 
 
 def _sets_grad_mode(graph: fx.Graph) -> bool:
@@ -388,5 +429,6 @@ def readable_graph(gm: fx.GraphModule) -> str:
     return "\n".join(lines)
 
 
-def plugins_factory(backend: Callable | None, backend_name: str, options: Any) -> Callable[[], list]:
-    return lambda: [TorchPlugin(backend, backend_name, options)]
+def plugins_factory(backend: Callable | None, backend_name: str, options: Any,
+                    dynamic: bool | None = None) -> Callable[[], list]:
+    return lambda: [TorchPlugin(backend, backend_name, options, dynamic)]

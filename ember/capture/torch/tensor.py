@@ -12,6 +12,7 @@ from ..sources import AttrSource
 from ..values import Const, MethodOf, TupleVar
 from .graph import TensorVar
 from .ops import binary, compare, record, unary
+from . import symsize as S
 
 # metadata attributes: constants derived from the meta tensor and the real device
 _META_ATTRS = {
@@ -48,6 +49,24 @@ _HINT = "keep the value as a tensor (use torch ops such as torch.where instead o
         "or move this outside the compiled function"
 
 
+def _sym_size(d, f, t, args, kwargs):
+    dim = args[0] if args else kwargs.get("dim")
+    if dim is None:
+        return S.shape_value(d, f, t)
+    return S.dim_value(d, f, t, d.as_python(f, dim))
+
+
+def _sym_stride(d, f, t, args, kwargs):
+    raise S.SymbolicUnsupported("capture: Tensor.stride() of a tensor with symbolic sizes")
+
+
+# metadata that depends on symbolic sizes: symbolic values (symsize.py)
+_SYM_ATTRS = {"shape": lambda d, f, t: S.shape_value(d, f, t),
+              "nbytes": lambda d, f, t: d.binary(f, "*", S.numel_value(d, f, t), Const(t.meta.element_size()))}
+_SYM_METHODS = {"size": _sym_size, "numel": lambda d, f, t, a, k: S.numel_value(d, f, t),
+                "nelement": lambda d, f, t, a, k: S.numel_value(d, f, t), "stride": _sym_stride}
+
+
 def data_dependent(d, f, what: str):
     return d.unsupported(f, f"{what}: ember cannot capture a value that depends on tensor data", _HINT)
 
@@ -56,6 +75,8 @@ def data_dependent(d, f, what: str):
 def _tensor_getattr(d, f, t: TensorVar, name: str):
     if name in _GRAD_STATE:
         d.torch.grad_observed = True
+    if t.sym is not None and name in _SYM_ATTRS:
+        return _SYM_ATTRS[name](d, f, t)
     if name in _META_ATTRS:
         return d.from_python(_META_ATTRS[name](t)) if name != "shape" else Const(t.meta.shape)
     if name in _TENSOR_ATTRS:
@@ -85,6 +106,8 @@ def _tensor_setattr(d, f, t, name, value):
 def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
     if name in _GRAD_STATE:
         d.torch.grad_observed = True
+    if t.sym is not None and name in _SYM_METHODS:
+        return _SYM_METHODS[name](d, f, t, args, kwargs)
     if name in _META_METHODS:
         margs = [d.as_python(f, a) for a in args]
         mkw = {k: d.as_python(f, v) for k, v in kwargs.items()}
@@ -178,6 +201,8 @@ def _meta_setitem(a, i, x):
 def _tensor_len(d, f, t):
     if t.meta.dim() == 0:
         raise UserException(TypeError("len() of a 0-d tensor"))
+    if t.sym is not None:
+        return S.dim_value(d, f, t, 0)
     return t.meta.shape[0]
 
 
@@ -185,6 +210,10 @@ def _tensor_len(d, f, t):
 def _tensor_iter(d, f, t):
     from ..values import IterVar
     n = _tensor_len(d, f, t)
+    if type(n) is S.SymNumVar:
+        n = S.specialize(n, "iterating over a tensor unrolls a loop over its first dimension", f)
+    elif type(n) is Const:
+        n = n.value
     return IterVar(iter([_tensor_getitem(d, f, t, Const(i)) for i in range(n)]), "tensor iterator")
 
 

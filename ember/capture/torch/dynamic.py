@@ -1,0 +1,169 @@
+"""The dynamic-shapes policy of capture: which sizes and ints of a call are symbolic, and their guards.
+
+Policy (API.md, "Dynamic shapes"): ``dynamic=None`` specializes every size on a frame's first compile and
+makes a dim (or an int) symbolic once a recompile of the same frame sees it changed ("automatic dynamic");
+``dynamic=True`` makes every size of the inputs symbolic from the start (parameters and buffers of modules
+stay static); ``dynamic=False`` specializes everything. ``ember.mark_dynamic`` / ``mark_static`` override
+per dim. Sizes 0 and 1 always stay specialized. A frame whose backend (or capture itself) cannot handle
+symbols (``SymbolicUnsupported``) is compiled static from then on (``d.static_shapes``).
+
+The guard of a symbolic dim binds its symbol (``__sym_s0``) from the first place it is read and checks its
+range; the tensor's layout is checked as the contiguous (or dense permuted) layout of its symbolic sizes.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ... import logs
+from ...shapes import SymbolTable, to_python
+from ..sources import LocalSource
+from .symsize import PREFIX, SymNumVar
+
+
+def table(st):
+    if st.table is None:
+        st.table = SymbolTable()
+    return st.table
+
+
+def _log(msg: str) -> None:
+    if logs.enabled("dynamic"):
+        logs.log("dynamic", msg)
+
+
+def _weight_like(source) -> bool:
+    from .plugin import _module_weight
+    return _module_weight(source)
+
+
+def dynamic_dims(plugin, d, source, t: torch.Tensor) -> dict[int, tuple]:
+    """{dim: (lo, hi)} of ``t``'s dims that are symbolic in this trace."""
+    if getattr(d, "static_shapes", False) or source is None or t.dim() == 0:
+        return {}
+    plain = d.cg.plain(source)
+    state = getattr(d, "frame_state", None)
+    marked = getattr(t, "_ember_dynamic", ())
+    ranges = getattr(t, "_ember_dynamic_ranges", {})
+    static = getattr(t, "_ember_static", ())
+    want: set[int] = set(marked)
+    if plugin.dynamic is True and not _weight_like(source):
+        want |= set(range(t.dim()))
+    elif plugin.dynamic is None and state is not None:
+        key = ("dims", plain)
+        prev = state.get(("shape", plain))
+        dims = state.setdefault(key, set())
+        if prev is not None and len(prev) == t.dim():
+            for i, (a, b) in enumerate(zip(prev, t.shape)):
+                if a != b:
+                    if i not in dims:
+                        _log(f"automatic dynamic: {plain}.size()[{i}] changed ({a} -> {b}): it is symbolic now")
+                    dims.add(i)
+        want |= dims
+    if state is not None:
+        state[("shape", plain)] = tuple(t.shape)
+    out = {}
+    for i in sorted(want):
+        n = t.shape[i]
+        lo, hi = ranges.get(i, (None, None))
+        if i in static:
+            _log(f"{plain}.size()[{i}] = {n} is static: ember.mark_static")
+        elif n < 2:
+            _log(f"{plain}.size()[{i}] = {n} is specialized: sizes 0 and 1 always are")
+        else:
+            out[i] = (max(2, lo if lo is not None else 2), hi)
+    if out and not (t.is_contiguous() or _dense(t)):
+        _log(f"{plain} is specialized: its layout is not dense (strides {t.stride()})")
+        return {}
+    return out
+
+
+def _dense(t: torch.Tensor) -> bool:
+    order = sorted(range(t.dim()), key=lambda i: (t.stride(i), t.shape[i]))
+    expected = 1
+    for i in order:
+        if t.shape[i] == 1:
+            continue
+        if t.stride(i) != expected:
+            return False
+        expected *= t.shape[i]
+    return True
+
+
+def symbolic_input(d, source, t: torch.Tensor, dims: dict) -> tuple:
+    """Symbols for ``t``'s dynamic dims: its symbolic sizes."""
+    tab = table(d.torch)
+    plain = d.cg.plain(source)
+    sizes = []
+    for i, n in enumerate(t.shape):
+        if i in dims:
+            lo, hi = dims[i]
+            s = tab.new_symbol(n, f"{plain}.size()[{i}]", lo=lo, hi=hi)
+            _log(f"symbol {s} = {plain}.size()[{i}] (hint {n}, range [{lo}, {hi if hi is not None else 'inf'}])")
+            sizes.append(s)
+        else:
+            sizes.append(int(n))
+    return tuple(sizes)
+
+
+def input_meta(d, node, meta, sizes: tuple) -> None:
+    from .symprop import sym_strides
+    node.meta["ember_shape"] = sizes
+    node.meta["ember_stride"] = sym_strides(d.torch.table, meta, sizes)
+
+
+def shape_check(d, e: str, sizes: tuple) -> str:
+    """Guard text checking a tensor's sizes, binding each symbol at its first occurrence."""
+    st = d.torch
+    st.n_shapes = getattr(st, "n_shapes", 0) + 1
+    sh = f"__shape{st.n_shapes}"
+    tab = st.table
+    parts = [f"len({sh} := {e}.shape) == {len(sizes)}"]
+    for i, s in enumerate(sizes):
+        if isinstance(s, int):
+            parts.append(f"{sh}[{i}] == {s}")
+            continue
+        lo, hi = tab.ranges[s]
+        bind = f"({PREFIX}{s.name} := {sh}[{i}]) >= {lo}"
+        parts.append(bind + (f" and {PREFIX}{s.name} <= {hi}" if hi is not None else ""))
+    return " and ".join(parts)
+
+
+def layout_check(d, e: str, t: torch.Tensor, sizes: tuple) -> str:
+    from .symprop import sym_strides
+    if t.is_contiguous():
+        return f"{e}.is_contiguous()"
+    names = {s: PREFIX + s.name for s in d.torch.table.symbols}
+    strides = sym_strides(d.torch.table, t, sizes)
+    return f"{e}.stride() == ({', '.join(to_python(sympy.sympify(x), names) for x in strides)},)"
+
+
+def wrap_number(plugin, d, obj: int, source):
+    """An int the policy makes symbolic (a ``SymNumVar`` read from an int graph input), or None."""
+    if plugin.dynamic is False or getattr(d, "static_shapes", False) or type(obj) is not int or obj < 2:
+        return None
+    plain = d.cg.plain(source)
+    state = getattr(d, "frame_state", None)
+    changed = False
+    if state is not None:
+        prev = state.get(("int", plain))
+        state[("int", plain)] = obj
+        changed = prev is not None and prev != obj
+    if changed and plain not in d.dynamic:
+        _log(f"automatic dynamic: the int {plain} changed ({prev} -> {obj}): it is symbolic now")
+        d.dynamic.add(plain)
+    if not (plain in d.dynamic or (plugin.dynamic is True and isinstance(source, LocalSource))):
+        return None
+    st = d.torch
+    tab = table(st)
+    s = tab.new_symbol(obj, plain, lo=2, size=False)
+    _log(f"symbol {s} = {plain} (an int argument, hint {obj})")
+    e = source.expr(d.cg)
+    d.guards.add(f"type({e}) is {d.cg.bind(int, 'int')} and ({PREFIX}{s.name} := {e}) >= 2",
+                 f"{plain} is an int >= 2 (symbol {s})")
+    node = st.placeholder(source, obj)
+    sym = tab.symint(s)
+    node.meta["example_value"] = sym
+    node.meta["ember_int"] = s
+    node.meta["ember_device"] = torch.device("cpu")
+    return SymNumVar(sym, node)

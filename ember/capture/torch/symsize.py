@@ -1,0 +1,220 @@
+"""Symbolic sizes in the trace: Python ints that stand for a size (or an int argument) of the call.
+
+A ``SymNumVar`` is an int whose value depends on the call: ``x.shape[0]`` for a dynamic dim, an int argument
+made dynamic, and the ints computed from them. It holds a ``torch.SymInt`` over the trace's ``SymbolTable``
+(``ember.shapes``) and the FX node that computes the same int at run time (``x.size(0)``, ``operator`` nodes),
+so the graph computes every size from its inputs (docs/dynamic-contract.md). Arithmetic keeps it symbolic;
+a comparison or a truth test decides through the table (recording a relation with the user's line); a use
+that needs a real Python constant specializes it (records ``s == hint``) and says why under
+``EMBER_LOGS=dynamic``.
+"""
+from __future__ import annotations
+
+import operator
+
+import sympy
+import torch
+
+from ... import logs
+from ...shapes import SymbolicUnsupported, hint_of, located, to_python
+from .. import rules as R
+from ..interpreter import UserException
+from ..values import Const, Value
+
+PREFIX = "__sym_"      # what a symbol is bound to in the guards and glue (``__sym_s0``)
+
+
+def where(f) -> str:
+    if f is None or f.cur is None:
+        return ""
+    return f"{f.code.co_filename}:{f.cur.lineno or f.code.co_firstlineno}"
+
+
+def names(table) -> dict:
+    return {s: PREFIX + s.name for s in table.symbols}
+
+
+class SymNumVar(Value):
+    """An int of the trace that is symbolic: ``sym`` (a ``torch.SymInt``) and ``node`` (computes it)."""
+    __slots__ = ("sym", "node")
+    op_priority = 5         # below tensors: ``t * n`` is a tensor op
+
+    def __init__(self, sym, node):
+        super().__init__(None)
+        self.sym = sym
+        self.node = node
+
+    def python_type(self):
+        return int
+
+    def as_python(self):
+        return specialize(self, "its value is needed as a Python constant")
+
+    def describe(self):
+        return f"int {self.sym.node.expr} (a symbolic size, {hint_of(self.sym)} on this call)"
+
+
+def specialize(v: SymNumVar, why: str, f=None) -> int:
+    """The hint of ``v``, recorded as a relation (``expr == hint``): the entry is valid for this value only."""
+    expr, hint = v.sym.node.expr, hint_of(v.sym)
+    loc = where(f)
+    with located(loc) if loc else _nothing():
+        v.sym.node.table.decide(sympy.Eq(expr, hint))
+    if logs.enabled("dynamic"):
+        logs.log("dynamic", f"specialized {expr} = {hint}: {why}" + (f" (at {loc})" if loc else ""))
+    return int(hint)
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def make(st, sym, node) -> Value:
+    """A ``SymNumVar`` for ``sym`` computed by ``node``, or a ``Const`` where ``sym`` is a plain int."""
+    if not isinstance(sym, torch.SymInt) or not sym.node.is_symbolic():
+        if node is not None and not node.users:
+            st.graph.erase_node(node)
+        return Const(int(sym))
+    node.meta["example_value"] = sym
+    node.meta["ember_sym"] = True
+    return SymNumVar(sym, node)
+
+
+def operand(v: Value):
+    """(SymInt or int, node argument) of an int operand, or None when ``v`` is not an int."""
+    if type(v) is SymNumVar:
+        return v.sym, v.node
+    if type(v) is Const and type(v.value) in (int, bool):
+        return int(v.value), int(v.value)
+    return None
+
+
+_INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+            "%": operator.mod}
+
+
+def _binary(d, f, op: str, a: Value, b: Value):
+    base = op[:-1] if op.endswith("=") else op
+    pa, pb = operand(a), operand(b)
+    if pa is None or pb is None:
+        if type(a).__name__ == "TensorVar" or type(b).__name__ == "TensorVar":
+            return NotImplemented
+        if type(a) is SymNumVar and type(b) is Const and type(b.value) is float:
+            return d.binary(f, op, Const(specialize(a, "arithmetic with a float", f)), b)
+        if type(b) is SymNumVar and type(a) is Const and type(a.value) is float:
+            return d.binary(f, op, a, Const(specialize(b, "arithmetic with a float", f)))
+        return NotImplemented
+    fn = _INT_OPS.get(base)
+    if fn is None:      # /, **, shifts, bit operations: computed on the specialized values
+        va = specialize(a, f"the operator {op}", f) if type(a) is SymNumVar else pa[0]
+        vb = specialize(b, f"the operator {op}", f) if type(b) is SymNumVar else pb[0]
+        return d.binary(f, op, Const(va), Const(vb))
+    if base in ("//", "%") and pb[0] == 0:
+        raise UserException(ZeroDivisionError("integer division or modulo by zero"))
+    with located(where(f)):
+        sym = fn(pa[0], pb[0])
+    st = d.torch
+    node = st.graph.call_function(fn, (pa[1], pb[1]))
+    return make(st, sym, node)
+
+
+def _compare(d, f, op: str, a: Value, b: Value):
+    from .ops import COMPARE_FNS
+    pa, pb = operand(a), operand(b)
+    if pa is None or pb is None:
+        if type(a).__name__ == "TensorVar" or type(b).__name__ == "TensorVar":
+            return NotImplemented
+        if op in ("==", "!="):
+            return Const(op == "!=")
+        other = b if pb is None else a
+        if type(other) is Const and type(other.value) is float:
+            sv = a if pa is not None else b
+            x = specialize(sv, "compared with a float", f)
+            va, vb = (x, other.value) if sv is a else (other.value, x)
+            return Const(COMPARE_FNS[op](va, vb))
+        return NotImplemented
+    with located(where(f)):
+        return Const(bool(COMPARE_FNS[op](pa[0], pb[0])))
+
+
+def _unary(d, f, op: str, v: SymNumVar):
+    st = d.torch
+    if op == "-":
+        return make(st, -v.sym, st.graph.call_function(operator.neg, (v.node,)))
+    if op == "+":
+        return v
+    if op == "abs":
+        with located(where(f)):
+            neg = bool(v.sym < 0)
+        return _unary(d, f, "-", v) if neg else v
+    return Const(operator.invert(specialize(v, f"the operator {op}", f)))
+
+
+def _truth(d, f, v: SymNumVar) -> bool:
+    with located(where(f)):
+        return bool(v.sym != 0)
+
+
+def _reconstruct(glue, v: SymNumVar) -> str:
+    table = v.sym.node.table
+    return to_python(table.simplify(v.sym.node.expr), names(table))
+
+
+R.BINARY.register(SymNumVar)(_binary)
+R.COMPARE.register(SymNumVar)(_compare)
+R.UNARY.register(SymNumVar)(_unary)
+R.TRUTH.register(SymNumVar)(_truth)
+R.RECONSTRUCT.register(SymNumVar)(_reconstruct)
+
+
+# -- sizes of tensors -----------------------------------------------------------------------------------
+def dim_value(d, f, t, i: int) -> Value:
+    """``t.size(i)`` as a value: a ``Const`` for a static dim, else the ``SymNumVar`` read from ``t``'s node."""
+    sym = getattr(t, "sym", None)
+    n = t.meta.dim()
+    if i < -n or i >= n:
+        raise UserException(IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                                       f"but got {i})"))
+    i %= max(n, 1)
+    if sym is None:
+        return Const(int(t.meta.shape[i]))
+    e = sym[i]
+    if e is None:
+        raise SymbolicUnsupported(f"capture: the size of a tensor computed at {t.node.meta.get('ember_loc', '?')} "
+                                  "is read, but ember could not compute it symbolically")
+    if isinstance(e, int):
+        return Const(e)
+    st = d.torch
+    key = (t.node, i)
+    hit = st.size_nodes.get(key)
+    if hit is None:
+        node = st.graph.call_method("size", (t.node, i))
+        hit = st.size_nodes[key] = make(st, st.table.symint(e), node)
+    return hit
+
+
+def shape_value(d, f, t, cls=torch.Size) -> Value:
+    from ..values import TupleVar
+    return TupleVar([dim_value(d, f, t, i) for i in range(t.meta.dim())], cls)
+
+
+def numel_value(d, f, t) -> Value:
+    sym = t.sym
+    if any(e is None for e in sym):
+        raise SymbolicUnsupported("capture: numel() of a tensor whose sizes ember could not compute symbolically")
+    st = d.torch
+    total = sympy.Integer(1)
+    for e in sym:
+        total = total * e
+    return make(st, st.table.symint(total), st.graph.call_method("numel", (t.node,)))
+
+
+def relation_guards(d, table) -> None:
+    """Every relation the trace and the backend relied on, as a guard over the bound symbols."""
+    nm = names(table)
+    for r in table.relations:
+        d.guards.add(to_python(r.expr, nm), f"relation {r}")

@@ -1,0 +1,78 @@
+"""Dynamic shapes, capture stage (backend="eager"): the program table of tests/dynamic_programs.py.
+
+For each program called with its sequence of sizes: outputs equal eager, ember's graph count is at most
+torch.compile's (dynamic=None, counted with a counting backend) and nothing falls back to eager.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ember
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dynamic_programs import PROGRAMS  # noqa: E402
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, equal_nan=True)
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b and type(a) is type(b), (a, b)
+
+
+def _torch_graph_count(prog) -> int:
+    import torch._dynamo
+    torch._dynamo.reset()
+    n = [0]
+
+    def counting(gm, example_inputs):
+        n[0] += 1
+        return gm.forward
+    c = torch.compile(prog.make(), backend=counting)
+    for s in prog.sizes:
+        torch.manual_seed(s)
+        c(*prog.inputs(s))
+    torch._dynamo.reset()
+    return n[0]
+
+
+def _ember_run(prog, **kw):
+    ember.reset()
+    model = prog.make()
+    c = ember.compile(model, backend="eager", **kw)
+    for s in prog.sizes:
+        torch.manual_seed(s)
+        args = prog.inputs(s)
+        _same(c(*args), model(*args))
+    return ember.stats()
+
+
+@pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
+def test_program_graph_count_at_most_torch_compile(prog):
+    stats = _ember_run(prog)
+    assert stats["fallbacks_to_eager"] == 0
+    assert stats["graphs_compiled"] <= _torch_graph_count(prog), stats
+    if len(set(prog.sizes)) > 2:
+        assert stats["symbolic_graphs"] >= 1, stats
+
+
+def test_table_has_at_least_40_programs():
+    assert len(PROGRAMS) >= 40
+
+
+def test_mlp_batch_sizes_compile_two_graphs():
+    prog = next(p for p in PROGRAMS if p.name == "mlp_two_layers")
+    stats = _ember_run(prog)
+    assert stats["graphs_compiled"] == 2 and stats["symbolic_graphs"] == 1, stats
+
+
+def test_kv_cache_never_falls_back():
+    prog = next(p for p in PROGRAMS if p.name == "kv_cache_grows")
+    stats = _ember_run(prog)
+    assert stats["fallbacks_to_eager"] == 0 and stats["graphs_compiled"] <= 2, stats

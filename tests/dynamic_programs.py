@@ -1,0 +1,312 @@
+"""The dynamic-shapes program table (issue 33): programs called with several sizes.
+
+Each ``Program`` has a ``make()`` returning the callable to compile (a function or an nn.Module) and
+``inputs(size)`` returning the arguments of one call; ``sizes`` is the sequence of calls. Other stages reuse
+the table with their own backends (``backend="aot_eager"``/``"ember"``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    make: Callable[[], Any]
+    inputs: Callable[[Any], tuple]
+    sizes: tuple
+
+
+PROGRAMS: list[Program] = []
+
+
+def program(sizes, inputs):
+    def deco(fn):
+        PROGRAMS.append(Program(fn.__name__, fn, inputs, tuple(sizes)))
+        return fn
+    return deco
+
+
+def _r(*s):
+    return torch.randn(*s)
+
+
+B = (3, 5, 8, 6)          # sizes seen by most programs: first, changed (automatic dynamic), then hits
+
+
+# -- functions ---------------------------------------------------------------------------------------------
+@program(B, lambda n: (_r(n, 8),))
+def elementwise():
+    return lambda x: x.sin() * 2 + 1
+
+
+@program(B, lambda n: (_r(n, 8),))
+def row_sum():
+    return lambda x: x.sum(1) + x.mean(0).sum()
+
+
+@program(B, lambda n: (_r(n, 8),))
+def half_slice():
+    return lambda x: x[: x.shape[0] // 2] * 2
+
+
+@program((4, 6, 10, 8), lambda n: (_r(n, 8),))
+def neg_slice():
+    return lambda x: x[-(x.size(0) // 2):] + 1
+
+
+@program(B, lambda n: (_r(n, 8),))
+def view_by_size():
+    return lambda x: x.view(x.size(0), 2, -1).sum(-1)
+
+
+@program(B, lambda n: (_r(n, 8),))
+def reshape_flat():
+    return lambda x: x.reshape(-1).cumsum(0)
+
+
+@program(B, lambda n: (_r(n, 4),))
+def arange_of_size():
+    return lambda x: x + torch.arange(x.shape[0]).unsqueeze(1)
+
+
+@program(B, lambda n: (_r(n, 4),))
+def new_zeros_of_size():
+    return lambda x: x.sum(1) + x.new_zeros(x.size(0))
+
+
+@program(B, lambda n: (_r(n, 4),))
+def full_of_size():
+    return lambda x: x * torch.full((x.size(0), 4), 2.0)
+
+
+@program(B, lambda n: (_r(n, 4),))
+def cat_pieces():
+    return lambda x: torch.cat([x, x[: x.size(0) // 2] * 3], 0)
+
+
+@program(B, lambda n: (_r(n, 4), _r(n + 1, 4)))
+def cat_two_dynamic():
+    return lambda x, y: torch.cat([x, y]).sum(0)
+
+
+@program((3, 5, 8, 6, 2), lambda n: (_r(n, 4),))
+def branch_on_size():
+    def f(x):
+        if x.shape[0] > 4:
+            return x * 2
+        return x - 1
+    return f
+
+
+@program((4, 6, 8, 5, 7), lambda n: (_r(n, 4),))
+def branch_on_parity():
+    def f(x):
+        if x.size(0) % 2 == 0:
+            return x.view(2, -1)
+        return x + 1
+    return f
+
+
+@program(B, lambda n: (_r(n, n),))
+def square_matmul():
+    return lambda x: x @ x + 1
+
+
+@program(B, lambda n: (_r(n, 4), _r(4, n)))
+def matmul_chain():
+    return lambda a, b: (a @ b).softmax(-1)
+
+
+@program(B, lambda n: (_r(n, 4), _r(n, 1)))
+def broadcasting():
+    return lambda x, y: x * y + y
+
+
+@program(B, lambda n: (_r(n, 4), _r(4)))
+def broadcast_row():
+    return lambda x, y: (x - y).abs().amax(1)
+
+
+@program(B, lambda n: (_r(8, 4), n))
+def int_argument_slice():
+    return lambda x, k: x[:k] * k
+
+
+@program(B, lambda n: (_r(4), n))
+def int_argument_scale():
+    return lambda x, k: x * (k + 1) - k // 2
+
+
+@program(B, lambda n: (_r(n, 4),))
+def len_and_numel():
+    return lambda x: (x.sum() / x.numel(), len(x) * 2)
+
+
+@program(B, lambda n: (_r(n, 4),))
+def returns_size():
+    return lambda x: (x + 1, x.shape[0], x.size())
+
+
+@program(B, lambda n: (_r(n, 3),))
+def unpack_size():
+    def f(x):
+        b, c = x.size()
+        return x.reshape(b * c) * b
+    return f
+
+
+@program((3, 5, 8, 12), lambda n: (_r(n, 4),))
+def min_max_sizes():
+    return lambda x: x[: min(x.shape[0], 4)].sum() + x[: max(x.shape[0] // 2, 1)].sum()
+
+
+@program(B, lambda n: (_r(n, 4),))
+def transpose_contiguous():
+    return lambda x: x.t().contiguous().view(-1)
+
+
+@program(B, lambda n: (_r(n, 4),))
+def expand_by_size():
+    return lambda x: x[:1].expand(x.size(0), 4) + x
+
+
+@program(B, lambda n: (_r(n, 4),))
+def stack_and_sum():
+    return lambda x: torch.stack([x, x * 2]).sum(0)
+
+
+@program(B, lambda n: (_r(n, 6),))
+def softmax_dynamic_dim():
+    return lambda x: F.softmax(x, dim=0)
+
+
+@program(B, lambda n: (_r(2, n, n),))
+def causal_tril_mask():
+    def f(x):
+        t = x.size(-1)
+        mask = torch.ones(t, t).tril().bool()
+        return x.masked_fill(~mask, float("-inf")).softmax(-1)
+    return f
+
+
+@program(B, lambda n: (_r(2, n),))
+def arange_mask_where():
+    def f(x):
+        keep = torch.arange(x.size(1)) < x.size(1) // 2
+        return torch.where(keep, x, torch.zeros_like(x))
+    return f
+
+
+@program(B, lambda n: (_r(n, 3, 4),))
+def bmm_batch():
+    return lambda x: torch.bmm(x, x.transpose(1, 2))
+
+
+@program(B, lambda n: (_r(n, 4),))
+def unsqueeze_expand():
+    return lambda x: x.unsqueeze(0).expand(2, -1, -1).sum(0)
+
+
+@program(B, lambda n: (_r(n, 4),))
+def flatten_dims():
+    return lambda x: x.flatten() * 2
+
+
+# -- modules -----------------------------------------------------------------------------------------------
+def _seeded(mod_fn):
+    torch.manual_seed(0)
+    return mod_fn().eval()
+
+
+@program((2, 3, 4, 5, 7, 9, 12, 16), lambda n: (_r(n, 16),))
+def mlp_two_layers():
+    return _seeded(lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)))
+
+
+@program(B, lambda n: (_r(n, 10),))
+def layernorm_module():
+    return _seeded(lambda: nn.Sequential(nn.LayerNorm(10), nn.GELU()))
+
+
+@program(B, lambda n: (torch.randint(0, 20, (2, n)),))
+def embedding_seq():
+    return _seeded(lambda: nn.Embedding(20, 6))
+
+
+@program(B, lambda n: (_r(n, 3, 8, 8),))
+def conv_dynamic_batch():
+    return _seeded(lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(1)))
+
+
+@program((6, 8, 10, 12), lambda n: (_r(2, 3, n, n),))
+def conv_dynamic_spatial():
+    return _seeded(lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()))
+
+
+@program((6, 8, 10, 12), lambda n: (_r(2, 3, n, n),))
+def conv_adaptive_pool():
+    return _seeded(lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(1)))
+
+
+class _Attention(nn.Module):
+    def __init__(self, d=16, h=2):
+        super().__init__()
+        self.h = h
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q = q.view(b, t, self.h, c // self.h).transpose(1, 2)
+        k = k.view(b, t, self.h, c // self.h).transpose(1, 2)
+        v = v.view(b, t, self.h, c // self.h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (c // self.h) ** 0.5)
+        mask = torch.ones(t, t).tril().view(1, 1, t, t)
+        att = att.masked_fill(mask == 0, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.out(y)
+
+
+@program(B, lambda n: (_r(2, n, 16),))
+def causal_attention():
+    return _seeded(_Attention)
+
+
+class _SdpaAttention(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        q = self.proj(x)
+        return F.scaled_dot_product_attention(q, x, x, is_causal=True)
+
+
+@program(B, lambda n: (_r(2, n, 16),))
+def sdpa_causal():
+    return _seeded(_SdpaAttention)
+
+
+class _KVCache(nn.Module):
+    """A decode step: the cache grows by one token per call."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.k = nn.Linear(d, d)
+
+    def forward(self, cache, x):
+        cache = torch.cat([cache, self.k(x)], dim=1)
+        att = (x @ cache.transpose(1, 2)).softmax(-1)
+        return att @ cache, cache.size(1)
+
+
+@program(tuple(range(2, 12)), lambda n: (_r(1, n, 8), _r(1, 1, 8)))
+def kv_cache_grows():
+    return _seeded(_KVCache)
