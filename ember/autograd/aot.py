@@ -606,10 +606,6 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
     ``decompose`` (or ``options.aot_decompose``) asks for ember prims. ``compile_graph(gm, kind)`` (kind is
     "inference", "forward" or "backward") turns each final graph into the callable that runs it (the kernel
     compiler); by default the graph module itself runs."""
-    table = gm.meta.get("ember_symbols")
-    if table is not None and table.symbols:     # until AOT autograd handles symbolic sizes: capture goes static
-        from ..shapes import SymbolicUnsupported
-        raise SymbolicUnsupported("aot autograd: symbolic sizes are not supported yet")
     if decompose is None:
         decompose = bool(getattr(options, "aot_decompose", False))
     lifted, paths = _lift_params(gm)
