@@ -386,3 +386,25 @@ def test_symbolic_matmuls_stay_aten_calls() -> None:
     static = Extern("mm1", _contig(64, 16), target=torch.ops.aten.mm.default,
                     args=(BufferRef("a", _contig(64, 32)), BufferRef("w", w)), op="mm")
     assert eligible(static) and not eligible(e)
+
+
+def test_every_autotune_candidate_serves_every_size() -> None:
+    """max-autotune's candidates of a symbolic reduction (block sizes at the hints; the looped form of a
+    persistent one, whose buffers come in another order) all take the sizes after the tensors."""
+    from ember.codegen import triton as tb
+    from ember.loopir.kernel import kernel_body
+    from ember.loopir.schedule import Kernel, schedule
+    table, syms = _table(s0=3, s1=600)
+    graph, _ = _row_reduction("sum", exp=True)(syms)
+    (step,) = [s for s in schedule(graph).steps if isinstance(s, Kernel)]
+    body = kernel_body(step, persistent=tb.persistent(step, None, symbols=table))
+    cands = tb._candidates(body, table)
+    labels = [lab for lab, _ in cands]
+    assert labels[0].startswith("persistent") and any(lab.startswith("looped") for lab in labels), labels
+    for n, m in ((3, 600), (2, 1024), (5, 7)):
+        assert table.check({syms["s0"]: n, syms["s1"]: m}), table.describe()
+        x = _rn(n, m)
+        for label, k in cands:
+            out = torch.full((n,), float("nan"))
+            k(*[{"x": x, "out": out}[b] for b in body.buffers], n, m)
+            torch.testing.assert_close(out, x.exp().sum(1), rtol=1e-4, atol=1e-4, msg=lambda e: f"{label}: {e}")
