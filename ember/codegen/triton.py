@@ -5,6 +5,16 @@ Interface used by ``ember.codegen.compile_graph``: ``persistent(kernel, options)
 options)`` / ``compile_kernels(bodies, options, name)`` -> ``callable(*tensors)`` (tensors in the order of
 ``body.buffers``), and ``source(body)``.
 
+Symbolic sizes (dynamic shapes, docs/dynamic-contract.md): each of these takes ``symbols=`` (the graph's
+``SymbolTable``, ``gm.meta["ember_symbols"]``); a kernel whose sizes contain symbols raises
+``SymbolicUnsupported`` without it. Such a kernel is a ``SymbolicTritonKernel``, launched as
+``kernel(*tensors, *sizes)``: the tensors in the order of ``body.buffers``, then one Python int per symbol of
+``kernel.symbols`` (names, sorted: ``("s0", "s1")``), the values of this call (``s0 = arg0.size(0)``). The grid
+is computed from them at each launch; one source serves every size. Its block sizes come from the hints, and
+the size classes it relies on (``rnumel <= RBLOCK`` of a persistent reduction, indices below ``2**31`` for
+32-bit indexing) are recorded in the table with ``decide`` while ``persistent``/``compile_kernel(s)`` run, so
+the entry's guard covers them. The kernel cache key (the source's hash) holds no hint.
+
 Kernels are written to the ``diskcache`` store ``$EMBER_CACHE_DIR/triton`` (default ``~/.cache/ember/triton``)
 under the hash of their source and imported from there, so Triton's own on-disk cache (keyed by source) applies and a warm start
 compiles nothing. ``compile_kernels`` compiles a graph's kernels in a thread pool (Triton's async compile
@@ -30,8 +40,9 @@ from ember.loopir.combo import ComboBody
 from ember.loopir.kernel import KernelBody
 from ember.loopir.schedule import Kernel
 
+from . import triton_sym
 from .triton_combo import generate_combo
-from .triton_gen import LaunchConfig, generate, inner_reduction, is_persistent, reduced_load_indices
+from .triton_gen import LaunchConfig, generate, inner_reduction, is_persistent, next_pow2, reduced_load_indices
 
 _MODULES: dict[str, Any] = {}
 
@@ -45,19 +56,25 @@ def cache_dir() -> Path:
     return cache_root() / "triton"
 
 
-def persistent(kernel: Kernel, options: Any = None) -> bool:
+def persistent(kernel: Kernel, options: Any = None, symbols: Any = None) -> bool:
+    """Whether ``kernel``'s reductions hold their rows whole. Over a symbolic row, decided at the hints and,
+    where persistent, only for rows up to its RBLOCK (recorded in ``symbols``, the graph's ``SymbolTable``)."""
     if not kernel.is_reduction:
         return True
-    return is_persistent(int(kernel.rnumel), inner_reduction(reduced_load_indices(kernel)))
+    inner = inner_reduction(reduced_load_indices(kernel))
+    if triton_sym.is_symbolic(kernel.rnumel):
+        triton_sym.require_table(symbols, f"kernel {kernel.name}")
+        return triton_sym.persistent_for(symbols, kernel.rnumel, inner, is_persistent, next_pow2)
+    return is_persistent(int(kernel.rnumel), inner)
 
 
-def source(body: KernelBody | ComboBody) -> str:
+def source(body: KernelBody | ComboBody, symbols: Any = None) -> str:
     text = getattr(body, "_triton_source", None)     # the heuristic configuration's, kept by _build
     if text is not None:
         return text
     if isinstance(body, ComboBody):
-        return generate_combo(body)[0]
-    return generate(body, persistent(body.kernel))[0]
+        return generate_combo(body, symbols)[0]
+    return generate(body, persistent(body.kernel, None, symbols), table=symbols)[0]
 
 
 def load_module(src: str) -> Any:
@@ -193,6 +210,84 @@ def _no_launch(*args: torch.Tensor) -> None:
     """The launcher of a kernel over nothing (a zero-size grid)."""
 
 
+def _int_class(v: int) -> tuple[bool, bool, bool]:
+    """What Triton specializes an int argument on: being 1, divisibility by 16, and fitting 32 bits."""
+    return v == 1, v % 16 == 0, -2 ** 31 <= v < 2 ** 31
+
+
+class SymbolicTritonKernel(TritonKernel):
+    """A kernel over symbolic sizes: ``kernel(*tensors, *sizes)``, ``sizes`` the values of ``self.symbols``
+    (ints, in order). The grid is computed from them per launch (``triton_sym.grid_function``). On a GPU a
+    launcher is compiled per specialization key: the pointers' alignment (as ``TritonKernel``) and each int's
+    ``_int_class``; the launch passes the grid. Not compiled by the worker pool (its ints are not known
+    before the first call); ``warmup`` compiles it for the hints."""
+
+    def __init__(self, src: str, fname: str, cfg: LaunchConfig, name: str, interpret: bool,
+                 hints: tuple[int, ...]) -> None:
+        super().__init__(src, fname, cfg, name, interpret)
+        self.symbols: tuple[str, ...] = cfg.symbols
+        self.nsyms = len(cfg.symbols)
+        self.grid_fn = triton_sym.grid_function(cfg.grid_expr, cfg.symbols)
+        self.hints = hints
+        self.empty = False
+
+    def __call__(self, *args: Any) -> None:
+        n = self.nsyms
+        grid = self.grid_fn(*args[-n:])
+        if grid[0] <= 0:
+            return
+        if self.interpreted:
+            self.fn[grid](*args)
+            return
+        chk = self.checked
+        ptrs = args[:-n] if chk is None else [args[i] for i in chk]
+        key = tuple((a.data_ptr() & 15) == 0 for a in ptrs) + tuple(_int_class(v) for v in args[-n:])
+        fast = self.fast.get(key)
+        if fast is None:
+            fast = self.fast[key] = self._first_symbolic_launch(args, grid)
+        fast(grid, *args)
+
+    def aligned_launcher(self, args: tuple) -> Callable[..., None]:
+        return self         # its ints' specialization is looked up per call
+
+    def _first_symbolic_launch(self, args: tuple, grid: tuple) -> Callable[..., None]:
+        compiled = self.fn.run(*args, grid=grid, warmup=True, **self.meta)
+        return _grid_launcher(compiled, args) or self._slow_grid
+
+    def _slow_grid(self, grid: tuple, *args: Any) -> None:
+        self.fn[grid](*args, **self.meta)
+
+    def warmup(self, args: list[torch.dtype]) -> None:
+        self.fn.warmup(*args, *self.hints, grid=self.grid_fn(*self.hints), **self.meta)
+
+
+def _grid_launcher(compiled: Any, args: tuple) -> Callable[..., None] | None:
+    """``_direct_launcher`` for a grid given per launch: ``launch(grid, *args)``."""
+    try:
+        from triton import knobs
+        from triton.runtime.driver import driver
+        if hasattr(compiled, "result"):
+            compiled = compiled.result()
+        run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
+        stream = driver.active.get_current_stream
+        dev = args[0].device.index if args and args[0].device.index is not None else 0
+        enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        if _no_hooks(enter) and _no_hooks(exit_):
+            def launch(grid: tuple, *a: Any) -> None:
+                run(grid[0], grid[1], grid[2], stream(dev), function, meta, None, None, None, *a)
+        else:
+            def launch(grid: tuple, *a: Any) -> None:
+                s = stream(dev)
+                run(grid[0], grid[1], grid[2], s, function, meta, compiled.launch_metadata(grid, s, *a), enter,
+                    exit_, *a)
+        return launch
+    except Exception as e:  # noqa: BLE001 - any mismatch with this Triton: keep the regular launch path
+        from ember import logs
+        logs.log("perf_hints", f"ember.codegen.triton: direct launch unavailable ({type(e).__name__}: {e}); "
+                               "kernels launch through JITFunction.run")
+        return None
+
+
 _LOADED: dict[tuple, Any] = {}      # (Triton cache hash, device) -> the kernel loaded by it
 
 
@@ -286,8 +381,15 @@ def _direct_launcher(compiled: Any, grid: tuple, args: tuple) -> Callable[..., N
         return None
 
 
+def _kernel(src: str, fname: str, cfg: LaunchConfig, name: str, interp: bool, symbols: Any) -> TritonKernel:
+    if not cfg.symbols:
+        return TritonKernel(src, fname, cfg, name, interp)
+    hints = {s.name: v for s, v in symbols.hints.items()}
+    return SymbolicTritonKernel(src, fname, cfg, name, interp, tuple(hints[n] for n in cfg.symbols))
+
+
 def _build(body: KernelBody | ComboBody, cfg: LaunchConfig | None = None,
-           is_persistent: bool | None = None) -> TritonKernel:
+           is_persistent: bool | None = None, symbols: Any = None) -> TritonKernel:
     from .triton_helpers import interpreting
     interp = interpreting()
     if body.kernel.device.type != "cuda" and not interp:
@@ -295,29 +397,29 @@ def _build(body: KernelBody | ComboBody, cfg: LaunchConfig | None = None,
                            "tensors only under TRITON_INTERPRET=1, set before triton is first imported "
                            "(or use cpu_backend='cpp')")
     if isinstance(body, ComboBody):        # its parts' configurations are the heuristic ones
-        src, fname, cfg = generate_combo(body)
+        src, fname, cfg = generate_combo(body, symbols)
         body._triton_source = src  # type: ignore[attr-defined]
-        return TritonKernel(src, fname, cfg, body.name, interp)
-    pers = persistent(body.kernel) if is_persistent is None else is_persistent
+        return _kernel(src, fname, cfg, body.name, interp, symbols)
+    pers = persistent(body.kernel, None, symbols) if is_persistent is None else is_persistent
     heuristic = cfg is None and is_persistent is None
-    src, fname, cfg = generate(body, pers, cfg=cfg)
+    src, fname, cfg = generate(body, pers, cfg=cfg, table=symbols)
     if heuristic:
         body._triton_source = src  # type: ignore[attr-defined]
-    return TritonKernel(src, fname, cfg, body.name, interp)
+    return _kernel(src, fname, cfg, body.name, interp, symbols)
 
 
-def compile_kernel(body: KernelBody | ComboBody, options: Any = None) -> Callable[..., None]:
-    return _build(body)
+def compile_kernel(body: KernelBody | ComboBody, options: Any = None, symbols: Any = None) -> Callable[..., None]:
+    return _build(body, symbols=symbols)
 
 
 def compile_kernels(bodies: list[KernelBody | ComboBody], options: Any = None,
-                    name: str = "") -> list[Callable[..., None]]:
+                    name: str = "", symbols: Any = None) -> list[Callable[..., None]]:
     if getattr(options, "max_autotune", False):
-        return _autotuned_kernels(bodies)
+        return _autotuned_kernels(bodies, symbols)
     kernels, rest = [], []
     cuda = torch.cuda.is_available()
     for b in bodies:       # each kernel goes to a worker as soon as it is generated
-        k = _build(b)
+        k = _build(b, symbols=symbols)
         kernels.append(k)
         if cuda and not k.interpreted and not _submit(k, _dtypes(b)):
             rest.append((k, _dtypes(b)))
@@ -332,33 +434,34 @@ class _Reordered:
         self.kernel, self.perm = kernel, perm
         self.source, self.interpreted = kernel.source, kernel.interpreted
 
-    def __call__(self, *args: torch.Tensor) -> None:
-        self.kernel(*[args[i] for i in self.perm])
+    def __call__(self, *args: Any) -> None:
+        self.kernel(*[args[i] for i in self.perm], *args[len(self.perm):])     # then a symbolic kernel's sizes
 
     def warmup(self, dtypes: list[torch.dtype]) -> None:
         self.kernel.warmup([dtypes[i] for i in self.perm])
 
 
-def _candidates(body: KernelBody) -> list[tuple[str, Any]]:
+def _candidates(body: KernelBody, symbols: Any = None) -> list[tuple[str, Any]]:
     """(label, kernel) for each configuration max-autotune tries; the heuristic one first. Reductions whose
     rows fit in registers also try the looped form (a body built with ``persistent=False``)."""
     from ember.loopir.kernel import kernel_body, share_pointers
 
     from .triton_gen import configs
     k = body.kernel
-    pers = persistent(k)
+    pers = persistent(k, None, symbols)
     out: list[tuple[str, Any]] = []
-    for cfg in configs(body, pers):
-        out.append((_label(cfg), _build(body, cfg, pers)))
-    if k.is_reduction and pers and int(k.rnumel) >= 512:
+    for cfg in configs(body, pers, symbols):
+        out.append((_label(cfg), _build(body, cfg, pers, symbols)))
+    rnumel = triton_sym.hint(symbols, k.rnumel) if triton_sym.is_symbolic(k.rnumel) else int(k.rnumel)
+    if k.is_reduction and pers and rnumel >= 512:
         looped = kernel_body(k, persistent=False)
         looped.aliased, looped.memory = set(body.aliased), dict(body.memory)
         share_pointers(looped)          # as ``body`` was (ember.codegen.compile_graph): the same parameters
         names = list(body.buffers)
         if set(looped.buffers) == set(names):
             perm = [names.index(b) for b in looped.buffers]
-            for cfg in configs(looped, False):
-                out.append((_label(cfg), _Reordered(_build(looped, cfg, False), perm)))
+            for cfg in configs(looped, False, symbols):
+                out.append((_label(cfg), _Reordered(_build(looped, cfg, False, symbols), perm)))
     return out
 
 
@@ -369,12 +472,12 @@ def _label(cfg: LaunchConfig) -> str:
         else f"X{cfg.xblock} w{cfg.num_warps}"
 
 
-def _autotuned_kernels(bodies: list[KernelBody | ComboBody]) -> list[Callable[..., None]]:
+def _autotuned_kernels(bodies: list[KernelBody | ComboBody], symbols: Any = None) -> list[Callable[..., None]]:
     from .autotune import Autotuned, digest
     out: list[Callable[..., None]] = []
     every: list[tuple[Any, list[torch.dtype]]] = []
     for b in bodies:
-        cands = _candidates(b) if isinstance(b, KernelBody) else [("combo", _build(b))]
+        cands = _candidates(b, symbols) if isinstance(b, KernelBody) else [("combo", _build(b, symbols=symbols))]
         kernels = [c for _, c in cands]
         every += [(c, _dtypes(b)) for c in kernels]
         if len(kernels) == 1:
@@ -415,7 +518,7 @@ def _submit(kernel: Any, dtypes: list[torch.dtype]) -> bool:
     """``kernel`` sent to a compile worker (False: no pool, or nothing Triton compiles)."""
     from .triton_pool import submit
     u = _unwrap(kernel, dtypes)
-    return u is not None and submit(*u)
+    return u is not None and not isinstance(u[0], SymbolicTritonKernel) and submit(*u)
 
 
 def _compile_in_threads(kernels: list[tuple[Any, list[torch.dtype]]]) -> None:

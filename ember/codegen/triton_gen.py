@@ -5,7 +5,10 @@ Pointwise kernels are 1-D: each program handles ``XBLOCK`` consecutive ``xindex`
 row at once (``RBLOCK >= rnumel``), so r-level values may be reused across the body's r sections; a *looped*
 one turns each r section into ``for roffset in range(0, rnumel, RBLOCK)`` carrying ``[XBLOCK, RBLOCK]``
 accumulators that are reduced along axis 1 after the loop. Sizes are baked into the source as literals; the
-kernel's only parameters are the buffers' pointers, so a launch binds nothing but tensors.
+kernel's only parameters are the buffers' pointers, so a launch binds nothing but tensors. A kernel over
+symbolic sizes (``triton_sym``) takes its size symbols as int parameters after the pointers instead, masks
+every symbolic tail, and is launched on a grid computed from them; ``symbols`` (the graph's ``SymbolTable``)
+gives the hints its block sizes are chosen at and records the size classes its choices rely on.
 
 Masks: ``xmask``/``rmask`` exist only where the block does not divide the size; a load's own mask (padding,
 concatenation) is and-ed in. Reductions mask with ``rmask`` only (a row past ``xnumel`` is computed and
@@ -13,6 +16,7 @@ thrown away), substituting the reduction's identity.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +29,7 @@ from ember.loopir.indexing import RINDEX, XINDEX, steps_by_one
 from ember.loopir.kernel import Accumulate, Assign, KernelBody, Store
 from ember.loopir.online import OnlineAccumulate, online_softmax
 
+from . import triton_sym as sym
 from .triton_ops import IndexPrinter, cast_expr, compute_dtype, ctl, literal, needs_int64, op_expr, tl_dtype
 
 PERSISTENT_MAX = 4096      # largest power-of-two row a persistent reduction keeps in registers
@@ -48,6 +53,10 @@ class LaunchConfig:
     persistent: bool
     int64: bool
     num_stages: int = 0        # 0: Triton's default
+    # symbolic kernels: their int parameters (size symbols, in order) and the program count over them
+    # (``grid`` holds its value at the hints)
+    symbols: tuple[str, ...] = ()
+    grid_expr: Any = None
 
 
 def is_persistent(rnumel: int, inner: bool) -> bool:
@@ -183,16 +192,19 @@ def _finish(rt: str, x: str, dt: torch.dtype) -> str:
 
 
 class _Gen:
-    def __init__(self, body: KernelBody, cfg: LaunchConfig, name: str, part: bool = False) -> None:
-        """``part``: a function of a combo kernel (``triton_combo``), taking its program id as ``pid``."""
+    def __init__(self, body: KernelBody, cfg: LaunchConfig, name: str, part: bool = False,
+                 table: Any = None) -> None:
+        """``part``: a function of a combo kernel (``triton_combo``), taking its program id as ``pid``.
+        ``table``: the ``SymbolTable`` of a kernel over symbolic sizes (whose tails are always masked)."""
         self.body, self.cfg, self.name, self.part = body, cfg, name, part
         k = body.kernel
-        self.xnumel, self.rnumel = int(k.xnumel), int(k.rnumel)
+        self.xnumel, self.rnumel = _numel(k.xnumel), _numel(k.rnumel)
         self.red = k.is_reduction
-        self.p = IndexPrinter(index_ranges(body))
-        self.xmask = self.xnumel % cfg.xblock != 0
+        self.p = IndexPrinter(index_ranges(body, table))
+        self.xmask = sym.is_symbolic(self.xnumel) or self.xnumel % cfg.xblock != 0
         # a reduction over nothing (a sum over a zero-size dim) masks every lane: its result is the identity
-        self.rmask = self.red and (self.rnumel % cfg.rblock != 0 or self.rnumel == 0)
+        self.rmask = self.red and (sym.is_symbolic(self.rnumel) or self.rnumel % cfg.rblock != 0
+                                   or self.rnumel == 0)
         self.lines: list[str] = []
         self.ind = 1
         self.levels: dict[str, str] = {}
@@ -261,7 +273,7 @@ class _Gen:
 
     def _index(self, st: Assign) -> str:
         e = st.args[0]
-        if not (isinstance(e, sympy.Basic) and e.free_symbols):
+        if not (isinstance(e, sympy.Basic) and any(not sym.is_size_symbol(s) for s in e.free_symbols)):
             return f"tl.full({self.scalar_shape}, {self.p(e)}, {ctl(st.dtype)})"
         return cast_expr(f"({self.p(e)})", torch.int64 if self.cfg.int64 else torch.int32, st.dtype)
 
@@ -343,7 +355,8 @@ class _Gen:
             return
         if self.cfg.persistent:
             w = f"tl.broadcast_to({f'tl.where(rmask, {v}, 0.0)' if self.rmask else v}, {shape})"
-            self.emit(f"{acc}_mean = tl.sum({w}, 1)[:, None] / {max(self.rnumel, 1)}.0")
+            count = f"({self.p(self.rnumel)} * 1.0)" if sym.is_symbolic(self.rnumel) else f"{max(self.rnumel, 1)}.0"
+            self.emit(f"{acc}_mean = tl.sum({w}, 1)[:, None] / {count}")
             d = f"tl.where(rmask, {v} - {acc}_mean, 0.0)" if self.rmask else f"{v} - {acc}_mean"
             self.emit(f"{acc}_d = tl.broadcast_to({d}, {shape})")
             self.emit(f"{acc} = tl.sum({acc}_d * {acc}_d, 1)[:, None]")
@@ -387,14 +400,14 @@ class _Gen:
         else:
             self.emit(f"xindex = {pid} * {c.xblock} + tl.arange(0, {c.xblock})")
         if self.xmask:
-            self.emit(f"xmask = xindex < {self.xnumel}")
+            self.emit(f"xmask = xindex < {self.p(self.xnumel)}")
         if self.red:
             cast = ".to(tl.int64)" if c.int64 else ""
             self.emit(f"rbase = tl.arange(0, {c.rblock})[None, :]{cast}")
             if c.persistent:
                 self.emit("rindex = rbase")
                 if self.rmask:
-                    self.emit(f"rmask = rindex < {self.rnumel}")
+                    self.emit(f"rmask = rindex < {self.p(self.rnumel)}")
 
     def section(self, sec) -> None:
         looped = sec.level == "r" and not self.cfg.persistent
@@ -410,11 +423,11 @@ class _Gen:
                     self.emit(f"{acc}_mean = tl.zeros({shape}, {tl_dtype(adt)})")
                     if self.rmask:
                         self.emit(f"{acc}_n = tl.zeros({shape}, tl.float32)")
-            self.emit(f"for roffset in range(0, {self.rnumel}, {self.cfg.rblock}):")
+            self.emit(f"for roffset in range(0, {self.p(self.rnumel)}, {self.cfg.rblock}):")
             self.ind += 1
             self.emit("rindex = roffset + rbase")
             if self.rmask:
-                self.emit(f"rmask = rindex < {self.rnumel}")
+                self.emit(f"rmask = rindex < {self.p(self.rnumel)}")
         for st in _stores_last(sec.stmts, self.body.memory):
             if isinstance(st, Assign):
                 self.assign(st)
@@ -428,7 +441,8 @@ class _Gen:
             self.ind -= 1
 
     def generate(self) -> str:
-        params = ", ".join([self.ptr(b) for b in self.body.buffers] + (["pid"] if self.part else []))
+        params = ", ".join([self.ptr(b) for b in self.body.buffers] + list(self.cfg.symbols)
+                           + (["pid"] if self.part else []))
         k = self.body.kernel
         kind = "persistent" if self.cfg.persistent else "looped"
         head = [(f"# ember triton kernel {k.name}: xnumel={self.xnumel} rnumel={self.rnumel} {kind}"
@@ -479,37 +493,81 @@ def body_indices(body: KernelBody) -> list:
     return [e for e in out if isinstance(e, sympy.Basic)]
 
 
-def index_ranges(body: KernelBody) -> dict:
+def _numel(n: Any) -> Any:
+    """A kernel extent: an int, or a sympy expression over size symbols (a symbolic kernel)."""
+    return n if sym.is_symbolic(n) else int(n)
+
+
+def index_ranges(body: KernelBody, table: Any = None) -> dict:
     """Each index symbol's extent (values in [0, extent)): xindex, rindex, and every loaded value a load's
-    address depends on (a gather's index lies in the gathered dimension; torch raises on any other)."""
+    address depends on (a gather's index lies in the gathered dimension; torch raises on any other). In a
+    symbolic kernel the extents are expressions, and each size symbol maps to its range ``(lo, hi)``."""
     k = body.kernel
-    return {XINDEX: int(k.xnumel), RINDEX: int(k.rnumel), **{bound_symbol(v): n for v, n in body.extents.items()}}
+    out = {XINDEX: _numel(k.xnumel), RINDEX: _numel(k.rnumel),
+           **{bound_symbol(v): n for v, n in body.extents.items()}}
+    syms = body_symbols(body)
+    if syms:
+        out.update(sym.symbol_ranges(table, syms))
+    return out
 
 
-def _sizes(body: KernelBody, persistent: bool) -> tuple:
-    """The arguments of ``launch_config``/``candidate_configs`` for ``body``."""
+def body_symbols(body: KernelBody) -> tuple[sympy.Symbol, ...]:
+    """The size symbols of ``body`` (sorted by name): its int parameters after the buffers."""
+    got = body.__dict__.get("_triton_symbols")      # kept: asked several times per generation
+    if got is None:
+        k = body.kernel
+        got = sym.kernel_symbols([k.xnumel, k.rnumel, *body_indices(body), *body.extents.values()])
+        body.__dict__["_triton_symbols"] = got
+    return got
+
+
+def _sizes(body: KernelBody, persistent: bool, table: Any = None) -> tuple:
+    """The arguments of ``launch_config``/``candidate_configs`` for ``body``: a symbolic kernel's at the hints,
+    with 32-bit indexing where the hints allow it (the size class recorded in ``table``)."""
     k = body.kernel
-    xnumel, rnumel = int(k.xnumel), int(k.rnumel)
-    int64 = needs_int64(body_indices(body), index_ranges(body))
-    return xnumel, rnumel, k.is_reduction, persistent, inner_reduction(reduced_load_indices(k)), int64
+    inner = inner_reduction(reduced_load_indices(k))
+    if not body_symbols(body):
+        xnumel, rnumel = int(k.xnumel), int(k.rnumel)
+        int64 = needs_int64(body_indices(body), index_ranges(body))
+        return xnumel, rnumel, k.is_reduction, persistent, inner, int64
+    sym.require_table(table, f"kernel {k.name}")
+    numel = {XINDEX: k.xnumel, RINDEX: k.rnumel, **{bound_symbol(v): n for v, n in body.extents.items()}}
+    int64 = sym.needs_int64(body_indices(body), numel, table)
+    return sym.hint(table, k.xnumel), sym.hint(table, k.rnumel), k.is_reduction, persistent, inner, int64
 
 
-def configs(body: KernelBody, persistent: bool) -> list[LaunchConfig]:
+def _symbolic(cfg: LaunchConfig, body: KernelBody, table: Any) -> LaunchConfig:
+    """``cfg`` (chosen at the hints) made a symbolic kernel's: its parameters and grid over the symbols. A
+    persistent reduction holds the row whole for every size the table admits (relation ``rnumel <= RBLOCK``)."""
+    k = body.kernel
+    syms = body_symbols(body)
+    if not syms:
+        return cfg
+    if cfg.persistent and k.is_reduction and sym.is_symbolic(k.rnumel) and \
+            not table.decide(sympy.Le(k.rnumel, cfg.rblock)):
+        raise sym.SymbolicUnsupported(f"ember.codegen.triton: kernel {k.name}: a persistent reduction over "
+                                      f"{k.rnumel} points does not fit RBLOCK={cfg.rblock} at the hints")
+    return dataclasses.replace(cfg, symbols=tuple(s.name for s in syms), grid_expr=sym.grid_expr(k.xnumel,
+                                                                                                cfg.xblock))
+
+
+def configs(body: KernelBody, persistent: bool, table: Any = None) -> list[LaunchConfig]:
     """The heuristic launch configuration of ``body`` first, then the other candidates max-autotune tries."""
-    return candidate_configs(*_sizes(body, persistent))
+    return [_symbolic(c, body, table) for c in candidate_configs(*_sizes(body, persistent, table))]
 
 
-def generate(body: KernelBody, persistent: bool, name: str = "",
-             cfg: LaunchConfig | None = None) -> tuple[str, str, LaunchConfig]:
+def generate(body: KernelBody, persistent: bool, name: str = "", cfg: LaunchConfig | None = None,
+             table: Any = None) -> tuple[str, str, LaunchConfig]:
     """(module source, kernel function name, launch configuration) for ``body``, with the heuristic
-    configuration unless ``cfg`` (one of ``configs(body, persistent)``) is given."""
+    configuration unless ``cfg`` (one of ``configs(body, persistent, table)``) is given. ``table``: the graph's
+    ``SymbolTable``, needed when ``body`` has symbolic sizes."""
     k = body.kernel
-    cfg = cfg or launch_config(*_sizes(body, persistent))
+    cfg = cfg or _symbolic(launch_config(*_sizes(body, persistent, table)), body, table)
     if k.is_reduction and not persistent and ONLINE_SOFTMAX:
         body = online_softmax(body)
     if name:
-        return HEADER + _Gen(body, cfg, name).generate(), name, cfg
-    text = canonical(_Gen(body, cfg, _PLACEHOLDER).generate(), list(body.buffers))
+        return HEADER + _Gen(body, cfg, name, table=table).generate(), name, cfg
+    text = canonical(_Gen(body, cfg, _PLACEHOLDER, table=table).generate(), list(body.buffers))
     fn_text = text[text.index("@triton.jit"):]
     fname = _SHARED.setdefault(fn_text, f"ember_{k.name}")
     return HEADER + text.replace(_PLACEHOLDER, fname), fname, cfg

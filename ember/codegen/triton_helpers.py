@@ -52,8 +52,28 @@ class _InterpLibdevice:
         return call
 
 
+def _patch_interpreter_index() -> None:
+    """The interpreter holds a kernel's int argument (a symbolic size) as a one-element array, and turns it
+    into a Python int (``range(0, s1, RBLOCK)``) with ``int(array)``, which NumPy 2 refuses for arrays of one
+    dimension: take the element instead."""
+    try:
+        from triton.runtime import interpreter
+        patch = interpreter._patch_lang_tensor
+    except (ImportError, AttributeError):
+        return
+    if getattr(patch, "ember_index", False):
+        return
+
+    def patched(tensor: Any, scope: Any) -> None:
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    patched.ember_index = True  # type: ignore[attr-defined]
+    interpreter._patch_lang_tensor = patched
+
+
 if interpreting():
     libdevice: Any = _InterpLibdevice()
+    _patch_interpreter_index()
 else:
     from triton.language.extra import libdevice
 

@@ -50,11 +50,24 @@ def literal(v: Any, dt: torch.dtype) -> str:
 
 # -- index expressions -------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=1 << 16)
-def _frac(e: sympy.Expr) -> tuple[sympy.Expr, int]:
+def _frac(e: sympy.Expr) -> tuple[sympy.Expr, Any]:
+    """(numerator, denominator) of a division in an index: the denominator an int, or a positive product of
+    size symbols (a view split over a symbolic dim: ``xindex // s1``)."""
     num, den = sympy.fraction(sympy.together(e))
-    if not den.is_Integer:
+    if den.is_Integer:
+        return num, int(den)
+    if not all(s.name[:1] == "s" and s.is_positive for s in den.free_symbols) or not den.is_positive:
         raise NotImplementedError(f"ember.codegen.triton: index division by {den}")
-    return num, int(den)
+    return num, den
+
+
+def _floor_div_bounds(lo: Any, hi: Any, dl: Any, dh: Any) -> tuple:
+    """Interval of ``floor(n / d)`` for ``n`` in [lo, hi] and ``d`` in [dl, dh] (``dl >= 1``; bounds may be inf)."""
+    def fdiv(a: Any, b: Any) -> Any:
+        if abs(a) == _INF:
+            return a
+        return (0 if a >= 0 else -1) if b == _INF else a // b
+    return min(fdiv(lo, dl), fdiv(lo, dh)), max(fdiv(hi, dl), fdiv(hi, dh))
 
 
 def bounds(e: Any, numel: dict, memo: dict | None = None) -> tuple[int, int]:
@@ -68,15 +81,32 @@ def bounds(e: Any, numel: dict, memo: dict | None = None) -> tuple[int, int]:
     return got
 
 
+_INF = float("inf")
+
+
+def _symbol_bounds(e: sympy.Symbol, numel: dict, memo: dict) -> tuple:
+    if e not in numel:      # a loaded index value (gather, embedding): unknown, assume it needs 64 bits
+        return -(2 ** 31), 2 ** 31
+    n = numel[e]
+    if isinstance(n, tuple):        # a size symbol's range (symbolic kernels): (lo, hi), None unbounded
+        return (-_INF if n[0] is None else n[0]), (_INF if n[1] is None else n[1])
+    if isinstance(n, sympy.Basic) and not n.is_Integer:     # a symbolic extent: [0, its largest value)
+        return 0, max(bounds(n, numel, memo)[1] - 1, 0)
+    return 0, max(int(n) - 1, 0)
+
+
+def _times(a: Any, b: Any) -> Any:
+    return 0 if a == 0 or b == 0 else a * b     # 0 * inf is 0 here: a zero factor bounds the product
+
+
 def _bounds(e: Any, numel: dict, memo: dict) -> tuple[int, int]:
+    """Intervals are of ints; a symbolic kernel's (size symbols in ``numel`` as ranges) may reach +-inf."""
     if isinstance(e, (int, bool)):
         return int(e), int(e)
     if e is sympy.true or e is sympy.false:
         return 0, 1
     if isinstance(e, sympy.Symbol):
-        if e not in numel:      # a loaded index value (gather, embedding): unknown, assume it needs 64 bits
-            return -(2 ** 31), 2 ** 31
-        return 0, max(int(numel[e]) - 1, 0)
+        return _symbol_bounds(e, numel, memo)
     if e.is_Integer:
         return int(e), int(e)
     if isinstance(e, sympy.Add):
@@ -89,13 +119,14 @@ def _bounds(e: Any, numel: dict, memo: dict) -> tuple[int, int]:
         lo = hi = 1
         for a in e.args:
             al, ah = bounds(a, numel, memo)
-            c = [lo * al, lo * ah, hi * al, hi * ah]
+            c = [_times(lo, al), _times(lo, ah), _times(hi, al), _times(hi, ah)]
             lo, hi = min(c), max(c)
         return lo, hi
     if isinstance(e, sympy.floor):
         num, den = _frac(e.args[0])
         lo, hi = bounds(num, numel, memo)
-        return lo // den, hi // den
+        dl, dh = (den, den) if isinstance(den, int) else bounds(den, numel, memo)
+        return _floor_div_bounds(lo, hi, max(dl, 1), max(dh, 1))
     if isinstance(e, sympy.Mod):
         n = bounds(e.args[1], numel, memo)[1]
         lo, hi = bounds(e.args[0], numel, memo)
@@ -136,7 +167,9 @@ class IndexPrinter:
         if isinstance(e, int):
             return str(e)
         if isinstance(e, sympy.Symbol):
-            if e not in (XINDEX, RINDEX) and not e.name.startswith("tmp"):
+            # a size symbol is a kernel parameter of a symbolic kernel (its range is in ``numel``)
+            if e not in (XINDEX, RINDEX) and not e.name.startswith("tmp") and not isinstance(
+                    self.numel.get(e), tuple):
                 raise NotImplementedError(f"ember.codegen.triton: symbolic size {e} in an index")
             return str(e)
         if e.is_Integer:
@@ -149,9 +182,10 @@ class IndexPrinter:
             return "(" + " * ".join(self(a) for a in e.args) + ")"
         if isinstance(e, sympy.floor):
             num, den = _frac(e.args[0])
+            den_s = str(den) if isinstance(den, int) else self(den)
             if bounds(num, self.numel)[0] >= 0:
-                return f"({self(num)} // {den})"
-            return f"_h.floordiv_int({self(num)}, {den})"
+                return f"({self(num)} // {den_s})"
+            return f"_h.floordiv_int({self(num)}, {den_s})"
         if isinstance(e, sympy.Mod):
             a, n = e.args
             if bounds(a, self.numel)[0] >= 0 and bounds(n, self.numel)[0] > 0:

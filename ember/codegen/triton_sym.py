@@ -1,0 +1,141 @@
+"""Triton kernels over symbolic sizes (dynamic shapes, docs/dynamic-contract.md).
+
+A kernel whose ranges or index expressions contain size symbols (``s<k>``: sizes, ``i<k>``: Python ints; sympy
+``Symbol``s of the graph's ``ember.shapes.SymbolTable``) is generated once for every size the table's relations
+admit. Its symbols, ``kernel_symbols`` (sorted by name), are plain ``int`` parameters after the buffer pointers,
+so the source holds no size and no hint; masks always cover the symbolic tails (``xindex < s0*s1``), and the
+grid is computed from the symbol values at each launch (``grid_function``).
+
+Choices that tune the kernel (XBLOCK, RBLOCK, num_warps, looped vs persistent reduction) are made at the hints
+(``table.hint``): they are fast for the sizes seen first and correct for every size. Two choices are only
+*correct* for a class of sizes, and each is recorded in the table with ``table.decide`` so the compiled entry
+is guarded on that class (not on the size):
+- a persistent reduction holds a whole row in registers: ``rnumel <= RBLOCK`` (``persistent_for``);
+- 32-bit indexing: every index and intermediate index value, bounded above by ``magnitude``, is
+  ``<= 2**31 - 1`` (``needs_int64``). Where the hints already need 64 bits, 64-bit indexing is used and
+  nothing is recorded (it is correct for every size).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import sympy
+
+from ember.loopir.indexing import RINDEX, XINDEX
+from ember.shapes import SymbolicUnsupported, to_python
+
+INT32_MAX = 2 ** 31 - 1
+_SIZE_NAME = re.compile(r"[si]\d+$")
+_UNBOUNDED = sympy.Integer(2 ** 63)     # the magnitude of a value nothing bounds (a loaded index)
+
+
+def is_size_symbol(s: Any) -> bool:
+    """A size (``s<k>``) or Python-int (``i<k>``) symbol of a ``SymbolTable``: a kernel parameter."""
+    return isinstance(s, sympy.Symbol) and _SIZE_NAME.match(s.name) is not None
+
+
+def is_symbolic(e: Any) -> bool:
+    return isinstance(e, sympy.Basic) and any(is_size_symbol(s) for s in e.free_symbols)
+
+
+def kernel_symbols(exprs: Iterable[Any]) -> tuple[sympy.Symbol, ...]:
+    """The size symbols in ``exprs``, sorted by name: the kernel's int parameters, in order (the contract)."""
+    syms = {s for e in exprs if isinstance(e, sympy.Basic) for s in e.free_symbols if is_size_symbol(s)}
+    return tuple(sorted(syms, key=lambda s: s.name))
+
+
+def require_table(table: Any, what: str) -> Any:
+    if table is None:
+        raise SymbolicUnsupported(f"ember.codegen.triton: {what} has symbolic sizes but the code generator was "
+                                  "given no SymbolTable (pass symbols=gm.meta['ember_symbols'])")
+    return table
+
+
+def hint(table: Any, e: Any) -> int:
+    """``e`` (an int or a sympy expression over the table's symbols) at the hints."""
+    return int(table.hint(e)) if isinstance(e, sympy.Basic) else int(e)
+
+
+def symbol_ranges(table: Any, syms: Iterable[sympy.Symbol]) -> dict:
+    """Each symbol's value range as ``(lo, hi)`` (``None``: unbounded), for ``triton_ops.bounds``."""
+    out = {}
+    for s in syms:
+        lo, hi = table.ranges.get(s, (None, None)) if table is not None else (None, None)
+        out[s] = (lo if lo is not None else (1 if s.name[0] == "s" else None), hi)
+    return out
+
+
+def persistent_for(table: Any, rnumel: Any, inner: bool, fits: Callable[[int, bool], bool],
+                   rblock: Callable[[int], int]) -> bool:
+    """Whether a reduction over ``rnumel`` points (symbolic) is persistent: when its row at the hints fits
+    (``fits``), and then only for rows of at most the RBLOCK chosen at the hints (recorded as a relation)."""
+    h = hint(table, rnumel)
+    if not fits(h, inner):
+        return False
+    return table.decide(sympy.Le(rnumel, rblock(h)))
+
+
+def magnitude(e: Any, numel: dict) -> sympy.Expr:
+    """An upper bound (a sympy expression over the size symbols) of ``|v|`` for ``e`` and for every value
+    computed on the way to it, over every point of the kernel; ``numel`` maps ``xindex``/``rindex`` to their
+    extents and a loaded index's symbol to its extent (absent: unbounded)."""
+    if isinstance(e, (bool, int)):
+        return sympy.Integer(abs(int(e)))
+    if e is sympy.true or e is sympy.false:
+        return sympy.Integer(1)
+    if isinstance(e, sympy.Symbol):
+        if e in (XINDEX, RINDEX) or e in numel:
+            n = numel.get(e)
+            return _UNBOUNDED if n is None else sympy.Max(sympy.sympify(n) - 1, 0)
+        if is_size_symbol(e):
+            return e if e.name[0] == "s" else sympy.Abs(e)
+        return _UNBOUNDED
+    if e.is_Number:
+        return sympy.Integer(abs(int(e))) if e.is_Integer else _UNBOUNDED
+    if isinstance(e, sympy.Add):
+        return sympy.Add(*[magnitude(a, numel) for a in e.args])
+    if isinstance(e, sympy.Mul):
+        return sympy.Mul(*[magnitude(a, numel) for a in e.args])
+    if isinstance(e, sympy.floor):
+        num, _ = sympy.fraction(sympy.together(e.args[0]))
+        return magnitude(num, numel)
+    if isinstance(e, (sympy.Mod, sympy.Min, sympy.Max)) or isinstance(e, sympy.core.relational.Relational) \
+            or isinstance(e, sympy.logic.boolalg.BooleanFunction):
+        return sympy.Max(*[magnitude(a, numel) for a in e.args], 1)
+    return _UNBOUNDED
+
+
+def needs_int64(exprs: list, numel: dict, table: Any) -> bool:
+    """Whether a symbolic kernel indexes in 64 bits: where some index may pass ``2**31 - 1`` at the hints.
+    Otherwise it indexes in 32 bits, and the relation that keeps every index below ``2**31`` is recorded (so
+    the entry is guarded on that size class). As the static rule, ``xnumel`` and ``rnumel`` have room for a
+    block past their end (``2 * numel``)."""
+    ms = {2 * magnitude(XINDEX, numel) + 2, 2 * magnitude(RINDEX, numel) + 2}
+    for e in exprs:
+        if isinstance(e, sympy.Basic):
+            ms.add(magnitude(e, numel))
+    if _UNBOUNDED in ms or any(m.has(_UNBOUNDED) for m in ms):
+        return True
+    big = sympy.Max(*ms)
+    if not is_symbolic(big):
+        return int(big) > INT32_MAX
+    if hint(table, big) > INT32_MAX:
+        return True             # 64-bit indexing is right for every size: nothing to guard
+    return not table.decide(sympy.Le(big, INT32_MAX))
+
+
+def grid_expr(xnumel: Any, xblock: int) -> Any:
+    """The number of programs of a 1-D grid over ``xnumel`` points, ``XBLOCK`` each (a sympy expression)."""
+    return sympy.floor((xnumel + xblock - 1) / sympy.Integer(xblock))
+
+
+def grid_function(expr: Any, symbols: tuple[str, ...]) -> Callable[..., tuple[int, int, int]]:
+    """``grid(*symbol_values)`` -> the launch grid: ``expr`` (the program count over the symbols) printed as
+    Python once, at build time."""
+    return eval(f"lambda {', '.join(symbols)}: ({to_python(expr)}, 1, 1)", {"max": max, "min": min, "abs": abs})
+
+
+__all__ = ["is_size_symbol", "is_symbolic", "kernel_symbols", "persistent_for", "magnitude", "needs_int64",
+           "grid_expr", "grid_function", "hint", "symbol_ranges", "require_table", "INT32_MAX"]
