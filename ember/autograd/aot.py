@@ -599,6 +599,19 @@ def _eager_only_reason(gm: fx.GraphModule) -> str | None:
     return None
 
 
+def _run_built(built: Any, spec: Any, flat: list[Any], sets_grad: bool | None) -> Any:
+    if isinstance(built, CompiledGraphs):
+        outs = run_training(built, flat)
+    elif sets_grad is None:     # run whole under no_grad: so are its write-backs and the views it returns
+        with torch.no_grad():
+            outs = run_inference(built.fwd, built.num_user_outputs, built.write_backs, built.aliases, flat)
+    else:
+        outs = run_inference(built.fwd, built.num_user_outputs, built.write_backs, built.aliases, flat)
+    if built.grad_after is not torch.is_grad_enabled():
+        torch._C._set_grad_enabled(built.grad_after)
+    return tree_unflatten(outs, spec)
+
+
 def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
                 decompose: bool | None = None, recompute: bool = True,
                 compile_graph: GraphCompiler | None = None) -> Callable[..., Any]:
@@ -671,18 +684,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         built, spec, bases, *checked = variant(flat)
         if built is _EAGER or checked and not checked[0].holds(flat):
             return gm(*args)
-        if bases is not None:
-            flat = bases.args(flat)
-        if isinstance(built, CompiledGraphs):
-            outs = run_training(built, flat)
-        elif sets_grad is None:     # run whole under no_grad: so are its write-backs and the views it returns
-            with torch.no_grad():
-                outs = run_inference(built.fwd, built.num_user_outputs, built.write_backs, built.aliases, flat)
-        else:
-            outs = run_inference(built.fwd, built.num_user_outputs, built.write_backs, built.aliases, flat)
-        if built.grad_after is not torch.is_grad_enabled():
-            torch._C._set_grad_enabled(built.grad_after)
-        return tree_unflatten(outs, spec)
+        return _run_built(built, spec, bases.args(flat) if bases is not None else flat, sets_grad)
 
     variant(full_args(example_inputs), first=True)
     compiled.__ember_aot__ = variants  # type: ignore[attr-defined]

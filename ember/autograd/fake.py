@@ -302,13 +302,22 @@ def _channels_last_order(t: torch.Tensor) -> bool:
 DEVICE_LAYOUT_RULES: dict[str, Callable[[Any, tuple], Any]] = {"aten::convolution": _channels_last_conv}
 
 
+class SymbolicRules:
+    """Ember's own shape rules for symbolic sizes, filled in by ``ember.autograd.symbolic`` when it is imported
+    (it builds on this module, so it registers here rather than being imported from here)."""
+
+    prefers_rule: Callable[..., bool] | None = None
+    symbolic_meta: Callable[..., Any] | None = None
+    has_symbols: Callable[..., bool] | None = None
+
+
 def _run_meta(func: Any, args: tuple, kwargs: dict, symbolic: bool = False) -> Any:
-    if symbolic:
+    rules = SymbolicRules
+    if symbolic and rules.prefers_rule is not None:
         # C++ view kernels that do not fail on symbolic sizes may still specialize them (slice clamps its end
         # with guard_int): view ops with a symbolic rule use it
-        from ember.autograd.symbolic import prefers_rule, symbolic_meta
-        if prefers_rule(func, args, kwargs):
-            return symbolic_meta(func, args, kwargs, None)
+        if rules.prefers_rule(func, args, kwargs):
+            return rules.symbolic_meta(func, args, kwargs, None)
     try:
         return func(*args, **kwargs)
     except NotImplementedError as e:
@@ -320,10 +329,9 @@ def _run_meta(func: Any, args: tuple, kwargs: dict, symbolic: bool = False) -> A
             raise MissingMetaKernelError(f"{func} has no meta kernel, so ember cannot trace it: {e}") from e
     except RuntimeError as e:
         # a meta kernel that cannot compute with symbolic sizes: ember's own rules (ember.autograd.symbolic)
-        from ember.autograd.symbolic import has_symbols, symbolic_meta
-        if not has_symbols(args, kwargs):
+        if rules.has_symbols is None or not rules.has_symbols(args, kwargs):
             raise
-        return symbolic_meta(func, args, kwargs, e)
+        return rules.symbolic_meta(func, args, kwargs, e)
 
 
 def _run_on_placeholders(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -26,6 +26,7 @@ import sympy
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ember.autograd.fake import FakeMode, SymbolicRules, _with_index
 from ember.decomp.trees import tree_leaves, tree_map
 from ember.shapes import SymbolicUnsupported, SymbolTable, expr_of, hint_of, is_symbolic
 
@@ -376,8 +377,6 @@ def symbolic_inputs(gm: Any, inputs: Any) -> tuple[Any, list]:
     """``(fake_mode, inputs)`` for tracing ``gm``: with symbolic sizes, each placeholder with ``ember_shape``
     gets a fake tensor of those sizes and strides (``ember_stride``), each with ``ember_int`` a ``SymInt``;
     a static graph gets ``(None, inputs)`` (fakes made from the real values)."""
-    from ember.autograd.fake import FakeMode, _with_index
-
     table = graph_table(gm)
     if table is None:
         return None, list(inputs)
@@ -397,3 +396,7 @@ def symbolic_inputs(gm: Any, inputs: Any) -> tuple[Any, list]:
         else:
             out.append(mode.to_fake(x) if isinstance(x, torch.Tensor) else x)
     return mode, out
+
+
+SymbolicRules.prefers_rule, SymbolicRules.symbolic_meta, SymbolicRules.has_symbols = \
+    prefers_rule, symbolic_meta, has_symbols

@@ -17,7 +17,7 @@ import torch
 
 from ... import logs
 from ...shapes import SymbolTable, to_python
-from ..sources import LocalSource
+from ..sources import AttrSource, ItemSource, LocalSource
 from .symsize import PREFIX, SymNumVar
 
 
@@ -32,9 +32,13 @@ def _log(msg: str) -> None:
         logs.log("dynamic", msg)
 
 
-def _weight_like(source) -> bool:
-    from .plugin import _module_weight
-    return _module_weight(source)
+def module_weight(source) -> bool:
+    """Whether ``source`` is a module's parameter or buffer (``m._parameters['w']``, ``m._buffers['b']``)."""
+    return isinstance(source, ItemSource) and isinstance(source.base, AttrSource) and \
+        source.base.name in ("_parameters", "_buffers")
+
+
+_weight_like = module_weight
 
 
 def dynamic_dims(plugin, d, source, t: torch.Tensor) -> dict[int, tuple]:

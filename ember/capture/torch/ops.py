@@ -10,6 +10,7 @@ import torch
 
 from ..values import Const, Value
 from .symprop import final_sym, has_symbols, propagate
+from .symsize import COMPARE_FNS
 from .graph import TensorVar, location_meta, meta_arg, node_arg, result_device, run_meta, tensors_in, wrap_result
 
 # Ops that run in the autocast dtype / in float32 under autocast (the meta run must see the same casts).
@@ -156,8 +157,6 @@ BINARY_FNS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": oper
               "/=": operator.itruediv, "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow,
               "@=": operator.imatmul, "<<=": operator.ilshift, ">>=": operator.irshift, "&=": operator.iand,
               "|=": operator.ior, "^=": operator.ixor}
-COMPARE_FNS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
-               ">=": operator.ge}
 UNARY_FNS = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "abs": operator.abs}
 
 

@@ -21,15 +21,11 @@ from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
 from .located import graph_error
 from . import dynamic as DYN
+from .dynamic import module_weight as _module_weight
 from . import symsize as _symsize  # noqa: F401  (registers the rules of symbolic ints)
 from .modules import NNModuleVar, _has_hooks, _own_getattribute, construct_module
 from .ops import record
 
-
-def _module_weight(source: Source) -> bool:
-    """Whether ``source`` is a module's parameter or buffer (``m._parameters['w']``, ``m._buffers['b']``)."""
-    return isinstance(source, ItemSource) and isinstance(source.base, AttrSource) and \
-        source.base.name in ("_parameters", "_buffers")
 
 
 IMMUTABLE_TYPES.update({torch.dtype, torch.device, torch.Size, torch.layout, torch.memory_format})

@@ -21,6 +21,9 @@ from .. import rules as R
 from ..interpreter import UserException
 from ..values import Const, Value
 
+COMPARE_FNS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+               ">=": operator.ge}
+
 PREFIX = "__sym_"      # what a symbol is bound to in the guards and glue (``__sym_s0``)
 
 
@@ -123,7 +126,6 @@ def _binary(d, f, op: str, a: Value, b: Value):
 
 
 def _compare(d, f, op: str, a: Value, b: Value):
-    from .ops import COMPARE_FNS
     pa, pb = operand(a), operand(b)
     if pa is None or pb is None:
         if type(a).__name__ == "TensorVar" or type(b).__name__ == "TensorVar":
