@@ -17,8 +17,8 @@ _LAZY = {
     "list_backends": ("backends", "list_backends"), "register_backend": ("backends", "register_backend"),
     "list_options": ("options", "list_options"), "list_mode_options": ("options", "list_mode_options"),
     "CompileOptions": ("options", "CompileOptions"), "backend": ("backends", "ember_backend"),
-    "export": ("export", "export"), "ExportedProgram": ("export", "ExportedProgram"), "Dim": ("export", "Dim"),
-    "save": ("export", "save"), "load": ("export", "load"),
+    "export": ("deploy", "export"), "ExportedProgram": ("deploy", "ExportedProgram"), "Dim": ("deploy", "Dim"),
+    "save": ("deploy", "save"), "load": ("deploy", "load"),
 }
 
 

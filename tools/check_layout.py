@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"codegen"},
     {"runtime"},
     {"backends", "capture"},
-    {"api", "explain", "export", "demo", "bench"},
+    {"api", "explain", "deploy", "demo", "bench"},
 ]
 
 FLAT = {0, len(LAYERS) - 1}     # layers whose members may import each other (base utilities, entry points)

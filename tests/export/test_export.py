@@ -165,22 +165,87 @@ def _saved(ep, tmp_path, name="m.ember"):
     return path
 
 
+def _batch_dims(args, dim):
+    return tuple({0: dim} if isinstance(a, torch.Tensor) else None for a in args)
+
+
+def _with_batch(args, b):
+    """The inputs with batch ``b`` (rows repeated or cut), so every size has realistic values."""
+    return tuple(a.repeat(-(-b // a.shape[0]), *([1] * (a.dim() - 1)))[:b] if isinstance(a, torch.Tensor) else a
+                 for a in args)
+
+
 @pytest.mark.parametrize("entry", HANDWRITTEN, ids=[e.name for e in HANDWRITTEN])
-def test_zoo_models_roundtrip_in_a_fresh_process(entry, tmp_path):
+def test_zoo_models_with_dynamic_batch_roundtrip_in_a_fresh_process(entry, tmp_path):
     w = entry.build("quick", torch.device("cpu"))
     w.model.eval()
     inp = w.make_inputs(0, torch.device("cpu"))
-    ep = ember.export(w.model, inp.args, inp.kwargs)
-    _close(ep.module()(*inp.args, **inp.kwargs), w.model(*inp.args, **inp.kwargs))
+    ep = ember.export(w.model, inp.args, inp.kwargs, dynamic_shapes=_batch_dims(inp.args, ember.Dim("batch")))
+    cases = [_with_batch(inp.args, b) for b in (2, 5, 9)]
+    with torch.no_grad():
+        refs = [w.model(*a) for a in cases]
+        for a, ref in zip(cases, refs):
+            _close(ep.module()(*a), ref)
     path = _saved(ep, tmp_path)
-    torch.save((inp.args, inp.kwargs, w.model(*inp.args, **inp.kwargs)), tmp_path / "io.pt")
-    code = ("import sys, torch, ember; ep = ember.load(sys.argv[1]); a, k, ref = torch.load(sys.argv[2]); "
-            "out = ep.module()(*a, **k); torch.testing.assert_close(out, ref); "
-            "bad = [m for m in sys.modules if m.startswith(('ember.capture', 'ember.codegen', 'ember.loopir'))]; "
+    torch.save((cases, refs), tmp_path / "io.pt")
+    code = ("import sys, torch, ember; ep = ember.load(sys.argv[1]); cases, refs = torch.load(sys.argv[2]); m = ep.module()\n"
+            "with torch.no_grad():\n"
+            "    for a, ref in zip(cases, refs): torch.testing.assert_close(m(*a), ref)\n"
+            "bad = [m for m in sys.modules if m.startswith(('ember.capture', 'ember.codegen', 'ember.loopir'))]\n"
             "assert not bad, bad; s = ember.stats(); assert not any(s.values()), s; print('ok')")
     out = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "io.pt")], capture_output=True,
                          text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+class Halves(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x, y):
+        h = self.lin(x).relu()
+        return h.view(h.shape[0] // 2, -1).sum(1), torch.cat([x, y]).mean(0)
+
+
+def test_dynamic_dims_serve_every_size_and_check_constraints(tmp_path):
+    m = Halves()
+    b = ember.Dim("batch", min=2, max=64)
+    ep = ember.export(m, (torch.randn(6, 4), torch.randn(5, 4)),
+                      dynamic_shapes={"x": {0: b}, "y": {0: ember.Dim("n")}})
+    assert "batch: [2, 64]" in str(ep) and "n: [2, inf]" in str(ep)
+    loaded = ember.load(_saved(ep, tmp_path)).module()
+    for mod in (ep.module(), loaded):
+        for bs, n in [(6, 5), (10, 3), (4, 7), (64, 2)]:
+            x, y = torch.randn(bs, 4), torch.randn(n, 4)
+            _close(mod(x, y), m(x, y))
+        with pytest.raises(ValueError, match=r"dim 0 \(batch\) must be in \[2, 64\], got 66"):
+            mod(torch.randn(66, 4), torch.randn(3, 4))
+        with pytest.raises(ValueError, match="dim 0 .n. must be in"):
+            mod(torch.randn(6, 4), torch.randn(1, 4))
+        with pytest.raises(ValueError, match="exported constraint"):
+            mod(torch.randn(5, 4), torch.randn(3, 4))          # view(2, -1) of 15 elements: eager raises too
+
+
+def test_a_dim_shared_by_two_inputs_must_agree():
+    f = lambda x, y: x + y        # noqa: E731
+    b = ember.Dim("b")
+    mod = ember.export(f, (torch.randn(3, 2), torch.randn(3, 2)), dynamic_shapes=({0: b}, {0: b})).module()
+    _close(mod(torch.randn(5, 2), torch.ones(5, 2)).shape, torch.Size([5, 2]))
+    with pytest.raises(ValueError, match="both Dim 'b'"):
+        mod(torch.randn(5, 2), torch.randn(4, 2))
+
+
+def test_a_dim_the_program_pins_is_an_error_naming_it():
+    def f(x):
+        return x.reshape(4, -1) if x.shape[0] == 4 else x
+    with pytest.raises(ValueError, match="Dim 'batch' to be exactly 4"):
+        ember.export(f, (torch.randn(4, 3),), dynamic_shapes={"x": {0: ember.Dim("batch")}}, strict=False)
+
+
+def test_example_size_outside_a_dim_is_an_error():
+    with pytest.raises(ValueError, match="sizes 0 and 1 are specialized"):
+        ember.export(lambda x: x * 2, (torch.randn(1, 3),), dynamic_shapes={"x": {0: ember.Dim("b")}})
 
 
 # -- inputs outside the exported specs --------------------------------------------------------------------
@@ -214,11 +279,6 @@ def test_graph_break_raises_unsupported_with_user_line():
     with pytest.raises(ember.Unsupported) as e:
         ember.export(Breaks(), (torch.randn(3),))
     assert "test_export.py" in str(e.value)
-
-
-def test_dynamic_dims_say_not_yet():
-    with pytest.raises(NotImplementedError, match="dynamic_shapes"):
-        ember.export(Net(), (torch.randn(5, 4),), dynamic_shapes={"x": {0: ember.Dim("batch", min=2, max=64)}})
 
 
 @pytest.mark.parametrize("spec,match", [

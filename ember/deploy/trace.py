@@ -9,6 +9,7 @@ from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten
 
 from ..errors import Unsupported
 from .dims import Dim, dims_per_leaf
+from .symbolic import relations_of, symbolic_leaves
 from .program import ExportedProgram, InputSpec, LeafMeta, OutputSpec
 
 _VALUE_TYPES = (int, float, bool, str, type(None))
@@ -36,14 +37,11 @@ def export(model: Any, args: Any = (), kwargs: dict | None = None, *, dynamic_sh
                              "strings or None inside tuples, lists and dicts")
     sig_fn = model.forward if isinstance(model, torch.nn.Module) else model
     dims = dims_per_leaf(sig_fn, args, kwargs, dynamic_shapes, leaves, names)
-    if any(dims):
-        raise NotImplementedError("ember.export: dynamic_shapes (ember.Dim) needs symbolic sizes in ember's "
-                                  "tracer, which are not finished yet; export with static shapes (no "
-                                  "dynamic_shapes) for now")
     state_names, state, params = _state_of(model)
     if strict:
         _check_one_graph(model, args, kwargs, state + [t for t in leaves if isinstance(t, torch.Tensor)])
-    traced, write_backs = _trace(model, state_names, state, in_spec, leaves)
+    sym = symbolic_leaves(leaves, dims, names) if any(dims) else None
+    traced, write_backs = _trace(model, state_names, state, in_spec, leaves, sym)
     n_state = len(state)
     input_specs = [InputSpec("parameter" if n in params else "buffer", n) for n in state_names]
     input_specs += [InputSpec("user_input", n) for n in names]
@@ -58,9 +56,12 @@ def export(model: Any, args: Any = (), kwargs: dict | None = None, *, dynamic_sh
         else:
             output_specs.append(OutputSpec("user_input_mutation", str(i - n_state)))
     metas = [_leaf_meta(v, d) for v, d in zip(leaves, dims)]
-    ranges = {dim.name: (dim.min, dim.max) for d in dims for dim in d.values()}
-    return ExportedProgram(traced.gm, input_specs, output_specs, dict(zip(state_names, state)), in_spec,
-                           traced.out_spec, metas, ranges, frozenset(params))
+    ranges = {dim.name: (max(2, dim.min or 0), dim.max) for d in dims for dim in d.values()}
+    ep = ExportedProgram(traced.gm, input_specs, output_specs, dict(zip(state_names, state)), in_spec,
+                         traced.out_spec, metas, ranges, frozenset(params))
+    if sym is not None:
+        ep.relations = relations_of(sym)
+    return ep
 
 
 def register_dataclasses(tree: Any) -> None:
@@ -133,12 +134,14 @@ def _check_one_graph(model: Any, args: tuple, kwargs: dict, tensors: list[torch.
                 t.copy_(s)
 
 
-def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spec: Any, leaves: list[Any]):
+def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spec: Any, leaves: list[Any],
+           sym: Any = None):
     from torch.nn.utils.stateless import _reparametrize_module
 
     from ..autograd.fake import DataDependentOpError
     from ..autograd.functionalize import functionalize
     from ..autograd.trace import trace_aten
+    from ..shapes import SymbolicUnsupported
     n_state = len(state)
 
     def flat_fn(*flat: Any) -> Any:
@@ -153,7 +156,13 @@ def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spe
 
     try:
         with torch.no_grad():
-            traced = trace_aten(flat_fn, state + leaves, training=False)
+            if sym is None:
+                traced = trace_aten(flat_fn, state + leaves, training=False)
+            else:
+                traced = trace_aten(flat_fn, state + sym.fakes, training=False, fake_mode=sym.mode)
+    except SymbolicUnsupported as e:
+        raise Unsupported(f"ember.export: the model cannot be traced with dynamic dims yet: {e}",
+                          hint="export without dynamic_shapes (static sizes), or make fewer dims dynamic") from None
     except DataDependentOpError as e:
         raise Unsupported(f"ember.export: {e}", hint="the exported graph cannot depend on tensor values "
                           "(.item(), nonzero, data-dependent control flow)", user_stack=_user_stack()) from None

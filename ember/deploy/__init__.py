@@ -1,4 +1,4 @@
-"""Export: one whole ATen graph of a model, with its parameters and buffers lifted as inputs, that can be
+"""Deployment (``ember.export``): one whole ATen graph of a model, with its parameters and buffers lifted as inputs, that can be
 inspected, run, saved to one file of plain data and loaded back without capturing anything.
 
 - ``export(model, args, kwargs=None, *, dynamic_shapes=None, strict=True)`` -> ``ExportedProgram``

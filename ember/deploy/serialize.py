@@ -244,6 +244,7 @@ def save(ep: ExportedProgram, path: str | os.PathLike) -> None:
         "in_spec": treespec_dumps(ep.in_spec), "out_spec": treespec_dumps(ep.out_spec),
         "user_inputs": [_leaf_record(m) for m in ep.user_inputs],
         "range_constraints": {k: [lo, hi] for k, (lo, hi) in ep.range_constraints.items()},
+        "relations": ep.relations,
     }
     head = json.dumps(header).encode()
     body = _MAGIC + str(FORMAT_VERSION).encode() + b"\n" + struct.pack("<Q", len(head)) + head + b"".join(blobs)
@@ -298,6 +299,7 @@ def load(path: str | os.PathLike) -> ExportedProgram:
             gm, [InputSpec(k, n) for k, n in header["input_specs"]],
             [OutputSpec(k, t) for k, t in header["output_specs"]], state,
             treespec_loads(header["in_spec"]), treespec_loads(header["out_spec"]),
-            [_leaf_from(r) for r in header["user_inputs"]], ranges, frozenset(params))
+            [_leaf_from(r) for r in header["user_inputs"]], ranges, frozenset(params),
+            list(header.get("relations", [])))
     except (KeyError, TypeError, IndexError) as e:
         raise ProgramFormatError(f"ember.load: {os.fspath(path)} is malformed: {type(e).__name__}: {e}") from None

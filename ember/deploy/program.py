@@ -57,6 +57,7 @@ class ExportedProgram:
     user_inputs: list[LeafMeta]
     range_constraints: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
     parameter_names: frozenset = frozenset()
+    relations: list = field(default_factory=list)     # JSON trees over Dim names (ember.deploy.relations)
 
     @property
     def graph(self) -> fx.Graph:
@@ -91,9 +92,11 @@ class ExportedProgram:
         lines.append("  outputs:")
         lines += [f"    {s.kind:<19} {s.target}" for s in self.output_specs]
         if self.range_constraints:
+            from .relations import text
             lines.append("  range constraints:")
             lines += [f"    {k}: [{lo if lo is not None else 0}, {hi if hi is not None else 'inf'}]"
                       for k, (lo, hi) in self.range_constraints.items()]
+            lines += [f"    {text(r)}" for r in self.relations]
         lines.append("  graph:")
         lines += ["    " + ln for ln in self.graph_module.code.strip().splitlines()]
         return "\n".join(lines)
@@ -103,7 +106,7 @@ class ExportedProgram:
 
 def _replace(ep: ExportedProgram, gm: fx.GraphModule) -> ExportedProgram:
     return ExportedProgram(gm, ep.input_specs, ep.output_specs, ep.state, ep.in_spec, ep.out_spec,
-                           ep.user_inputs, dict(ep.range_constraints), ep.parameter_names)
+                           ep.user_inputs, dict(ep.range_constraints), ep.parameter_names, list(ep.relations))
 
 
 def _retrace(ep: ExportedProgram) -> fx.GraphModule:
@@ -175,6 +178,7 @@ class ExportedModule(torch.nn.Module):
 def check_inputs(ep: ExportedProgram, leaves: list[Any]) -> None:
     """Raise ``ValueError`` naming the input and the constraint a call violates."""
     names = [s.name for s in ep.input_specs if s.kind == "user_input"]
+    seen: dict[str, tuple[int, str]] = {}
     for name, m, x in zip(names, ep.user_inputs, leaves):
         if m.kind == "value":
             if type(x) is not type(m.value) or x != m.value:
@@ -196,7 +200,18 @@ def check_inputs(ep: ExportedProgram, leaves: list[Any]) -> None:
             lo, hi = ep.range_constraints.get(want, (None, None))
             if (lo is not None and got < lo) or (hi is not None and got > hi):
                 raise ValueError(f"ember exported program: input {name} dim {d} ({want}) must be in "
-                                 f"[{lo}, {hi}], got {got}")
+                                 f"[{lo}, {hi if hi is not None else 'inf'}], got {got}")
+            if want in seen and seen[want][0] != got:
+                raise ValueError(f"ember exported program: input {name} dim {d} and {seen[want][1]} are both "
+                                 f"Dim {want!r}, so they must be equal; got {got} and {seen[want][0]}")
+            seen.setdefault(want, (got, f"input {name} dim {d}"))
+    if ep.relations:
+        from .relations import evaluate, text
+        sizes = {k: v for k, (v, _) in seen.items()}
+        for r in ep.relations:
+            if not evaluate(r, sizes):
+                raise ValueError(f"ember exported program: the sizes {sizes} break the exported constraint "
+                                 f"{text(r)}")
 
 
 _ = Dim
