@@ -9,12 +9,15 @@
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
+
+from ember.shapes import active_table, expr_of, using
 
 from .core import Prim, push_handler
 from .meta import TensorMeta, meta_of, same_shape
@@ -60,8 +63,20 @@ def run_decomposition(op: Any, *args: Any, check_meta: bool = True, **kwargs: An
 
 def meta_decomposition(op: Any, *args: Any, **kwargs: Any) -> Any:
     """Output TensorMeta(s) of op's decomposition from input metadata (sizes may be sympy)."""
-    with push_handler(meta_handler):
+    with push_handler(meta_handler), _symbols_of((args, kwargs)):
         return decompose(op, *tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
+
+
+def _symbols_of(args: Any) -> Any:
+    """The block in which decisions on the arguments' symbolic sizes go to their ``SymbolTable`` (the one
+    already active, else the table of a ``torch.SymInt`` among the arguments or their sizes)."""
+    if active_table() is not None:
+        return contextlib.nullcontext()
+    for a in pytree.tree_leaves(args):
+        for v in (a, *(getattr(a, "shape", None) or ())):
+            if isinstance(v, torch.SymInt) and hasattr(v.node, "table"):
+                return using(v.node.table)
+    return contextlib.nullcontext()
 
 
 @dataclass(repr=False)
@@ -116,10 +131,11 @@ def decomposition_graph(op: Any, *args: Any, **kwargs: Any) -> torch.fx.Graph:
     def lift(x: Any) -> Any:
         if isinstance(x, (torch.Tensor, TensorMeta)):
             return rec.placeholder(f"arg{next(counter)}", x)
-        return x
+        return expr_of(x)       # a symbolic size argument: its sympy expression, as in TensorMeta
 
+    symbols = _symbols_of((args, kwargs))
     args, kwargs = tree_map(lift, args), tree_map(lift, kwargs)
-    with push_handler(rec):
+    with push_handler(rec), symbols:
         out = decompose(op, *args, **kwargs)
     rec.graph.output(tree_map(lambda v: v.node if isinstance(v, Var) else v, out))
     return rec.graph

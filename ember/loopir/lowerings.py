@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import sympy
 import torch
 
-from ember.decomp.meta import canonical_dims
+from ember.decomp.meta import canonical_dims, cdiv
 
 from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
@@ -145,8 +145,11 @@ def _unsqueeze(L: Lowerer, x: TV, dim: int) -> TV:
 @register_lowering("slice")
 def _slice(L: Lowerer, x: TV, dim: int, start: Any, end: Any, step: int = 1) -> TV:
     dim = dim % x.ndim
-    start, end, step = slice(start, end, step).indices(x.shape[dim])
-    n = max(0, (end - start + step - 1) // step)
+    if all(isinstance(v, int) for v in (start, end, step, x.shape[dim])):
+        start, end, step = slice(start, end, step).indices(x.shape[dim])
+        n = max(0, (end - start + step - 1) // step)
+    else:       # symbolic: the decomposition clamped start <= end within the size (ember.decomp._slice)
+        n = cdiv(end - start, step)
     shape = x.shape[:dim] + (n,) + x.shape[dim + 1:]
 
     def imap(idx: Sequence) -> list:
