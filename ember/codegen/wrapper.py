@@ -14,7 +14,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from ember.emit import py_literal
-from ember.shapes import SymbolicUnsupported, size_symbols, to_python
+from ember.shapes import SymbolicUnsupported, active_table, size_symbols, to_python
 from ember.loopir.inplace import memory_root
 from ember.loopir.ir import (BufferRef, Extern, ExternOutput, InputBuffer, Layout, Pointwise, Reduction,
                              contiguous_stride)
@@ -353,11 +353,23 @@ def _storage_key(lay: Layout) -> tuple | None:
     try:
         shape, stride = [int(v) for v in lay.shape], [int(v) for v in lay.stride]
     except TypeError:
-        return None
+        return _symbolic_storage_key(lay)
     if any(n == 0 for n in shape):
         return None
     nbytes = (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * lay.dtype.itemsize
     return (nbytes, lay.dtype, lay.device) if nbytes <= REUSE_MAX_BYTES else None
+
+
+def _symbolic_storage_key(lay: Layout) -> tuple | None:
+    """The key of a layout with symbolic sizes: its byte count as one canonical expression (after the table's
+    equalities), so two buffers share memory only where their sizes are equal for every size allowed (symbolic
+    sizes are at least 2: never empty). Whether it is worth holding is decided at the hints."""
+    table = active_table()
+    if table is None:
+        return None
+    extent = 1 + sum(((n - 1) * st for n, st in zip(lay.shape, lay.stride)), sympy.Integer(0))
+    nbytes = sympy.expand(table.simplify(extent * lay.dtype.itemsize))
+    return (nbytes, lay.dtype, lay.device) if table.hint(nbytes) <= REUSE_MAX_BYTES else None
 
 
 def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, str], set[str]]:

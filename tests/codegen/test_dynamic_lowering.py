@@ -106,6 +106,13 @@ def _causal_softmax(x):
     return aten._softmax.default(masked, -1, False)
 
 
+def _mm_chain(x, w):
+    """sin's buffer dies at the first matmul; the softmax's output (same symbolic size; a reduction, so not
+    stored in place) takes its memory."""
+    a = aten.mm.default(aten.sin.default(x), w)
+    return aten.mm.default(aten._softmax.default(a, -1, False), w)
+
+
 def _triu_mask(x):
     t = _sym(x, 0)
     ones = aten.ones.default([t, t], dtype=F32, device="cpu")
@@ -155,6 +162,7 @@ CASES = {
                                   [((3, "s0"), F32)], {"s0": 24}, [{"s0": 7}, {"s0": 65}]),
     "causal_softmax": (_causal_softmax, [((2, "s0", "s0"), F32)], {"s0": 6}, [{"s0": 3}, {"s0": 17}]),
     "triu_mask": (_triu_mask, [(("s0", "s0"), F32)], {"s0": 5}, [{"s0": 9}]),
+    "mm_chain_reuse": (_mm_chain, [(("s0", 8), F32), ((8, 8), F32)], {"s0": 6}, [{"s0": 2}, {"s0": 41}]),
     "embedding": (lambda w, idx: aten.embedding.default(w, idx),
                   [((10, 4), F32), (("s0",), I64)], {"s0": 5}, [{"s0": 2}, {"s0": 33}]),
 }
@@ -187,3 +195,30 @@ def test_kernels_take_sizes_as_arguments():
     c = compiled(fn, specs, hints)[2]
     ksrc = "".join(c.kernel_sources)
     assert "int64_t s0, int nthreads" in ksrc and "s0 = arg0.size(1)" in c.source
+
+
+def test_symbolic_buffers_reuse_memory_of_equal_size():
+    """Memory planning compares symbolic sizes by expression: the softmax reuses sin's dead buffer."""
+    c = _run_case(*CASES["mm_chain_reuse"])
+    assert "reuses" in c.source, c.source
+
+
+def test_one_library_serves_every_size():
+    """The C++ source (the compile cache key) holds no hint: compiling with other hints (same decisions) gives
+    the same translation unit, and calls at new sizes compile nothing."""
+    from ember.codegen import cpp_build
+    fn, specs, _, _ = CASES["softmax_symbolic_dim"]
+    srcs = []
+    for hints in ({"s0": 20}, {"s0": 23}):
+        c = compiled(fn, specs, hints)[2]
+        srcs.append("".join(c.kernel_sources))
+    assert srcs[0] == srcs[1] and "23" not in srcs[1]
+    builds = []
+    real = cpp_build.CppCache.start
+    try:
+        cpp_build.CppCache.start = lambda self, *a, **k: builds.append(a) or real(self, *a, **k)
+        for n in (3, 50, 7):
+            c(torch.randn(4, n))
+    finally:
+        cpp_build.CppCache.start = real
+    assert builds == []
