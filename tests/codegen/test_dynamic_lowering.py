@@ -113,6 +113,19 @@ def _mm_chain(x, w):
     return aten.mm.default(aten._softmax.default(a, -1, False), w)
 
 
+def _attention(q, k, v):
+    """Scaled dot-product attention by hand over a symbolic sequence length, with a causal mask."""
+    scores = aten.mul.Tensor(aten.bmm.default(q, aten.transpose.int(k, 1, 2)), 0.25)
+    return aten.bmm.default(_causal_softmax(scores), v)
+
+
+def _split_heads(x):
+    """(b, t, 8) -> (b, 2, t, 4) by symbolic sizes, and back."""
+    b, t = _sym(x, 0), _sym(x, 1)
+    h = aten.permute.default(aten.view.default(x, [b, t, 2, 4]), [0, 2, 1, 3])
+    return aten.reshape.default(aten.permute.default(aten.exp.default(h), [0, 2, 1, 3]), [b * t, 8])
+
+
 def _triu_mask(x):
     t = _sym(x, 0)
     ones = aten.ones.default([t, t], dtype=F32, device="cpu")
@@ -163,6 +176,22 @@ CASES = {
     "causal_softmax": (_causal_softmax, [((2, "s0", "s0"), F32)], {"s0": 6}, [{"s0": 3}, {"s0": 17}]),
     "triu_mask": (_triu_mask, [(("s0", "s0"), F32)], {"s0": 5}, [{"s0": 9}]),
     "mm_chain_reuse": (_mm_chain, [(("s0", 8), F32), ((8, 8), F32)], {"s0": 6}, [{"s0": 2}, {"s0": 41}]),
+    "conv2d_batch_and_spatial": (
+        lambda x, w, b: aten.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
+        [(("s0", 3, "s1", "s1"), F32), ((4, 3, 3, 3), F32), ((4,), F32)], {"s0": 2, "s1": 6},
+        [{"s0": 3, "s1": 9}]),
+    "attention_causal": (_attention, [((2, "s0", 4), F32)] * 3, {"s0": 5}, [{"s0": 2}, {"s0": 19}]),
+    "split_heads": (_split_heads, [(("s0", "s1", 8), F32)], {"s0": 2, "s1": 5}, [{"s0": 3, "s1": 11}]),
+    "var_mean": (lambda x: aten.var_mean.correction(x, [1], correction=1, keepdim=True)[0],
+                 [(("s0", "s1"), F32)], {"s0": 3, "s1": 10}, [{"s0": 5, "s1": 2}, {"s0": 2, "s1": 37}]),
+    "expand": (lambda x, y: aten.add.Tensor(aten.expand.default(x, [_sym(y, 0), _sym(x, 1)]), y),
+               [((1, "s0"), F32), (("s1", "s0"), F32)], {"s0": 4, "s1": 3}, [{"s0": 9, "s1": 5}]),
+    "pad": (lambda x: aten.constant_pad_nd.default(x, [1, 2], 0.5),
+            [(("s0", "s1"), F32)], {"s0": 3, "s1": 4}, [{"s0": 6, "s1": 2}]),
+    "select_last": (lambda x: aten.select.int(x, 1, -1),
+                    [(("s0", "s1"), F32)], {"s0": 3, "s1": 4}, [{"s0": 6, "s1": 2}]),
+    "split": (lambda x: aten.mul.Tensor(aten.split.Tensor(x, 4, 1)[0], aten.split.Tensor(x, 4, 1)[1]),
+              [(("s0", 8), F32)], {"s0": 3}, [{"s0": 7}]),
     "embedding": (lambda w, idx: aten.embedding.default(w, idx),
                   [((10, 4), F32), (("s0",), I64)], {"s0": 5}, [{"s0": 2}, {"s0": 33}]),
 }
