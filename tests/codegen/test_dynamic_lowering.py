@@ -25,7 +25,7 @@ from ember.shapes import SymbolTable, expr_of
 from torch.utils import _pytree as pytree
 
 aten = torch.ops.aten
-OPTS = CompileOptions(cpu_backend="cpp")
+OPTS = {b: CompileOptions(cpu_backend=b) for b in ("cpp", "python")}
 F32, I64 = torch.float32, torch.int64
 
 
@@ -91,11 +91,11 @@ def real_inputs(specs, sizes, gen):
     return out
 
 
-def compiled(fn, specs, hints):
+def compiled(fn, specs, hints, backend="cpp", kind="inference"):
     gm, table = build(fn, specs, hints)
     prims = decompose_graph(gm)
     prims.meta["ember_symbols"] = table
-    return gm, table, compile_graph(prims, "inference", OPTS)
+    return gm, table, compile_graph(prims, kind, OPTS[backend])
 
 
 def _causal_softmax(x):
@@ -197,8 +197,8 @@ CASES = {
 }
 
 
-def _run_case(fn, specs, hints, runs):
-    gm, table, c = compiled(fn, specs, hints)
+def _run_case(fn, specs, hints, runs, backend="cpp", kind="inference"):
+    gm, table, c = compiled(fn, specs, hints, backend, kind)
     src = c.source + "".join(c.kernel_sources)
     assert "s0" in c.source, f"not compiled symbolically:\n{src}"
     gen = torch.Generator().manual_seed(0)
@@ -213,9 +213,16 @@ def _run_case(fn, specs, hints, runs):
     return c
 
 
+@pytest.mark.parametrize("backend", ["cpp", "python"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_symbolic_graph_equals_eager_for_every_size(name):
-    _run_case(*CASES[name])
+def test_symbolic_graph_equals_eager_for_every_size(name, backend):
+    _run_case(*CASES[name], backend=backend)
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "slice_int_input", "mm_chain_reuse"])
+def test_backward_kind_binds_symbols_from_its_inputs(name):
+    """A backward graph's wrapper takes its inputs as a list it empties (``steal``): symbols are bound first."""
+    _run_case(*CASES[name], kind="backward")
 
 
 def test_kernels_take_sizes_as_arguments():
