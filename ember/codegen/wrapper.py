@@ -191,18 +191,19 @@ class _Writer:
 
     def _launch_line(self, step: Kernel, fn: Any, names: list[str]) -> str:
         kname = self.bind(step.name + "_", fn)
-        names = names + [s.name for s in getattr(self.kernel_bodies[step.name], "symbols", ())]  # contract
+        # the kernel's size symbols follow its buffers, sorted by name (docs/dynamic-contract.md)
+        args = ", ".join(names + [s.name for s in getattr(self.kernel_bodies[step.name], "symbols", ())])
         if not hasattr(fn, "aligned_launcher"):      # not a TritonKernel (C++, an autotuned choice)
-            return f"{kname}({', '.join(names)})"
+            return f"{kname}({args})"
         checked = [i for i, b in enumerate(names) if b not in self.aligned]
         fn.set_checked(checked)
         first = f"{kname}a"
         self.globals[first] = FirstLaunch(fn, first)
         if not checked:
-            return f"{first}({', '.join(names)})"
+            return f"{first}({args})"
         if all(names[i] in self.folded for i in checked):
-            return f"({first} if _aligned else {kname})({', '.join(names)})"
-        return f"{kname}({', '.join(names)})"
+            return f"({first} if _aligned else {kname})({args})"
+        return f"{kname}({args})"
 
     def _host_scalars(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> dict[tuple, str]:
         """0-dim CPU inputs read by kernels on another device (``x * torch.tensor(2.5)`` with ``x`` on CUDA):
