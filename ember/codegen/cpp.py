@@ -233,11 +233,17 @@ class _KernelWriter:
             start = self.R - self.R % self.width
             cstart = C.index(start)
             if self.par_r:        # chunks of whole vectors across the threads, each folded into the accumulators
-                hstart = self.hR - self.hR % self.width
-                ch = max(self.width, -(-hstart // (16 * self.width)) * self.width)
+                if isinstance(start, int):
+                    ch: Any = max(self.width, -(-start // (16 * self.width)) * self.width)
+                else:               # computed at run time: no size (nor hint) in the source
+                    w16 = 16 * self.width
+                    lines.append(f"{ind}const int64_t rchunk_n = std::max<int64_t>({self.width}, "
+                                 f"(({cstart} + {w16 - 1}) / {w16}) * {self.width});")
+                    ch = "rchunk_n"
                 lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) schedule(static) "
                              f"{self.clauses(sec)}".rstrip())
-                lines.append(f"{ind}for (int64_t rchunk = 0; rchunk < ({cstart} + {ch - 1}) / {ch}; ++rchunk) {{")
+                chunks = -(-start // ch) if isinstance(ch, int) else f"({cstart} + {ch} - 1) / {ch}"
+                lines.append(f"{ind}for (int64_t rchunk = 0; rchunk < {chunks}; ++rchunk) {{")
                 lines += vec.loop(ind + "  ", f"rchunk * {ch}", f"std::min<int64_t>({cstart}, (rchunk + 1) * {ch})")
                 lines.append(f"{ind}}}")
             else:

@@ -192,6 +192,14 @@ CASES = {
                     [(("s0", "s1"), F32)], {"s0": 3, "s1": 4}, [{"s0": 6, "s1": 2}]),
     "split": (lambda x: aten.mul.Tensor(aten.split.Tensor(x, 4, 1)[0], aten.split.Tensor(x, 4, 1)[1]),
               [(("s0", 8), F32)], {"s0": 3}, [{"s0": 7}]),
+    "int_scalar_operand": (lambda x, n: aten.add.Tensor(aten.mul.Tensor(x, n), _sym(x, 0)),
+                           [(("s0", 3), F32), ("int", "i0")], {"s0": 4, "i0": 3}, [{"s0": 7, "i0": 10}]),
+    "pointwise_threads": (lambda x: aten.sigmoid.default(aten.mul.Tensor(x, x)),
+                          [(("s0", 1024), F32)], {"s0": 128}, [{"s0": 3}, {"s0": 200}]),
+    "column_sum_tiled": (lambda x: aten.sum.dim_IntList(aten.exp.default(x), [0]),
+                         [(("s0", "s1"), F32)], {"s0": 30, "s1": 40}, [{"s0": 2, "s1": 17}, {"s0": 9, "s1": 100}]),
+    "long_rows_threads": (lambda x: aten.amax.default(x, [1]),
+                          [((2, "s0"), F32)], {"s0": 100_000}, [{"s0": 5}, {"s0": 70_001}]),
     "embedding": (lambda w, idx: aten.embedding.default(w, idx),
                   [((10, 4), F32), (("s0",), I64)], {"s0": 5}, [{"s0": 2}, {"s0": 33}]),
 }
@@ -239,22 +247,25 @@ def test_symbolic_buffers_reuse_memory_of_equal_size():
     assert "reuses" in c.source, c.source
 
 
-def test_one_library_serves_every_size():
-    """The C++ source (the compile cache key) holds no hint: compiling with other hints (same decisions) gives
-    the same translation unit, and calls at new sizes compile nothing."""
+@pytest.mark.parametrize("name, hints", [("softmax_symbolic_dim", ({"s0": 20}, {"s0": 23})),
+                                         ("long_rows_threads", ({"s0": 100_000}, {"s0": 260_000}))])
+def test_one_library_serves_every_size(name, hints):
+    """The C++ source (the compile cache key) holds no hint nor anything computed from one (a thread chunk):
+    compiling with other hints (same decisions) gives the same translation unit, and calls at new sizes
+    compile nothing."""
     from ember.codegen import cpp_build
-    fn, specs, _, _ = CASES["softmax_symbolic_dim"]
+    fn, specs, _, _ = CASES[name]
     srcs = []
-    for hints in ({"s0": 20}, {"s0": 23}):
-        c = compiled(fn, specs, hints)[2]
+    for h in hints:
+        c = compiled(fn, specs, h)[2]
         srcs.append("".join(c.kernel_sources))
-    assert srcs[0] == srcs[1] and "23" not in srcs[1]
+    assert srcs[0] == srcs[1], "\n".join(srcs)
     builds = []
     real = cpp_build.CppCache.start
     try:
         cpp_build.CppCache.start = lambda self, *a, **k: builds.append(a) or real(self, *a, **k)
         for n in (3, 50, 7):
-            c(torch.randn(4, n))
+            c(torch.randn(specs[0][0][0], n))
     finally:
         cpp_build.CppCache.start = real
     assert builds == []
