@@ -46,6 +46,10 @@ class SymNode:
         self.hint = pytype(table.hint(self.expr)) if hint is None else hint
 
     # what it is -----------------------------------------------------------------------------------------
+    @property
+    def _hint(self):    # PyTorch's Python meta kernels read the hint under this name (aten.slice's)
+        return self.hint
+
     def is_int(self) -> bool: return self.pytype is int
     def is_float(self) -> bool: return self.pytype is float
     def is_bool(self) -> bool: return self.pytype is bool
