@@ -33,11 +33,12 @@ def _sym(x, d):
     return aten.sym_size.int(x, d)
 
 
-def build(fn, specs, hints):
+def build(fn, specs, hints, fake=False):
     """An ATen graph of ``fn`` whose inputs are ``specs`` (``(shape, dtype)`` with symbol names for symbolic
     dims, or ``("int", name)`` for an int input). Placeholders hold ember fake tensors with ``torch.SymInt``
     sizes over a fresh table; each op's ``meta["val"]`` comes from ember's decomposition meta rules (sympy
-    sizes), ``sym_size``/``operator`` nodes hold ``SymInt``s."""
+    sizes), ``sym_size``/``operator`` nodes hold ``SymInt``s. With ``fake`` every op runs on the fake tensors
+    instead, as AOT autograd traces (``meta["val"]`` fake tensors with ``SymInt`` sizes)."""
     table, mode = SymbolTable(), FakeMode()
     syms = {}
 
@@ -54,6 +55,10 @@ def build(fn, specs, hints):
         meta = torch.empty([sym(d) if isinstance(d, str) else d for d in shape], dtype=dt, device="meta")
         vals.append(FakeTensor(meta, torch.device("cpu"), mode))
     gm = fx.symbolic_trace(fn)
+    if fake:
+        _annotate_fake(gm, vals, mode)
+        gm.meta["ember_symbols"] = table
+        return gm, table
     args = iter(vals)
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -65,6 +70,18 @@ def build(fn, specs, hints):
             n.meta["val"] = _meta(n.target, a, kw, table)
     gm.meta["ember_symbols"] = table
     return gm, table
+
+
+def _annotate_fake(gm, vals, mode):
+    class Annotate(fx.Interpreter):
+        def run_node(self, n):
+            v = super().run_node(n)
+            n.meta["val"] = v
+            return v
+    # PyTorch's composite meta kernels take SymInts through their Python registrations (the Python dispatcher)
+    from torch._dispatch.python import enable_python_dispatcher
+    with mode, enable_python_dispatcher():
+        Annotate(gm).run(*vals)
 
 
 def _meta(target, args, kwargs, table):
@@ -91,8 +108,8 @@ def real_inputs(specs, sizes, gen):
     return out
 
 
-def compiled(fn, specs, hints, backend="cpp", kind="inference"):
-    gm, table = build(fn, specs, hints)
+def compiled(fn, specs, hints, backend="cpp", kind="inference", fake=False):
+    gm, table = build(fn, specs, hints, fake)
     prims = decompose_graph(gm)
     prims.meta["ember_symbols"] = table
     return gm, table, compile_graph(prims, kind, OPTS[backend])
@@ -216,8 +233,8 @@ CASES = {
 }
 
 
-def _run_case(fn, specs, hints, runs, backend="cpp", kind="inference"):
-    gm, table, c = compiled(fn, specs, hints, backend, kind)
+def _run_case(fn, specs, hints, runs, backend="cpp", kind="inference", fake=False):
+    gm, table, c = compiled(fn, specs, hints, backend, kind, fake)
     src = c.source + "".join(c.kernel_sources)
     assert "s0" in c.source, f"not compiled symbolically:\n{src}"
     gen = torch.Generator().manual_seed(0)
@@ -236,6 +253,17 @@ def _run_case(fn, specs, hints, runs, backend="cpp", kind="inference"):
 @pytest.mark.parametrize("name", list(CASES))
 def test_symbolic_graph_equals_eager_for_every_size(name, backend):
     _run_case(*CASES[name], backend=backend)
+
+
+FAKE_CASES = ["pointwise", "broadcast_row", "softmax_symbolic_dim", "mm", "addmm_relu", "layer_norm",
+              "view_by_sizes", "slice_computed", "arange_of_size", "causal_softmax", "embedding", "attention_causal",
+              "conv2d_batch_and_spatial", "cat", "split_heads", "mean_last_symbolic"]
+
+
+@pytest.mark.parametrize("name", FAKE_CASES)
+def test_fake_tensor_metadata(name):
+    """The same graphs with every ``meta["val"]`` a fake tensor with ``SymInt`` sizes, as AOT autograd gives."""
+    _run_case(*CASES[name], fake=True)
 
 
 @pytest.mark.parametrize("name", ["layer_norm", "slice_int_input", "mm_chain_reuse"])
