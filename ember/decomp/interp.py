@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +16,9 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from ember.shapes import active_table, expr_of, using
+from ember.shapes import SymbolicUnsupported, active_table, expr_of, using
 
-from .core import Prim, push_handler
+from .core import PRIMS, Prim, push_handler
 from .meta import TensorMeta, meta_of, same_shape
 from .registry import decompose
 from .trees import tree_map
@@ -63,20 +62,43 @@ def run_decomposition(op: Any, *args: Any, check_meta: bool = True, **kwargs: An
 
 def meta_decomposition(op: Any, *args: Any, **kwargs: Any) -> Any:
     """Output TensorMeta(s) of op's decomposition from input metadata (sizes may be sympy)."""
-    with push_handler(meta_handler), _symbols_of((args, kwargs)):
-        return decompose(op, *tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
+    table = _symbols_of((args, kwargs))
+    args, kwargs = tree_map(_to_meta, args), tree_map(_to_meta, kwargs)
+
+    def run(fn: Any) -> Any:
+        with push_handler(meta_handler):
+            return fn(op, *args, **kwargs)
+    if table is None:
+        return run(decompose)
+    with using(table):
+        return _or_extern(op, run)
+
+
+def _or_extern(op: Any, run: Any) -> Any:
+    """``run(decompose)``, or where the decomposition cannot follow symbolic sizes (a loop over a size, a
+    comparison it cannot decide), ``run`` of the op as its ATen call; ``SymbolicUnsupported`` where even that
+    has no symbolic metadata."""
+    try:
+        return run(decompose)
+    except (SymbolicUnsupported, TypeError, ValueError, RuntimeError, NotImplementedError):
+        pass
+    try:
+        return run(lambda o, *a, **k: PRIMS["aten_extern"](o, a, k))
+    except Exception as e:      # noqa: BLE001 - no symbolic metadata for it: the caller compiles static
+        raise SymbolicUnsupported(f"ember.decomp: {op} with symbolic sizes: {type(e).__name__}: {e}") from e
 
 
 def _symbols_of(args: Any) -> Any:
-    """The block in which decisions on the arguments' symbolic sizes go to their ``SymbolTable`` (the one
-    already active, else the table of a ``torch.SymInt`` among the arguments or their sizes)."""
-    if active_table() is not None:
-        return contextlib.nullcontext()
+    """The ``SymbolTable`` decisions on the arguments' symbolic sizes go to: the one already active, else the
+    table of a ``torch.SymInt`` among the arguments or their sizes; None for static arguments."""
+    table = active_table()
+    if table is not None:
+        return table
     for a in pytree.tree_leaves(args):
         for v in (a, *(getattr(a, "shape", None) or ())):
             if isinstance(v, torch.SymInt) and hasattr(v.node, "table"):
-                return using(v.node.table)
-    return contextlib.nullcontext()
+                return v.node.table
+    return None
 
 
 @dataclass(repr=False)
@@ -124,7 +146,17 @@ def trace_decomposition(op: Any, *args: Any, **kwargs: Any) -> torch.fx.GraphMod
 
 
 def decomposition_graph(op: Any, *args: Any, **kwargs: Any) -> torch.fx.Graph:
-    """``trace_decomposition``'s graph alone (no module: no Python code generated for it)."""
+    """``trace_decomposition``'s graph alone (no module: no Python code generated for it). With symbolic sizes,
+    a decomposition that cannot follow them (a loop over a size, a comparison it cannot decide) leaves the op
+    as its ATen call (``aten_extern``); where even that has no symbolic metadata, ``SymbolicUnsupported``."""
+    table = _symbols_of((args, kwargs))
+    if table is None:
+        return _record(op, args, kwargs, decompose)
+    with using(table):
+        return _or_extern(op, lambda run: _record(op, args, kwargs, run))
+
+
+def _record(op: Any, args: tuple, kwargs: dict, run: Any) -> torch.fx.Graph:
     rec = _Recorder()
     counter = iter(range(1 << 30))
 
@@ -133,9 +165,8 @@ def decomposition_graph(op: Any, *args: Any, **kwargs: Any) -> torch.fx.Graph:
             return rec.placeholder(f"arg{next(counter)}", x)
         return expr_of(x)       # a symbolic size argument: its sympy expression, as in TensorMeta
 
-    symbols = _symbols_of((args, kwargs))
     args, kwargs = tree_map(lift, args), tree_map(lift, kwargs)
-    with push_handler(rec), symbols:
-        out = decompose(op, *args, **kwargs)
+    with push_handler(rec):
+        out = run(op, *args, **kwargs)
     rec.graph.output(tree_map(lambda v: v.node if isinstance(v, Var) else v, out))
     return rec.graph

@@ -21,7 +21,7 @@ from ember.codegen import compile_graph
 from ember.decomp import meta_decomposition
 from ember.decomp.meta import meta_of
 from ember.options import CompileOptions
-from ember.shapes import SymbolTable, expr_of
+from ember.shapes import SymbolTable, SymbolicUnsupported, expr_of
 from torch.utils import _pytree as pytree
 
 aten = torch.ops.aten
@@ -228,6 +228,8 @@ CASES = {
     "scatter_add": (lambda x, i, src: aten.scatter_add.default(x, 1, i, src),
                     [((3, "s0"), F32), ((3, "s1"), I64), ((3, "s1"), F32)], {"s0": 10, "s1": 5},
                     [{"s0": 12, "s1": 3}]),
+    "adaptive_pool": (lambda x: aten._adaptive_avg_pool2d.default(x, [2, 2]),
+                      [((1, 3, "s0", "s0"), F32)], {"s0": 6}, [{"s0": 7}, {"s0": 12}]),
     "embedding": (lambda w, idx: aten.embedding.default(w, idx),
                   [((10, 4), F32), (("s0",), I64)], {"s0": 5}, [{"s0": 2}, {"s0": 33}]),
 }
@@ -257,7 +259,7 @@ def test_symbolic_graph_equals_eager_for_every_size(name, backend):
 
 FAKE_CASES = ["pointwise", "broadcast_row", "softmax_symbolic_dim", "mm", "addmm_relu", "layer_norm",
               "view_by_sizes", "slice_computed", "arange_of_size", "causal_softmax", "embedding", "attention_causal",
-              "conv2d_batch_and_spatial", "cat", "split_heads", "mean_last_symbolic"]
+              "conv2d_batch_and_spatial", "cat", "split_heads", "mean_last_symbolic", "adaptive_pool"]
 
 
 @pytest.mark.parametrize("name", FAKE_CASES)
@@ -308,3 +310,17 @@ def test_one_library_serves_every_size(name, hints):
     finally:
         cpp_build.CppCache.start = real
     assert builds == []
+
+
+def test_unbindable_symbol_raises_symbolic_unsupported():
+    """A size symbol the wrapper cannot read from any input (here only ``2*s0`` is an input's size) is not
+    guessed: compile_graph raises SymbolicUnsupported with the reason (the caller compiles static)."""
+    table, mode = SymbolTable(), FakeMode()
+    s0 = table.symint(table.new_symbol(3, "L['n']"))
+    x = FakeTensor(torch.empty(s0 * 2, device="meta"), torch.device("cpu"), mode)
+    gm = fx.symbolic_trace(lambda x: aten.exp.default(x))
+    _annotate_fake(gm, [x], mode)
+    prims = decompose_graph(gm)
+    prims.meta["ember_symbols"] = table
+    with pytest.raises(SymbolicUnsupported, match="s0"):
+        compile_graph(prims, "inference", OPTS["cpp"])
