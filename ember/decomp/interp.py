@@ -63,7 +63,8 @@ def run_decomposition(op: Any, *args: Any, check_meta: bool = True, **kwargs: An
 def meta_decomposition(op: Any, *args: Any, **kwargs: Any) -> Any:
     """Output TensorMeta(s) of op's decomposition from input metadata (sizes may be sympy)."""
     table = _symbols_of((args, kwargs))
-    args, kwargs = tree_map(_to_meta, args), tree_map(_to_meta, kwargs)
+    to_meta = lambda a: _to_meta(expr_of(a))  # noqa: E731 - SymInt sizes as sympy, as in TensorMeta
+    args, kwargs = tree_map(to_meta, args), tree_map(to_meta, kwargs)
 
     def run(fn: Any) -> Any:
         with push_handler(meta_handler):

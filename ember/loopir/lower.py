@@ -10,19 +10,21 @@ and shown in ``EMBER_LOGS=perf_hints``.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import sympy
 import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ember import logs
-from ember.decomp.meta import TensorMeta
+from ember.decomp.meta import TensorMeta, meta_of
 from ember.errors import EmberError
 from ember.shapes import expr_of, size_hint
 
@@ -223,7 +225,8 @@ class Lowerer:
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 val = node.meta.get("val")
-                if self.table is not None and isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+                if self.table is not None and isinstance(val, (torch.SymInt, int, sympy.Expr)) and \
+                        not isinstance(val, bool):
                     name = f"arg{len(inputs)}"      # an int input (a symbol's value, or a constant)
                     inputs.append(name)
                     env[node] = self.symbol_inputs[name] = expr_of(val)
@@ -390,7 +393,7 @@ def _is_size_op(node: fx.Node) -> bool:
     """An int computed from sizes (``aten.sym_size.int``, ``operator.mul`` of sizes...): its value is the
     expression in its ``meta["val"]``, which the wrapper computes from the symbols it binds."""
     val = node.meta.get("val")
-    if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+    if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat, sympy.Basic)):
         return True
     return isinstance(val, (int, bool)) and (getattr(node.target, "__module__", "") in ("_operator", "math") or
                                              node.target in _SIZE_OPS)
@@ -607,10 +610,48 @@ def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = 
     (``ember.loopir.matmul_align``); max-autotune times padding at run time instead. ``hoists(device)``: whether
     the kernels of a device get small costly values stored (``Lowerer._hoisted``; the Triton ones)."""
     from . import lowerings, scatter, welford  # noqa: F401  (register the table)
-    if channels_last is None:
-        from .conv_layout import wants_channels_last
-        channels_last = wants_channels_last(gm)
-    return Lowerer(gm, name, channels_last, align_matmuls, hoists).run()
+    with _sympy_metadata(gm):
+        if channels_last is None:
+            from .conv_layout import wants_channels_last
+            channels_last = wants_channels_last(gm)
+        return Lowerer(gm, name, channels_last, align_matmuls, hoists).run()
+
+
+@contextlib.contextmanager
+def _sympy_metadata(gm: fx.GraphModule) -> Iterator[None]:
+    """In a graph with symbolic sizes, every tensor ``meta["val"]`` (a fake tensor with ``torch.SymInt`` sizes)
+    and ``ember_eager_stride`` is seen by the lowering as sympy (``TensorMeta``), as the contract puts sizes in
+    ember's IRs: comparing sizes is then structural and ``int()`` of one raises, where on a ``SymInt`` either
+    would silently add a relation or pin the size. The graph's own metadata is restored afterwards."""
+    table = gm.meta.get("ember_symbols")
+    if table is None or not table.symbols:
+        yield
+        return
+    saved = []
+    for node in gm.graph.nodes:
+        for key in ("val", "ember_eager_stride"):
+            v = node.meta.get(key)
+            new = _as_sympy(v)
+            if new is not v:
+                saved.append((node, key, v))
+                node.meta[key] = new
+    try:
+        yield
+    finally:
+        for node, key, v in saved:
+            node.meta[key] = v
+
+
+def _as_sympy(v: Any) -> Any:
+    if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter) and _symbolic_tensor(v):
+        return meta_of(v)
+    if isinstance(v, (tuple, list)) and any(isinstance(x, (torch.Tensor, torch.SymInt)) for x in v):
+        return type(v)(_as_sympy(x) for x in v)
+    return expr_of(v) if isinstance(v, torch.SymInt) else v
+
+
+def _symbolic_tensor(t: torch.Tensor) -> bool:
+    return any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride()))
 
 
 __all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer", "UseExtern"]

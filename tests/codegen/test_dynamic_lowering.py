@@ -21,8 +21,7 @@ from ember.codegen import compile_graph
 from ember.decomp import meta_decomposition
 from ember.decomp.meta import meta_of
 from ember.options import CompileOptions
-from ember.shapes import SymbolTable, SymbolicUnsupported, expr_of
-from torch.utils import _pytree as pytree
+from ember.shapes import SymbolTable, SymbolicUnsupported
 
 aten = torch.ops.aten
 OPTS = {b: CompileOptions(cpu_backend=b) for b in ("cpp", "python")}
@@ -89,8 +88,7 @@ def _meta(target, args, kwargs, table):
         return table.symint(meta_of(args[0]).shape[args[1]])
     if target is operator.getitem or getattr(target, "__module__", "") == "_operator":
         return target(*args)
-    to_expr = lambda v: expr_of(v) if isinstance(v, torch.SymInt) else v  # noqa: E731
-    return meta_decomposition(target, *pytree.tree_map(to_expr, args), **pytree.tree_map(to_expr, kwargs))
+    return meta_decomposition(target, *args, **kwargs)
 
 
 def real_inputs(specs, sizes, gen):
@@ -230,6 +228,12 @@ CASES = {
                     [{"s0": 12, "s1": 3}]),
     "adaptive_pool": (lambda x: aten._adaptive_avg_pool2d.default(x, [2, 2]),
                       [((1, 3, "s0", "s0"), F32)], {"s0": 6}, [{"s0": 7}, {"s0": 12}]),
+    "sdpa_cpu": (lambda q, k, v: aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, True)[0],
+                 [((1, 2, "s0", 8), F32)] * 3, {"s0": 5}, [{"s0": 2}, {"s0": 37}]),
+    "max_pool": (lambda x: aten.max_pool2d_with_indices.default(x, [2, 2], [2, 2])[0],
+                 [(("s0", 3, "s1", "s1"), F32)], {"s0": 2, "s1": 8}, [{"s0": 3, "s1": 6}]),
+    "topk_computed_k": (lambda x: aten.topk.default(x, operator.floordiv(_sym(x, 1), 2))[0],
+                        [((3, "s0"), F32)], {"s0": 8}, [{"s0": 5}, {"s0": 21}]),
     "embedding": (lambda w, idx: aten.embedding.default(w, idx),
                   [((10, 4), F32), (("s0",), I64)], {"s0": 5}, [{"s0": 2}, {"s0": 33}]),
 }
@@ -259,7 +263,8 @@ def test_symbolic_graph_equals_eager_for_every_size(name, backend):
 
 FAKE_CASES = ["pointwise", "broadcast_row", "softmax_symbolic_dim", "mm", "addmm_relu", "layer_norm",
               "view_by_sizes", "slice_computed", "arange_of_size", "causal_softmax", "embedding", "attention_causal",
-              "conv2d_batch_and_spatial", "cat", "split_heads", "mean_last_symbolic", "adaptive_pool"]
+              "conv2d_batch_and_spatial", "cat", "split_heads", "mean_last_symbolic", "adaptive_pool",
+              "sdpa_cpu", "max_pool", "topk_computed_k"]
 
 
 @pytest.mark.parametrize("name", FAKE_CASES)
