@@ -88,7 +88,10 @@ class KernelBody:
     @property
     def symbols(self) -> list:
         """The size symbols the kernel reads (its ranges, indices, masks, index extents), sorted by name: extra
-        integer arguments after the buffers (docs/dynamic-contract.md)."""
+        integer arguments after the buffers (docs/dynamic-contract.md). Empty without a symbol table (``table``,
+        set by ``compile_graph`` for a graph with symbolic sizes): static kernels pay nothing for it."""
+        if self.table is None:
+            return []
         from ember.shapes import size_symbols
         exprs = [self.kernel.xnumel, self.kernel.rnumel, *self.extents.values()]
         for sec in self.sections:
