@@ -106,9 +106,9 @@ def real_inputs(specs, sizes, gen):
     return out
 
 
-def compiled(fn, specs, hints, backend="cpp", kind="inference", fake=False):
+def compiled(fn, specs, hints, backend="cpp", kind="inference", fake=False, decompose=True):
     gm, table = build(fn, specs, hints, fake)
-    prims = decompose_graph(gm)
+    prims = decompose_graph(gm) if decompose else fx.GraphModule(gm, gm.graph)
     prims.meta["ember_symbols"] = table
     return gm, table, compile_graph(prims, kind, OPTS[backend])
 
@@ -239,8 +239,8 @@ CASES = {
 }
 
 
-def _run_case(fn, specs, hints, runs, backend="cpp", kind="inference", fake=False):
-    gm, table, c = compiled(fn, specs, hints, backend, kind, fake)
+def _run_case(fn, specs, hints, runs, backend="cpp", kind="inference", fake=False, decompose=True):
+    gm, table, c = compiled(fn, specs, hints, backend, kind, fake, decompose)
     src = c.source + "".join(c.kernel_sources)
     assert "s0" in c.source, f"not compiled symbolically:\n{src}"
     gen = torch.Generator().manual_seed(0)
@@ -271,6 +271,13 @@ FAKE_CASES = ["pointwise", "broadcast_row", "softmax_symbolic_dim", "mm", "addmm
 def test_fake_tensor_metadata(name):
     """The same graphs with every ``meta["val"]`` a fake tensor with ``SymInt`` sizes, as AOT autograd gives."""
     _run_case(*CASES[name], fake=True)
+
+
+@pytest.mark.parametrize("name", ["pointwise", "mm", "view_by_sizes", "slice_int_input", "layer_norm", "topk_computed_k"])
+def test_undecomposed_aten_graph(name):
+    """compile_graph also takes the ATen graph itself (AOT autograd without decompositions): each op runs as
+    its ATen call, with sizes computed from the bound symbols."""
+    _run_case(*CASES[name], fake=True, decompose=False)
 
 
 @pytest.mark.parametrize("name", ["layer_norm", "slice_int_input", "mm_chain_reuse"])
