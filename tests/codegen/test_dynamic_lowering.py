@@ -141,6 +141,15 @@ def _split_heads(x):
     return aten.reshape.default(aten.permute.default(aten.exp.default(h), [0, 2, 1, 3]), [b * t, 8])
 
 
+def _conv_block(x, w1, w2):
+    """Four convolutions (conv_layout.MIN_CONVS: the graph computes channels-last), ReLUs, a residual add and a
+    mean over the spatial dims."""
+    conv = lambda a, w: aten.convolution.default(a, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)  # noqa: E731
+    y = aten.relu.default(conv(x, w1))
+    z = aten.add.Tensor(conv(y, w2), y)
+    return aten.mean.dim(conv(aten.relu.default(conv(z, w2)), w2), [2, 3])
+
+
 def _triu_mask(x):
     t = _sym(x, 0)
     ones = aten.ones.default([t, t], dtype=F32, device="cpu")
@@ -195,6 +204,8 @@ CASES = {
         lambda x, w, b: aten.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
         [(("s0", 3, "s1", "s1"), F32), ((4, 3, 3, 3), F32), ((4,), F32)], {"s0": 2, "s1": 6},
         [{"s0": 3, "s1": 9}]),
+    "conv_block_channels_last": (_conv_block, [(("s0", 4, "s1", "s2"), F32), ((8, 4, 3, 3), F32), ((8, 8, 3, 3), F32)],
+                                 {"s0": 2, "s1": 6, "s2": 5}, [{"s0": 3, "s1": 9, "s2": 4}]),
     "attention_causal": (_attention, [((2, "s0", 4), F32)] * 3, {"s0": 5}, [{"s0": 2}, {"s0": 19}]),
     "split_heads": (_split_heads, [(("s0", "s1", 8), F32)], {"s0": 2, "s1": 5}, [{"s0": 3, "s1": 11}]),
     "var_mean": (lambda x: aten.var_mean.correction(x, [1], correction=1, keepdim=True)[0],
@@ -264,7 +275,8 @@ def test_symbolic_graph_equals_eager_for_every_size(name, backend):
 FAKE_CASES = ["pointwise", "broadcast_row", "softmax_symbolic_dim", "mm", "addmm_relu", "layer_norm",
               "view_by_sizes", "slice_computed", "arange_of_size", "causal_softmax", "embedding", "attention_causal",
               "conv2d_batch_and_spatial", "cat", "split_heads", "mean_last_symbolic", "adaptive_pool",
-              "sdpa_cpu", "max_pool", "topk_computed_k"]
+              "sdpa_cpu", "max_pool", "topk_computed_k",
+              "conv_block_channels_last"]
 
 
 @pytest.mark.parametrize("name", FAKE_CASES)
