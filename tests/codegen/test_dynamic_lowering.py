@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 
 import pytest
+import sympy
 import torch
 import torch.fx as fx
 
@@ -20,6 +21,7 @@ from ember.autograd.fake import FakeMode, FakeTensor
 from ember.codegen import compile_graph
 from ember.decomp import meta_decomposition
 from ember.decomp.meta import meta_of
+from ember.loopir.indexing import fold_divmod
 from ember.options import CompileOptions
 from ember.shapes import SymbolTable, SymbolicUnsupported
 
@@ -348,3 +350,25 @@ def test_unbindable_symbol_raises_symbolic_unsupported():
     prims.meta["ember_symbols"] = table
     with pytest.raises(SymbolicUnsupported, match="s0"):
         compile_graph(prims, "inference", OPTS["cpp"])
+
+
+_X = sympy.Symbol("xindex", integer=True, nonnegative=True)
+_S0, _S1 = (sympy.Symbol(n, integer=True, positive=True) for n in ("s0", "s1"))
+
+
+@pytest.mark.parametrize("expr, folded", [
+    (sympy.Mod(_X, _S1) + _S1 * sympy.floor(_X / _S1), _X),
+    (3 * sympy.Mod(_X, _S0) + 3 * _S0 * sympy.floor(_X / _S0), 3 * _X),
+    (8 * sympy.Mod(sympy.floor(_X / 8), _S1) + 8 * _S1 * sympy.floor(_X / (8 * _S1)) + sympy.Mod(_X, 8), _X),
+    (sympy.Mod(_X, _S0 * _S1) + _S0 * _S1 * sympy.floor(_X / (_S0 * _S1)), _X),
+])
+def test_symbolic_divmod_folds(expr, folded):
+    """A reshape that splits and merges dims of symbolic sizes leaves ``a % m + m * (a // m)``: folded back to
+    ``a`` (the identity holds for every positive ``m``), so the kernel's load is contiguous again."""
+    assert sympy.expand(fold_divmod(sympy.expand(expr)) - folded) == 0
+
+
+def test_symbolic_head_split_and_merge_is_a_vector_copy():
+    fn, specs, hints, _ = CASES["split_heads"]
+    ksrc = "".join(compiled(fn, specs, hints)[2].kernel_sources)
+    assert "ember_vload(p_arg0 + xindex)" in ksrc, ksrc
