@@ -59,7 +59,36 @@ def _has_templates(nodes: Any, options: Any) -> bool:
         for s in nodes)
 
 
+def graph_symbols(gm: fx.GraphModule) -> Any:
+    """The graph's ``ember.shapes.SymbolTable`` when it has symbolic sizes, else None."""
+    table = gm.meta.get("ember_symbols")
+    return table if table is not None and table.symbols else None
+
+
+def _int_tuple(v: Any) -> tuple | None:
+    try:
+        return tuple(int(x) for x in v)
+    except TypeError:
+        return None
+
+
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
+    """The compiled callable of a prim graph. A graph with symbolic sizes (``gm.meta["ember_symbols"]``,
+    docs/dynamic-contract.md) compiles once for every size the table's relations allow; where some stage cannot
+    handle it, ``SymbolicUnsupported`` says why (the caller then compiles with static sizes)."""
+    if graph_symbols(gm) is None:
+        return _compile_graph(gm, kind, options)
+    from ember.shapes import SymbolicUnsupported, using
+    try:
+        with using(graph_symbols(gm)):      # decisions on sizes go through the graph's table
+            return _compile_graph(gm, kind, options)
+    except SymbolicUnsupported:
+        raise
+    except Exception as e:      # noqa: BLE001 - a stage met a symbolic size it cannot handle: compile static
+        raise SymbolicUnsupported(f"ember.codegen: {kind} graph: {type(e).__name__}: {e}") from e
+
+
+def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[..., Any]:
     from ember.loopir.combo import Combo, ComboBody, combine
     from ember.loopir.ir import BufferRef, Layout
     from ember.loopir.kernel import kernel_body, share_pointers
@@ -73,9 +102,13 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         graph = lower(gm, name, align_matmuls=not getattr(options, "max_autotune", False),
                       hoists=lambda dev: kernel_backend(dev, options) == "triton")
     except (LoweringError, NotImplementedError) as e:
+        if graph_symbols(gm) is not None:       # its FX graph holds symbolic constants: not runnable as is
+            from ember.shapes import SymbolicUnsupported
+            raise SymbolicUnsupported(f"ember.loopir: {e}") from e
         logs.log("perf_hints", f"ember: {name} runs as an FX graph: {e}")
         return gm
-    gm.meta["ember_output_strides"] = [tuple(int(v) for v in o.layout.stride) if isinstance(o, BufferRef) else None
+    # symbolic strides: None (the backward checks the layout it gets at run time)
+    gm.meta["ember_output_strides"] = [_int_tuple(o.layout.stride) if isinstance(o, BufferRef) else None
                                        for o in graph.outputs]
     # GPU kernels: independent ones launch together as combo kernels (ember.loopir.combo), except under
     # max-autotune with matmul templates (which take epilogue kernels instead)
@@ -110,6 +143,7 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         if isinstance(s, Combo):
             return ComboBody(s, [make_body(p, mod, share) for p in s.parts])
         b = kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
+        b.table = graph.symbols
         b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}  # read and written by 2 names
         b.memory = {n: memory_root(n, inplace) for n in b.aliased}
         if share:       # Triton: one pointer per memory (C++ kernels keep theirs)

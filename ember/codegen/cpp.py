@@ -55,13 +55,16 @@ class _KernelWriter:
     def __init__(self, body: KernelBody) -> None:
         self.body = body
         k = body.kernel
-        try:
-            self.X, self.R = int(k.xnumel), int(k.rnumel)
-        except TypeError:
-            raise NotImplementedError(f"ember.codegen.cpp: symbolic kernel sizes ({k.xnumel}, {k.rnumel})") from None
+        # sizes: ints, or sympy expressions over size symbols (kernel arguments) whose performance decisions
+        # (threads, vector loops, blocks) use the hints; every loop then runs right for any size (tails)
+        self.X, self.R = _int_or_expr(k.xnumel), _int_or_expr(k.rnumel)
+        self.symbolic = not isinstance(self.X, int) or not isinstance(self.R, int)
+        table = body.table
+        self.hX, self.hR = (table.hint(self.X), table.hint(self.R)) if self.symbolic else (self.X, self.R)
+        self.cX, self.cR = C.index(self.X), C.index(self.R)
         self.reduction = any(s.level == "r" for s in body.sections)
-        work = self.X * max(self.R, 1) * _cost(body)
-        self.par_x = work >= PARALLEL_MIN_WORK and self.X >= min(PARALLEL_MIN_X, 4 * torch.get_num_threads())
+        work = self.hX * max(self.hR, 1) * _cost(body)
+        self.par_x = work >= PARALLEL_MIN_WORK and self.hX >= min(PARALLEL_MIN_X, 4 * torch.get_num_threads())
         # a row split across threads cannot use one thread's scratch row: scratch kernels keep rows whole
         self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK and not body.scratch
         # scatters: a loop of plain stores runs in order on one thread (a later point's store wins, as in eager's
@@ -74,8 +77,9 @@ class _KernelWriter:
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
         # a block of TILE outer points: x-level values become arrays, the r loop runs each row of the block
         self.width = vector_width()
-        self.xvec = next((c for c in (cpp_colred.XVec(self), cpp_colred.Flat(self)) if c.ok()), None)
-        self.tiled = self.xvec is None and self.reduction and self.X >= 16 and _x_contiguous(body)
+        self.xvec = None if self.symbolic else next((c for c in (cpp_colred.XVec(self), cpp_colred.Flat(self))
+                                                     if c.ok()), None)
+        self.tiled = self.xvec is None and self.reduction and self.hX >= 16 and _x_contiguous(body)
         self.wf_sums: set[str] = set()     # Welford accumulators of scalar loops, kept as shifted sums instead
         self.xvars: set[str] = set()
         if self.tiled:
@@ -108,7 +112,7 @@ class _KernelWriter:
             e = C.cast(self.ref(st.args[0]), self.dtype(st.args[0]), st.dtype)
         elif st.kind == "reduced" and st.args[0] in self.wf_sums:      # M2 = s2 - s1^2 / n, not below 0
             acc = st.args[0]
-            e = f"ember_m2_from_sums({acc}, {acc}_s1, ({ct}){self.R})"
+            e = f"ember_m2_from_sums({acc}, {acc}_s1, ({ct}){self.cR})"
         elif st.kind == "reduced":
             acc, rt = st.args
             e = f"({self.ref(acc + '_nan')} ? std::numeric_limits<{ct}>::quiet_NaN() : {self.ref(acc)})" \
@@ -120,7 +124,7 @@ class _KernelWriter:
                                            st.dtype))
         n = checked_indices(self.body).get(st.var)
         if n is not None:
-            e = f"ember_check_index<{ct}>({e}, {n}, &ember_err)"
+            e = f"ember_check_index<{ct}>({e}, {C.index(n)}, &ember_err)"
         if st.var in self.xvars:
             return f"{st.var}[xi] = {e};"
         return f"const {ct} {st.var} = {e};"
@@ -205,12 +209,12 @@ class _KernelWriter:
     # -- loops -----------------------------------------------------------------------------------------------
     def r_loop(self, sec: Section, ind: str) -> list[str]:
         if not sec.accumulators and not self.par_r:
-            cuts = _row_cuts(sec.stmts, self.R)
+            cuts = _row_cuts(sec.stmts, self.R) if isinstance(self.R, int) else []
             if cuts:
                 return self.row_segments(sec, ind, cuts)
         lines = []
         vec = cpp_vec.VecLoop(self, sec.stmts, RINDEX, self.width, sec.accumulators)
-        vector = self.R >= self.width and vec.ok()
+        vector = self.hR >= self.width and vec.ok()
         if not vector:
             # a scalar loop (strided rows, dtypes without vector lanes): Welford's update is a chain through a
             # division per point (a per-channel NHWC batch norm statistic ran 10x slower than two sums), so M2
@@ -227,15 +231,23 @@ class _KernelWriter:
         start, par_r = 0, self.par_r
         if vector:
             start = self.R - self.R % self.width
+            cstart = C.index(start)
             if self.par_r:        # chunks of whole vectors across the threads, each folded into the accumulators
-                ch = max(self.width, -(-start // (16 * self.width)) * self.width)
+                if isinstance(start, int):
+                    ch: Any = max(self.width, -(-start // (16 * self.width)) * self.width)
+                else:               # computed at run time: no size (nor hint) in the source
+                    w16 = 16 * self.width
+                    lines.append(f"{ind}const int64_t rchunk_n = std::max<int64_t>({self.width}, "
+                                 f"(({cstart} + {w16 - 1}) / {w16}) * {self.width});")
+                    ch = "rchunk_n"
                 lines.append(f"{ind}#pragma omp parallel for num_threads(nthreads) schedule(static) "
                              f"{self.clauses(sec)}".rstrip())
-                lines.append(f"{ind}for (int64_t rchunk = 0; rchunk < {-(-start // ch)}; ++rchunk) {{")
-                lines += vec.loop(ind + "  ", f"rchunk * {ch}", f"std::min<int64_t>({start}, (rchunk + 1) * {ch})")
+                chunks = -(-start // ch) if isinstance(ch, int) else f"({cstart} + {ch} - 1) / {ch}"
+                lines.append(f"{ind}for (int64_t rchunk = 0; rchunk < {chunks}; ++rchunk) {{")
+                lines += vec.loop(ind + "  ", f"rchunk * {ch}", f"std::min<int64_t>({cstart}, (rchunk + 1) * {ch})")
                 lines.append(f"{ind}}}")
             else:
-                lines += vec.loop(ind, "0", str(start))
+                lines += vec.loop(ind, "0", cstart)
             if start == self.R:
                 return lines
             par_r = False         # the tail is shorter than a vector
@@ -245,7 +257,7 @@ class _KernelWriter:
         # rows). The auto-vectorizer still vectorizes what it may.
         par = "parallel for num_threads(nthreads) schedule(static)" if par_r else "simd"
         lines.append(f"{ind}#pragma omp {par} {self.clauses(sec)}".rstrip())
-        lines.append(f"{ind}for (int64_t rindex = {start}; rindex < {self.R}; ++rindex) {{")
+        lines.append(f"{ind}for (int64_t rindex = {C.index(start)}; rindex < {self.cR}; ++rindex) {{")
         lines += [f"{ind}  {self.stmt(st)}" for st in sec.stmts]
         lines.append(f"{ind}}}")
         return lines
@@ -289,11 +301,12 @@ class _KernelWriter:
             const = "const " if role == "in" else ""
             restrict = "" if name in aliased else " __restrict__"
             params.append(f"{const}{C.storage_type(dt)}*{restrict} {_cname(name)}")
+        params += [f"int64_t {s}" for s in b.symbols]      # size symbols, after the buffers (by name)
         params.append("int nthreads")
         lines = [f"// {b.name}: {b.kernel.fused()}",
                  f"// x={self.X} r={self.R}{' parallel' if self.parallel else ''}",
                  f'extern "C" void {b.name}({", ".join(params)}) {{']
-        if not self.reduction and self.X >= self.width:
+        if not self.reduction and self.hX >= self.width:
             vec = cpp_vec.VecLoop(self, b.sections[0].stmts, XINDEX, self.width)
             if len(b.sections) == 1 and vec.ok():
                 return "\n".join(lines + self.vector_pointwise(vec) + ["}"]) + "\n"
@@ -314,7 +327,7 @@ class _KernelWriter:
 
     def x_loop(self, start: int) -> list[str]:
         """The loop over outer points ``start`` to ``X``, one point at a time."""
-        lines = [f"  for (int64_t xindex = {start}; xindex < {self.X}; ++xindex) {{"]
+        lines = [f"  for (int64_t xindex = {C.index(start)}; xindex < {self.cX}; ++xindex) {{"]
         lines += [f"    alignas(64) {C.compute_type(dt)} {_cname(n)}[{self.R}];" for n, dt in self.body.scratch.items()]
         for sec in self.body.sections:
             if sec.level == "r":
@@ -327,9 +340,10 @@ class _KernelWriter:
     def vector_pointwise(self, vec: "cpp_vec.VecLoop") -> list[str]:
         par = "#pragma omp parallel for num_threads(nthreads) schedule(static)" if self.par_x else ""
         start = self.X - self.X % self.width
-        lines = vec.loop("  ", "0", str(start), par)
-        if start < self.X:
-            lines += ["  #pragma omp simd", f"  for (int64_t xindex = {start}; xindex < {self.X}; ++xindex) {{"]
+        lines = vec.loop("  ", "0", C.index(start), par)
+        if start != self.X:     # a tail shorter than a vector (symbolic sizes: always emitted)
+            lines += ["  #pragma omp simd",
+                      f"  for (int64_t xindex = {C.index(start)}; xindex < {self.cX}; ++xindex) {{"]
             lines += [f"    {self.stmt(st)}" for st in self.body.sections[0].stmts]
             lines.append("  }")
         return lines
@@ -337,8 +351,8 @@ class _KernelWriter:
     def tiled_loops(self) -> list[str]:
         """Blocks of TILE outer points; every statement runs in an ``omp simd`` loop over the block."""
         lines = []
-        lines.append(f"  for (int64_t xb = 0; xb < {self.X}; xb += {TILE}) {{")
-        lines.append(f"    const int64_t xn = std::min<int64_t>({TILE}, {self.X} - xb);")
+        lines.append(f"  for (int64_t xb = 0; xb < {self.cX}; xb += {TILE}) {{")
+        lines.append(f"    const int64_t xn = std::min<int64_t>({TILE}, {self.cX} - xb);")
         # Welford in blocks: a mean array and an M2 array (the accumulator itself), one count for the block
         acc_types = {acc: C.compute_type(dt) if rt == "welford" else self.acc_type(rt, dt)
                      for sec in self.body.sections for acc, rt, dt in sec.accumulators}
@@ -367,7 +381,7 @@ class _KernelWriter:
                     inits.append(f"{acc}_nan[xi] = 0;")
             if inits:
                 lines += block(inits, "    ")
-            lines.append(f"    for (int64_t rindex = 0; rindex < {self.R}; ++rindex) {{")
+            lines.append(f"    for (int64_t rindex = 0; rindex < {self.cR}; ++rindex) {{")
             if any(rt == "welford" for _, rt, _ in sec.accumulators):
                 lines.append("      const double wf_inv = 1.0 / (double)(rindex + 1);")
             lines += block([self.stmt(st) for st in sec.stmts], "      ")
@@ -379,6 +393,14 @@ class _KernelWriter:
         if v in self.body.dtypes:
             return self.body.dtypes[v]
         return next(dt for sec in self.body.sections for acc, _, dt in sec.accumulators if acc == v)
+
+
+def _int_or_expr(n: Any) -> Any:
+    """A kernel size as an ``int``, or the sympy expression of a symbolic one."""
+    try:
+        return int(n)
+    except TypeError:
+        return n
 
 
 def _row_relations(e: Any) -> list:
@@ -508,7 +530,7 @@ def _parts(bodies: list[KernelBody], srcs: dict[str, str], n: int) -> list[list[
 
 def checked_indices(body: KernelBody) -> dict[str, int]:
     """Variables the kernel uses as an index into a dimension of known size: checked to lie in [0, size)."""
-    return {v: n for v, n in body.extents.items() if isinstance(n, int)}
+    return {v: n for v, n in body.extents.items() if isinstance(n, (int, sympy.Expr))}
 
 
 class IndexOutOfRange(IndexError, RuntimeError):
@@ -518,14 +540,16 @@ class IndexOutOfRange(IndexError, RuntimeError):
     stands_in_for_eager = True
 
 
-def _caller(fn: Any, n: int, parallel: bool, checked: bool = False) -> Callable[..., None]:
+def _caller(fn: Any, n: int, parallel: bool, checked: bool = False, symbols: int = 0) -> Callable[..., None]:
+    """``call(*buffers, *symbol_values)``: the kernel on the tensors' data pointers and the size symbols."""
     names = [f"a{i}" for i in range(n)]
-    ptrs = ", ".join(f"{a}.data_ptr()" for a in names)
+    syms = [f"s{i}" for i in range(symbols)]
+    ptrs = ", ".join([f"{a}.data_ptr()" for a in names] + syms)
     nt = "get_num_threads()" if parallel else "1"
-    call = f"fn({ptrs}{', ' if n else ''}{nt})"
+    call = f"fn({ptrs}{', ' if n + symbols else ''}{nt})"
     body = (f"    if {call}:\n        raise IndexOutOfRange('index out of range: an index tensor holds a value "
             f"outside the dimension it indexes')\n" if checked else f"    {call}\n")
-    src = f"def call({', '.join(names)}):\n{body}"
+    src = f"def call({', '.join(names + syms)}):\n{body}"
     ns: dict[str, Any] = {"fn": fn, "get_num_threads": torch.get_num_threads, "IndexOutOfRange": IndexOutOfRange}
     exec(compile(src, "<ember cpp call>", "exec"), ns)
     return ns["call"]
@@ -549,10 +573,11 @@ def compile_kernels(bodies: list[KernelBody], options: Any, graph_name: str,
     out = []
     for b in bodies:
         fn = lib_of[b.name].result()[b.name]
-        fn.argtypes = [ctypes.c_void_p] * len(b.buffers) + [ctypes.c_int]
+        n_sym = len(b.symbols)
+        fn.argtypes = [ctypes.c_void_p] * len(b.buffers) + [ctypes.c_int64] * n_sym + [ctypes.c_int]
         checked = bool(checked_indices(b))
         fn.restype = ctypes.c_int if checked else None
-        out.append(_caller(fn, len(b.buffers), b._cpp_parallel, checked))  # type: ignore[attr-defined]
+        out.append(_caller(fn, len(b.buffers), b._cpp_parallel, checked, n_sym))  # type: ignore[attr-defined]
     return out
 
 

@@ -92,8 +92,9 @@ def index(e: Any) -> str:
     if isinstance(e, sympy.Integer):
         return index(int(e))
     if isinstance(e, sympy.Symbol):
-        if e.name not in ("xindex", "rindex", "findex") and not e.name.startswith("tmp"):
-            raise NotImplementedError(f"ember.codegen.cpp: symbolic size {e} in an index")
+        if e.name not in ("xindex", "rindex", "findex") and not e.name.startswith("tmp") and \
+                not (e.name[:1] in "si" and e.name[1:].isdigit()):      # a size symbol: a kernel argument
+            raise NotImplementedError(f"ember.codegen.cpp: symbol {e} in an index")
         return e.name
     if isinstance(e, sympy.Add):
         terms = sorted(e.args, key=lambda a: (a.is_Number, str(a)))

@@ -24,15 +24,19 @@ COMBINE: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
 
 
 def compile_kernel(body: KernelBody, options: Any = None) -> Callable[..., None]:
+    """``run(*buffers, *symbol_values)``: size symbols (``body.symbols``) follow the buffers."""
     names = list(body.buffers)
     k = body.kernel
+    symbols = body.symbols
 
-    def run(*bufs: torch.Tensor) -> None:
+    def run(*args: Any) -> None:
+        bufs, sizes = args[:len(names)], dict(zip(symbols, args[len(names):]))
         flat = {n: torch.as_strided(b, (b.untyped_storage().nbytes() // b.element_size() - b.storage_offset(),),
                                     (1,)) for n, b in zip(names, bufs)}
-        X, R = int(k.xnumel), int(k.rnumel)
+        X, R = int(eval_index(k.xnumel, sizes)), int(eval_index(k.rnumel, sizes))
         dev = bufs[0].device
-        env = {XINDEX: torch.arange(X, device=dev).view(X, 1), RINDEX: torch.arange(R, device=dev).view(1, R)}
+        env = {XINDEX: torch.arange(X, device=dev).view(X, 1), RINDEX: torch.arange(R, device=dev).view(1, R),
+               **sizes}
         vals: dict[str, torch.Tensor] = {}
 
         def shape(level: str) -> tuple:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, runtime_checkable
 
+import sympy
 import torch
 from torch.utils._pytree import tree_flatten
 
 from ember.emit import py_literal
+from ember.shapes import SymbolicUnsupported, active_table, size_symbols, to_python
 from ember.loopir.inplace import memory_root
 from ember.loopir.ir import (BufferRef, Extern, ExternOutput, InputBuffer, Layout, Pointwise, Reduction,
                              contiguous_stride)
@@ -54,7 +56,15 @@ class CompiledGraph(Protocol):
 
 
 def _size(v: Any) -> str:
-    return repr(tuple(int(x) for x in v))
+    """A shape or stride as Python source: a tuple literal, or one over the size symbols the wrapper binds."""
+    try:
+        return repr(tuple(int(x) for x in v))
+    except TypeError:       # symbolic entries
+        return "(" + "".join(f"{_num(x)}, " for x in v) + ")"
+
+
+def _num(x: Any) -> str:
+    return to_python(x) if isinstance(x, sympy.Basic) else repr(int(x))
 
 
 class _Writer:
@@ -85,9 +95,9 @@ class _Writer:
             return r.name
         lay = r.layout      # offsets are relative to the buffer's tensor; as_strided takes absolute ones
         if r.name not in self.bound:        # allocated by this wrapper: storage offset 0
-            return f"as_strided({r.name}, {_size(lay.shape)}, {_size(lay.stride)}, {int(lay.offset)})"
+            return f"as_strided({r.name}, {_size(lay.shape)}, {_size(lay.stride)}, {_num(lay.offset)})"
         return (f"as_strided({r.name}, {_size(lay.shape)}, {_size(lay.stride)}, "
-                f"{r.name}.storage_offset(){f' + {int(lay.offset)}' if lay.offset else ''})")
+                f"{r.name}.storage_offset(){f' + {_num(lay.offset)}' if lay.offset else ''})")
 
     def arg(self, a: Any) -> str:
         if isinstance(a, BufferRef):
@@ -97,6 +107,8 @@ class _Writer:
             return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
         if isinstance(a, dict):
             return "{" + ", ".join(f"{self.arg(k)}: {self.arg(v)}" for k, v in a.items()) + "}"
+        if isinstance(a, sympy.Basic):      # a symbolic size: computed from the bound symbols
+            return to_python(a)
         lit = py_literal(a)         # exact literals only: never a subclass's repr (ember.emit)
         return lit if lit is not None else self.bind("c", a)
 
@@ -121,6 +133,36 @@ class _Writer:
         dev = self.bind("dev", lay.device)
         self.lines.append(f"    {name} = empty_strided({_size(lay.shape)}, {_size(lay.stride)}, "
                           f"dtype={lay.dtype}, device={dev})")
+
+    def bind_symbols(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> None:
+        """``s0 = arg0.size(0)``: each size symbol the call needs, read from the graph's inputs (a tensor's size
+        or stride that is the symbol itself, or an int input); sizes of buffers are then computed from them."""
+        g = self.s.graph
+        exprs: list = [b.symbols for _, b in kernels.values() if hasattr(b, "symbols")]
+        exprs = [s for syms in exprs for s in syms]
+        for n in g.nodes:
+            exprs += [*n.layout.shape, *n.layout.stride, n.layout.offset]
+            if isinstance(n, Extern):
+                exprs += [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, sympy.Basic)]
+        exprs += [a for a in tree_flatten(g.outputs)[0] if isinstance(a, sympy.Basic)]
+        exprs += [x for o in g.outputs if isinstance(o, BufferRef) for x in (*o.layout.shape, *o.layout.stride)]
+        sources: dict[Any, str] = {}
+        for name, e in g.symbol_inputs.items():
+            if isinstance(e, sympy.Symbol):
+                sources.setdefault(e, name)
+        for n in g.nodes:
+            if isinstance(n, InputBuffer) and n.position >= 0:
+                for d, v in enumerate(n.layout.shape):
+                    if isinstance(v, sympy.Symbol):
+                        sources.setdefault(v, f"{n.name}.size({d})")
+                for d, v in enumerate(n.layout.stride):
+                    if isinstance(v, sympy.Symbol):
+                        sources.setdefault(v, f"{n.name}.stride({d})")
+        for sym in size_symbols(*exprs):
+            if sym not in sources:
+                raise SymbolicUnsupported(f"ember.codegen: the size symbol {sym} of graph {g.name} is not a size, "
+                                          "stride or int of one of its inputs")
+            self.lines.append(f"    {sym.name} = {sources[sym]}")
 
     def check(self, name: str, maybe_none: bool = False) -> None:
         lay = self.layouts[name]
@@ -149,17 +191,19 @@ class _Writer:
 
     def _launch_line(self, step: Kernel, fn: Any, names: list[str]) -> str:
         kname = self.bind(step.name + "_", fn)
+        # the kernel's size symbols follow its buffers, sorted by name (docs/dynamic-contract.md)
+        args = ", ".join(names + [s.name for s in getattr(self.kernel_bodies[step.name], "symbols", ())])
         if not hasattr(fn, "aligned_launcher"):      # not a TritonKernel (C++, an autotuned choice)
-            return f"{kname}({', '.join(names)})"
+            return f"{kname}({args})"
         checked = [i for i, b in enumerate(names) if b not in self.aligned]
         fn.set_checked(checked)
         first = f"{kname}a"
         self.globals[first] = FirstLaunch(fn, first)
         if not checked:
-            return f"{first}({', '.join(names)})"
+            return f"{first}({args})"
         if all(names[i] in self.folded for i in checked):
-            return f"({first} if _aligned else {kname})({', '.join(names)})"
-        return f"{kname}({', '.join(names)})"
+            return f"({first} if _aligned else {kname})({args})"
+        return f"{kname}({args})"
 
     def _host_scalars(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> dict[tuple, str]:
         """0-dim CPU inputs read by kernels on another device (``x * torch.tensor(2.5)`` with ``x`` on CUDA):
@@ -183,6 +227,7 @@ class _Writer:
         as a list it empties, and drops each input after its last use (a backward's saved activations are
         freed as it goes, as eager's autograd frees them); ``NAME(*args)`` calls it with a fresh list."""
         g = self.s.graph
+        self.kernel_bodies = {k: b for k, (_, b) in kernels.items()}
         if steal:
             self.lines.append(f"def {g.name}__list(args):")
             if g.inputs:
@@ -190,6 +235,8 @@ class _Writer:
             self.lines.append("    args.clear()")
         else:
             self.lines.append(f"def {g.name}({', '.join(g.inputs)}):")
+        if g.symbols is not None:
+            self.bind_symbols(kernels)
         for n in g.nodes:
             if isinstance(n, InputBuffer):
                 if n.position >= 0:
@@ -307,11 +354,23 @@ def _storage_key(lay: Layout) -> tuple | None:
     try:
         shape, stride = [int(v) for v in lay.shape], [int(v) for v in lay.stride]
     except TypeError:
-        return None
+        return _symbolic_storage_key(lay)
     if any(n == 0 for n in shape):
         return None
     nbytes = (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * lay.dtype.itemsize
     return (nbytes, lay.dtype, lay.device) if nbytes <= REUSE_MAX_BYTES else None
+
+
+def _symbolic_storage_key(lay: Layout) -> tuple | None:
+    """The key of a layout with symbolic sizes: its byte count as one canonical expression (after the table's
+    equalities), so two buffers share memory only where their sizes are equal for every size allowed (symbolic
+    sizes are at least 2: never empty). Whether it is worth holding is decided at the hints."""
+    table = active_table()
+    if table is None:
+        return None
+    extent = 1 + sum(((n - 1) * st for n, st in zip(lay.shape, lay.stride)), sympy.Integer(0))
+    nbytes = sympy.expand(table.simplify(extent * lay.dtype.itemsize))
+    return (nbytes, lay.dtype, lay.device) if table.hint(nbytes) <= REUSE_MAX_BYTES else None
 
 
 def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, str], set[str]]:

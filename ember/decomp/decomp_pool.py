@@ -266,6 +266,8 @@ def _cumsum(x: Any, dim: int, *, dtype: torch.dtype | None = None) -> Any:
         return P.clone(y)
     acc = opmath(y)
     n, shift = x.shape[d], 1
+    if not isinstance(n, int):      # the scan's step count depends on the length: ATen's own kernel
+        return P.aten_extern(aten.cumsum.default, (x, dim), {"dtype": dtype})
     while shift < n:        # Hillis-Steele scan: after the step with shift s, acc[i] sums x[i-2s+1 .. i]
         pads = [(0, 0)] * x.ndim
         pads[d] = (shift, 0)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import sympy
 import torch
+
+from ember.shapes import guard
 
 from . import prims as P
 from .helpers import broadcast_to, result_type, to
@@ -80,11 +83,16 @@ def _squeeze(x: Any, dim: Any = None) -> Any:
 
 
 def _clamp_index(i: Any, size: Any) -> Any:
-    if not isinstance(i, int) or not isinstance(size, int):
-        return i
-    if i < 0:
-        i += size
-    return min(max(i, 0), size)
+    if isinstance(i, int) and isinstance(size, int):
+        if i < 0:
+            i += size
+        return min(max(i, 0), size)
+    # symbolic: each comparison is decided for the size class (ember.shapes.guard records it)
+    if guard(sympy.Lt(i, 0)):
+        i = i + size
+    if guard(sympy.Lt(i, 0)):
+        return 0
+    return size if guard(sympy.Gt(i, size)) else i
 
 
 @register_decomposition(aten.slice.Tensor)
@@ -95,6 +103,8 @@ def _slice(x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int =
     e = _clamp_index(size if end is None or (isinstance(end, int) and end >= 2 ** 62) else end, size)
     if isinstance(s, int) and isinstance(e, int):
         e = max(e, s)
+    elif guard(sympy.Lt(e, s)):
+        e = s
     return P.slice(x, d, s, e, step)
 
 
@@ -345,9 +355,11 @@ def _scalar_tensor(s: Any, *, dtype: Any = None, layout: Any = None, device: Any
 @register_decomposition(aten.arange.start_step)
 def _arange(start: Any, end: Any, step: Any = 1, *, dtype: Any = None, layout: Any = None,
             device: Any = None, pin_memory: Any = None) -> Any:
-    is_int = all(isinstance(v, int) for v in (start, end, step))
+    is_int = all(isinstance(v, int) or isinstance(v, sympy.Expr) and v.is_integer for v in (start, end, step))
     dt = dtype or (torch.int64 if is_int else torch.get_default_dtype())
     n = cdiv(end - start, step) if is_int else math.ceil((end - start) / step)
+    if isinstance(n, sympy.Expr):       # a symbolic length (``arange(s0)``): empty where it is negative
+        return P.iota(n if guard(sympy.Ge(n, 0)) else 0, start, step, dt, _dev(device))
     return P.iota(max(n, 0), start, step, dt, _dev(device))
 
 

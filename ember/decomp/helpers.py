@@ -12,7 +12,7 @@ import torch
 
 from . import prims as P
 from .meta import (broadcast_shapes, canonical_dim, canonical_dims, is_complex, is_float, is_tensorlike,
-                   kind_of_dtype, opmath_dtype, same_shape, scalar_for, strides_of, to_complex_dtype,
+                   kind_of_dtype, meta_of, opmath_dtype, same_shape, scalar_for, strides_of, to_complex_dtype,
                    to_real_dtype)
 
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL, COMPLEX_TO_FLOAT, BOOL_TO_LONG, NO_OPMATH = (
@@ -170,8 +170,8 @@ def memory_order(x: Any) -> tuple[int, ...] | None:
     """The dims of ``x`` from outermost to innermost in memory, the layout ``empty_like(x)`` allocates (dims
     sorted by decreasing stride, ties in dim order); None when that is row-major, or when a stride is symbolic
     (the order is then unknown: row-major is assumed)."""
-    try:
-        strides = [int(st) for st in strides_of(x)]      # a sympy Integer converts, a symbol raises
+    try:        # sympy strides (int() of a torch.SymInt would pin the size): a symbol raises
+        strides = [int(st) for st in meta_of(x).stride]
     except TypeError:
         return None
     order = tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d)))

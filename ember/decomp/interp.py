@@ -16,7 +16,9 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from .core import Prim, push_handler
+from ember.shapes import SymbolicUnsupported, active_table, expr_of, using
+
+from .core import PRIMS, Prim, push_handler
 from .meta import TensorMeta, meta_of, same_shape
 from .registry import decompose
 from .trees import tree_map
@@ -60,8 +62,44 @@ def run_decomposition(op: Any, *args: Any, check_meta: bool = True, **kwargs: An
 
 def meta_decomposition(op: Any, *args: Any, **kwargs: Any) -> Any:
     """Output TensorMeta(s) of op's decomposition from input metadata (sizes may be sympy)."""
-    with push_handler(meta_handler):
-        return decompose(op, *tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
+    table = _symbols_of((args, kwargs))
+    to_meta = lambda a: _to_meta(expr_of(a))  # noqa: E731 - SymInt sizes as sympy, as in TensorMeta
+    args, kwargs = tree_map(to_meta, args), tree_map(to_meta, kwargs)
+
+    def run(fn: Any) -> Any:
+        with push_handler(meta_handler):
+            return fn(op, *args, **kwargs)
+    if table is None:
+        return run(decompose)
+    with using(table):
+        return _or_extern(op, run)
+
+
+def _or_extern(op: Any, run: Any) -> Any:
+    """``run(decompose)``, or where the decomposition cannot follow symbolic sizes (a loop over a size, a
+    comparison it cannot decide), ``run`` of the op as its ATen call; ``SymbolicUnsupported`` where even that
+    has no symbolic metadata."""
+    try:
+        return run(decompose)
+    except (SymbolicUnsupported, TypeError, ValueError, RuntimeError, NotImplementedError):
+        pass
+    try:
+        return run(lambda o, *a, **k: PRIMS["aten_extern"](o, a, k))
+    except Exception as e:      # noqa: BLE001 - no symbolic metadata for it: the caller compiles static
+        raise SymbolicUnsupported(f"ember.decomp: {op} with symbolic sizes: {type(e).__name__}: {e}") from e
+
+
+def _symbols_of(args: Any) -> Any:
+    """The ``SymbolTable`` decisions on the arguments' symbolic sizes go to: the one already active, else the
+    table of a ``torch.SymInt`` among the arguments or their sizes; None for static arguments."""
+    table = active_table()
+    if table is not None:
+        return table
+    for a in pytree.tree_leaves(args):
+        for v in (a, *(getattr(a, "shape", None) or ())):
+            if isinstance(v, torch.SymInt) and hasattr(v.node, "table"):
+                return v.node.table
+    return None
 
 
 @dataclass(repr=False)
@@ -109,17 +147,27 @@ def trace_decomposition(op: Any, *args: Any, **kwargs: Any) -> torch.fx.GraphMod
 
 
 def decomposition_graph(op: Any, *args: Any, **kwargs: Any) -> torch.fx.Graph:
-    """``trace_decomposition``'s graph alone (no module: no Python code generated for it)."""
+    """``trace_decomposition``'s graph alone (no module: no Python code generated for it). With symbolic sizes,
+    a decomposition that cannot follow them (a loop over a size, a comparison it cannot decide) leaves the op
+    as its ATen call (``aten_extern``); where even that has no symbolic metadata, ``SymbolicUnsupported``."""
+    table = _symbols_of((args, kwargs))
+    if table is None:
+        return _record(op, args, kwargs, decompose)
+    with using(table):
+        return _or_extern(op, lambda run: _record(op, args, kwargs, run))
+
+
+def _record(op: Any, args: tuple, kwargs: dict, run: Any) -> torch.fx.Graph:
     rec = _Recorder()
     counter = iter(range(1 << 30))
 
     def lift(x: Any) -> Any:
         if isinstance(x, (torch.Tensor, TensorMeta)):
             return rec.placeholder(f"arg{next(counter)}", x)
-        return x
+        return expr_of(x)       # a symbolic size argument: its sympy expression, as in TensorMeta
 
     args, kwargs = tree_map(lift, args), tree_map(lift, kwargs)
     with push_handler(rec):
-        out = decompose(op, *args, **kwargs)
+        out = run(op, *args, **kwargs)
     rec.graph.output(tree_map(lambda v: v.node if isinstance(v, Var) else v, out))
     return rec.graph

@@ -13,6 +13,8 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
+from ember.shapes import active_table, expr_of
+
 Size = Union[int, sympy.Expr]
 Shape = tuple  # tuple[Size, ...]
 
@@ -54,7 +56,10 @@ def meta_of(x: Any) -> TensorMeta:
     """The TensorMeta of a real tensor (or a TensorMeta itself)."""
     if isinstance(x, TensorMeta):
         return x
-    return TensorMeta(tuple(x.shape), x.dtype, x.device, tuple(x.stride()))
+    shape, stride = tuple(x.shape), tuple(x.stride())
+    if any(type(v) is not int for v in shape + stride):      # a fake tensor with symbolic sizes (ember.shapes)
+        shape, stride = tuple(map(expr_of, shape)), tuple(map(expr_of, stride))
+    return TensorMeta(shape, x.dtype, x.device, stride)
 
 
 def is_tensorlike(x: Any) -> bool:
@@ -88,10 +93,15 @@ def _max1(s: Size) -> Size:
 
 
 def same(a: Size, b: Size) -> bool:
-    """Structural equality of two sizes (ints or sympy expressions)."""
+    """Structural equality of two sizes (ints or sympy expressions), after the equalities the active symbol
+    table has recorded (``s1 -> 4*s0``, ``ember.shapes``)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+    d = sympy.sympify(a) - sympy.sympify(b)
+    table = active_table()
+    if table is not None:
+        d = table.simplify(d)
+    return sympy.simplify(d) == 0
 
 
 def same_shape(a: Sequence[Size], b: Sequence[Size]) -> bool:
@@ -137,9 +147,18 @@ def broadcast_shapes(*shapes: Sequence[Size]) -> tuple:
         for i, size in enumerate(s, start=ndim - len(s)):
             if is_one(out[i]):
                 out[i] = size
-            elif not is_one(size) and not same(size, out[i]):
+            elif not is_one(size) and not same(size, out[i]) and not _equal_sizes(size, out[i]):
                 raise RuntimeError(f"ember.decomp: shapes {[list(x) for x in shapes]} do not broadcast")
     return tuple(out)
+
+
+def _equal_sizes(a: Size, b: Size) -> bool:
+    """Whether two sizes that are not the same expression are equal for this size class (recorded: ``s1 ==
+    4*s0``); a symbolic size is never 1 (sizes 0 and 1 are specialized)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return False
+    from ember.shapes import guard
+    return guard(sympy.Eq(a, b))
 
 
 # dtype categories -------------------------------------------------------------------------------------

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import sympy
 import torch
+
+from ember.shapes import SymbolicUnsupported, active_table
 
 from .core import PRIMS, register_prim
 from .meta import (TensorMeta, broadcast_shapes, cdiv, fdiv, is_one,
-                   is_tensorlike, prod, same, strides_of)
+                   is_tensorlike, meta_of, prod, same, strides_of)
 
 
 # views --------------------------------------------------------------------------------------------------
@@ -316,17 +319,29 @@ def _sdpa_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Any
 
 
 def _to_meta_tensor(x: Any) -> Any:
+    """A meta tensor for ``x`` (an ATen call's metadata); symbolic sizes become ``torch.SymInt``s over the
+    active symbol table, so the op's meta kernel computes symbolic output sizes."""
     if is_tensorlike(x):
-        return torch.empty_strided(tuple(int(s) for s in x.shape), tuple(int(s) for s in strides_of(x)),
+        return torch.empty_strided(tuple(_meta_size(s) for s in x.shape), tuple(_meta_size(s) for s in strides_of(x)),
                                    dtype=x.dtype, device="meta")
     if isinstance(x, (list, tuple)):
         return type(x)(_to_meta_tensor(a) for a in x)
-    return x
+    return _meta_size(x) if isinstance(x, sympy.Expr) else x
+
+
+def _meta_size(s: Any) -> Any:
+    if isinstance(s, sympy.Expr) and s.free_symbols:
+        table = active_table()
+        if table is None:
+            raise SymbolicUnsupported(f"ember.decomp: symbolic size {s} outside a symbolic compile")
+        return table.symint(s)
+    return int(s)
 
 
 def _from_meta_tensor(x: Any, device: Any) -> Any:
     if isinstance(x, torch.Tensor):
-        return TensorMeta(tuple(x.shape), x.dtype, device, tuple(x.stride()))
+        m = meta_of(x)          # symbolic sizes back to sympy expressions
+        return TensorMeta(m.shape, x.dtype, device, m.stride)
     if isinstance(x, (list, tuple)):
         return type(x)(_from_meta_tensor(a, device) for a in x)
     return x
@@ -334,8 +349,14 @@ def _from_meta_tensor(x: Any, device: Any) -> Any:
 
 def _extern_meta(op: Any, args: tuple, kwargs: dict | None = None) -> Any:
     device = next((a.device for a in args if is_tensorlike(a)), torch.device("cpu"))
-    out = op(*_to_meta_tensor(tuple(args)), **{k: _to_meta_tensor(v) for k, v in (kwargs or {}).items()})
-    return _from_meta_tensor(out, device)
+    margs, mkwargs = _to_meta_tensor(tuple(args)), {k: _to_meta_tensor(v) for k, v in (kwargs or {}).items()}
+    if active_table() is None:
+        return _from_meta_tensor(op(*margs, **mkwargs), device)
+    # symbolic sizes: PyTorch's meta kernels of composite ops (expand, cumsum...) handle SymInts only through
+    # their Python registrations, which the Python dispatcher selects
+    from torch._dispatch.python import enable_python_dispatcher
+    with enable_python_dispatcher():
+        return _from_meta_tensor(op(*margs, **mkwargs), device)
 
 
 register_prim("mm", torch.mm, _mm_meta, "extern")

@@ -61,6 +61,11 @@ class ComboBody:
     def name(self) -> str:
         return self.kernel.name
 
+    @property
+    def symbols(self) -> list:
+        """The parts' size symbols together, sorted by name (extra arguments after the buffers)."""
+        return sorted({s for b in self.parts for s in b.symbols}, key=lambda s: s.name)
+
 
 def _eligible(step: Any) -> bool:
     return isinstance(step, Kernel) and not isinstance(step, Combo) and step.rnumel == 1 and \

@@ -61,7 +61,8 @@ def _place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol],
 
 
 def _divmod_parts(term: sympy.Expr) -> tuple[str, Any, Any, Any] | None:
-    """``c*Mod(a, m)`` -> ("mod", a, m, c); ``c*floor(a/m)`` -> ("floor", a, m, c); else None."""
+    """``c*Mod(a, m)`` -> ("mod", a, m, c); ``c*floor(a/m)`` -> ("floor", a, m, c); else None. With symbolic
+    sizes, ``m`` and ``c`` may be size expressions (``8*s1*floor(a/s1)``)."""
     c, f = term.as_coeff_Mul()
     if isinstance(f, sympy.Mod) and f.args[1].is_Integer:
         return "mod", f.args[0], f.args[1], c
@@ -69,7 +70,34 @@ def _divmod_parts(term: sympy.Expr) -> tuple[str, Any, Any, Any] | None:
         num, den = f.args[0].as_numer_denom()
         if den.is_Integer and den != 1:
             return "floor", num, den, c
-    return None
+    return _symbolic_divmod_parts(c, f) if any(_is_size_symbol(s) for s in term.free_symbols) else None
+
+
+def _is_size_symbol(s: sympy.Symbol) -> bool:
+    return s.name[:1] in "si" and s.name[1:].isdigit()
+
+
+def _symbolic_divmod_parts(c: Any, f: sympy.Expr) -> tuple[str, Any, Any, Any] | None:
+    """``_divmod_parts`` of a term whose modulus or coefficient holds size symbols (never a static term): the
+    identity ``a = m*(a//m) + a%m`` holds for every positive ``m``."""
+    factors = sympy.Mul.make_args(f)
+    dm = [x for x in factors if isinstance(x, (sympy.Mod, sympy.floor))]
+    if len(dm) != 1:
+        return None
+    g = dm[0]
+    rest = c * sympy.Mul(*[x for x in factors if x is not g])
+    if not all(_is_size_symbol(s) for s in rest.free_symbols):
+        return None
+    if isinstance(g, sympy.Mod):
+        a, m = g.args
+    else:
+        a, m = g.args[0].as_numer_denom()
+        if m == 1:
+            return None
+    if not m.is_positive or (m.is_Integer and rest.is_Number) or \
+            not all(_is_size_symbol(s) for s in m.free_symbols):
+        return None
+    return ("mod" if isinstance(g, sympy.Mod) else "floor"), a, m, rest
 
 
 def fold_divmod(expr: sympy.Expr) -> sympy.Expr:

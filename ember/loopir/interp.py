@@ -73,7 +73,7 @@ def eval_index(e: Any, env: dict) -> Any:
         return out
     if isinstance(e, sympy.floor):
         num, den = sympy.fraction(sympy.together(e.args[0]))
-        return torch.div(torch.as_tensor(eval_index(num, env)), int(den), rounding_mode="floor")
+        return torch.div(torch.as_tensor(eval_index(num, env)), eval_index(den, env), rounding_mode="floor")
     if isinstance(e, sympy.Mod):
         return torch.remainder(torch.as_tensor(eval_index(e.args[0], env)), eval_index(e.args[1], env))
     rel = {sympy.Lt: torch.lt, sympy.Le: torch.le, sympy.Gt: torch.gt, sympy.Ge: torch.ge,
@@ -93,6 +93,18 @@ def eval_index(e: Any, env: dict) -> Any:
         return out
     if isinstance(e, sympy.Not):
         return torch.logical_not(torch.as_tensor(eval_index(e.args[0], env)))
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:     # s0**2 (sizes bound to ints)
+        base = eval_index(e.base, env)
+        out = base
+        for _ in range(int(e.exp) - 1):
+            out = out * base
+        return out
+    if isinstance(e, (sympy.Max, sympy.Min)):      # of sizes (symbols bound to ints)
+        fn = torch.maximum if isinstance(e, sympy.Max) else torch.minimum
+        out = torch.as_tensor(eval_index(e.args[0], env))
+        for a in e.args[1:]:
+            out = fn(out, torch.as_tensor(eval_index(a, env)))
+        return out
     raise NotImplementedError(f"ember.loopir interp: index expression {e!r}")
 
 

@@ -220,6 +220,8 @@ class LoopGraph:
     name: str = "graph"
     constants: dict = field(default_factory=dict)   # buffer name -> tensor held by the graph (get_attr)
     hoisted: set = field(default_factory=set)       # small values stored so large kernels load them (lower._hoist)
+    symbols: Any = None             # the ember.shapes.SymbolTable of a graph with symbolic sizes, else None
+    symbol_inputs: dict = field(default_factory=dict)   # int inputs: name -> the expression it holds
 
     def node(self, name: str) -> Node:
         return self._by_name()[name]

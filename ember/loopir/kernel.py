@@ -76,6 +76,7 @@ class KernelBody:
     extents: dict[str, int] = field(default_factory=dict)   # var bound as an index -> its dimension's size
     scratch: dict[str, torch.dtype] = field(default_factory=dict)  # per-row scratch rows (stash_recomputed)
     shared: list[str] = field(default_factory=list)  # stored through another buffer's parameter (share_pointers)
+    table: Any = None       # the graph's ember.shapes.SymbolTable when sizes are symbolic (hints for decisions)
 
     def buffer_dtype(self, buf: str) -> torch.dtype:
         return self.scratch[buf] if buf in self.scratch else self.buffers[buf][0]
@@ -83,6 +84,23 @@ class KernelBody:
     @property
     def name(self) -> str:
         return self.kernel.name
+
+    @property
+    def symbols(self) -> list:
+        """The size symbols the kernel reads (its ranges, indices, masks, index extents), sorted by name: extra
+        integer arguments after the buffers (docs/dynamic-contract.md). Empty without a symbol table (``table``,
+        set by ``compile_graph`` for a graph with symbolic sizes): static kernels pay nothing for it."""
+        if self.table is None:
+            return []
+        from ember.shapes import size_symbols
+        exprs = [self.kernel.xnumel, self.kernel.rnumel, *self.extents.values()]
+        for sec in self.sections:
+            for st in sec.stmts:
+                if isinstance(st, Store):
+                    exprs += [st.index, st.mask]
+                elif isinstance(st, Assign) and st.kind in ("load", "index"):
+                    exprs += list(st.args)
+        return size_symbols(*exprs)
 
     def loads(self) -> list[Assign]:
         """Every ``load`` statement, in order."""

@@ -10,20 +10,23 @@ and shown in ``EMBER_LOGS=perf_hints``.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import sympy
 import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ember import logs
-from ember.decomp.meta import TensorMeta
+from ember.decomp.meta import TensorMeta, meta_of
 from ember.errors import EmberError
+from ember.shapes import expr_of, size_hint
 
 from .expr import COSTLY_OPS, EXPENSIVE_OPS, HOIST_FRACTION, Load, Op, cast, size, walk, xvars
 from .indexing import steps_by_one
@@ -94,14 +97,17 @@ def register_lowering(*names: str) -> Callable[[Callable], Callable]:
 
 def layout_of(meta: Any) -> Layout:
     """The layout of a buffer bound to a tensor (a graph input, an extern's result): offset 0, since kernels
-    get the tensor's data pointer, which already includes its storage offset."""
-    return Layout(tuple(meta.shape), tuple(meta.stride() if callable(meta.stride) else meta.stride),
-                  meta.dtype, torch.device(meta.device), 0)
+    get the tensor's data pointer, which already includes its storage offset. Symbolic sizes (``torch.SymInt``
+    of a fake tensor) become their sympy expressions."""
+    shape, stride = tuple(meta.shape), tuple(meta.stride() if callable(meta.stride) else meta.stride)
+    if any(isinstance(v, torch.SymInt) for v in shape + stride):
+        shape, stride = tuple(map(expr_of, shape)), tuple(map(expr_of, stride))
+    return Layout(shape, stride, meta.dtype, torch.device(meta.device), 0)
 
 
 def _is_dense(layout: Layout) -> bool:
     """Non-overlapping and dense: some permutation of the dims is contiguous."""
-    dims = sorted((i for i, s in enumerate(layout.shape) if s != 1), key=lambda i: layout.stride[i])
+    dims = sorted((i for i, s in enumerate(layout.shape) if s != 1), key=lambda i: size_hint(layout.stride[i]))
     expect = 1
     for i in dims:
         if layout.stride[i] != expect:
@@ -130,6 +136,9 @@ class Lowerer:
         self._count = 0
         self._stored: dict[tuple, str] = {}       # (memory layout, expression) -> the buffer storing it
         self.zero_padded: dict[str, Layout] = {}  # buffers stored with zero-padded rows for matmuls (matmul_align)
+        table = gm.meta.get("ember_symbols")
+        self.table = table if table is not None and table.symbols else None   # symbolic sizes (ember.shapes)
+        self.symbol_inputs: dict[str, Any] = {}   # int graph inputs that are symbols: name -> expression
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
@@ -216,6 +225,12 @@ class Lowerer:
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 val = node.meta.get("val")
+                if self.table is not None and isinstance(val, (torch.SymInt, int, sympy.Expr)) and \
+                        not isinstance(val, bool):
+                    name = f"arg{len(inputs)}"      # an int input (a symbol's value, or a constant)
+                    inputs.append(name)
+                    env[node] = self.symbol_inputs[name] = expr_of(val)
+                    continue
                 if not isinstance(val, torch.Tensor) and not hasattr(val, "shape"):
                     raise LoweringError(f"ember.loopir: graph input {node.name} is not a tensor ({val!r})")
                 name = f"arg{len(inputs)}"
@@ -235,6 +250,11 @@ class Lowerer:
                 env[node] = buffer_view(name, lay)
             elif node.op == "call_function":
                 args, kwargs = fx.map_arg((node.args, node.kwargs), lambda n: env[n])
+                if self.table is not None:
+                    if _is_size_op(node):       # sym_size, int arithmetic: the value's sympy expression
+                        env[node] = expr_of(node.meta["val"])
+                        continue
+                    args, kwargs = tree_map(expr_of, (args, kwargs))   # symbolic constants of a decomposition
                 env[node] = self.call(node, args, kwargs)
             elif node.op == "output":
                 outs, spec = tree_flatten(fx.map_arg(node.args[0], lambda n: env[n]))
@@ -257,7 +277,8 @@ class Lowerer:
                     outputs.append(o)
             else:
                 raise LoweringError(f"ember.loopir: unsupported node {node.op} {node.target}")
-        return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants, self.hoisted)
+        return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants, self.hoisted,
+                         self.table, self.symbol_inputs)
 
     def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
         """The layout a graph output is stored in: eager's where its elements do not overlap (a padded matmul
@@ -366,6 +387,20 @@ class Lowerer:
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "uniform", "normal", "rng_seed"}
+
+
+def _is_size_op(node: fx.Node) -> bool:
+    """An int computed from sizes (``aten.sym_size.int``, ``operator.mul`` of sizes...): its value is the
+    expression in its ``meta["val"]``, which the wrapper computes from the symbols it binds."""
+    val = node.meta.get("val")
+    if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat, sympy.Basic)):
+        return True
+    return isinstance(val, (int, bool)) and (getattr(node.target, "__module__", "") in ("_operator", "math") or
+                                             node.target in _SIZE_OPS)
+
+
+_SIZE_OPS = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
+             torch.ops.aten.sym_storage_offset.default}
 
 
 def _non_overlapping(layout: Layout) -> bool:
@@ -575,10 +610,48 @@ def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = 
     (``ember.loopir.matmul_align``); max-autotune times padding at run time instead. ``hoists(device)``: whether
     the kernels of a device get small costly values stored (``Lowerer._hoisted``; the Triton ones)."""
     from . import lowerings, scatter, welford  # noqa: F401  (register the table)
-    if channels_last is None:
-        from .conv_layout import wants_channels_last
-        channels_last = wants_channels_last(gm)
-    return Lowerer(gm, name, channels_last, align_matmuls, hoists).run()
+    with _sympy_metadata(gm):
+        if channels_last is None:
+            from .conv_layout import wants_channels_last
+            channels_last = wants_channels_last(gm)
+        return Lowerer(gm, name, channels_last, align_matmuls, hoists).run()
+
+
+@contextlib.contextmanager
+def _sympy_metadata(gm: fx.GraphModule) -> Iterator[None]:
+    """In a graph with symbolic sizes, every tensor ``meta["val"]`` (a fake tensor with ``torch.SymInt`` sizes)
+    and ``ember_eager_stride`` is seen by the lowering as sympy (``TensorMeta``), as the contract puts sizes in
+    ember's IRs: comparing sizes is then structural and ``int()`` of one raises, where on a ``SymInt`` either
+    would silently add a relation or pin the size. The graph's own metadata is restored afterwards."""
+    table = gm.meta.get("ember_symbols")
+    if table is None or not table.symbols:
+        yield
+        return
+    saved = []
+    for node in gm.graph.nodes:
+        for key in ("val", "ember_eager_stride"):
+            v = node.meta.get(key)
+            new = _as_sympy(v)
+            if new is not v:
+                saved.append((node, key, v))
+                node.meta[key] = new
+    try:
+        yield
+    finally:
+        for node, key, v in saved:
+            node.meta[key] = v
+
+
+def _as_sympy(v: Any) -> Any:
+    if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter) and _symbolic_tensor(v):
+        return meta_of(v)
+    if isinstance(v, (tuple, list)) and any(isinstance(x, (torch.Tensor, torch.SymInt)) for x in v):
+        return type(v)(_as_sympy(x) for x in v)
+    return expr_of(v) if isinstance(v, torch.SymInt) else v
+
+
+def _symbolic_tensor(t: torch.Tensor) -> bool:
+    return any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride()))
 
 
 __all__ = ["lower", "register_lowering", "LOWERINGS", "MISSING_LOWERINGS", "LoweringError", "Lowerer", "UseExtern"]

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 import sympy
 import torch
 
-from ember.decomp.meta import canonical_dims
+from ember.decomp.meta import canonical_dims, cdiv, same
+from ember.shapes import size_hint
 
 from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
@@ -145,8 +146,11 @@ def _unsqueeze(L: Lowerer, x: TV, dim: int) -> TV:
 @register_lowering("slice")
 def _slice(L: Lowerer, x: TV, dim: int, start: Any, end: Any, step: int = 1) -> TV:
     dim = dim % x.ndim
-    start, end, step = slice(start, end, step).indices(x.shape[dim])
-    n = max(0, (end - start + step - 1) // step)
+    if all(isinstance(v, int) for v in (start, end, step, x.shape[dim])):
+        start, end, step = slice(start, end, step).indices(x.shape[dim])
+        n = max(0, (end - start + step - 1) // step)
+    else:       # symbolic: the decomposition clamped start <= end within the size (ember.decomp._slice)
+        n = cdiv(end - start, step)
     shape = x.shape[:dim] + (n,) + x.shape[dim + 1:]
 
     def imap(idx: Sequence) -> list:
@@ -225,15 +229,17 @@ def _view_stride(old: tuple, stride: tuple, new: tuple) -> list | None:
 
 
 def _reshape_groups(old: tuple, new: tuple) -> list[tuple[list[int], list[int]]]:
-    """Pair runs of old and new dims with equal products (size-1 dims join the run before them)."""
+    """Pair runs of old and new dims with equal products (size-1 dims join the run before them). Symbolic
+    sizes: a run ends where the products are the same expression (equal for every size); the hints only
+    choose which side grows."""
     groups, i, j = [], 0, 0
     while i < len(old) or j < len(new):
         go, gn = [i] if i < len(old) else [], [j] if j < len(new) else []
         po = old[i] if i < len(old) else 1
         pn = new[j] if j < len(new) else 1
         i, j = i + (i < len(old)), j + (j < len(new))
-        while po != pn:
-            if po < pn:
+        while not same(po, pn):
+            if size_hint(po) < size_hint(pn):
                 go.append(i)
                 po *= old[i]
                 i += 1

@@ -86,9 +86,19 @@ def pointwise(name: str, args: Sequence[Any], dtype: torch.dtype, out_dtype: tor
             name, args = "mul", [args[0], r]
 
     def load(idx: Sequence[sympy.Expr]) -> Expr:
-        ops = [a.loader(idx) if isinstance(a, TV) else Const(_py_cast(a, dtype), dtype) for a in args]
+        ops = [a.loader(idx) if isinstance(a, TV) else _scalar(a, dtype) for a in args]
         return Op(name, tuple(ops), out)
     return TV(t0.shape, out, t0.device, load)
+
+
+def _scalar(a: Any, dtype: torch.dtype) -> Expr:
+    """A scalar operand: a constant, or a size expression (``x / s0`` of a mean) the kernel computes from its
+    size arguments and converts to ``dtype``."""
+    if isinstance(a, sympy.Basic) and a.free_symbols:
+        if not a.is_integer:
+            raise NotImplementedError(f"ember.loopir: non-integer size expression {a} as an operand")
+        return IndexValue(a, dtype)
+    return Const(_py_cast(a, dtype), dtype)
 
 
 def masked(x: TV, cond: Callable[[Sequence[sympy.Expr]], Any], idx_map: Callable, other: Any) -> Loader:

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import sympy
 import torch
 
 from ember.decomp.meta import canonical_dims
+from ember.shapes import SymbolicUnsupported, guard
 
 from . import lowerings as LW
 from .expr import Const, Op, xvars
@@ -33,6 +35,13 @@ from .lower import Lowerer, register_lowering
 from .values import TV, buffer_view, constant, pointwise
 
 MIN_SPLIT_FRACTION = 2      # a divisor split count at least 1/2 of the heuristic's, else shifted sums of squares
+
+
+def _symbolic_count(n: Any, correction: Any) -> Any:
+    """``max(n - correction, 0)`` for a symbolic count ``n`` (an integer expression the kernel computes)."""
+    if float(correction) != int(correction):
+        raise SymbolicUnsupported(f"ember.loopir: var_mean with correction {correction} over a symbolic count")
+    return n - int(correction) if guard(sympy.Gt(n, int(correction))) else 0.0
 
 
 @register_lowering("var_mean")
@@ -57,9 +66,10 @@ def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool
     k = LW._squeeze(L, TV(tuple(1 if i in d else x.shape[i] for i in range(x.ndim)), x.dtype, x.device, first),
                     list(d))
     mean = pointwise("add", [k, pointwise("div", [s, n], x.dtype)], x.dtype)
-    if n > 1:       # ATen's running mean turns NaN past an inf (inf - inf), as M2 does: so does this one
+    if guard(sympy.Gt(n, 1)):       # ATen's running mean turns NaN past an inf (inf - inf), as M2 does: so does this one
         mean = pointwise("where", [pointwise("isnan", [m2], x.dtype, torch.bool), m2, mean], x.dtype)
-    var = pointwise("div", [m2, float(max(n - correction, 0))], x.dtype)
+    var = pointwise("div", [m2, float(max(n - correction, 0)) if isinstance(n, int) else
+                            _symbolic_count(n, correction)], x.dtype)
     if keepdim:
         for i in d:
             var, mean = LW._unsqueeze(L, var, i), LW._unsqueeze(L, mean, i)

@@ -13,9 +13,11 @@ Every decision PyTorch or ember takes on a symbolic value (``s0 == 1``? ``s0 % 2
 ranges, records the relation as a guard together with the user line that caused it. A compiled entry is valid
 for a call exactly when every recorded relation holds for that call's sizes.
 """
-from .node import SymNode, expr_of, hint_of, is_symbolic, symint
+from .node import SymNode, expr_of, hint_of, is_symbolic, size_symbols, symint
 from .printer import to_python
-from .table import Relation, SymbolicUnsupported, SymbolTable, current_location, located
+from .table import (Relation, SymbolicUnsupported, SymbolTable, active_table, current_location, guard, located,
+                    size_hint, using)
 
 __all__ = ["SymNode", "SymbolTable", "Relation", "SymbolicUnsupported", "expr_of", "hint_of", "is_symbolic",
-           "symint", "to_python", "located", "current_location"]
+           "symint", "size_symbols", "to_python", "located", "current_location",
+           "using", "active_table", "guard", "size_hint"]

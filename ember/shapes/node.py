@@ -46,6 +46,10 @@ class SymNode:
         self.hint = pytype(table.hint(self.expr)) if hint is None else hint
 
     # what it is -----------------------------------------------------------------------------------------
+    @property
+    def _hint(self):    # PyTorch's Python meta kernels read the hint under this name (aten.slice's)
+        return self.hint
+
     def is_int(self) -> bool: return self.pytype is int
     def is_float(self) -> bool: return self.pytype is float
     def is_bool(self) -> bool: return self.pytype is bool
@@ -257,3 +261,14 @@ def hint_of(x: Any):
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return x.node.hint
     return x
+
+
+def size_symbols(*exprs: Any) -> list:
+    """The size and int symbols (``s<k>``, ``i<k>``) in ``exprs``, sorted by name: a kernel's extra arguments
+    (docs/dynamic-contract.md). Loop variables and other index symbols are left out."""
+    out = set()
+    for e in exprs:
+        for s in getattr(e, "free_symbols", ()):
+            if s.name[:1] in "si" and s.name[1:].isdigit():
+                out.add(s)
+    return sorted(out, key=lambda s: s.name)

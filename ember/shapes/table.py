@@ -33,6 +33,46 @@ def current_location() -> str:
     return _LOCATION.get()
 
 
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("ember_shapes_table", default=None)
+
+
+@contextlib.contextmanager
+def using(table: "SymbolTable | None") -> Iterator[None]:
+    """Inside this block ``guard``/``size_hint`` answer from ``table`` (a backend compiling one graph)."""
+    token = _ACTIVE.set(table)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_table() -> "SymbolTable | None":
+    return _ACTIVE.get()
+
+
+def size_hint(e):
+    """``e`` (an int or a sympy size) at the active table's hints: for performance decisions and orderings
+    whose result the caller then checks structurally (never a correctness decision by itself)."""
+    if not isinstance(e, sympy.Basic) or not e.free_symbols:
+        return int(e) if isinstance(e, sympy.Basic) else e
+    table = _ACTIVE.get()
+    if table is None:
+        raise SymbolicUnsupported(f"ember.shapes: {e} has no hint outside a symbolic compile")
+    return table.hint(e)
+
+
+def guard(cond) -> bool:
+    """A Python ``bool`` for a condition on sizes (``n > 1``, ``Eq(a, b)``): constant conditions as they are,
+    symbolic ones decided by the active table from the hints and recorded as a relation unless the ranges
+    imply them. Without an active table a symbolic condition raises ``SymbolicUnsupported``."""
+    if isinstance(cond, (bool, sympy.logic.boolalg.BooleanAtom)):
+        return bool(cond)
+    table = _ACTIVE.get()
+    if table is None:
+        raise SymbolicUnsupported(f"ember.shapes: cannot decide {cond} outside a symbolic compile")
+    return table.decide(cond)
+
+
 @dataclass(frozen=True)
 class Relation:
     """A fact about sizes the compiled code relies on (``s0 >= 3``, ``Eq(s1, s0)``), and who relied on it."""
