@@ -368,10 +368,6 @@ def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
 
     from ember.decomp import MISSING, decomposition_graph, has_decomposition
 
-    if any(isinstance(n.meta.get("val"), torch.Tensor) and any(map(is_symbolic, n.meta["val"].shape))
-           for n in gm.graph.nodes if n.op == "placeholder"):
-        # ember's decompositions read sizes as ints and sympy, not the fake tensors' SymInts: not yet
-        raise SymbolicUnsupported("decomposing a graph with symbolic sizes to ember prims is not supported yet")
     graph = _copy_graph(gm.graph)
     traced = {n: n.meta.get("val") for n in graph.nodes}     # each value as eager lays it out
     for node in list(graph.nodes):

@@ -60,10 +60,6 @@ class SymNode:
     def is_constant(self) -> bool: return False
     def has_hint(self) -> bool: return True
 
-    @property
-    def _hint(self):
-        """PyTorch's Python meta code (``statically_known_true``) reads the hint under this name."""
-        return self.hint
     def constant_int(self): return None
     def constant_bool(self): return None
 

@@ -89,7 +89,7 @@ def run(prog, backend: str, training: bool) -> dict:
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["infer", "train"])
-@pytest.mark.parametrize("backend", ["aot_eager"])
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
 @pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_program(prog, backend, training):
     stats = run(prog, backend, training)
