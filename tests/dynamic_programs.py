@@ -310,3 +310,79 @@ class _KVCache(nn.Module):
 @program(tuple(range(2, 12)), lambda n: (_r(1, n, 8), _r(1, 1, 8)))
 def kv_cache_grows():
     return _seeded(_KVCache)
+
+
+# -- ops whose meta kernels take only concrete sizes (capture's shape rules), result sizes read ------------
+def _read(y):
+    """Read every size of ``y`` in Python (a view by them): the sizes must be known symbolically."""
+    return y.reshape(*y.shape) * 2 + y.size(-1)
+
+
+@program(B, lambda n: (_r(n, 8),))
+def split_pieces_loop():
+    return lambda x: torch.stack([_read(a).sum() for a in x.split(2)])
+
+
+@program(B, lambda n: (_r(n, 8),))
+def chunk_static_dim():
+    def f(x):
+        a, b = x.chunk(2, dim=1)
+        return _read(a) - _read(b)
+    return f
+
+
+@program(B, lambda n: (_r(n, 8),))
+def flatten_unflatten_movedim():
+    return lambda x: _read(x.unflatten(1, (2, 4)).movedim(0, 2).flatten(0, 1))
+
+
+@program(B, lambda n: (_r(n, 8),))
+def permute_select_softmax():
+    return lambda x: _read(x.view(x.size(0), 2, 4).permute(2, 0, 1).select(0, 1).softmax(0))
+
+
+@program(B, lambda n: (_r(n, 8),))
+def pad_where_relu():
+    return lambda x: _read(torch.where(x > 0, F.pad(x, (1, 2)).relu()[:, 1:9], x))
+
+
+@program(B, lambda n: (_r(n, 4),))
+def stack_reads():
+    return lambda x: _read(torch.stack([x, x * 2], dim=1)).sum()
+
+
+@program(B, lambda n: (_r(n, 4), _r(4, 5)))
+def einsum_reads():
+    return lambda x, w: _read(torch.einsum("ij,jk->ik", x, w))
+
+
+@program(B, lambda n: (_r(n, 6),))
+def tensor_index_reads():
+    return lambda x: _read(x[torch.tensor([0, 1])]).sum() + _read(x[:, torch.tensor([[0], [2]])]).sum()
+
+
+@program(B, lambda n: (_r(n, 4),))
+def int_of_size():
+    return lambda x: x * int(x.size(0)) + int(x.shape[0] // 2)
+
+
+class _SplitAttention(nn.Module):
+    """Attention as real models write it: split by the channel size, view(B, T, H, D) by the read sizes."""
+
+    def __init__(self, d=16, h=2):
+        super().__init__()
+        self.h = h
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(x.size(-1), dim=2)
+        b, t, c = q.shape
+        q, k, v = (y.view(b, t, self.h, c // self.h).transpose(1, 2) for y in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(b, t, c)
+        return y.chunk(2, dim=-1)[0].flatten(1)
+
+
+@program(B, lambda n: (_r(2, n, 16),))
+def split_attention_reads():
+    return _seeded(_SplitAttention)

@@ -1,4 +1,5 @@
 """ember.shapes: symbols, hints, relations, and PyTorch's meta kernels computing with ember's SymNode."""
+import pytest
 import sympy
 import torch
 
@@ -64,3 +65,28 @@ def test_python_meta_code_reads_the_hint():
     from torch.fx.experimental.symbolic_shapes import statically_known_true
     t, (s0,) = _table(5)
     assert statically_known_true(s0 == 0) is False and t.relations == []
+
+
+def _sym(t, i):
+    return t.symbols[i]
+
+
+@pytest.mark.parametrize("make,expected", [
+    (lambda s0, s1: sympy.Le(sympy.floor(s0 / 2), s0), True),          # (s0 // 2) <= s0
+    (lambda s0, s1: sympy.Ge(4 * sympy.floor(s0 / 2), 2), True),       # 4*(s0//2) >= 2
+    (lambda s0, s1: sympy.Lt(sympy.Mod(s0, 3), 3), True),
+    (lambda s0, s1: sympy.Ge(sympy.Mod(s0, 3), 0), True),
+    (lambda s0, s1: sympy.Ge(sympy.Max(s0, s1), 2), True),
+    (lambda s0, s1: sympy.Le(sympy.Min(s0, 4), 4), True),
+    (lambda s0, s1: sympy.Ge(s0 * s1, 4), True),                       # products of non-negative terms
+    (lambda s0, s1: sympy.Gt(s0 * s1 - s0, 0), None),                  # not decided by intervals: recorded
+    (lambda s0, s1: sympy.Eq(sympy.floor(s0 / 2), 1), None),           # holds at the hints only
+    (lambda s0, s1: sympy.Lt(sympy.Mod(s0, 3), 2), None),
+    (lambda s0, s1: sympy.Gt(sympy.floor(s0 / 2), s1), None),
+])
+def test_known_bounds_of_floor_mod_max_min_products(make, expected):
+    t, _ = _table(3, 5)
+    cond = make(_sym(t, 0), _sym(t, 1))
+    assert t.known(cond) is expected
+    t.decide(cond)
+    assert (t.relations == []) is (expected is not None)

@@ -364,6 +364,9 @@ def _abs(d, f, args, kwargs):
 
 def _convert(pyfn, dunder):
     def h(d, f, args, kwargs):
+        if pyfn is int and len(args) == 1 and not kwargs and type(args[0]).__name__ == "SymNumVar":
+            return args[0]      # int() of a symbolic int is itself: it stays symbolic (checked before
+            # all_const, whose as_python() would specialize it)
         if all_const(args, kwargs):
             return call_real(d, f, pyfn, [Const(a.as_python()) for a in args], kwargs)
         v = args[0] if args else None

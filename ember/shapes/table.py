@@ -153,20 +153,24 @@ class SymbolTable:
 
     # decisions ----------------------------------------------------------------------------------------------
     def bounds(self, expr) -> tuple:
-        """(lowest, highest) value of a linear ``expr`` over the symbols' ranges; ``None`` = unbounded."""
-        expr = sympy.expand(expr)
-        lo = hi = 0
-        const, terms = expr.as_coeff_add()
-        lo = hi = const
-        for t in terms:
-            c, rest = t.as_coeff_Mul()
-            if not (isinstance(rest, sympy.Symbol) and rest in self.ranges and c.is_number):
-                return None, None
-            a, b = self.ranges[rest]
-            tl, th = (a, b) if c > 0 else (b, a)
-            lo = None if lo is None or tl is None else lo + c * tl
-            hi = None if hi is None or th is None else hi + c * th
-        return lo, hi
+        """(lowest, highest) value of ``expr`` over the symbols' ranges; ``None`` = unbounded (or unknown).
+
+        Sums, products (of factors whose lower bound is >= 0), ``floor``, ``Mod``, ``Max``/``Min`` are bounded
+        by interval arithmetic; a bound is always implied by the ranges (possibly loose, never too tight)."""
+        return _interval(sympy.expand(expr), self.ranges)
+
+    def _bounds_floor_free(self, expr) -> tuple:
+        """Bounds of ``expr`` where each ``floor(e)`` is ``e - t`` with ``0 <= t <= 1`` (``Mod(a, b)`` is
+        ``a - b*floor(a/b)``): keeps the link between ``s0 // 2`` and ``s0`` that intervals lose."""
+        ranges = dict(self.ranges)
+        subs = {}
+        for i, fl in enumerate(sorted(expr.atoms(sympy.floor), key=str)):
+            t = sympy.Dummy(f"t{i}")
+            ranges[t] = (0, 1)
+            subs[fl] = fl.args[0] - t
+        if not subs:
+            return None, None
+        return _interval(sympy.expand(expr.xreplace(subs)), ranges)
 
     def known(self, cond) -> bool | None:
         """True/False when the ranges alone decide ``cond``, else None."""
@@ -175,7 +179,12 @@ class SymbolTable:
             return bool(cond)
         if not isinstance(cond, (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)):
             return None
-        lo, hi = self.bounds(cond.lhs - cond.rhs)
+        diff = cond.lhs - cond.rhs
+        lo, hi = self.bounds(diff)
+        if diff.has(sympy.floor):
+            lo2, hi2 = self._bounds_floor_free(diff)
+            lo = lo2 if lo is None or (lo2 is not None and lo2 > lo) else lo
+            hi = hi2 if hi is None or (hi2 is not None and hi2 < hi) else hi
         if isinstance(cond, (sympy.Eq, sympy.Ne)):
             if (lo is not None and lo > 0) or (hi is not None and hi < 0):
                 return isinstance(cond, sympy.Ne)
@@ -245,3 +254,53 @@ class SymbolTable:
         for r in self.relations:
             lines.append(f"relation {r}")
         return "\n".join(lines)
+
+
+def _add(a, b):
+    return None if a is None or b is None else a + b
+
+
+def _interval(e, ranges) -> tuple:
+    """Interval of ``e`` (``None``: unbounded on that side)."""
+    if e.is_Number:
+        return e, e
+    if isinstance(e, sympy.Symbol):
+        return ranges.get(e, (None, None))
+    if isinstance(e, sympy.Add):
+        lo = hi = sympy.Integer(0)
+        for t in e.args:
+            a, b = _interval(t, ranges)
+            lo, hi = _add(lo, a), _add(hi, b)
+        return lo, hi
+    if isinstance(e, sympy.Mul):
+        c, rest = e.as_coeff_Mul()
+        lo = hi = sympy.Integer(1)
+        for t in sympy.Mul.make_args(rest):
+            a, b = _interval(t, ranges)
+            if a is None or a < 0:
+                return None, None       # products only of non-negative factors
+            lo, hi = lo * a, (None if hi is None or b is None else hi * b)
+        if c >= 0:
+            return lo * c, (None if hi is None else hi * c)
+        return (None if hi is None else hi * c), lo * c
+    if isinstance(e, sympy.floor):
+        a, b = _interval(e.args[0], ranges)
+        return (None if a is None else sympy.floor(a)), (None if b is None else sympy.floor(b))
+    if isinstance(e, sympy.Mod):
+        a, b = _interval(e.args[0], ranges)
+        m, n = _interval(e.args[1], ranges)
+        if a is None or a < 0 or m is None or m <= 0:
+            return None, None
+        top = None if n is None else n - 1
+        return sympy.Integer(0), (b if top is None else (top if b is None else sympy.Min(b, top)))
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        ivs = [_interval(a, ranges) for a in e.args]
+        los, his = [i[0] for i in ivs], [i[1] for i in ivs]
+        if isinstance(e, sympy.Max):
+            lo = max((x for x in los if x is not None), default=None)
+            hi = None if None in his else max(his)
+        else:
+            lo = None if None in los else min(los)
+            hi = min((x for x in his if x is not None), default=None)
+        return lo, hi
+    return None, None

@@ -10,6 +10,7 @@ import torch
 
 from ..values import Const, Value
 from .symprop import final_sym, has_symbols, propagate
+from . import symrules  # noqa: F401  (registers the shape rules in symprop.RULES)
 from .symsize import COMPARE_FNS
 from .graph import TensorVar, location_meta, meta_arg, node_arg, result_device, run_meta, tensors_in, wrap_result
 

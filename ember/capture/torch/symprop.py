@@ -17,7 +17,8 @@ from typing import Any, Callable
 import sympy
 import torch
 
-from ...shapes import expr_of, located
+from ... import logs
+from ...shapes import SymbolicUnsupported, expr_of, located
 from ..values import Const, DictVar, ListVar, TupleVar, Value
 from .graph import META, TensorVar
 from .symsize import SymNumVar, where
@@ -25,8 +26,8 @@ from .symsize import SymNumVar, where
 RULES: dict[str, Callable] = {}
 
 
-class _Unknown(Exception):
-    pass
+class Unknown(Exception):
+    """A shape rule cannot compute the result's sizes symbolically."""
 
 
 def rule(*names: str):
@@ -61,29 +62,49 @@ def has_symbols(args, kwargs) -> bool:
 def propagate(d, f, kind: str, target: Any, meta_fn: Callable, args: list, kwargs: dict, out: Any) -> Any:
     """The symbolic sizes of ``out`` (same structure: a sizes tuple per tensor, None elsewhere)."""
     st = d.torch
-    loc = where(f)
-    r = RULES.get(_name(kind, target))
+    name = _name(kind, target)
+    with located(where(f)):
+        res, why = _symbolic_sizes(st, name, meta_fn, args, kwargs)
+    if res is None and isinstance(out, (tuple, list)) and name in COUNTED:
+        # the trace unrolls this op's pieces: their number must not depend on an unknown size
+        raise SymbolicUnsupported(f"capture: {name}() at {where(f)} on symbolic sizes: {why}")
+    checked = _checked(st.table, res, out)
+    if why and logs.enabled("dynamic") and _has_unknown(checked):
+        logs.log("dynamic", f"sizes of {name}() at {where(f)} are unknown: {why}")
+    return checked
+
+
+def _symbolic_sizes(st, name: str, meta_fn: Callable, args: list, kwargs: dict) -> tuple[Any, str]:
+    """(sizes, "") from a shape rule or the symbolic meta run, or (None, why they are unknown)."""
+    r = RULES.get(name)
     if r is not None:       # ops whose meta kernels take only concrete sizes (or specialize them)
-        with located(loc):
-            try:
-                res = r(st.table, [_sym_arg(a) for a in args], {k: _sym_arg(v) for k, v in kwargs.items()})
-            except _Unknown:
-                res = None
-        return _checked(st.table, res, out)
-    with located(loc):
         try:
-            sargs = [_sym_meta(st, a) for a in args]
-            skw = {k: _sym_meta(st, v) for k, v in kwargs.items()}
-            if "device" in skw and skw["device"] is not None:
-                skw["device"] = "meta"
-            with torch.no_grad(), torch.device(META):
-                sout = meta_fn(*sargs, **skw)
-            res = _sizes_of(sout)
-        except _Unknown:
-            res = None
-        except Exception:       # noqa: BLE001 - a meta kernel that takes only concrete sizes: unknown sizes
-            res = None
-    return _checked(st.table, res, out)
+            return r(st.table, [_sym_arg(a) for a in args], {k: _sym_arg(v) for k, v in kwargs.items()}), ""
+        except Unknown:
+            return None, "its shape rule does not cover these arguments"
+        except Exception as e:      # noqa: BLE001 - arguments a rule does not expect: unknown sizes
+            return None, f"its shape rule failed ({type(e).__name__}: {e})"
+    try:
+        sargs = [_sym_meta(st, a) for a in args]
+        skw = {k: _sym_meta(st, v) for k, v in kwargs.items()}
+        if "device" in skw and skw["device"] is not None:
+            skw["device"] = "meta"
+        with torch.no_grad(), torch.device(META):
+            sout = meta_fn(*sargs, **skw)
+        return _sizes_of(sout), ""
+    except Unknown:
+        return None, "an input's sizes or layout are unknown"
+    except Exception as e:       # noqa: BLE001 - a meta kernel that takes only concrete sizes: unknown sizes
+        first = (str(e).splitlines() or [""])[0][:160]
+        return None, f"no shape rule, and PyTorch's meta kernel takes only concrete sizes ({first})"
+
+
+def _has_unknown(x) -> bool:
+    if isinstance(x, tuple):
+        return any(e is None for e in x)
+    if isinstance(x, list):
+        return any(map(_has_unknown, x))
+    return False
 
 
 def _checked(table, res, out):
@@ -149,10 +170,21 @@ def _sym_meta(st, v: Value) -> Any:
 
 def symbolic_meta(table, meta: torch.Tensor, sizes: tuple) -> torch.Tensor:
     if any(e is None for e in sizes):
-        raise _Unknown()
-    strides = sym_strides(table, meta, sizes)
+        raise Unknown()
+    try:
+        strides = sym_strides(table, meta, sizes)
+    except Unknown:     # a view that is not dense (a piece of a split): result *sizes* never depend on strides
+        strides = _contiguous_strides(sizes)
     return torch.empty_strided([table.symint(e) for e in sizes], [table.symint(e) for e in strides],
                                dtype=meta.dtype, device=META)
+
+
+def _contiguous_strides(sizes: tuple) -> tuple:
+    out, acc = [], sympy.Integer(1)
+    for n in reversed(sizes):
+        out.append(int(acc) if isinstance(acc, sympy.Integer) else acc)
+        acc = acc * n
+    return tuple(reversed(out))
 
 
 def sym_strides(table, meta: torch.Tensor, sizes: tuple) -> tuple:
@@ -169,7 +201,7 @@ def sym_strides(table, meta: torch.Tensor, sizes: tuple) -> tuple:
             out[i] = st if isinstance(sizes[i], int) else expected
             continue
         if table.hint(expected) != st:
-            raise _Unknown()
+            raise Unknown()
         out[i] = expected
         expected = expected * sizes[i]
     return tuple(int(e) if isinstance(e, sympy.Integer) else e for e in out)
@@ -178,7 +210,7 @@ def sym_strides(table, meta: torch.Tensor, sizes: tuple) -> tuple:
 def _sym_arg(v: Value) -> Any:
     t = type(v)
     if t is TensorVar:
-        return _TSizes(v.sym if v.sym is not None else tuple(int(n) for n in v.meta.shape))
+        return TSizes(v.sym if v.sym is not None else tuple(int(n) for n in v.meta.shape))
     if t is SymNumVar:
         return v.sym.node.expr
     if t is Const:
@@ -187,15 +219,15 @@ def _sym_arg(v: Value) -> Any:
         return tuple(_sym_arg(x) for x in v.items)
     if t.__name__ == "SliceVar":
         return slice(*[_sym_arg(p) for p in v.parts])
-    raise _Unknown()
+    raise Unknown()
 
 
-class _TSizes(tuple):
+class TSizes(tuple):
     """A tensor argument of a shape rule: its sizes."""
 
 
 def _sizes_arg(args: tuple) -> tuple:
-    if len(args) == 1 and isinstance(args[0], tuple) and not isinstance(args[0], _TSizes):
+    if len(args) == 1 and isinstance(args[0], tuple) and not isinstance(args[0], TSizes):
         return args[0]
     return tuple(args)
 
@@ -204,7 +236,7 @@ def _prod(xs) -> Any:
     p: Any = sympy.Integer(1)
     for x in xs:
         if x is None:
-            raise _Unknown()
+            raise Unknown()
         p = p * x
     return p
 
@@ -220,7 +252,7 @@ def _view(table, args, kwargs):
     t = args[0]
     sizes = list(_sizes_arg(args[1:]) if len(args) > 1 else kwargs.get("shape", ()))
     if any(isinstance(s, torch.dtype) for s in sizes):
-        raise _Unknown()
+        raise Unknown()
     if -1 in sizes:
         k = sizes.index(-1)
         sizes[k] = _div(_prod(t), _prod(s for i, s in enumerate(sizes) if i != k))
@@ -251,22 +283,37 @@ def _factory(table, args, kwargs):
     return tuple(kwargs.get("size", sizes))
 
 
-def _bcast(a: tuple, b: tuple) -> tuple:
+def bcast(table, a: tuple, b: tuple) -> tuple:
+    """The broadcast of two shapes; two symbolic sizes broadcast only when equal (decided: a relation)."""
     n = max(len(a), len(b))
     a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    return tuple(y if x == 1 else x for x, y in zip(a, b))
+    out = []
+    for x, y in zip(a, b):
+        if isinstance(x, int) and x == 1:
+            out.append(y)
+        elif isinstance(y, int) and y == 1:
+            out.append(x)
+        elif isinstance(x, int) and isinstance(y, int):
+            if x != y:
+                raise Unknown()
+            out.append(x)
+        else:       # a symbolic size is never 1: the sizes must be equal
+            if not table.decide(sympy.Eq(x, y)):
+                raise Unknown()
+            out.append(y if isinstance(y, int) else x)
+    return tuple(out)
 
 
 @rule("matmul", "__matmul__", "bmm", "mm")
 def _matmul(table, args, kwargs):
     a, b = args[0], args[1]
     if len(a) == 0 or len(b) == 0:
-        raise _Unknown()
+        raise Unknown()
     if len(b) == 1:
         return tuple(a[:-1])
     if len(a) == 1:
         return tuple(b[:-2]) + (b[-1],)
-    return _bcast(a[:-2], b[:-2]) + (a[-2], b[-1])
+    return bcast(table, a[:-2], b[:-2]) + (a[-2], b[-1])
 
 
 @rule("linear")
@@ -284,7 +331,9 @@ def _sdpa(table, args, kwargs):
 @rule("getitem")
 def _getitem(table, args, kwargs):
     t, idx = args[0], args[1]
-    idx = idx if isinstance(idx, tuple) and not isinstance(idx, _TSizes) else (idx,)
+    idx = idx if isinstance(idx, tuple) and not isinstance(idx, TSizes) else (idx,)
+    if any(isinstance(i, TSizes) for i in idx):
+        return _advanced(table, t, idx)
     n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
     out, d = [], 0
     for i in idx:
@@ -300,14 +349,34 @@ def _getitem(table, args, kwargs):
             out.append(_slice_len(table, t[d], i))
             d += 1
         else:
-            raise _Unknown()
+            raise Unknown()
     return tuple(out) + tuple(t[d:])
+
+
+def _advanced(table, t: tuple, idx: tuple) -> tuple:
+    """Indexing by (integer) tensors and slices: the broadcast index shape replaces the indexed dims, in
+    place when those are adjacent, else in front (NumPy's rule, as PyTorch's). Ints and None: unknown."""
+    k = len(t) - sum(1 for i in idx if i is not Ellipsis)
+    parts = []
+    for i in idx:
+        parts.extend([slice(None)] * k if i is Ellipsis else [i])
+    if any(not isinstance(i, (slice, TSizes)) for i in parts) or len(parts) > len(t):
+        raise Unknown()
+    parts += [slice(None)] * (len(t) - len(parts))
+    where_t = [j for j, i in enumerate(parts) if isinstance(i, TSizes)]
+    shape: tuple = ()
+    for j in where_t:
+        shape = bcast(table, shape, parts[j])
+    rest = [(j, _slice_len(table, t[j], i)) for j, i in enumerate(parts) if isinstance(i, slice)]
+    if where_t == list(range(where_t[0], where_t[-1] + 1)):
+        return tuple(n for j, n in rest if j < where_t[0]) + shape + tuple(n for j, n in rest if j > where_t[-1])
+    return shape + tuple(n for _, n in rest)
 
 
 def _slice_len(table, n, s: slice):
     step = 1 if s.step is None else s.step
     if not isinstance(step, int) or step <= 0:
-        raise _Unknown()
+        raise Unknown()
     start = _clamp(table, 0 if s.start is None else s.start, n)
     stop = _clamp(table, n if s.stop is None else s.stop, n)
     if table.decide(sympy.Ge(stop, start)) if _symbolic(stop, start) else stop >= start:
@@ -333,3 +402,6 @@ def _clamp(table, i, n):
 
 
 _ = operator
+
+COUNTED = frozenset({"split", "chunk", "unbind", "tensor_split", "split_with_sizes", "unsafe_split", "hsplit",
+                     "vsplit", "dsplit"})   # ops whose number of outputs may depend on a size
