@@ -67,6 +67,20 @@ def _num(x: Any) -> str:
     return to_python(x) if isinstance(x, sympy.Basic) else repr(int(x))
 
 
+def _solve_linear(e: Any) -> tuple | None:
+    """``(s, a, b)`` when ``e`` is ``a*s + b`` for one size symbol ``s`` and integers ``a > 0``, ``b``."""
+    if not isinstance(e, sympy.Expr) or len(e.free_symbols) != 1:
+        return None
+    (sym,) = e.free_symbols
+    poly = sympy.Poly(e, sym) if e.is_polynomial(sym) else None
+    if poly is None or poly.degree() != 1:
+        return None
+    a, b = poly.all_coeffs()
+    if not (a.is_Integer and b.is_Integer and a > 0):
+        return None
+    return sym, int(a), int(b)
+
+
 class _Writer:
     def __init__(self, schedule: Schedule, inplace: dict[str, str]) -> None:
         self.s = schedule
@@ -158,6 +172,13 @@ class _Writer:
                 for d, v in enumerate(n.layout.stride):
                     if isinstance(v, sympy.Symbol):
                         sources.setdefault(v, f"{n.name}.stride({d})")
+        for n in g.nodes:     # a symbol only seen in a linear size (``s0 + 1`` of a concatenated cache): solved
+            if isinstance(n, InputBuffer) and n.position >= 0:
+                for d, v in enumerate(n.layout.shape):
+                    solved = _solve_linear(v)
+                    if solved is not None and solved[0] not in sources:
+                        sym, a, b = solved
+                        sources[sym] = f"(({n.name}.size({d}) - {b}) // {a})"
         for sym in size_symbols(*exprs):
             if sym not in sources:
                 raise SymbolicUnsupported(f"ember.codegen: the size symbol {sym} of graph {g.name} is not a size, "
