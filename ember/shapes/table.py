@@ -120,12 +120,28 @@ class SymbolTable:
         lo = hi = const
         for t in terms:
             c, rest = t.as_coeff_Mul()
-            if not (isinstance(rest, sympy.Symbol) and rest in self.ranges and c.is_number):
+            rng = self._monomial_range(rest) if c.is_number else None
+            if rng is None:
                 return None, None
-            a, b = self.ranges[rest]
+            a, b = rng
             tl, th = (a, b) if c > 0 else (b, a)
             lo = None if lo is None or tl is None else lo + c * tl
             hi = None if hi is None or th is None else hi + c * th
+        return lo, hi
+
+    def _monomial_range(self, m) -> tuple | None:
+        """(lowest, highest) of a symbol, or of a product of powers of symbols that are never negative (sizes:
+        ``s0*s1 >= 4``); None for anything else."""
+        if isinstance(m, sympy.Symbol):
+            return self.ranges.get(m)
+        lo, hi = sympy.Integer(1), sympy.Integer(1)
+        for f in sympy.Mul.make_args(m):
+            base, e = f.as_base_exp()
+            rng = self.ranges.get(base) if isinstance(base, sympy.Symbol) else None
+            if rng is None or not (e.is_Integer and e > 0) or rng[0] is None or rng[0] < 0:
+                return None
+            lo = lo * rng[0] ** e
+            hi = None if hi is None or rng[1] is None else hi * rng[1] ** e
         return lo, hi
 
     def known(self, cond) -> bool | None:
