@@ -100,3 +100,13 @@ def test_scan_over_symbolic_size(name, fn, training):
     check_one_compile(name, fn, lambda n: [torch.randn(n, n + 2, requires_grad=training)], [("a", "b")],
                       [4, 3, 7], training)
 
+
+def test_relation_names_the_user_line():
+    """A relation AOT autograd records while tracing a node says which user line (``ember_loc``) needed it."""
+    gm, table = symbolic_graph(BROADCAST_EQUAL[0][1], [torch.randn(2, 5, 5)], [(2, "a", "b")])
+    for n in gm.graph.nodes:
+        n.meta["ember_loc"] = f"model.py:{10 + len(n.name)}"
+    fill = next(n for n in gm.graph.nodes if n.target == "masked_fill")
+    aot_compile(gm, [torch.randn(2, 5, 5)])
+    eq = [r for r in table.relations if r.expr.func.__name__ == "Equality"]
+    assert eq and eq[0].where == fill.meta["ember_loc"], table.relations
