@@ -68,8 +68,8 @@ def symbolic_meta(func: Any, args: tuple, kwargs: dict, error: Exception) -> Any
     """``func``'s meta output(s) for arguments with symbolic sizes (see the module docstring)."""
     table = table_of(args, kwargs)
     written = _written_indices(func)
-    if written:
-        return _written(func, args, kwargs, written)
+    if written and all(r.alias_info is not None for r in func._schema.returns):
+        return _written(func, args, kwargs, written)    # in-place / out=: the outputs are the written args
     rule = VIEW_RULES.get(func._overloadpacket.__name__)
     if rule is not None:
         return _views(table, args[0], rule(table, *args, **kwargs))
@@ -321,13 +321,44 @@ def unify_broadcast(table: SymbolTable, args: Any, kwargs: Any) -> None:
                 _equal(table, table.simplify(d), table.simplify(dims[0]))
 
 
-def _same_as_self(table: SymbolTable, x: torch.Tensor, *_: Any, **__: Any) -> list:
-    return [[expr_of(d) for d in x.shape]]
+def _shape(x: torch.Tensor) -> list:
+    return [expr_of(d) for d in x.shape]
+
+
+def _same_as_self(table: SymbolTable, concrete: Any, x: torch.Tensor, *_: Any, **__: Any) -> list:
+    return [_shape(x)]
+
+
+def _by_candidates(table: SymbolTable, concrete: Any, candidates: list) -> list:
+    """Each concrete output's symbolic shape: the first candidate equal to it at the hints, else its own
+    (constant) shape (an empty saved statistic in eval mode)."""
+    outs = concrete if isinstance(concrete, (tuple, list)) else [concrete]
+    shapes = []
+    for c in outs:
+        want = list(c.shape) if isinstance(c, torch.Tensor) else []
+        shapes.append(next((s for s in candidates if [table.hint(d) for d in s] == want), want))
+    return shapes
+
+
+def _batch_norm(table: SymbolTable, concrete: Any, x: torch.Tensor, *_: Any, **__: Any) -> list:
+    """``native_batch_norm`` and friends: outputs shaped as the input or as its channels ``[C]``."""
+    return _by_candidates(table, concrete, [_shape(x), [expr_of(x.shape[1])]])
+
+
+def _batch_norm_backward(table: SymbolTable, concrete: Any, grad: torch.Tensor, x: torch.Tensor, *_: Any,
+                         **__: Any) -> list:
+    return _batch_norm(table, concrete, x)
 
 
 # Ops whose output shape is simple but whose meta kernel fails on symbolic sizes and whose decomposition is
-# not shape-generic (``cumsum`` unrolls a scan over its length): output shape(s) as sympy lists.
-SHAPE_RULES: dict[str, Callable[..., list]] = {"cumsum": _same_as_self, "cumprod": _same_as_self}
+# not shape-generic (``cumsum`` unrolls a scan over its length; batch norm's reads sizes as ints): a rule
+# ``(table, concrete outputs at the hints, *args, **kwargs) -> output shapes`` (sympy lists).
+SHAPE_RULES: dict[str, Callable[..., list]] = {
+    "cumsum": _same_as_self, "cumprod": _same_as_self,
+    "native_batch_norm": _batch_norm, "_native_batch_norm_legit": _batch_norm,
+    "_native_batch_norm_legit_functional": _batch_norm, "_native_batch_norm_legit_no_training": _batch_norm,
+    "native_batch_norm_backward": _batch_norm_backward,
+}
 
 
 def _decomposed(func: Any, table: SymbolTable, args: tuple, kwargs: dict, error: Exception) -> Any:
@@ -343,7 +374,7 @@ def _decomposed(func: Any, table: SymbolTable, args: tuple, kwargs: dict, error:
     with _disable_current_modes():
         concrete = func(*tree_map(_at_hints, args), **tree_map(_at_hints, kwargs))
     if rule is not None:
-        shapes = rule(table, *args, **kwargs)
+        shapes = rule(table, concrete, *args, **kwargs)
         return _match(func, table, [_Shape(s) for s in shapes] if isinstance(concrete, (tuple, list))
                       else _Shape(shapes[0]), concrete)
     convert = _tensor_meta(table)

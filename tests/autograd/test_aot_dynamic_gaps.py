@@ -110,3 +110,39 @@ def test_relation_names_the_user_line():
     aot_compile(gm, [torch.randn(2, 5, 5)])
     eq = [r for r in table.relations if r.expr.func.__name__ == "Equality"]
     assert eq and eq[0].where == fill.meta["ember_loc"], table.relations
+
+
+def _bn_inputs(shape, affine=True):
+    def make(n):
+        full = [n if d == "c" else d for d in shape]
+        xs = [torch.randn(*full, requires_grad=True), torch.randn(n) * 0.1, torch.rand(n) + 0.5]
+        return xs + ([torch.randn(n, requires_grad=True), torch.randn(n, requires_grad=True)] if affine else [])
+    return make
+
+
+def _bn_train(x, rm, rv, w, b):
+    return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3).tanh()
+
+
+def _bn_eval(x, rm, rv, w, b):
+    return F.batch_norm(x, rm, rv, w, b, training=False) * 2
+
+
+def _bn_plain(x, rm, rv):
+    return F.batch_norm(x, rm, rv, training=True)
+
+
+# batch norm over a symbolic channel count: the running statistics (mutated inputs) are [c] too
+BATCH_NORMS = [
+    ("train_2d", _bn_train, _bn_inputs((4, "c")), [(4, "c"), ("c",), ("c",), ("c",), ("c",)]),
+    ("train_3d", _bn_train, _bn_inputs((3, "c", 5)), [(3, "c", 5), ("c",), ("c",), ("c",), ("c",)]),
+    ("train_4d", _bn_train, _bn_inputs((2, "c", 3, 3)), [(2, "c", 3, 3), ("c",), ("c",), ("c",), ("c",)]),
+    ("eval_3d", _bn_eval, _bn_inputs((3, "c", 5)), [(3, "c", 5), ("c",), ("c",), ("c",), ("c",)]),
+    ("no_affine", _bn_plain, _bn_inputs((3, "c", 2), affine=False), [(3, "c", 2), ("c",), ("c",)]),
+]
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["infer", "train"])
+@pytest.mark.parametrize("name,fn,make,specs", BATCH_NORMS, ids=[c[0] for c in BATCH_NORMS])
+def test_batch_norm_symbolic_channels(name, fn, make, specs, training):
+    check_one_compile(name, fn, make, specs, [5, 3, 8], training)
