@@ -37,6 +37,15 @@ def test_ranges_decide_without_a_guard():
     assert not t.check({t.symbols[0]: 1})       # sizes 0 and 1 are outside a symbol's range
 
 
+@pytest.mark.parametrize("cond", ["s0*s1 >= 2", "s0*s1 > 1", "s0**2 >= 4", "s0*s1*s0 >= 8",
+                                  "Ne(3*s0*s1, 5)", "s0*s1 + s0 >= 6", "-(s0*s1) < 0"])
+def test_products_of_sizes_decide_without_a_guard(cond):
+    """Products of sizes are bounded by their factors' ranges (numel > 1 of a [s0, s1] tensor is known)."""
+    t, (a, b) = _table(4, 6)
+    expr = sympy.sympify(cond, locals={"s0": t.symbols[0], "s1": t.symbols[1]})
+    assert t.known(expr) is True and t.decide(expr) and t.relations == []
+
+
 def test_equal_sizes_unify():
     t, (s0, s1) = _table(5, 5)
     assert bool(s0 == s1)

@@ -44,7 +44,7 @@ from ember.autograd.symbolic import graph_table, symbol_binder, symbolic_inputs
 from ember.autograd.trace import TracedGraph, trace_aten
 from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
-from ember.shapes import SymbolicUnsupported, expr_of, is_symbolic
+from ember.shapes import SymbolicUnsupported, expr_of, is_symbolic, located
 
 GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
 
@@ -236,9 +236,11 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
     after: list[bool] = []
 
     def fn(*args: Any) -> Any:
-        out = gm(*args)
+        out = _Located(gm).run(*args) if symbolic else gm(*args)
         after.append(torch.is_grad_enabled())
         return out
+
+    symbolic = graph_table(gm) is not None
 
     autocast_before = _autocast_state()
     try:
@@ -254,6 +256,18 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
         torch._C._set_grad_enabled(grad_before)
         _restore_autocast(autocast_before)
     return traced, after[0]
+
+
+class _Located(fx.Interpreter):
+    """Runs a graph with symbolic sizes node by node, so that a relation a node's meta kernel records names
+    the user line of that node (``node.meta["ember_loc"]``, set by capture) under ``EMBER_LOGS=dynamic``."""
+
+    def run_node(self, n: fx.Node) -> Any:
+        where = n.meta.get("ember_loc")
+        if not where:
+            return super().run_node(n)
+        with located(where):
+            return super().run_node(n)
 
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")

@@ -68,8 +68,8 @@ def symbolic_meta(func: Any, args: tuple, kwargs: dict, error: Exception) -> Any
     """``func``'s meta output(s) for arguments with symbolic sizes (see the module docstring)."""
     table = table_of(args, kwargs)
     written = _written_indices(func)
-    if written:
-        return _written(func, args, kwargs, written)
+    if written and all(r.alias_info is not None for r in func._schema.returns):
+        return _written(func, args, kwargs, written)    # in-place / out=: the outputs are the written args
     rule = VIEW_RULES.get(func._overloadpacket.__name__)
     if rule is not None:
         return _views(table, args[0], rule(table, *args, **kwargs))
@@ -294,32 +294,105 @@ def _at_hints(x: Any) -> Any:
     return hint_of(x) if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) else x
 
 
-def _tensor_meta(x: Any) -> Any:
+def _tensor_meta(table: SymbolTable) -> Callable[[Any], Any]:
+    """``x`` as a decomposition's input: ``TensorMeta`` with sympy sizes, simplified through ``table`` (an
+    expression made before a relation unified two symbols, ``s1 -> s0``, is stale until simplified)."""
     from ember.decomp.meta import TensorMeta
 
-    if isinstance(x, torch.Tensor):
-        return TensorMeta(tuple(expr_of(d) for d in x.shape), x.dtype, x.device,
-                          tuple(expr_of(d) for d in x.stride()))
-    return expr_of(x) if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) else x
+    def convert(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return TensorMeta(tuple(table.simplify(expr_of(d)) for d in x.shape), x.dtype, x.device,
+                              tuple(table.simplify(expr_of(d)) for d in x.stride()))
+        return table.simplify(expr_of(x)) if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) else x
+    return convert
+
+
+def unify_broadcast(table: SymbolTable, args: Any, kwargs: Any) -> None:
+    """Broadcasting of a pointwise op's tensor inputs, decided through ``table``: two sizes of one output dim
+    that are not structurally equal and neither is 1 at the hints must be equal (``Eq(s1, s0)``, recorded with
+    the user line and learnt as ``s1 -> s0``), as eager requires. The decomposition's structural broadcast
+    check then sees equal sizes."""
+    shapes = [[expr_of(d) for d in x.shape] for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    ndim = max((len(s) for s in shapes), default=0)
+    for i in range(1, ndim + 1):
+        dims = [s[-i] for s in shapes if len(s) >= i and table.hint(s[-i]) != 1]
+        for d in dims[1:]:
+            if table.hint(d) == table.hint(dims[0]):
+                _equal(table, table.simplify(d), table.simplify(dims[0]))
+
+
+def _shape(x: torch.Tensor) -> list:
+    return [expr_of(d) for d in x.shape]
+
+
+def _same_as_self(table: SymbolTable, concrete: Any, x: torch.Tensor, *_: Any, **__: Any) -> list:
+    return [_shape(x)]
+
+
+def _by_candidates(table: SymbolTable, concrete: Any, candidates: list) -> list:
+    """Each concrete output's symbolic shape: the first candidate equal to it at the hints, else its own
+    (constant) shape (an empty saved statistic in eval mode)."""
+    outs = concrete if isinstance(concrete, (tuple, list)) else [concrete]
+    shapes = []
+    for c in outs:
+        want = list(c.shape) if isinstance(c, torch.Tensor) else []
+        shapes.append(next((s for s in candidates if [table.hint(d) for d in s] == want), want))
+    return shapes
+
+
+def _batch_norm(table: SymbolTable, concrete: Any, x: torch.Tensor, *_: Any, **__: Any) -> list:
+    """``native_batch_norm`` and friends: outputs shaped as the input or as its channels ``[C]``."""
+    return _by_candidates(table, concrete, [_shape(x), [expr_of(x.shape[1])]])
+
+
+def _batch_norm_backward(table: SymbolTable, concrete: Any, grad: torch.Tensor, x: torch.Tensor, *_: Any,
+                         **__: Any) -> list:
+    return _batch_norm(table, concrete, x)
+
+
+# Ops whose output shape is simple but whose meta kernel fails on symbolic sizes and whose decomposition is
+# not shape-generic (``cumsum`` unrolls a scan over its length; batch norm's reads sizes as ints): a rule
+# ``(table, concrete outputs at the hints, *args, **kwargs) -> output shapes`` (sympy lists).
+SHAPE_RULES: dict[str, Callable[..., list]] = {
+    "cumsum": _same_as_self, "cumprod": _same_as_self,
+    "native_batch_norm": _batch_norm, "_native_batch_norm_legit": _batch_norm,
+    "_native_batch_norm_legit_functional": _batch_norm, "_native_batch_norm_legit_no_training": _batch_norm,
+    "native_batch_norm_backward": _batch_norm_backward,
+}
 
 
 def _decomposed(func: Any, table: SymbolTable, args: tuple, kwargs: dict, error: Exception) -> Any:
     from ember.decomp import has_decomposition
     from ember.decomp.interp import meta_decomposition
 
-    if not has_decomposition(func):
+    rule = SHAPE_RULES.get(func._overloadpacket.__name__)
+    if rule is None and not has_decomposition(func):
         raise SymbolicUnsupported(f"{func}: its meta kernel fails on symbolic sizes ({_first_line(error)}) and "
                                   "ember has no decomposition to compute them")
+    if torch.Tag.pointwise in func.tags:
+        unify_broadcast(table, args, kwargs)
     with _disable_current_modes():
         concrete = func(*tree_map(_at_hints, args), **tree_map(_at_hints, kwargs))
+    if rule is not None:
+        shapes = rule(table, concrete, *args, **kwargs)
+        return _match(func, table, [_Shape(s) for s in shapes] if isinstance(concrete, (tuple, list))
+                      else _Shape(shapes[0]), concrete)
+    convert = _tensor_meta(table)
     try:
-        metas = meta_decomposition(func, *tree_map(_tensor_meta, args), **tree_map(_tensor_meta, kwargs))
+        metas = meta_decomposition(func, *tree_map(convert, args), **tree_map(convert, kwargs))
     except SymbolicUnsupported:
         raise
     except Exception as e:      # noqa: BLE001 - any failure of the decomposition means "no symbolic rule"
         raise SymbolicUnsupported(f"{func}: ember's decomposition cannot compute symbolic sizes: "
                                   f"{_first_line(e)}") from e
     return _match(func, table, metas, concrete)
+
+
+class _Shape:
+    """An output shape given by a ``SHAPE_RULES`` rule (``_match`` reads ``.shape``)."""
+
+    def __init__(self, shape: list) -> None:
+        self.shape = shape
 
 
 def _match(func: Any, table: SymbolTable, meta: Any, concrete: Any) -> Any:

@@ -283,6 +283,11 @@ def _interval(e, ranges) -> tuple:
         if c >= 0:
             return lo * c, (None if hi is None else hi * c)
         return (None if hi is None else hi * c), lo * c
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        a, b = _interval(e.base, ranges)
+        if a is None or a < 0:
+            return None, None
+        return a ** e.exp, (None if b is None else b ** e.exp)
     if isinstance(e, sympy.floor):
         a, b = _interval(e.args[0], ranges)
         return (None if a is None else sympy.floor(a)), (None if b is None else sympy.floor(b))
