@@ -37,6 +37,7 @@ from ember import logs
 from ember.autograd import regions
 from ember.autograd.aliasing import SyntheticBases, alias_groups, output_views
 from ember.autograd.functionalize import functionalize
+from ember.autograd.symsave import save_symbols
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
@@ -323,6 +324,9 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
                           recompute=recompute)
     fwd, bwd = _with_table(part.fwd, binder), _with_table(part.bwd, binder)
+    num_saved = part.num_saved
+    if binder is not None:      # sizes the backward's prims use but cannot read from its inputs: saved ints
+        num_saved = save_symbols(fwd, bwd, num_saved, binder.table)
     _log_graphs("training", fwd, bwd, part.summary)
     if compile_graph is not None:
         saved_from = n_user + len(write_backs)
@@ -332,7 +336,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
         _adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), saved_from)
         fwd, bwd = fwd_c, compile_graph(bwd, "backward")
     aliases = _aliases(traced, binder)
-    graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,
+    graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, num_saved, diff, non_diff, contiguous, aliases,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None)
     return graphs, traced.out_spec
 
@@ -377,7 +381,29 @@ def _maybe_decompose(gm: fx.GraphModule, decompose: bool) -> fx.GraphModule:
 
 def decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     """Replace every ATen op that has an ember decomposition by the prim graph it traces to (ops without one
-    stay ATen calls); the result still runs eagerly, prims running their reference implementations."""
+    stay ATen calls); the result still runs eagerly, prims running their reference implementations. A graph
+    with symbolic sizes decomposes with its table active (decisions on sizes become its relations)."""
+    from ember.shapes import using
+    with using(_table_of(gm)):
+        return _decompose_graph(gm)
+
+
+def _table_of(gm: fx.GraphModule) -> Any:
+    table = gm.meta.get("ember_symbols")
+    if table is not None:
+        return table
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        sizes = list(val.shape) if isinstance(val, torch.Tensor) else [val]
+        for x in sizes:
+            if isinstance(x, torch.SymInt) and is_symbolic(x):
+                return x.node.table
+        if n.op != "placeholder":
+            break
+    return None
+
+
+def _decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     from torch.utils._pytree import tree_flatten
 
     from ember.decomp import MISSING, decomposition_graph, has_decomposition

@@ -9,7 +9,7 @@ import sympy
 import torch
 
 from ember.decomp.meta import canonical_dims, cdiv, same
-from ember.shapes import size_hint
+from ember.shapes import active_table, size_hint
 
 from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
@@ -299,6 +299,15 @@ def _cat(L: Lowerer, tensors: Sequence[TV], dim: int) -> TV:
     return out
 
 
+def _maybe_positive(v: Any) -> bool:
+    """False only where ``v > 0`` is known false (constants; symbolic ones by the active table's ranges)."""
+    cond = sympy.Gt(v, 0)
+    if isinstance(cond, sympy.logic.boolalg.BooleanAtom):
+        return bool(cond)
+    table = active_table()
+    return table is None or table.known(cond) is not False
+
+
 @register_lowering("pad")
 def _pad(L: Lowerer, x: TV, pads: Sequence[tuple], value: Any) -> TV:
     """Positive pads read ``value`` outside x (masked loads); negative pads crop (index shift only)."""
@@ -307,9 +316,11 @@ def _pad(L: Lowerer, x: TV, pads: Sequence[tuple], value: Any) -> TV:
     def cond(idx: Sequence) -> Any:
         c: Any = sympy.true
         for i, (lo, hi) in enumerate(pads):
-            if lo > 0:
+            # a symbolic pad (a slice's backward) keeps its mask, which holds trivially where the pad is 0: no
+            # relation splits the sizes by whether it is
+            if _maybe_positive(lo):
                 c = sympy.And(c, sympy.Ge(idx[i], lo))
-            if hi > 0:
+            if _maybe_positive(hi):
                 c = sympy.And(c, sympy.Lt(idx[i], lo + x.shape[i]))
         return c
 
