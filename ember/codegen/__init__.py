@@ -139,10 +139,14 @@ def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[...,
         if isinstance(step, Kernel):
             by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
 
+    def sym_kw(backend: str) -> dict:     # Triton's generator takes the graph's symbol table (triton.py)
+        return {"symbols": graph.symbols} if backend == "triton" and graph.symbols is not None else {}
+
     def make_body(s: Kernel, mod: Any, share: bool) -> Any:
         if isinstance(s, Combo):
             return ComboBody(s, [make_body(p, mod, share) for p in s.parts])
-        b = kernel_body(s, persistent=mod.persistent(s, options) if hasattr(mod, "persistent") else True)
+        kw = sym_kw("triton") if share else {}
+        b = kernel_body(s, persistent=mod.persistent(s, options, **kw) if hasattr(mod, "persistent") else True)
         b.table = graph.symbols
         b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}  # read and written by 2 names
         b.memory = {n: memory_root(n, inplace) for n in b.aliased}
@@ -152,13 +156,14 @@ def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[...,
     for backend, steps in by_backend.items():
         mod = _backend_module(backend)
         bodies = [make_body(s, mod, backend == "triton") for s in steps]
+        kw = sym_kw(backend)
         if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
-            fns = mod.compile_kernels(bodies, options, name)
+            fns = mod.compile_kernels(bodies, options, name, **kw)
         else:
-            fns = [mod.compile_kernel(b, options) for b in bodies]
+            fns = [mod.compile_kernel(b, options, **kw) for b in bodies]
         for body, fn in zip(bodies, fns):
             kernels[body.name] = (fn, body)
-            sources.append(mod.source(body))
+            sources.append(mod.source(body, **kw))
     if templates:
         from .triton_mm import use_templates
         sched = use_templates(sched, kernels, lambda d: kernel_backend(d, options) == "triton", sources,

@@ -71,10 +71,10 @@ def _call(fn, args, training):
     return out, grads
 
 
-def run(prog, backend: str, training: bool) -> dict:
+def run(prog, backend: str, training: bool, options: dict | None = None) -> dict:
     ember.reset()
     model = prog.make()
-    c = ember.compile(model, backend=backend)
+    c = ember.compile(model, backend=backend, options=options)
     for s in prog.sizes:
         torch.manual_seed(s)
         args = prog.inputs(s)
