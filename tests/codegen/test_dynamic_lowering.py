@@ -372,3 +372,14 @@ def test_symbolic_head_split_and_merge_is_a_vector_copy():
     fn, specs, hints, _ = CASES["split_heads"]
     ksrc = "".join(compiled(fn, specs, hints)[2].kernel_sources)
     assert "ember_vload(p_arg0 + xindex)" in ksrc, ksrc
+
+
+@pytest.mark.parametrize("name, hints", [("broadcast_row", {"s0": 64, "s1": 512}), ("pad", {"s0": 64, "s1": 300}),
+                                         ("expand", {"s0": 256, "s1": 8})])
+def test_symbolic_rows_run_row_by_row(name, hints):
+    """A pointwise kernel whose rows have a symbolic length and whose loads take the row position from the
+    flat index (``x % s1``: a broadcast row, a padded row) loops over rows, then along each row (``rindex``),
+    where a vector loop can run; the values are right for other sizes too."""
+    fn, specs, _, runs = CASES[name]
+    c = _run_case(fn, specs, hints, runs)
+    assert "// x=s" in "".join(c.kernel_sources) and " r=s" in "".join(c.kernel_sources), c.kernel_sources
