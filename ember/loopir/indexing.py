@@ -48,7 +48,8 @@ def place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol], 
 
 def _place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol], Sequence[Any]]]) -> Any:
     if isinstance(expr, (sympy.logic.boolalg.BooleanFunction, sympy.core.relational.Relational)):
-        return expr.func(*(place(a, groups) for a in expr.args))
+        out = expr.func(*(place(a, groups) for a in expr.args))
+        return _undivided(out) if isinstance(out, (sympy.StrictLessThan, sympy.GreaterThan)) else out
     expr = fold_divmod(sympy.expand(expr))
     syms = [s for _, vs, _ in groups for s in vs]
     coeffs = _linear(expr, syms)
@@ -58,6 +59,20 @@ def _place(expr: Any, groups: Sequence[tuple[sympy.Expr, Sequence[sympy.Symbol],
     for flat, vs, sizes in groups:
         out += _merge_runs(flat, [coeffs.get(v, 0) for v in vs], list(sizes))
     return out
+
+
+def _undivided(rel: Any) -> Any:
+    """``a // k < n`` as ``a < k*n`` (and ``>=``) for a positive integer ``k`` and a symbolic size ``n``: the
+    bound of a concatenation's part along a flattened index, which a compiler can split the loop at (a
+    division compared with a variable it cannot). Relations with a constant bound are left as they are."""
+    lhs, rhs = rel.args
+    if not isinstance(lhs, sympy.floor) or not any(_is_size_symbol(s) for s in rhs.free_symbols) or \
+            not rhs.is_integer:
+        return rel
+    num, den = lhs.args[0].as_numer_denom()
+    if not (den.is_Integer and den > 0):
+        return rel
+    return rel.func(num, den * rhs)
 
 
 def _divmod_parts(term: sympy.Expr) -> tuple[str, Any, Any, Any] | None:

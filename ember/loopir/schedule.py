@@ -25,6 +25,7 @@ from typing import Any
 import sympy
 
 from ember import logs
+from ember.shapes import size_hint
 
 from .expr import loads, rvars, xvars
 from .indexing import RINDEX, XINDEX, _linear, fold_divmod, place, split_point, steps_by_one
@@ -177,6 +178,8 @@ def _row_tiled(node: Node) -> bool:
     divisions, the concatenation's conditions and the row's offsets are computed once, and the row's loop
     is a vector loop (the flat form divided and tested every element in a scalar loop)."""
     r = node.ranges[-1] if isinstance(node, Pointwise) and len(node.ranges) >= 2 else None
+    if isinstance(r, sympy.Expr) and r.free_symbols:
+        return _row_tiled_symbolic(node, r)
     if not isinstance(r, int):
         return False
     if node.device.type in ROW_TILED_DEVICES:
@@ -185,6 +188,21 @@ def _row_tiled(node: Node) -> bool:
 
 
 ROW_TILED_CPU_MIN = 16
+
+
+def _row_tiled_symbolic(node: Node, r: sympy.Expr) -> bool:
+    """A CPU pointwise node whose rows have a symbolic length: on the flat index, a load that moves along the
+    row is ``x % s1`` (a broadcast row, a padded or concatenated row), which no vector loop can take; per row,
+    it is ``rindex``. Row-tiled where some load divides or takes the remainder of the flat index, and the
+    rows are at least a vector long at the hints (a performance choice: the loops are right for any size)."""
+    if node.device.type != "cpu" or size_hint(r) < ROW_TILED_CPU_MIN:
+        return False
+    groups = [(XINDEX, xvars(len(node.ranges)), list(node.ranges))]  # type: ignore[attr-defined]
+    for ld in loads(node.body):  # type: ignore[attr-defined]
+        for e in (ld.index, ld.mask):
+            if isinstance(e, sympy.Basic) and place(e, groups).has(sympy.floor, sympy.Mod):
+                return True
+    return False
 
 
 def _divides_flat_index(node: Node) -> bool:
