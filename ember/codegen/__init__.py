@@ -88,6 +88,22 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
         raise SymbolicUnsupported(f"ember.codegen: {kind} graph: {type(e).__name__}: {e}") from e
 
 
+def _plan_inplace(graph: Any, sched: Any, gm: fx.GraphModule, backends: set, templates: bool) -> dict[str, str]:
+    """Which buffers are stored into the memory of another (``{buffer: memory owner}``)."""
+    from ember.loopir.inplace import inplace_stores, reused_buffers, scatter_in_place
+    from ember.loopir.ir import Scatter
+    # a scatter writes into its target's memory; its kernels read and write it (autotuning times them on copies)
+    inplace = {n.name: n.target for n in graph.nodes if isinstance(n, Scatter)}
+    inplace.update(inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ())))
+    if backends == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
+        inplace.update(reused_buffers(graph, sched, inplace))
+    elif backends == {"triton"} and not templates:
+        # GPU: less memory held (a CUDA graph's pool keeps its peak); matmul templates fuse their epilogues instead
+        inplace.update(reused_buffers(graph, sched, inplace, reductions=True))
+    scatter_in_place(graph, sched, gm.meta.get("ember_write_backs", ()), inplace)
+    return inplace
+
+
 def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[..., Any]:
     from ember.loopir.combo import Combo, ComboBody, combine
     from ember.loopir.ir import BufferRef, Layout
@@ -121,17 +137,8 @@ def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[...,
     kernels: dict[str, tuple[Callable, Any]] = {}
     sources: list[str] = []
     backends = {kernel_backend(s.device, options) for s in sched.steps if isinstance(s, Kernel)}
-    from ember.loopir.inplace import inplace_stores, memory_root, reused_buffers, scatter_in_place
-    from ember.loopir.ir import Scatter
-    # a scatter writes into its target's memory; its kernels read and write it (autotuning times them on copies)
-    inplace = {n.name: n.target for n in graph.nodes if isinstance(n, Scatter)}
-    inplace.update(inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ())))
-    if backends == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
-        inplace.update(reused_buffers(graph, sched, inplace))
-    elif backends == {"triton"} and not templates:
-        # GPU: less memory held (a CUDA graph's pool keeps its peak); matmul templates fuse their epilogues instead
-        inplace.update(reused_buffers(graph, sched, inplace, reductions=True))
-    scatter_in_place(graph, sched, gm.meta.get("ember_write_backs", ()), inplace)
+    from ember.loopir.inplace import memory_root
+    inplace = _plan_inplace(graph, sched, gm, backends, templates)
     if spread:
         sched = combine(sched, inplace, lambda k: k.device in spread)
     by_backend: dict[str, list[Any]] = {}
