@@ -533,7 +533,9 @@ def _sizes(body: KernelBody, persistent: bool, table: Any = None) -> tuple:
     sym.require_table(table, f"kernel {k.name}")
     numel = {XINDEX: k.xnumel, RINDEX: k.rnumel, **{bound_symbol(v): n for v, n in body.extents.items()}}
     int64 = sym.needs_int64(body_indices(body), numel, table)
-    return sym.hint(table, k.xnumel), sym.hint(table, k.rnumel), k.is_reduction, persistent, inner, int64
+    # a persistent row is sized for the longest row the ranges allow (persistent_for), a looped one at the hint
+    rnumel = sym.row_bound(table, k.rnumel) if persistent and sym.is_symbolic(k.rnumel) else sym.hint(table, k.rnumel)
+    return sym.hint(table, k.xnumel), rnumel, k.is_reduction, persistent, inner, int64
 
 
 def _symbolic(cfg: LaunchConfig, body: KernelBody, table: Any) -> LaunchConfig:

@@ -56,7 +56,9 @@ def _frac(e: sympy.Expr) -> tuple[sympy.Expr, Any]:
     num, den = sympy.fraction(sympy.together(e))
     if den.is_Integer:
         return num, int(den)
-    if not all(s.name[:1] == "s" and s.is_positive for s in den.free_symbols) or not den.is_positive:
+    # a symbolic denominator is a product of a tensor's dims (a view split over them: ``xindex // (s1 - 2)``):
+    # where it is 0 the tensor has no elements and nothing is indexed
+    if not den.free_symbols or not all(s.name[:1] == "s" for s in den.free_symbols):
         raise NotImplementedError(f"ember.codegen.triton: index division by {den}")
     return num, den
 
@@ -122,6 +124,8 @@ def _bounds(e: Any, numel: dict, memo: dict) -> tuple[int, int]:
             c = [_times(lo, al), _times(lo, ah), _times(hi, al), _times(hi, ah)]
             lo, hi = min(c), max(c)
         return lo, hi
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return bounds(sympy.Mul(*([e.base] * int(e.exp)), evaluate=False), numel, memo)
     if isinstance(e, sympy.floor):
         num, den = _frac(e.args[0])
         lo, hi = bounds(num, numel, memo)
@@ -191,6 +195,8 @@ class IndexPrinter:
             if bounds(a, self.numel)[0] >= 0 and bounds(n, self.numel)[0] > 0:
                 return f"({self(a)} % {self(n)})"
             return f"_h.remainder_int({self(a)}, {self(n)})"
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:      # s0**2 (a square's numel)
+            return "(" + " * ".join([self(e.base)] * int(e.exp)) + ")"
         if isinstance(e, sympy.Min):
             return self._fold("tl.minimum", e.args)
         if isinstance(e, sympy.Max):

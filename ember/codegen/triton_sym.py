@@ -69,12 +69,17 @@ def symbol_ranges(table: Any, syms: Iterable[sympy.Symbol]) -> dict:
 
 def persistent_for(table: Any, rnumel: Any, inner: bool, fits: Callable[[int, bool], bool],
                    rblock: Callable[[int], int]) -> bool:
-    """Whether a reduction over ``rnumel`` points (symbolic) is persistent: when its row at the hints fits
-    (``fits``), and then only for rows of at most the RBLOCK chosen at the hints (recorded as a relation)."""
-    h = hint(table, rnumel)
-    if not fits(h, inner):
-        return False
-    return table.decide(sympy.Le(rnumel, rblock(h)))
+    """Whether a reduction over ``rnumel`` points (symbolic) is persistent: only when the symbols' ranges bound
+    the row by a size that fits (``mark_dynamic(..., max=)``); otherwise a looped reduction, valid for every row
+    length, so no relation splits the sizes into RBLOCK classes (one graph per doubling of the row)."""
+    hi = row_bound(table, rnumel)
+    return hi is not None and fits(hi, inner)
+
+
+def row_bound(table: Any, rnumel: Any) -> int | None:
+    """The largest row length the ranges allow (None: unbounded)."""
+    hi = table.bounds(rnumel)[1]
+    return None if hi is None else int(hi)
 
 
 def magnitude(e: Any, numel: dict) -> sympy.Expr:
