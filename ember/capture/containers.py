@@ -1,6 +1,7 @@
 """Rules for tuples, lists, dicts and sets of values: indexing, iteration, length and their methods."""
 from __future__ import annotations
 
+from . import dunders
 from . import rules as R
 from .interpreter import NULL, UserException
 from .symbolic import SymbolicDomain
@@ -109,7 +110,8 @@ _SEQ_ARITY = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1
               "copy": (0, 0), "__getitem__": (1, 1), "__len__": (0, 0), "__contains__": (1, 1), "__iter__": (0, 0)}
 _SET_ARITY = {"add": (1, 1), "discard": (1, 1), "remove": (1, 1), "pop": (0, 0), "clear": (0, 0), "copy": (0, 0),
               "isdisjoint": (1, 1), "issubset": (1, 1), "issuperset": (1, 1), "symmetric_difference": (1, 1),
-              "symmetric_difference_update": (1, 1), "__contains__": (1, 1), "__len__": (0, 0)}
+              "symmetric_difference_update": (1, 1), "__contains__": (1, 1), "__len__": (0, 0),
+              "__iter__": (0, 0), "__hash__": (0, 0)}
 
 
 def _check_arity(table, owner: str, name: str, args) -> None:
@@ -148,6 +150,8 @@ def _eq(d, f, a, b) -> bool:
 
 @R.METHOD.register(ListVar)
 def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
+    if name in dunders.NAMES:
+        return dunders.call(d, f, v, name, args)
     _check_arity(_SEQ_ARITY, "list", name, args)
     items = v.items
     if name == "append":
@@ -223,6 +227,8 @@ def _seq_query(d, f, v, name, args):
 
 @R.METHOD.register(TupleVar)
 def _tuple_method(d, f, v, name, args, kwargs):
+    if name in dunders.NAMES:
+        return dunders.call(d, f, v, name, args)
     if v.cls is not None and name == "_asdict":
         return DictVar({k: x for k, x in zip(v.cls._fields, v.items)}, {k: Const(k) for k in v.cls._fields})
     if name in ("index", "count", "__getitem__", "__len__", "__contains__", "__iter__"):
@@ -350,6 +356,8 @@ def _dict_method(d: SymbolicDomain, f, v: DictVar, name, args, kwargs):
         return fn(d, f, v, args, kwargs)
     if name in _DICT_DUNDERS:
         return _dict_dunder(d, f, v, name, args)
+    if name in dunders.NAMES:
+        return dunders.call(d, f, v, name, args)
     raise d.unsupported(f, f"dict.{name}")
 
 
@@ -398,8 +406,14 @@ def _view_truth(d, f, v):
 
 @R.METHOD.register(SetVar)
 def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
+    if name in dunders.NAMES:
+        return dunders.call(d, f, v, name, args)
     _check_arity(_SET_ARITY, "frozenset" if v.frozen else "set", name, args)
     items = v.items
+    if name in ("difference_update", "intersection_update", "symmetric_difference_update") and not v.frozen:
+        v.items = _set_method(d, f, v, name[:-len("_update")], args, kwargs).items
+        d.mark_mutated(v)
+        return Const(None)
     if name == "add":
         items[d.hash_key(f, args[0])] = args[0]
     elif name in ("discard", "remove"):
@@ -435,6 +449,10 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
         return Const(len(items))
     elif name == "__contains__":
         return Const(d.set_key(f, args[0]) in items)
+    elif name == "__iter__":
+        return d.iter(f, v)
+    elif name == "__hash__" and v.frozen and all(type(x) is Const for x in items.values()):
+        return Const(hash(frozenset(items)))
     elif name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
                   "isdisjoint"):
         others = [{d.hash_key(f, x): x for x in d.unpack_all(f, a)} for a in args]

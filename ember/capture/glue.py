@@ -14,6 +14,7 @@ from typing import Any
 
 from ..emit import attr, is_attr_name, py_str
 from . import rules as R
+from . import subclasses
 from .containers import DictView
 from .interpreter import NULL
 from .sources import Codegen, literal
@@ -102,14 +103,10 @@ class GlueBuilder:
         name, fresh = self._temp(v, "obj")
         if fresh:
             cls = self.cg.bind(type(v.obj), type(v.obj).__name__)
-            part = v.dict_part
-            if part is None:
+            if v.base_part is None:
                 self.creations.append(f"{name} = object.__new__({cls})")
-            else:       # a dict subclass: its items go in through the base type, not the class's overrides
-                base = self.cg.bind(part.cls, part.cls.__name__)
-                self.creations.append(f"{name} = {base}.__new__({cls})")
-                for k, x in part.items.items():
-                    self.fills.append(f"{base}.__setitem__({name}, {self.expr(part.keys[k])}, {self.expr(x)})")
+            else:       # a container subclass: its items go in through the base type, not the class's overrides
+                subclasses.reconstruct(self, v, name, cls)
             for k, x in v.overlay.items():
                 if x is not NULL:
                     self.fills.append(f"object.__setattr__({name}, {py_str(k)}, {self.expr(x)})")

@@ -8,7 +8,6 @@ the function is pure; anything else asks the builtin and plugin tables or is rep
 from __future__ import annotations
 
 import builtins
-import collections
 import enum
 import logging
 import math
@@ -17,6 +16,7 @@ import types
 from typing import Any
 
 from . import rules as R
+from . import dunders, subclasses
 from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
 from .instance_attrs import real_instance_attr
 from .interpreter import NULL, UserException
@@ -393,9 +393,12 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method
             return d.call_method(f, recv, fn.__name__, args, kwargs)
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
-            and args[0].dict_part is not None and fn.__objclass__ in _DICT_BASES:
-        # OrderedDict.__setitem__(self, k, v), super().keys() in a new dict-subclass object: its items
-        return _dict_part_method(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
+            and subclasses.applies(fn, args[0]):
+        # OrderedDict.__setitem__(self, k, v), super().add(x) in a new dict/set-subclass object: its items
+        return subclasses.part_method(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
+    if t is types.WrapperDescriptorType and fn.__objclass__ is object and fn.__name__ in dunders.COMPARE \
+            and len(args) == 2 and not kwargs:      # super().__ne__(other): object's own slot, not an override
+        return dunders.object_compare(d, f, fn.__name__, args[0], args[1])
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
             and lookup_type_attr(type(args[0].obj), fn.__name__) is fn:
         raise d.unsupported(f, f"calling {_fn_name(fn)} (a method written in C) on a "
@@ -462,8 +465,8 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     new = lookup_type_attr(cls, "__new__")
     if type(new) is staticmethod:
         new = new.__func__
-    if new is _DICT_NEW and type(cls).__call__ is type.__call__ and _dict_base(cls) is not None:
-        return _construct_dict_subclass(d, f, cls, args, kwargs)
+    if new in subclasses.NEWS and type(cls).__call__ is type.__call__ and subclasses.container_base(cls) is not None:
+        return subclasses.construct(d, f, cls, args, kwargs, lookup_type_attr)
     if new is object.__new__ and type(cls).__call__ is type.__call__:       # plain classes, ABCs, generics
         ov = bare_instance(d, cls)
         init = lookup_type_attr(cls, "__init__")
@@ -485,60 +488,6 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     if is_pure_callable(cls) and all_const(args, kwargs) and is_immutable_type(cls):
         return call_real(d, f, cls, args, kwargs)
     raise d.unsupported(f, f"creating a {cls.__qualname__} object in compiled code is not supported")
-
-
-_DICT_NEW = dict.__dict__["__new__"]
-_DICT_BASES = (dict, collections.OrderedDict)
-_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
-
-
-def _dict_base(cls: type) -> type | None:
-    """The built-in dict type a Python subclass of dict stores its items in (dict or OrderedDict); None when
-    another type written in C (defaultdict) comes first."""
-    for k in cls.__mro__:
-        if k in _DICT_BASES:
-            return k
-        if not k.__flags__ & _HEAPTYPE:
-            return None
-    return None
-
-
-def _construct_dict_subclass(d: SymbolicDomain, f, cls: type, args, kwargs) -> ObjectVar:
-    """A new instance of a Python subclass of dict/OrderedDict (transformers' ModelOutput, Counter-like
-    classes): attributes in the overlay, items in ``dict_part``, on which the base type's methods act."""
-    base = _dict_base(cls)
-    try:
-        obj = base.__new__(cls)
-    except TypeError as e:
-        raise UserException(e) from None
-    ov = ObjectVar(obj, None, is_new=True)
-    ov.dict_part = DictVar({}, {}, base)
-    d.new_objects.append(ov)
-    init = lookup_type_attr(cls, "__init__")
-    if type(init) is types.FunctionType:
-        r = d.inline(f, init, [ov] + args, kwargs)
-        if not (type(r) is Const and r.value is None):
-            raise UserException(TypeError("__init__() should return None"))
-    elif getattr(init, "__objclass__", None) in _DICT_BASES:
-        _dict_part_method(d, f, ov, "__init__", list(args), kwargs)
-    else:
-        raise d.unsupported(f, f"creating {cls.__name__}: its __init__ is not Python code")
-    return ov
-
-
-def _dict_part_method(d: SymbolicDomain, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
-    part = ov.dict_part
-    if name == "__init__":
-        if len(args) > 1:
-            raise UserException(TypeError(f"dict expected at most 1 argument, got {len(args)}"))
-        name = "update"
-    if name == "__iter__":
-        return d.iter(f, part)
-    if name == "__len__":
-        return Const(len(part.items))
-    if name == "__contains__":
-        return Const(d.hash_key(f, args[0]) in part.items)
-    return R.METHOD.find(DictVar)(d, f, part, name, args, kwargs)
 
 
 def bare_instance(d: SymbolicDomain, cls: type) -> ObjectVar:
@@ -689,11 +638,25 @@ def _object_setitem(d, f, v, k, value):
     d.call_method(f, v, name, [k] + ([value] if value is not NULL else []), {})
 
 
+def _real_key(k: Value) -> Any:
+    """The real object a subscript key stands for when it is known without running the trace: a constant, an
+    object that existed before the call, or a tuple of those; NULL otherwise."""
+    if type(k) is Const:
+        return k.value
+    if type(k) is TupleVar and k.cls is None:
+        keys = [_real_key(x) for x in k.items]
+        return NULL if any(x is NULL for x in keys) else tuple(keys)
+    if type(k) is ObjectVar and not k.is_new and not k.mutated:
+        return k.obj
+    return NULL
+
+
 @R.GETITEM.register(Const)
 def _const_getitem(d, f, v, k):
-    if isinstance(v.value, type) and type(k) is Const:       # typing generics: list[int], Color['RED']
+    key = _real_key(k) if isinstance(v.value, type) else NULL
+    if key is not NULL:       # typing generics: list[int], Color['RED'], OrderedSet[T] (T a module's TypeVar)
         try:
-            return Const(v.value[k.value])
+            return Const(v.value[key])
         except Exception as e:      # noqa: BLE001
             raise UserException(e) from None
     if type(k) is SliceVar or not is_immutable(v.value):

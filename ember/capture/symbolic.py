@@ -476,6 +476,9 @@ class SymbolicDomain:
         """The real dict/set key standing for value ``k``."""
         if type(k) is Const:
             return k.value
+        part = getattr(k, "base_part", None)
+        if part is not None and type(k.obj).__hash__ in (None, frozenset.__hash__):
+            k = part        # a new dict/set/frozenset-subclass object hashes as its base type does
         ro = k.real_object()
         if ro is not NULL and not isinstance(k, (ListVar, DictVar, SetVar)):
             return ro
@@ -490,6 +493,9 @@ class SymbolicDomain:
     def set_key(self, f, k: Value) -> Any:
         """The key a set looks ``k`` up by (``in``, ``remove``, ``discard``): a set stands for the frozenset of
         its items, as CPython's set_contains does; anything else is its hash_key."""
+        part = getattr(k, "base_part", None)
+        if isinstance(part, SetVar) and not part.frozen:
+            k = part
         if isinstance(k, SetVar) and not k.frozen:
             return frozenset(k.items)
         return self.hash_key(f, k)

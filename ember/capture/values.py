@@ -163,15 +163,16 @@ class SetVar(MutableVar):
 class ObjectVar(MutableVar):
     """A user object. Existing objects read their attributes through their source; writes go to
     ``overlay`` (NULL marks a deleted attribute) and are replayed. New objects live only in the overlay.
-    A new instance of a ``dict`` subclass keeps its items in ``dict_part`` (the base dict's methods act on
-    it); ``attrs`` is the ``__dict__`` of a new object once read, sharing ``overlay`` as its items."""
-    __slots__ = ("overlay", "is_new", "dict_part", "attrs")
+    A new instance of a dict/set/frozenset subclass keeps its items in ``base_part`` (the base type's methods
+    act on it, see subclasses.py); ``attrs`` is the ``__dict__`` of a new object once read, sharing
+    ``overlay`` as its items."""
+    __slots__ = ("overlay", "is_new", "base_part", "attrs")
 
     def __init__(self, obj: Any, source: Source | None = None, is_new: bool = False):
         super().__init__(source, obj)
         self.overlay: dict[str, Any] = {}
         self.is_new = is_new
-        self.dict_part: DictVar | None = None
+        self.base_part: DictVar | SetVar | None = None
         self.attrs: DictVar | None = None
 
     def python_type(self):

@@ -1,0 +1,68 @@
+"""Explicit calls of the operator dunders of built-in containers: ``set.__or__(p, q)``, ``[1].__add__([2])``,
+``s.__eq__(t)``, ``super().__ior__(x)`` in a subclass. Each runs the operator itself (so the same rules as
+``p | q`` apply), and returns ``NotImplemented`` where CPython's C slot does: a set operator or comparison whose
+other operand is not a set/frozenset, a comparison between a list, tuple or dict and another type, ``dict |``
+a non-dict."""
+from __future__ import annotations
+
+from .values import Const, Value
+
+_OPS = {"add": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^"}
+BINARY = {f"__{n}__": op for n, op in _OPS.items()}
+REFLECTED = {f"__r{n}__": op for n, op in _OPS.items()}
+INPLACE = {f"__i{n}__": op + "=" for n, op in _OPS.items()}
+COMPARE = {"__eq__": "==", "__ne__": "!=", "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">="}
+NAMES = frozenset(BINARY) | frozenset(REFLECTED) | frozenset(INPLACE) | frozenset(COMPARE)
+
+
+def _kind(t: type) -> type | None:
+    for k in (frozenset, set, list, tuple, dict):
+        if issubclass(t, k):
+            return set if k is frozenset else k
+    return None
+
+
+def _not_implemented(op: str, mine: type, other: type) -> bool:
+    """Whether the C slot of a ``mine`` container answers NotImplemented to an ``other`` operand."""
+    kind, okind = _kind(mine), _kind(other)
+    if op in COMPARE.values() or kind is set:
+        return kind is not okind
+    if kind is dict and op == "|":
+        return okind is not dict
+    return False
+
+
+def call(d, f, v: Value, name: str, args: list[Value]) -> Value:
+    """``type(v).<name>(v, *args)`` for an operator dunder ``name`` of a built-in container."""
+    from .interpreter import UserException
+    if len(args) != 1:
+        raise UserException(TypeError(f"expected 1 argument, got {len(args)}"))
+    other = args[0]
+    if name in COMPARE:
+        op = COMPARE[name]
+        if _not_implemented(op, v.python_type(), other.python_type()):
+            return Const(NotImplemented)
+        return d.compare(f, op, v, other)
+    if name in INPLACE:
+        op = INPLACE[name]
+        if _kind(v.python_type()) in (set, dict) and _not_implemented(op[:-1], v.python_type(), other.python_type()):
+            return Const(NotImplemented)
+        return d.binary(f, op, v, other)
+    op = BINARY.get(name) or REFLECTED[name]
+    if _not_implemented(op, v.python_type(), other.python_type()):
+        return Const(NotImplemented)
+    return d.binary(f, op, v, other) if name in BINARY else d.binary(f, op, other, v)
+
+
+def object_compare(d, f, name: str, a: Value, b: Value) -> Value:
+    """``object.__eq__``/``__ne__``/... called explicitly (``super().__ne__(other)`` in a class whose base is
+    object): ``==`` is identity, ``!=`` inverts ``type(a).__eq__(a, b)`` unless that is NotImplemented, and
+    the orderings are NotImplemented. Re-dispatching to ``a != b`` instead would run the override again."""
+    if name == "__eq__":
+        return Const(True) if d.is_(f, a, b, False).value else Const(NotImplemented)
+    if name != "__ne__":
+        return Const(NotImplemented)
+    r = d.call_method(f, a, "__eq__", [b], {})
+    if type(r) is Const and r.value is NotImplemented:
+        return r
+    return Const(not d.truth(f, r))

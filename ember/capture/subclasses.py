@@ -1,0 +1,148 @@
+"""New instances of Python subclasses of the built-in containers dict, OrderedDict, set and frozenset.
+
+Such an object (transformers' ModelOutput, a ``class CustomSet(set)``) is an ``ObjectVar``: its attributes
+live in the overlay, and its items in ``base_part``, a ``DictVar``/``SetVar`` of the base type. Whatever the
+class inherits from its C base (``add``, ``__or__``, ``__iter__``, ``super().__getitem__(k)``) acts on that
+part, as CPython's base-type slots act on the object's C storage; methods the class overrides in Python run as
+Python code. What a base method returns is the base type's (``SetSub("ab") | x`` is a ``set``), as in CPython.
+"""
+from __future__ import annotations
+
+import collections
+import types
+
+from . import rules as R
+from .interpreter import NULL, UserException
+from .values import Const, DictVar, ObjectVar, SetVar, Value
+
+BASES = (dict, collections.OrderedDict, set, frozenset)
+NEWS = tuple(b.__dict__["__new__"] for b in (dict, set, frozenset))
+_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+
+def container_base(cls: type) -> type | None:
+    """The built-in container type a Python subclass stores its items in; None when another type written in C
+    (defaultdict, Counter's C helpers aside) comes first in the MRO."""
+    for k in cls.__mro__:
+        if k in BASES:
+            return k
+        if not k.__flags__ & _HEAPTYPE:
+            return None
+    return None
+
+
+def part_of(v: Value):
+    """The base part of ``v`` (a new container-subclass object), else None."""
+    return v.base_part if isinstance(v, ObjectVar) else None
+
+
+def base_operand(v: Value, dunder: str, lookup) -> Value:
+    """The operand an operator acts on: the base part when ``v``'s class inherits ``dunder`` from its C base
+    (not a Python override), else ``v`` itself."""
+    part = part_of(v)
+    if part is None or type(lookup(type(v.obj), dunder)) is types.FunctionType:
+        return v
+    return part
+
+
+def applies(fn, v: Value) -> bool:
+    """Whether ``fn``, a method of a built-in container written in C, acts on ``v``'s base part."""
+    part = part_of(v)
+    owner = getattr(fn, "__objclass__", None)
+    return part is not None and isinstance(owner, type) and issubclass(part.python_type(), owner)
+
+
+def construct(d, f, cls: type, args, kwargs, lookup) -> ObjectVar:
+    """``cls(*args, **kwargs)`` for a subclass whose ``__new__`` is its container base's."""
+    base = container_base(cls)
+    try:
+        obj = base.__new__(cls)
+    except TypeError as e:
+        raise UserException(e) from None
+    ov = ObjectVar(obj, None, is_new=True)
+    if base is frozenset:       # frozenset.__new__ takes the items; __init__ (object's, or Python) runs after
+        if kwargs:
+            raise UserException(TypeError(f"{cls.__name__}() takes no keyword arguments"))
+        if len(args) > 1:
+            raise UserException(TypeError(f"{cls.__name__} expected at most 1 argument, got {len(args)}"))
+        part = SetVar({}, frozen=True)
+        for x in (d.unpack_all(f, args[0]) if args else []):
+            part.items[d.hash_key(f, x)] = x
+        ov.base_part = part
+    else:
+        ov.base_part = SetVar({}) if base is set else DictVar({}, {}, base)
+    d.new_objects.append(ov)
+    init = lookup(cls, "__init__")
+    if type(init) is types.FunctionType:
+        r = d.inline(f, init, [ov] + list(args), kwargs)
+        if not (type(r) is Const and r.value is None):
+            raise UserException(TypeError("__init__() should return None"))
+    elif base is not frozenset and getattr(init, "__objclass__", None) in BASES:
+        part_method(d, f, ov, "__init__", list(args), kwargs)
+    elif base is not frozenset:
+        raise d.unsupported(f, f"creating {cls.__name__}: its __init__ is not Python code")
+    return ov
+
+
+def part_method(d, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
+    """The base type's method ``name`` run on ``ov``'s items."""
+    part = ov.base_part
+    if name == "__init__":
+        if isinstance(part, SetVar):
+            if kwargs:
+                raise UserException(TypeError(f"{type(ov.obj).__name__}() takes no keyword arguments"))
+            if len(args) > 1:
+                raise UserException(TypeError(f"set expected at most 1 argument, got {len(args)}"))
+            part.items.clear()
+        elif len(args) > 1:
+            raise UserException(TypeError(f"dict expected at most 1 argument, got {len(args)}"))
+        name = "update"
+        if not args and not kwargs:
+            return Const(None)
+    if name in ("__repr__", "__str__"):
+        return Const(repr(_real_copy(d, f, ov)))
+    if name == "__iter__":
+        return d.iter(f, part)
+    if name == "__len__":
+        return Const(len(part.items))
+    if name == "__contains__":
+        return Const((d.set_key if isinstance(part, SetVar) else d.hash_key)(f, args[0]) in part.items)
+    r = R.METHOD.find(type(part))(d, f, part, name, args, kwargs)
+    if r is part:       # an in-place operator gives the object back; a frozenset subclass copies to a frozenset
+        return SetVar(dict(part.items), frozen=True) if name == "copy" else ov
+    return r
+
+
+def _real_copy(d, f, ov: ObjectVar):
+    """A real object of ``ov``'s class holding its items (constants), made through the base type: what the
+    base's ``__repr__`` prints (``CustomSet({'a'})``, a dict subclass as a dict)."""
+    part, cls = ov.base_part, type(ov.obj)
+    items = d.as_python(f, part)
+    if isinstance(part, SetVar) and part.frozen:
+        return frozenset.__new__(cls, items)
+    base = part.python_type()
+    real = base.__new__(cls)
+    base.update(real, items)
+    return real
+
+
+def reconstruct(glue, v: ObjectVar, name: str, cls: str) -> None:
+    """Glue that rebuilds a new container-subclass object: the C base makes it and takes its items, so the
+    class's own overrides (``__setitem__``, ``add``) do not run again."""
+    part = v.base_part
+    if isinstance(part, SetVar) and part.frozen:
+        items = ", ".join(glue.expr(x) for x in part.items.values())
+        glue.creations.append(f"{name} = frozenset.__new__({cls}, ({items}{',' if items else ''}))")
+        return
+    base = glue.cg.bind(part.python_type(), part.python_type().__name__)
+    glue.creations.append(f"{name} = {base}.__new__({cls})")
+    if isinstance(part, SetVar):
+        for x in part.items.values():
+            glue.fills.append(f"{base}.add({name}, {glue.expr(x)})")
+    else:
+        for k, x in part.items.items():
+            glue.fills.append(f"{base}.__setitem__({name}, {glue.expr(part.keys[k])}, {glue.expr(x)})")
+
+
+__all__ = ["BASES", "NEWS", "container_base", "part_of", "base_operand", "applies", "construct", "part_method",
+           "reconstruct", "NULL"]

@@ -1,0 +1,189 @@
+"""Python subclasses of set/frozenset made inside compiled code, and explicit operator-dunder calls on built-in
+containers (issue 32: test_sets.py of PyTorch's Dynamo tests). Each case runs compiled under fullgraph and
+eagerly on copies of the same inputs: the results (values and exact types), the inputs' contents afterwards
+(side effects) must agree."""
+from __future__ import annotations
+
+import copy
+import typing
+
+import pytest
+import torch
+from torch.utils._ordered_set import OrderedSet
+
+import ember
+
+
+class AddOne(set):
+    def add(self, item):
+        return super().add(item + 1)
+
+
+class Tagged(set):
+    def __init__(self, items, tag):
+        super().__init__(items)
+        self.tag = tag
+
+
+class FSub(frozenset):
+    pass
+
+
+class SSub(set):
+    pass
+
+
+T = typing.TypeVar("T")
+
+
+def _override_calls_base(x, s):
+    a = AddOne([1, 2])
+    a.add(3)
+    set.add(a, 10)
+    s.add(len(a))
+    return x + len(a), a == {1, 2, 4, 10}, 4 in a, sorted(a)
+
+
+def _binops_give_base_type(x, s):
+    p, q = SSub("abc"), SSub("bef")
+    outs = [p | q, p & q, p - q, p ^ q, FSub("ab") | FSub("bc"), SSub.__sub__(p, q)]
+    return x * len(outs[0]), [(type(o).__name__, sorted(o)) for o in outs]
+
+
+def _comparisons(x, s):
+    p, r = FSub("abc"), SSub("ab")
+    res = [r < p, r <= p, p > r, p >= p, p == set("abc"), p != frozenset("abd"), r == SSub("ab"),
+           p.issuperset(r), r.issubset(p), p.isdisjoint(SSub("z"))]
+    return x + sum(res), res
+
+
+def _frozenset_subclass_hashes_by_value(x, s):
+    k = FSub("ab")
+    d = {k: 1}
+    return x + d[frozenset("ab")], k in {frozenset("ab")}, frozenset("ba") in {k}, hash(k) == hash(frozenset("ab"))
+
+
+def _frozenset_subclass_from_generator(x, s):
+    f = FSub(c.upper() for c in "abc")
+    c = f.copy()
+    return x * len(f), type(c).__name__, sorted(c), c is f
+
+
+def _inplace_ops_keep_object(x, s):
+    a = SSub("ab")
+    b = a
+    a |= {"z"}
+    a -= {"a"}
+    a ^= SSub("bq")
+    a &= {"z", "q", "w"}
+    return x + len(a), a is b, type(a).__name__, sorted(a)
+
+
+def _python_init_and_attrs(x, s):
+    t = Tagged([3, 1], tag="t1")
+    t.update([5])
+    s |= t
+    return x * t.tag.count("t"), sorted(t), t.tag, len(s)
+
+
+def _repr_in_fstring(x, s):
+    a, f = SSub([1]), FSub([2])
+    return x + 1, f"{a} {f} {str(a)}"
+
+
+def _set_key_in_subclass(x, s):
+    c = SSub([frozenset("ab")])
+    hit = set("ab") in c
+    c.discard(SSub("ab"))
+    return x + hit, len(c)
+
+
+def _update_methods(x, s):
+    p, q = SSub("abcd"), set("bcx")
+    p.difference_update(q, "d")
+    q.intersection_update({"b", "x"}, "bx")
+    r = set("ab")
+    set.symmetric_difference_update(r, SSub("bc"))
+    s.difference_update({1})
+    return x + len(p), sorted(p), sorted(q), sorted(r)
+
+
+def _explicit_dunders(x, s):
+    p, q = {1, 2}, frozenset({2, 3})
+    return x + 1, [set.__or__(p, q), set.__sub__(p, q), frozenset.__and__(q, p), set.__xor__(p, q),
+                   set.__or__(p, 1), set.__eq__(p, {2, 1}), set.__ne__(p, [1, 2]), set.__le__(p, 3),
+                   [1].__add__([2]), [1].__eq__((1,)), (1, 2).__lt__((1, 3)), (1,).__eq__([1]),
+                   {1: 2}.__or__({3: 4}), {1: 2}.__or__(5), p.__contains__(1), sorted(p.__iter__())]
+
+
+def _returned_subclass_objects(x, s):
+    t = Tagged("ab", tag="out")
+    return x + 1, t, FSub("xy"), SSub()
+
+
+def _ordered_set_ops(x, s):
+    a = OrderedSet(["c", "b", "a"])
+    b = OrderedSet(["b", "d"])
+    outs = [a | b, a & b, a - b, a ^ b, a.union(b), a.intersection(b), a.difference(b)]
+    return x * len(a), [list(o) for o in outs], a != b, a == OrderedSet("cba"), a <= OrderedSet("abcd")
+
+
+def _generic_alias_of_module_typevar(x, s):
+    alias = typing.cast(OrderedSet[T], OrderedSet([1]))
+    return x + len(alias), list[T] == list[T]
+
+
+class _EqOnly:
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, _EqOnly) and other.v == self.v
+
+    def __ne__(self, other):
+        return super().__ne__(other)
+
+
+def _object_ne_through_super(x, s):
+    a, b, c = _EqOnly(1), _EqOnly(1), _EqOnly(2)
+    return x + 1, [a != b, a != c, a.__ne__(3), object.__eq__(a, a), object.__eq__(a, b)]
+
+
+def _ordering_with_unrelated_type(x, s):
+    outs = []
+    for op in (lambda a: a <= 1, lambda a: 1 < a, lambda a: a > "s"):
+        try:
+            outs.append(op(OrderedSet([1])))
+        except TypeError as e:
+            outs.append(str(e))
+    return x + 1, outs
+
+
+CASES = [_override_calls_base, _binops_give_base_type, _comparisons, _frozenset_subclass_hashes_by_value,
+         _frozenset_subclass_from_generator, _inplace_ops_keep_object,
+         _python_init_and_attrs, _repr_in_fstring, _set_key_in_subclass, _update_methods, _explicit_dunders,
+         _returned_subclass_objects, _ordered_set_ops, _generic_alias_of_module_typevar, _object_ne_through_super,
+         _ordering_with_unrelated_type]
+
+
+def _same(a, b):
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b)
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for u, v in zip(a, b):
+            _same(u, v)
+    else:
+        assert a == b, (a, b)
+        assert getattr(a, "__dict__", None) == getattr(b, "__dict__", None), (a, b)
+
+
+@pytest.mark.parametrize("fn", CASES, ids=[c.__name__.lstrip("_") for c in CASES])
+def test_container_subclasses_and_dunders(fresh_ember, fn):
+    x, s = torch.randn(3), {1, 2}
+    s_eager, s_ember = copy.copy(s), copy.copy(s)
+    want = fn(x, s_eager)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(x, s_ember)
+    _same(got, want)
+    assert s_ember == s_eager
