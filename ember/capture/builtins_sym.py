@@ -161,6 +161,8 @@ def _list(d, f, args, kwargs):
 
 @rule(tuple)
 def _tuple(d, f, args, kwargs):
+    if args and type(args[0]) is TupleVar and args[0].cls is None:
+        return args[0]          # tuple(t) of an exact tuple is t itself, as in CPython
     return TupleVar(_items(d, f, args[0]) if args else [])
 
 
@@ -173,6 +175,8 @@ def _set(d, f, args, kwargs):
 
 
 def _set_frozen(d, f, args, kwargs):
+    if args and type(args[0]) is SetVar and args[0].frozen:
+        return args[0]          # frozenset(fs) of an exact frozenset is fs itself, as in CPython
     s = _set(d, f, args, kwargs)
     s.frozen = True
     return s

@@ -54,6 +54,8 @@ def _seq_getitem(d, f, v, k):
     except TypeError as e:
         raise UserException(e) from None
     if type(i) is slice:
+        if isinstance(v, TupleVar) and v.cls is None and i.indices(len(v.items)) == (0, len(v.items), 1):
+            return v            # a whole-tuple slice is the tuple itself, as in CPython
         return ListVar(r) if isinstance(v, ListVar) else TupleVar(r)
     return r
 
@@ -443,8 +445,8 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
                 return Const(True)
             if (d.hash_key(f, x) in items) == (name == "isdisjoint"):
                 return Const(False)
-    elif name == "copy":
-        return SetVar(dict(items), frozen=v.frozen)
+    elif name == "copy":        # a frozenset's copy is the frozenset itself
+        return v if v.frozen else SetVar(dict(items), frozen=v.frozen)
     elif name == "__len__":
         return Const(len(items))
     elif name == "__contains__":

@@ -103,6 +103,8 @@ def _real(v: Value, memo: dict) -> Any:
             r = v.cls(_real(v.default_factory, memo), plain)
         else:
             r = v.cls(plain)
+    elif t is SetVar and v.frozen:       # frozenset.copy(fs) is fs: the result maps back to this value
+        r = v.as_python()
     else:
         return v.as_python()
     memo[id(r)] = (r, v)

@@ -69,6 +69,12 @@ def _frozenset_subclass_from_generator(x, s):
     return x * len(f), type(c).__name__, sorted(c), c is f
 
 
+def _copies_that_are_the_object(x, s):
+    p, t = frozenset("abc"), (1, 2)
+    return x + 1, [p.copy() is p, frozenset.copy(p) is p, frozenset(p) is p, tuple(t) is t, t[:] is t,
+                   t[0:2] is t, t[::-1] is t, FSub(p) is p]
+
+
 def _inplace_ops_keep_object(x, s):
     a = SSub("ab")
     b = a
@@ -160,7 +166,7 @@ def _ordering_with_unrelated_type(x, s):
 
 
 CASES = [_override_calls_base, _binops_give_base_type, _comparisons, _frozenset_subclass_hashes_by_value,
-         _frozenset_subclass_from_generator, _inplace_ops_keep_object,
+         _frozenset_subclass_from_generator, _copies_that_are_the_object, _inplace_ops_keep_object,
          _python_init_and_attrs, _repr_in_fstring, _set_key_in_subclass, _update_methods, _explicit_dunders,
          _returned_subclass_objects, _ordered_set_ops, _generic_alias_of_module_typevar, _object_ne_through_super,
          _ordering_with_unrelated_type]
