@@ -109,7 +109,8 @@ def _dict_setitem(d, f, v, k, value):
 # run: a wrong count is eager's TypeError (list.clear(1) was accepted, set.isdisjoint() an internal error)
 _SEQ_ARITY = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1), "remove": (1, 1),
               "clear": (0, 0), "reverse": (0, 0), "sort": (0, 0), "index": (1, 3), "count": (1, 1),
-              "copy": (0, 0), "__getitem__": (1, 1), "__len__": (0, 0), "__contains__": (1, 1), "__iter__": (0, 0)}
+              "copy": (0, 0), "__getitem__": (1, 1), "__len__": (0, 0), "__contains__": (1, 1), "__iter__": (0, 0),
+              "__setitem__": (2, 2), "__delitem__": (1, 1)}
 _SET_ARITY = {"add": (1, 1), "discard": (1, 1), "remove": (1, 1), "pop": (0, 0), "clear": (0, 0), "copy": (0, 0),
               "isdisjoint": (1, 1), "issubset": (1, 1), "issuperset": (1, 1), "symmetric_difference": (1, 1),
               "symmetric_difference_update": (1, 1), "__contains__": (1, 1), "__len__": (0, 0),
@@ -198,6 +199,12 @@ def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
         items[:] = sort_values(d, f, items, kw.get("key"), rev)
     elif name in ("index", "count", "copy", "__getitem__", "__len__", "__contains__", "__iter__"):
         return _seq_query(d, f, v, name, args)
+    elif name in ("__setitem__", "__delitem__"):
+        if name == "__setitem__":
+            d.setitem(f, v, *args)
+        else:
+            d.delitem(f, v, *args)
+        return Const(None)
     else:
         raise d.unsupported(f, f"list.{name}")
     d.mark_mutated(v)
@@ -211,7 +218,10 @@ def _seq_query(d, f, v, name, args):
         for i in range(*slice(start, stop).indices(len(items))):
             if _eq(d, f, items[i], args[0]):
                 return Const(i)
-        raise UserException(ValueError(f"{args[0].describe()} is not in {v.python_type().__name__}"))
+        if isinstance(v, TupleVar):     # CPython's own wording of each type's message
+            raise UserException(ValueError("tuple.index(x): x not in tuple"))
+        what = d.as_python(f, d.call(f, Const(repr), [args[0]], {}))
+        raise UserException(ValueError(f"{what} is not in {v.python_type().__name__}"))
     if name == "count":
         return Const(sum(1 for x in items if _eq(d, f, x, args[0])))
     if name == "copy":
@@ -384,7 +394,10 @@ class DictView(Value):
         return [TupleVar([dv.keys[k], x]) for k, x in dv.items.items()]
 
     def as_python(self):
-        return [x.as_python() for x in self.list()]
+        """A real view of the same kind over a copy of the items: it compares, combines (``keys() & s``) and
+        iterates as the view would (a list would make ``d.keys() == {...}`` False)."""
+        real = {self.d.keys[k].as_python(): x.as_python() for k, x in self.d.items.items()}
+        return getattr(real, self.kind)()
 
 
 def _view(v, kind):

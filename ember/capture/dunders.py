@@ -43,6 +43,10 @@ def call(d, f, v: Value, name: str, args: list[Value]) -> Value:
         if _not_implemented(op, v.python_type(), other.python_type()):
             return Const(NotImplemented)
         return d.compare(f, op, v, other)
+    if name in ("__mul__", "__rmul__", "__imul__") and _kind(v.python_type()) in (list, tuple) \
+            and not issubclass(other.python_type(), int):     # the slot wrapper's own index conversion
+        raise UserException(TypeError(f"'{other.python_type().__name__}' object cannot be interpreted as an "
+                                      "integer"))
     if name in INPLACE:
         op = INPLACE[name]
         if _kind(v.python_type()) in (set, dict) and _not_implemented(op[:-1], v.python_type(), other.python_type()):

@@ -8,6 +8,7 @@ name, so ``EMBER_LOGS=output_code`` shows exactly what runs. Torch-free: graph o
 """
 from __future__ import annotations
 
+import collections
 import functools
 import types
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from ..emit import attr, is_attr_name, py_str
 from . import rules as R
 from . import subclasses
+from .deques import DequeVar, ProxyVar
 from .containers import DictView
 from .interpreter import NULL
 from .sources import Codegen, literal
@@ -65,7 +67,7 @@ class GlueBuilder:
                 return f"({inner}{',' if len(v.items) == 1 else ''})"
             cls = self.cg.bind(v.cls, v.cls.__name__)
             return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
-        if t in (ListVar, DictVar, SetVar):      # new mutable containers: made once, however often referenced
+        if t in (ListVar, DictVar, SetVar, DequeVar, ProxyVar):      # new mutable containers: made once, however often referenced
             name, fresh = self._temp(v, "new")
             if fresh:
                 self.creations.append(f"{name} = {self._container(v)}")
@@ -124,6 +126,11 @@ class GlueBuilder:
         t = type(v)
         if t is ListVar:
             return "[" + ", ".join(self.expr(x) for x in v.items) + "]"
+        if t is ProxyVar:
+            return f"{self.cg.bind(types.MappingProxyType, 'MappingProxyType')}({self.expr(v.target)})"
+        if t is DequeVar:
+            items = "[" + ", ".join(self.expr(x) for x in v.items) + "]"
+            return f"{self.cg.bind(collections.deque, 'deque')}({items}, {v.maxlen!r})"
         if t is DictVar:
             body = "{" + ", ".join(f"{self.expr(v.keys[k])}: {self.expr(x)}" for k, x in v.items.items()) + "}"
             if v.cls is dict:
@@ -192,6 +199,8 @@ class GlueBuilder:
         s = self._read(reads, v.source.expr(self.cg))
         if type(v) is ListVar:
             writes.append(f"{s}[:] = {self._read(reads, self.expr(ListVar(v.items)))}")
+        elif type(v) is DequeVar:
+            writes.append(f"{s}.clear(); {s}.extend({self._read(reads, self.expr(ListVar(v.items)))})")
         elif type(v) is DictVar:
             writes.append(f"{s}.clear(); {s}.update({self._read(reads, self.expr(DictVar(v.items, v.keys)))})")
         elif type(v) is SetVar:

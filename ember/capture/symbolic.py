@@ -157,6 +157,9 @@ class SymbolicDomain:
 
     def _wrap_sequence(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
         t = type(obj)
+        if t is __import__("collections").deque:
+            from .deques import wrap
+            return wrap(self, obj, source, g)
         if not (t is tuple or t is list or (isinstance(obj, tuple) and hasattr(t, "_fields"))):
             return None
         if g and t is tuple and isinstance(source, AttrSource) and obj and all(map(_plain_constant, obj)):
@@ -188,6 +191,9 @@ class SymbolicDomain:
 
     def _wrap_dict(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
         t = type(obj)
+        if t is types.MappingProxyType and all(is_immutable(k) for k in obj):
+            from .deques import wrap_proxy
+            return wrap_proxy(self, obj, source, g)
         import collections
         if not (isinstance(obj, dict) and t.__iter__ in (dict.__iter__, collections.OrderedDict.__iter__)
                 and t.__getitem__ in (dict.__getitem__,) + _dict_getitems()):
