@@ -395,7 +395,7 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method
             return d.call_method(f, recv, fn.__name__, args, kwargs)
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
-            and subclasses.applies(fn, args[0]):
+            and subclasses.applies(fn, args[0], d):
         # OrderedDict.__setitem__(self, k, v), super().add(x) in a new dict/set-subclass object: its items
         return subclasses.part_method(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
     if t is types.WrapperDescriptorType and fn.__objclass__ is object and fn.__name__ in dunders.COMPARE \

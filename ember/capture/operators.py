@@ -74,8 +74,8 @@ def binary(d, f, op: str, a: Value, b: Value) -> Value:
     inplace = op.endswith("=")
     base = op[:-1] if inplace else op
     name = DUNDER.get(base)
-    pa = base_operand(a, f"__i{name}__" if inplace else f"__{name}__", lookup_type_attr) if name else a
-    pb = base_operand(b, f"__r{name}__", lookup_type_attr) if name else b
+    pa = base_operand(a, f"__i{name}__" if inplace else f"__{name}__", lookup_type_attr, d) if name else a
+    pb = base_operand(b, f"__r{name}__", lookup_type_attr, d) if name else b
     r = _container_binary(d, f, base, inplace, pa, pb)
     if r is not NotImplemented:
         return a if r is pa and pa is not a else r     # `s |= t` on a set subclass is s itself
@@ -159,7 +159,7 @@ def compare(d, f, op: str, a: Value, b: Value) -> Value:
     if pv is not None:
         return Const(_real(REAL_COMPARE[op], *pv))
     meth, rmeth = CMP_DUNDER[op]
-    a, b = base_operand(a, meth, lookup_type_attr), base_operand(b, rmeth, lookup_type_attr)
+    a, b = base_operand(a, meth, lookup_type_attr, d), base_operand(b, rmeth, lookup_type_attr, d)
     ta, tb = type(a), type(b)
     if ta in (ListVar, TupleVar) and ta is tb:
         return Const(_seq_compare(d, f, op, a.items, b.items))
@@ -238,7 +238,7 @@ def unary(d, f, op: str, v: Value) -> Value:
 
 
 def contains(d, f, item: Value, container: Value) -> bool:
-    container = base_operand(container, "__contains__", lookup_type_attr)
+    container = base_operand(container, "__contains__", lookup_type_attr, d)
     t = type(container)
     if t in (ListVar, TupleVar):
         return any(x is item or d.truth(f, compare(d, f, "==", x, item)) for x in container.items)

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import collections
 import types
+from dataclasses import dataclass
+from typing import Any
 
+from . import dunders
 from . import rules as R
 from .interpreter import NULL, UserException
-from .values import Const, DictVar, ObjectVar, SetVar, Value
+from .sources import Source, literal
+from .values import Const, DictVar, ObjectVar, SetVar, Value, is_immutable
 
 BASES = (dict, collections.OrderedDict, set, frozenset)
+_MUTATORS = {"__init__", "__setitem__", "__delitem__", "update", "setdefault", "pop", "popitem", "clear", "add",
+             "discard", "remove", "move_to_end", "difference_update", "intersection_update",
+             "symmetric_difference_update"}
 NEWS = tuple(b.__dict__["__new__"] for b in (dict, set, frozenset))
 _HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
 
@@ -31,23 +38,66 @@ def container_base(cls: type) -> type | None:
     return None
 
 
-def part_of(v: Value):
-    """The base part of ``v`` (a new container-subclass object), else None."""
-    return v.base_part if isinstance(v, ObjectVar) else None
+@dataclass(frozen=True, slots=True)
+class BaseItemSource(Source):
+    """An item of an existing container-subclass object read through its base type (``dict.__getitem__(o, k)``),
+    so guards and glue do not run the class's own ``__getitem__``."""
+    base: Source
+    key: Any
+    owner: type
+
+    def _expr(self, cg):
+        return f"{cg.bind(self.owner, self.owner.__name__)}.__getitem__({self.base.expr(cg)}, {literal(self.key, cg)})"
+
+    def name_hint(self):
+        return f"{self.base.name_hint()}_{self.key}"
 
 
-def base_operand(v: Value, dunder: str, lookup) -> Value:
+def part_of(v: Value, d=None):
+    """The base part of ``v``, a container-subclass object, else None. For an object that existed before the call
+    (given the domain ``d``), the part is made on first use from the object's items as its C base stores them,
+    guarded on its keys (dict) or members (set); it is read-only (see ``part_method``)."""
+    if not isinstance(v, ObjectVar):
+        return None
+    if v.base_part is None and d is not None and not v.is_new and v.source is not None:
+        base = container_base(type(v.obj))
+        if base is not None:
+            v.base_part = _existing_part(d, v, base)
+    return v.base_part
+
+
+def _existing_part(d, v: ObjectVar, base: type):
+    obj, src = v.obj, v.source
+    e = src.expr(d.cg)
+    if base in (set, frozenset):
+        members = frozenset(base.__iter__(obj))
+        if not all(is_immutable(k) for k in members):
+            return None
+        d.guards.add(f"{base.__name__}.__eq__({e}, {d.cg.bind(members, 'members')})", f"members of {d.cg.plain(src)}")
+        return SetVar({k: Const(k) for k in members}, frozen=base is frozenset)
+    keys = list(base.__iter__(obj))
+    if not all(is_immutable(k) for k in keys):
+        return None
+    d.guards.add(f"tuple({d.cg.bind(base, base.__name__)}.__iter__({e})) == {literal(tuple(keys), d.cg)}",
+                 f"keys of {d.cg.plain(src)} are {keys!r}")
+    items = {k: d.wrap(base.__getitem__(obj, k), BaseItemSource(src, k, base)) for k in keys}
+    return DictVar(items, {k: Const(k) for k in keys}, base)
+
+
+def base_operand(v: Value, dunder: str, lookup, d=None) -> Value:
     """The operand an operator acts on: the base part when ``v``'s class inherits ``dunder`` from its C base
-    (not a Python override), else ``v`` itself."""
-    part = part_of(v)
-    if part is None or type(lookup(type(v.obj), dunder)) is types.FunctionType:
+    (not a Python override), else ``v`` itself. An existing object's part is not given to in-place operators."""
+    if not isinstance(v, ObjectVar) or type(lookup(type(v.obj), dunder)) is types.FunctionType:
         return v
-    return part
+    if not v.is_new and dunder in dunders.INPLACE:
+        return v
+    part = part_of(v, d)
+    return v if part is None else part
 
 
-def applies(fn, v: Value) -> bool:
+def applies(fn, v: Value, d=None) -> bool:
     """Whether ``fn``, a method of a built-in container written in C, acts on ``v``'s base part."""
-    part = part_of(v)
+    part = part_of(v, d)
     owner = getattr(fn, "__objclass__", None)
     return part is not None and isinstance(owner, type) and issubclass(part.python_type(), owner)
 
@@ -87,6 +137,10 @@ def construct(d, f, cls: type, args, kwargs, lookup) -> ObjectVar:
 def part_method(d, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
     """The base type's method ``name`` run on ``ov``'s items."""
     part = ov.base_part
+    if not ov.is_new and (name in _MUTATORS or name in dunders.INPLACE):
+        raise d.unsupported(f, f"changing the items of an existing {type(ov.obj).__name__} object through "
+                               f"{part.python_type().__name__}.{name}",
+                            "make the change outside the compiled function, or on a new object")
     if name == "__init__":
         if isinstance(part, SetVar):
             if kwargs:

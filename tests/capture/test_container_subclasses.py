@@ -193,3 +193,70 @@ def test_container_subclasses_and_dunders(fresh_ember, fn):
     got = ember.compile(fn, backend="eager", fullgraph=True)(x, s_ember)
     _same(got, want)
     assert s_ember == s_eager
+
+
+# -- objects that existed before the call: their class overrides a method and reaches the C base through super()
+class PlusOneDict(dict):
+    def __getitem__(self, k):
+        return super().__getitem__(k) + 1
+
+    def __iter__(self):
+        return iter(sorted(super().keys(), reverse=True))
+
+
+class Lookup(dict):
+    """transformers' ClassInstantier: __getitem__ builds from what the base type stores."""
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+class Members(set):
+    def __contains__(self, x):
+        return super().__contains__(x) or super().__contains__(-x)
+
+
+def _existing_super_getitem(x, o):
+    return x * o["a"] + len(o), list(o), "b" in o, dict.get(o, "b", 0), sorted(dict.items(o))
+
+
+def _existing_lookup_instantiates(x, o):
+    return o["relu"](x), o["gelu"](x)
+
+
+def _existing_set_super_contains(x, o):
+    return x + (3 in o) + (-2 in o) + (7 in o), len(o), sorted(o)
+
+
+def _existing_mutation_through_base_breaks(x, o):
+    dict.__setitem__(o, "z", 1)
+    return x + 1
+
+
+EXISTING = [
+    (_existing_super_getitem, lambda: PlusOneDict(a=2, b=3), lambda: PlusOneDict(a=5, c=1)),
+    (_existing_lookup_instantiates, lambda: Lookup(relu=torch.nn.ReLU, gelu=(torch.nn.GELU, {"approximate": "tanh"})),
+     lambda: Lookup(relu=torch.nn.Tanh, gelu=torch.nn.GELU)),
+    (_existing_set_super_contains, lambda: Members({2, 3}), lambda: Members({7, 1})),
+]
+
+
+@pytest.mark.parametrize("fn,make,make_other", EXISTING, ids=[c[0].__name__.lstrip("_") for c in EXISTING])
+def test_existing_container_subclass_reaches_its_base(fresh_ember, fn, make, make_other):
+    """The object's items as its base type stores them are guarded: a call with other contents recompiles."""
+    compiled = ember.compile(fn, backend="eager", fullgraph=True)
+    for mk in (make, make, make_other):
+        x = torch.randn(3)
+        _same(compiled(x, mk()), fn(x, mk()))
+
+
+def test_existing_container_subclass_base_mutation_is_a_break(fresh_ember):
+    """Changing an existing object's items through its base type is not replayed: ember reports it (and runs
+    it eagerly without fullgraph) instead of losing the write."""
+    o = PlusOneDict(a=1)
+    with pytest.raises(ember.Unsupported, match="changing the items"):
+        ember.compile(_existing_mutation_through_base_breaks, backend="eager", fullgraph=True)(torch.ones(1), o)
+    o2 = PlusOneDict(a=1)
+    ember.compile(_existing_mutation_through_base_breaks, backend="eager")(torch.ones(1), o2)
+    assert sorted(dict.items(o2)) == [("a", 1), ("z", 1)]
