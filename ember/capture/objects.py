@@ -390,6 +390,8 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         r = _call_pure(d, f, fn, args, kwargs)
         if r is not None:
             return r
+    if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls) in a container subclass, list.__new__(list)
+        return subclasses.new_instance(d, f, fn.__self__, d.as_python(f, args[0]), args[1:], kwargs)
     if t is types.BuiltinFunctionType and fn.__self__ is not None and not isinstance(fn.__self__, types.ModuleType):
         recv = d.wrap(fn.__self__, None)
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method
@@ -484,7 +486,9 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     if type(new) is types.FunctionType:
         obj = d.inline(f, new, [Const(cls)] + args, kwargs)
         init = lookup_type_attr(cls, "__init__")
-        if type(init) is types.FunctionType and obj.python_type() is cls:
+        if isinstance(obj, ObjectVar) and obj.base_part is not None and issubclass(obj.python_type(), cls):
+            subclasses.run_init(d, f, obj, args, kwargs, lookup_type_attr)     # a container subclass's __init__
+        elif type(init) is types.FunctionType and obj.python_type() is cls:
             d.inline(f, init, [obj] + args, kwargs)
         return obj
     if is_pure_callable(cls) and all_const(args, kwargs) and is_immutable_type(cls):

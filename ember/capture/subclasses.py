@@ -1,4 +1,4 @@
-"""New instances of Python subclasses of the built-in containers dict, OrderedDict, set and frozenset.
+"""Python subclasses of the built-in containers dict, OrderedDict, set, frozenset and list.
 
 Such an object (transformers' ModelOutput, a ``class CustomSet(set)``) is an ``ObjectVar``: its attributes
 live in the overlay, and its items in ``base_part``, a ``DictVar``/``SetVar`` of the base type. Whatever the
@@ -17,13 +17,13 @@ from . import dunders
 from . import rules as R
 from .interpreter import NULL, UserException
 from .sources import Source, literal
-from .values import Const, DictVar, ObjectVar, SetVar, Value, is_immutable
+from .values import Const, DictVar, ListVar, ObjectVar, SetVar, Value, is_immutable
 
-BASES = (dict, collections.OrderedDict, set, frozenset)
+BASES = (dict, collections.OrderedDict, set, frozenset, list)
 _MUTATORS = {"__init__", "__setitem__", "__delitem__", "update", "setdefault", "pop", "popitem", "clear", "add",
              "discard", "remove", "move_to_end", "difference_update", "intersection_update",
              "symmetric_difference_update"}
-NEWS = tuple(b.__dict__["__new__"] for b in (dict, set, frozenset))
+NEWS = tuple(b.__dict__["__new__"] for b in (dict, set, frozenset, list))
 _HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
 
 
@@ -104,13 +104,18 @@ def applies(fn, v: Value, d=None) -> bool:
 
 def construct(d, f, cls: type, args, kwargs, lookup) -> ObjectVar:
     """``cls(*args, **kwargs)`` for a subclass whose ``__new__`` is its container base's."""
-    base = container_base(cls)
-    try:
-        obj = base.__new__(cls)
-    except TypeError as e:
-        raise UserException(e) from None
-    ov = ObjectVar(obj, None, is_new=True)
-    if base is frozenset:       # frozenset.__new__ takes the items; __init__ (object's, or Python) runs after
+    ov = new_instance(d, f, container_base(cls), cls, args, kwargs)
+    run_init(d, f, ov, args, kwargs, lookup)
+    return ov
+
+
+def new_instance(d, f, base: type, cls: type, args, kwargs) -> Value:
+    """``base.__new__(cls, *args)`` for a built-in container ``base``: the exact type gives a plain container
+    value, a subclass a new ObjectVar with an empty base part (a frozenset's items come with ``__new__``;
+    the others ignore the arguments, which ``__init__`` takes)."""
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise UserException(TypeError(f"{base.__name__}.__new__(X): X is not a subtype of {base.__name__}"))
+    if base is frozenset:
         if kwargs:
             raise UserException(TypeError(f"{cls.__name__}() takes no keyword arguments"))
         if len(args) > 1:
@@ -118,20 +123,32 @@ def construct(d, f, cls: type, args, kwargs, lookup) -> ObjectVar:
         part = SetVar({}, frozen=True)
         for x in (d.unpack_all(f, args[0]) if args else []):
             part.items[d.hash_key(f, x)] = x
-        ov.base_part = part
     else:
-        ov.base_part = SetVar({}) if base is set else DictVar({}, {}, base)
+        part = SetVar({}) if base is set else ListVar([]) if base is list else DictVar({}, {}, base)
+    if cls is base:
+        return part
+    try:
+        obj = base.__new__(cls)
+    except TypeError as e:
+        raise UserException(e) from None
+    ov = ObjectVar(obj, None, is_new=True)
+    ov.base_part = part
     d.new_objects.append(ov)
-    init = lookup(cls, "__init__")
+    return ov
+
+
+def run_init(d, f, ov: ObjectVar, args, kwargs, lookup) -> None:
+    """``type(ov).__init__(ov, *args, **kwargs)``, as ``type.__call__`` runs it after ``__new__``."""
+    init = lookup(type(ov.obj), "__init__")
+    frozen = isinstance(ov.base_part, SetVar) and ov.base_part.frozen
     if type(init) is types.FunctionType:
         r = d.inline(f, init, [ov] + list(args), kwargs)
         if not (type(r) is Const and r.value is None):
             raise UserException(TypeError("__init__() should return None"))
-    elif base is not frozenset and getattr(init, "__objclass__", None) in BASES:
+    elif not frozen and getattr(init, "__objclass__", None) in BASES:
         part_method(d, f, ov, "__init__", list(args), kwargs)
-    elif base is not frozenset:
-        raise d.unsupported(f, f"creating {cls.__name__}: its __init__ is not Python code")
-    return ov
+    elif not frozen:
+        raise d.unsupported(f, f"creating {type(ov.obj).__name__}: its __init__ is not Python code")
 
 
 def part_method(d, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
@@ -148,9 +165,13 @@ def part_method(d, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
             if len(args) > 1:
                 raise UserException(TypeError(f"set expected at most 1 argument, got {len(args)}"))
             part.items.clear()
+        elif isinstance(part, ListVar):
+            if kwargs or len(args) > 1:
+                raise UserException(TypeError(f"list expected at most 1 argument, got {len(args) + len(kwargs)}"))
+            part.items.clear()
         elif len(args) > 1:
             raise UserException(TypeError(f"dict expected at most 1 argument, got {len(args)}"))
-        name = "update"
+        name = "extend" if isinstance(part, ListVar) else "update"
         if not args and not kwargs:
             return Const(None)
     if name in ("__repr__", "__str__"):
@@ -160,7 +181,7 @@ def part_method(d, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
     if name == "__len__":
         return Const(len(part.items))
     if name == "__contains__":
-        return Const((d.set_key if isinstance(part, SetVar) else d.hash_key)(f, args[0]) in part.items)
+        return d.contains(f, args[0], part, False)
     r = R.METHOD.find(type(part))(d, f, part, name, args, kwargs)
     if r is part:       # an in-place operator gives the object back; a frozenset subclass copies to a frozenset
         return SetVar(dict(part.items), frozen=True) if name == "copy" else ov
@@ -176,7 +197,7 @@ def _real_copy(d, f, ov: ObjectVar):
         return frozenset.__new__(cls, items)
     base = part.python_type()
     real = base.__new__(cls)
-    base.update(real, items)
+    (base.extend if base is list else base.update)(real, items)
     return real
 
 
@@ -190,7 +211,9 @@ def reconstruct(glue, v: ObjectVar, name: str, cls: str) -> None:
         return
     base = glue.cg.bind(part.python_type(), part.python_type().__name__)
     glue.creations.append(f"{name} = {base}.__new__({cls})")
-    if isinstance(part, SetVar):
+    if isinstance(part, ListVar):
+        glue.fills.append(f"{base}.extend({name}, [{', '.join(glue.expr(x) for x in part.items)}])")
+    elif isinstance(part, SetVar):
         for x in part.items.values():
             glue.fills.append(f"{base}.add({name}, {glue.expr(x)})")
     else:

@@ -33,6 +33,34 @@ class SSub(set):
     pass
 
 
+class NewList(list):
+    def __new__(cls, arg, tag=None):
+        self = super().__new__(cls)
+        self.tag = tag
+        return self
+
+    def __init__(self, arg, tag=None):
+        super().__init__(arg)
+
+
+class GrandNewList(NewList):
+    pass
+
+
+class PlainList(list):
+    pass
+
+
+class GrandPlainList(PlainList):
+    pass
+
+
+class Stack(list):
+    def push(self, v):
+        self.append(v)
+        return self
+
+
 T = typing.TypeVar("T")
 
 
@@ -165,7 +193,26 @@ def _ordering_with_unrelated_type(x, s):
     return x + 1, outs
 
 
-CASES = [_override_calls_base, _binops_give_base_type, _comparisons, _frozenset_subclass_hashes_by_value,
+def _list_subclass_new_via_super(x, s):
+    a, b = NewList([1, 2, 3], tag=7), GrandNewList([4])
+    return x + len(a) + a.tag, a, b, type(b).__name__, b.tag, list(a)
+
+
+def _list_subclass_plain(x, s):
+    c = GrandPlainList([5, 6])
+    c.append(1)
+    st = Stack().push(1).push(2)
+    return x * len(c), c, c + [9], c == [5, 6, 1], 6 in c, c[1:], sorted(c), repr(c), st, st[-1], type(c + [9])
+
+
+def _container_new_called_directly(x, s):
+    e = list.__new__(list, [1, 2], extra="ignored")
+    e.append(3)
+    z = GrandPlainList.__new__(GrandPlainList, [1, 2], extra="ignored")
+    return x + 1, e, z, type(z).__name__, set.__new__(set, [1]), dict.__new__(dict)
+
+
+CASES = [_list_subclass_new_via_super, _list_subclass_plain, _container_new_called_directly, _override_calls_base, _binops_give_base_type, _comparisons, _frozenset_subclass_hashes_by_value,
          _frozenset_subclass_from_generator, _copies_that_are_the_object, _inplace_ops_keep_object,
          _python_init_and_attrs, _repr_in_fstring, _set_key_in_subclass, _update_methods, _explicit_dunders,
          _returned_subclass_objects, _ordered_set_ops, _generic_alias_of_module_typevar, _object_ne_through_super,
