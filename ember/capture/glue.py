@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import types
 from typing import Any
 
@@ -247,6 +248,27 @@ def _seq_iter_reconstruct(glue: GlueBuilder, v: SeqIterVar) -> str:
         rest = v.seq[v.pos:]
         return "iter((" + "".join(f"{glue.expr(x)}, " for x in rest) + "))"
     return f"{glue.cg.bind(_iter_at, 'iter_at')}({glue.expr(v.seq)}, {v.pos})"
+
+
+@R.RECONSTRUCT.register(IterVar)
+def _generator_reconstruct(glue: GlueBuilder, v: IterVar) -> str:
+    """A generator the trace made but never started (``return gen_fn(t)``) is made again by calling its
+    function on the same argument values: it runs lazily, when the caller iterates, as eager's would. One that
+    has started cannot be rebuilt in its state."""
+    if v.call is None:
+        raise glue.d.unsupported(None, f"returning or storing a {v.describe()} (IterVar) out of compiled code is "
+                                       "not supported")
+    if inspect.getgeneratorstate(v.gen) != inspect.GEN_CREATED:
+        raise glue.d.unsupported(None, f"returning or storing a {v.describe()} that has started running out of "
+                                       "compiled code is not supported",
+                                 "return the values (list(gen)), or create the generator outside")
+    name, fresh = glue._temp(v, "gen")
+    if fresh:
+        func, args, kwargs = v.call
+        fn = glue.expr(func) if isinstance(func, Value) else glue.cg.bind(func, getattr(func, "__name__", "fn"))
+        params = [glue.expr(a) for a in args] + [f"**{{{py_str(k)}: {glue.expr(x)}}}" for k, x in kwargs.items()]
+        glue.creations.append(f"{name} = {fn}({', '.join(params)})")
+    return name
 
 
 @R.RECONSTRUCT.register(OpaqueVar)

@@ -651,7 +651,7 @@ class SymbolicDomain:
         frame = Frame(self, code, g, locals_, f, func)
         if code.co_flags & CO_GENERATOR:
             from .generators import drive
-            it = IterVar(drive(frame), f"generator {name}", frame)
+            it = IterVar(drive(frame), f"generator {name}", frame, (func, list(args), dict(kwargs)))
             self.generators.append(it)
             return it
         if code.co_flags & 0x80 or code.co_flags & 0x200:

@@ -252,13 +252,14 @@ class RealCellVar(Value):
 
 class IterVar(Value):
     """An iterator implemented by a Python generator that yields values (or a symbolic generator frame)."""
-    __slots__ = ("gen", "desc", "frame")
+    __slots__ = ("gen", "desc", "frame", "call")
 
-    def __init__(self, gen: Any, desc: str = "iterator", frame: Any = None):
+    def __init__(self, gen: Any, desc: str = "iterator", frame: Any = None, call: Any = None):
         super().__init__(None)
         self.gen = gen
         self.desc = desc
         self.frame = frame
+        self.call = call        # a generator's (function, args, kwargs): how to make it again, unstarted
 
     def python_type(self):
         return types.GeneratorType if self.frame is not None else type(iter([]))
