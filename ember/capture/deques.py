@@ -1,8 +1,10 @@
-"""``collections.deque`` and ``types.MappingProxyType`` during capture: a ``DequeVar`` is a list of values with a ``maxlen``. The list rules
-(iteration, len, truth, ``in``, indexing, comparison) apply as they are; the methods below are deque's own,
-with its bounded-length semantics (an append to a full deque drops an item from the other end). A deque the
-program passed in is guarded on its type, length and maxlen, and its final contents are written back.
-A mappingproxy is a read-only live view of a dict value (``ProxyVar``)."""
+"""``collections.deque`` and ``types.MappingProxyType`` during capture.
+
+A ``DequeVar`` is a list of values with a ``maxlen``: the list rules (iteration, len, truth, ``in``, indexing,
+comparison) apply as they are; the methods below are deque's own, with its bounded-length semantics (an append
+to a full deque drops an item from the other end). A deque the program passed in is guarded on its type, length
+and maxlen, and its final contents are written back. A mappingproxy is a read-only live view of a dict value
+(``ProxyVar``)."""
 from __future__ import annotations
 
 import collections

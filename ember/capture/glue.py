@@ -68,7 +68,7 @@ class GlueBuilder:
                 return f"({inner}{',' if len(v.items) == 1 else ''})"
             cls = self.cg.bind(v.cls, v.cls.__name__)
             return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
-        if t in (ListVar, DictVar, SetVar, DequeVar, ProxyVar):      # new mutable containers: made once, however often referenced
+        if t in (ListVar, DictVar, SetVar, DequeVar, ProxyVar):     # new mutable containers: made once
             name, fresh = self._temp(v, "new")
             if fresh:
                 self.creations.append(f"{name} = {self._container(v)}")

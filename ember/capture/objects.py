@@ -390,7 +390,7 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         r = _call_pure(d, f, fn, args, kwargs)
         if r is not None:
             return r
-    if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls) in a container subclass, list.__new__(list)
+    if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls), list.__new__(list)
         return subclasses.new_instance(d, f, fn.__self__, d.as_python(f, args[0]), args[1:], kwargs)
     if t is types.BuiltinFunctionType and fn.__self__ is not None and not isinstance(fn.__self__, types.ModuleType):
         recv = d.wrap(fn.__self__, None)

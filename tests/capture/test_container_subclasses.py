@@ -212,7 +212,8 @@ def _container_new_called_directly(x, s):
     return x + 1, e, z, type(z).__name__, set.__new__(set, [1]), dict.__new__(dict)
 
 
-CASES = [_list_subclass_new_via_super, _list_subclass_plain, _container_new_called_directly, _override_calls_base, _binops_give_base_type, _comparisons, _frozenset_subclass_hashes_by_value,
+CASES = [_list_subclass_new_via_super, _list_subclass_plain, _container_new_called_directly,
+         _override_calls_base, _binops_give_base_type, _comparisons, _frozenset_subclass_hashes_by_value,
          _frozenset_subclass_from_generator, _copies_that_are_the_object, _inplace_ops_keep_object,
          _python_init_and_attrs, _repr_in_fstring, _set_key_in_subclass, _update_methods, _explicit_dunders,
          _returned_subclass_objects, _ordered_set_ops, _generic_alias_of_module_typevar, _object_ne_through_super,
