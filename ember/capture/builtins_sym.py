@@ -434,6 +434,13 @@ def _object_init(d, f, args, kwargs):
 @rule(tuple.__new__)
 def _tuple_new(d, f, args, kwargs):
     cls = d.as_python(f, args[0])
+    if not (isinstance(cls, type) and issubclass(cls, tuple)):
+        raise UserException(TypeError(f"tuple.__new__({cls.__name__}): {cls.__name__} is not a subtype of tuple"
+                                      if isinstance(cls, type) else
+                                      f"tuple.__new__(X): X is not a type object ({type(cls).__name__})"))
+    if kwargs or len(args) > 2:     # CPython's checks, as tuple(...) itself makes them
+        raise UserException(TypeError("tuple() takes no keyword arguments" if kwargs else
+                                      f"tuple expected at most 1 argument, got {len(args) - 1}"))
     items = _items(d, f, args[1]) if len(args) > 1 else []
     return TupleVar(items, None if cls is tuple else cls)
 

@@ -23,7 +23,7 @@ from .interpreter import NULL
 from .sources import Codegen, literal
 from .symbolic import SliceVar, SymbolicDomain, _DELETED
 from .values import (MethodOf, OpaqueVar, SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, ObjectVar, PartialVar,
-                     RealCellVar, SetVar, SuperVar, TupleVar, Value)
+                     RealCellVar, SetVar, SuperVar, TupleVar, Value, python_tuple_class)
 
 
 class GlueBuilder:
@@ -67,6 +67,8 @@ class GlueBuilder:
             if v.cls is None:
                 return f"({inner}{',' if len(v.items) == 1 else ''})"
             cls = self.cg.bind(v.cls, v.cls.__name__)
+            if python_tuple_class(v.cls):       # not the class's own __new__ again (see values.make_tuple)
+                return f"tuple.__new__({cls}, ({inner}{',' if v.items else ''}))"
             return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
         if t in (ListVar, DictVar, SetVar, DequeVar, ProxyVar):     # new mutable containers: made once
             name, fresh = self._temp(v, "new")

@@ -24,7 +24,7 @@ from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
-                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable)
+                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, make_tuple)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
 _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
@@ -94,7 +94,7 @@ def _real(v: Value, memo: dict) -> Any:
         r = [_real(x, memo) for x in v.items]
     elif t is TupleVar:
         items = tuple(_real(x, memo) for x in v.items)
-        r = items if v.cls is None else v.cls(*items) if hasattr(v.cls, "_fields") else v.cls(items)
+        r = make_tuple(v.cls, items)
     elif t is DictVar:
         plain = {k: _real(x, memo) for k, x in v.items.items()}
         if v.cls is dict:

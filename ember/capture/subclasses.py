@@ -114,7 +114,10 @@ def new_instance(d, f, base: type, cls: type, args, kwargs) -> Value:
     value, a subclass a new ObjectVar with an empty base part (a frozenset's items come with ``__new__``;
     the others ignore the arguments, which ``__init__`` takes)."""
     if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise UserException(TypeError(f"{base.__name__}.__new__(X): X is not a subtype of {base.__name__}"))
+        b = base.__name__
+        raise UserException(TypeError(f"{b}.__new__({cls.__name__}): {cls.__name__} is not a subtype of {b}"
+                                      if isinstance(cls, type) else
+                                      f"{b}.__new__(X): X is not a type object ({type(cls).__name__})"))
     if base is frozenset:
         if kwargs:
             raise UserException(TypeError(f"{cls.__name__}() takes no keyword arguments"))

@@ -81,6 +81,25 @@ class Const(Value):
         return r if len(r) < 60 else r[:57] + "..."
 
 
+_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or namedtuple())
+
+
+def python_tuple_class(cls: type) -> bool:
+    """Whether a tuple subclass is defined in Python (a namedtuple, a class with its own ``__new__``): such a
+    tuple is remade through ``tuple.__new__``, so the class's ``__new__``/``__init__``, which already ran in the
+    trace, do not run again on the items they produced; a C structseq (torch.return_types) takes its own
+    constructor."""
+    return bool(cls.__flags__ & _HEAPTYPE)
+
+
+def make_tuple(cls: type | None, items: tuple) -> tuple:
+    if cls is None:
+        return items
+    if python_tuple_class(cls):
+        return tuple.__new__(cls, items)
+    return cls(*items) if hasattr(cls, "_fields") else cls(items)
+
+
 class TupleVar(Value):
     __slots__ = ("items", "cls")
 
@@ -93,8 +112,7 @@ class TupleVar(Value):
         return self.cls or tuple
 
     def as_python(self):
-        t = tuple(i.as_python() for i in self.items)
-        return t if self.cls is None else self.cls(*t) if hasattr(self.cls, "_fields") else self.cls(t)
+        return make_tuple(self.cls, tuple(i.as_python() for i in self.items))
 
 
 class MutableVar(Value):

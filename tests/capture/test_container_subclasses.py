@@ -61,6 +61,21 @@ class Stack(list):
         return self
 
 
+class Doubling(tuple):
+    def __new__(cls, it):
+        return super().__new__(cls, [2 * v for v in it])
+
+
+class Pair(typing.NamedTuple):
+    a: int
+    b: int
+
+
+class ScaledPair(Pair):
+    def __new__(cls, a, b=1):
+        return super().__new__(cls, a * 10, b)
+
+
 T = typing.TypeVar("T")
 
 
@@ -212,7 +227,23 @@ def _container_new_called_directly(x, s):
     return x + 1, e, z, type(z).__name__, set.__new__(set, [1]), dict.__new__(dict)
 
 
-CASES = [_list_subclass_new_via_super, _list_subclass_plain, _container_new_called_directly,
+def _tuple_subclass_new_runs_once(x, s):
+    d, p = Doubling([1, 2]), ScaledPair(2)
+    return x + d[0] + p.a, d, p, Pair(3, 4), type(d).__name__, tuple(d) == (2, 4), p == (20, 1)
+
+
+def _tuple_new_checks(x, s):
+    out = []
+    for call in (lambda: tuple.__new__(tuple, [1], extra=1), lambda: tuple.__new__(tuple, [1], [2]),
+                 lambda: tuple.__new__(list, [1])):
+        try:
+            call()
+        except TypeError as e:
+            out.append(str(e))
+    return x + 1, out, tuple.__new__(Doubling, [5])
+
+
+CASES = [_tuple_subclass_new_runs_once, _tuple_new_checks, _list_subclass_new_via_super, _list_subclass_plain, _container_new_called_directly,
          _override_calls_base, _binops_give_base_type, _comparisons, _frozenset_subclass_hashes_by_value,
          _frozenset_subclass_from_generator, _copies_that_are_the_object, _inplace_ops_keep_object,
          _python_init_and_attrs, _repr_in_fstring, _set_key_in_subclass, _update_methods, _explicit_dunders,
