@@ -1,6 +1,8 @@
 """Rules for tuples, lists, dicts and sets of values: indexing, iteration, length and their methods."""
 from __future__ import annotations
 
+import collections
+
 from . import dunders
 from . import rules as R
 from .interpreter import NULL, UserException
@@ -351,12 +353,31 @@ def _dict_dunder(d, f, v, name, args):
     return d.iter(f, v)
 
 
+def copy_class(d, f, cls: type) -> type:
+    """The class of ``m.copy()`` / ``m | other`` for a mapping of class ``cls``: dict's C methods make a plain
+    dict, even for a subclass; OrderedDict and defaultdict make ``type(self)(...)``, which for a subclass that
+    defines its own ``__init__``/``__new__`` would run that code (not done here: a graph break)."""
+    for k in cls.__mro__:
+        if k in (collections.OrderedDict, collections.defaultdict):
+            if cls is not k and any(n in vars(c) for c in cls.__mro__[:cls.__mro__.index(k)]
+                                    for n in ("__init__", "__new__")):
+                raise d.unsupported(f, f"copying a {cls.__name__}: its class's own __init__/__new__ would run")
+            return cls
+        if k is dict:
+            return dict
+    return cls
+
+
+def _dict_copy(d, f, v, args, kwargs):
+    return DictVar(v.items, v.keys, copy_class(d, f, v.cls), default_factory=v.default_factory)
+
+
 _DICT_METHODS = {
     "get": _dict_get, "setdefault": _dict_setdefault, "pop": _dict_pop, "popitem": _dict_popitem,
     "update": _dict_update, "clear": _dict_clear, "move_to_end": _dict_move_to_end,
     "keys": lambda d, f, v, a, k: _view(v, "keys"), "values": lambda d, f, v, a, k: _view(v, "values"),
     "items": lambda d, f, v, a, k: _view(v, "items"),
-    "copy": lambda d, f, v, a, k: DictVar(v.items, v.keys, v.cls, default_factory=v.default_factory),
+    "copy": _dict_copy,
 }
 _DICT_DUNDERS = {"__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__"}
 

@@ -23,7 +23,8 @@ from .interpreter import NULL
 from .sources import Codegen, literal
 from .symbolic import SliceVar, SymbolicDomain, _DELETED
 from .values import (MethodOf, OpaqueVar, SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, ObjectVar, PartialVar,
-                     RealCellVar, SetVar, SuperVar, TupleVar, Value, python_tuple_class)
+                     RealCellVar, SetVar, SuperVar, TupleVar, Value, make_mapping,
+                     is_python_class)
 
 
 class GlueBuilder:
@@ -67,7 +68,7 @@ class GlueBuilder:
             if v.cls is None:
                 return f"({inner}{',' if len(v.items) == 1 else ''})"
             cls = self.cg.bind(v.cls, v.cls.__name__)
-            if python_tuple_class(v.cls):       # not the class's own __new__ again (see values.make_tuple)
+            if is_python_class(v.cls):       # not the class's own __new__ again (see values.make_tuple)
                 return f"tuple.__new__({cls}, ({inner}{',' if v.items else ''}))"
             return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
         if t in (ListVar, DictVar, SetVar, DequeVar, ProxyVar):     # new mutable containers: made once
@@ -138,6 +139,10 @@ class GlueBuilder:
             body = "{" + ", ".join(f"{self.expr(v.keys[k])}: {self.expr(x)}" for k, x in v.items.items()) + "}"
             if v.cls is dict:
                 return body
+            if is_python_class(v.cls):      # not the class's own __init__ again (see values.make_mapping)
+                df = self.expr(v.default_factory) if v.default_factory is not None else "None"
+                make = self.cg.bind(make_mapping, "make_mapping")
+                return f"{make}({self.cg.bind(v.cls, v.cls.__name__)}, {body}, {df})"
             if v.default_factory is not None:
                 return f"{self.cg.bind(v.cls, v.cls.__name__)}({self.expr(v.default_factory)}, {body})"
             return f"{self.cg.bind(v.cls, v.cls.__name__)}({body})"

@@ -24,7 +24,8 @@ from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
-                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, make_tuple)
+                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, make_mapping,
+                     make_tuple)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
 _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
@@ -97,12 +98,8 @@ def _real(v: Value, memo: dict) -> Any:
         r = make_tuple(v.cls, items)
     elif t is DictVar:
         plain = {k: _real(x, memo) for k, x in v.items.items()}
-        if v.cls is dict:
-            r = plain
-        elif v.default_factory is not None:
-            r = v.cls(_real(v.default_factory, memo), plain)
-        else:
-            r = v.cls(plain)
+        df = None if v.default_factory is None else _real(v.default_factory, memo)
+        r = make_mapping(v.cls, plain, df)
     elif t is SetVar and v.frozen:       # frozenset.copy(fs) is fs: the result maps back to this value
         r = v.as_python()
     else:

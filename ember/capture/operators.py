@@ -119,7 +119,8 @@ def _container_binary(d, f, op, inplace, a, b):
         if inplace:
             d.call_method(f, a, "update", [b], {})
             return a
-        r = DictVar(a.items, a.keys, a.cls)
+        from .containers import copy_class
+        r = DictVar(a.items, a.keys, copy_class(d, f, a.cls), default_factory=a.default_factory)
         d.call_method(f, r, "update", [b], {})
         return r
     if ta is SetVar and tb is SetVar and op in ("|", "&", "-", "^"):

@@ -84,20 +84,37 @@ class Const(Value):
 _HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or namedtuple())
 
 
-def python_tuple_class(cls: type) -> bool:
-    """Whether a tuple subclass is defined in Python (a namedtuple, a class with its own ``__new__``): such a
-    tuple is remade through ``tuple.__new__``, so the class's ``__new__``/``__init__``, which already ran in the
-    trace, do not run again on the items they produced; a C structseq (torch.return_types) takes its own
-    constructor."""
+def is_python_class(cls: type) -> bool:
+    """Whether a class is defined in Python (a namedtuple, a dict subclass, a class with its own ``__new__``).
+    Values of such tuple and mapping classes are remade through their C base (``make_tuple``,
+    ``make_mapping``), so the class's ``__new__``/``__init__``, which already ran in the trace, do not run again
+    on the items they produced; a C structseq (torch.return_types) takes its own constructor."""
     return bool(cls.__flags__ & _HEAPTYPE)
 
 
 def make_tuple(cls: type | None, items: tuple) -> tuple:
     if cls is None:
         return items
-    if python_tuple_class(cls):
+    if is_python_class(cls):
         return tuple.__new__(cls, items)
     return cls(*items) if hasattr(cls, "_fields") else cls(items)
+
+
+def make_mapping(cls: type, items: dict, default_factory: Any = None) -> Any:
+    """A mapping of class ``cls`` holding ``items``. A class defined in Python (a dict/OrderedDict/defaultdict
+    subclass) is made through its C base, item by item with the base's ``__setitem__``, so its own
+    ``__init__``/``__setitem__``, which already ran in the trace, do not run again on what they produced."""
+    if cls is dict:
+        return items
+    if not is_python_class(cls):
+        return cls(default_factory, items) if default_factory is not None else cls(items)
+    base = next(k for k in cls.__mro__ if not is_python_class(k))
+    obj = base.__new__(cls)
+    if default_factory is not None:
+        obj.default_factory = default_factory
+    for k, v in items.items():
+        base.__setitem__(obj, k, v)
+    return obj
 
 
 class TupleVar(Value):
@@ -159,7 +176,8 @@ class DictVar(MutableVar):
 
     def as_python(self):
         d = {k: v.as_python() for k, v in self.items.items()}
-        return d if self.cls is dict else self.cls(d)
+        df = None if self.default_factory is None else self.default_factory.as_python()
+        return make_mapping(self.cls, d, df)
 
 
 class SetVar(MutableVar):

@@ -4,6 +4,7 @@ eagerly on copies of the same inputs: the results (values and exact types), the 
 (side effects) must agree."""
 from __future__ import annotations
 
+import collections
 import copy
 import typing
 
@@ -339,3 +340,53 @@ def test_existing_container_subclass_base_mutation_is_a_break(fresh_ember):
     o2 = PlusOneDict(a=1)
     ember.compile(_existing_mutation_through_base_breaks, backend="eager")(torch.ones(1), o2)
     assert sorted(dict.items(o2)) == [("a", 1), ("z", 1)]
+
+
+# -- dict subclasses that ember holds as plain mappings (their __iter__/__getitem__ are dict's)
+class PlainSub(dict):
+    pass
+
+
+class Doubler(dict):
+    """A constructor that transforms its items: remaking the mapping through the class would double again."""
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        for key in list(dict.keys(self)):
+            dict.__setitem__(self, key, dict.__getitem__(self, key) * 2)
+
+
+class OSub(collections.OrderedDict):
+    pass
+
+
+class DSub(collections.defaultdict):
+    pass
+
+
+def _mapping_copy_types(x, d, o, dd):
+    c, oc, dc = d.copy(), o.copy(), dd.copy()
+    return x + 1, [type(c).__name__, c, type(d | {"z": 1}).__name__, type(oc).__name__, oc, type(dc).__name__,
+                   dc.default_factory, dict(dc)]
+
+
+def _mapping_made_again_not_transformed(x, d, o, dd):
+    return x + 1, [str(d), sorted(d.values()), d == {"a": 2}, max(d.values())]
+
+
+def _mapping_new_subclass_returned(x, d, o, dd):
+    n = Doubler(b=3)
+    n["c"] = 1
+    return x + 1, n, type(n).__name__
+
+
+MAPPING_CASES = [_mapping_copy_types, _mapping_made_again_not_transformed, _mapping_new_subclass_returned]
+
+
+@pytest.mark.parametrize("fn", MAPPING_CASES, ids=[c.__name__.lstrip("_") for c in MAPPING_CASES])
+def test_dict_subclass_values(fresh_ember, fn):
+    def inputs():
+        return Doubler(a=1), OSub(b=2), DSub(list, k=[1])
+    x = torch.randn(3)
+    want = fn(x, *inputs())
+    got = ember.compile(fn, backend="eager", fullgraph=True)(x, *inputs())
+    _same(got, want)
