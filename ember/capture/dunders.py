@@ -70,3 +70,25 @@ def object_compare(d, f, name: str, a: Value, b: Value) -> Value:
     if type(r) is Const and r.value is NotImplemented:
         return r
     return Const(not d.truth(f, r))
+
+
+_NUMBERS = (int, float, complex)        # bool is an int
+
+
+def number_slot_declines(fn, args, kwargs) -> Value | None:
+    """``(3).__add__(t)``, ``int.__mul__(3, t)``, ``(1.5).__eq__(obj)`` with a tensor, a container or a user
+    object: a number's operator slot answers NotImplemented to any operand that is not a number (the other
+    operand's reflected method is what would run in ``3 + t``). None when this is not such a call, or the
+    operand may be a number whose value the trace does not know."""
+    import types
+    if kwargs or fn.__name__ not in NAMES:
+        return None
+    if type(fn) is types.MethodWrapperType and type(fn.__self__) in _NUMBERS + (bool,) and len(args) == 1:
+        other = args[0]
+    elif type(fn) is types.WrapperDescriptorType and fn.__objclass__ in _NUMBERS and len(args) == 2 \
+            and type(args[0]) is Const and isinstance(args[0].value, fn.__objclass__):
+        other = args[1]
+    else:
+        return None
+    t = other.python_type()
+    return None if issubclass(t, _NUMBERS) or type(other) is Const else Const(NotImplemented)

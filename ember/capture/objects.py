@@ -406,6 +406,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
                                f"{type(args[0].obj).__name__} object")
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and type(args[0]) is not Const:
         return d.call_method(f, args[0], fn.__name__, args[1:], kwargs)
+    declined = dunders.number_slot_declines(fn, args, kwargs)
+    if declined is not None:
+        return declined
     call = lookup_type_attr(t, "__call__")
     if type(call) is types.FunctionType:
         return d.inline(f, call, [v] + args, kwargs)

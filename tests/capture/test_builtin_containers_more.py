@@ -109,7 +109,17 @@ def _index_messages(x, q, m, d):
     return x + 1, out
 
 
-CASES = [_deque_methods, _deque_errors, _deque_input_mutated, _deque_bounded_window, _proxy_is_live_and_read_only,
+class _Num:
+    def __radd__(self, other):
+        return other + 100
+
+
+def _number_dunders_decline(x, q, m, d):
+    return x + 1, [(3).__add__(x), int.__mul__(3, x), (1.5).__eq__(x), True.__and__(x), (3).__add__(_Num()),
+                   (3).__lt__([1]), x.__radd__(3), (3).__add__(4), int.__add__(3, 2.5)]
+
+
+CASES = [_number_dunders_decline, _deque_methods, _deque_errors, _deque_input_mutated, _deque_bounded_window, _proxy_is_live_and_read_only,
          _proxy_input, _dict_views_as_sets, _list_dunders, _index_messages]
 
 
