@@ -168,6 +168,11 @@ class GlueBuilder:
                 if isinstance(v.annotations, TupleVar):      # MAKE_FUNCTION's (name, value, ...) pairs
                     ann = f"dict(zip({ann}[::2], {ann}[1::2]))"
                 self.fills.append(f"{name}.__annotations__ = {ann}")
+            for k, x in v.attrs.items():        # functools.wraps and the like, in the order they were set
+                if k == "__dict__":
+                    self.fills.append(f"{name}.__dict__.update({self.expr(x)})")
+                else:
+                    self.fills.append(f"setattr({name}, {py_str(k)}, {self.expr(x)})")
         return name
 
     # -- side effects ----------------------------------------------------------------------------------

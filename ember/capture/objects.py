@@ -299,8 +299,23 @@ def _container_getattr(d, f, v, name):
 
 @R.GETATTR.register(FuncVar)
 def _funcvar_getattr(d, f, v: FuncVar, name):
+    if name in v.attrs:
+        return v.attrs[name]
+    if name == "__dict__":          # made on first read; later attribute writes by name land in it too
+        v.attrs["__dict__"] = DictVar({}, {})
+        return v.attrs["__dict__"]
+    if "__dict__" in v.attrs and name in v.attrs["__dict__"].items:
+        return v.attrs["__dict__"].items[name]
+    if name == "__annotations__":   # one dict, made on first read (CPython keeps the one it made)
+        a = v.annotations
+        if isinstance(a, TupleVar):         # MAKE_FUNCTION's (name, value, ...) pairs
+            a = DictVar({d.as_python(f, k): x for k, x in zip(a.items[::2], a.items[1::2])},
+                        {d.as_python(f, k): k for k in a.items[::2]})
+        v.attrs[name] = a if isinstance(a, DictVar) else DictVar({}, {})
+        return v.attrs[name]
+    doc = v.code.co_consts[0] if v.code.co_consts and type(v.code.co_consts[0]) is str else None
     simple = {"__name__": v.code.co_name, "__qualname__": v.qualname, "__code__": v.code,
-              "__module__": v.f_globals.get("__name__"), "__doc__": None}
+              "__module__": v.f_globals.get("__name__"), "__doc__": doc}
     if name in simple:
         return d.const(simple[name])
     if name == "__defaults__":

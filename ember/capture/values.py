@@ -216,8 +216,9 @@ class ObjectVar(MutableVar):
 
 
 class FuncVar(Value):
-    """A function made by MAKE_FUNCTION inside the trace."""
-    __slots__ = ("code", "f_globals", "defaults", "kwdefaults", "closure", "annotations", "qualname")
+    """A function made by MAKE_FUNCTION inside the trace. ``attrs`` holds attributes the trace set on it
+    (``functools.wraps``: ``__module__``, ``__name__``, ``__doc__``, ``__wrapped__``, ...), by name."""
+    __slots__ = ("code", "f_globals", "defaults", "kwdefaults", "closure", "annotations", "qualname", "attrs")
 
     def __init__(self, code: types.CodeType, f_globals: dict, defaults: Value | None = None,
                  kwdefaults: Value | None = None, closure: list | None = None, annotations: Value | None = None):
@@ -229,6 +230,7 @@ class FuncVar(Value):
         self.closure = closure
         self.annotations = annotations
         self.qualname = code.co_qualname
+        self.attrs: dict[str, Value] = {}
 
     def python_type(self):
         return types.FunctionType

@@ -4,6 +4,8 @@ iterates, as eager's does. Each case is compiled under fullgraph and compared wi
 values the returned generators yield, their identity, and their laziness (side effects happen on iteration)."""
 from __future__ import annotations
 
+import contextlib
+import functools
 import types
 
 import pytest
@@ -89,3 +91,60 @@ def test_started_generator_returned_is_reported(fresh_ember):
     with pytest.raises(ember.Unsupported, match="has started running"):
         ember.compile(_started, backend="eager", fullgraph=True)(t)
     torch.testing.assert_close(list(ember.compile(_started, backend="eager")(t)), list(_started(t, None)))
+
+
+# -- functions made in compiled code carry the attributes the trace sets on them (functools.wraps,
+#    @contextlib.contextmanager defined inside: issue 32, test_exceptions.py::test_foo)
+def _deco(fn):
+    @functools.wraps(fn)
+    def inner(*a):
+        return fn(*a) * 2
+    return inner
+
+
+def _wraps_inside(t):
+    @_deco
+    def g(v):
+        """doc of g"""
+        return v + 1
+    return g(t), g.__name__, g.__doc__, g.__qualname__, g.__wrapped__.__name__, g.__module__
+
+
+def _contextmanager_inside(t):
+    log = []
+
+    @contextlib.contextmanager
+    def cm(k):
+        log.append("enter")
+        try:
+            yield t * k
+        finally:
+            log.append("exit")
+
+    with cm(3) as y:
+        z = y + 1
+    return z, log, cm.__name__
+
+
+def _function_attributes_returned(t):
+    def g(v):
+        return v
+    g.tag = 5
+    g.__doc__ = "set"
+    return t + g.tag, g, sorted(g.__dict__)
+
+
+FUNC_CASES = [_wraps_inside, _contextmanager_inside, _function_attributes_returned]
+
+
+@pytest.mark.parametrize("fn", FUNC_CASES, ids=[c.__name__.lstrip("_") for c in FUNC_CASES])
+def test_function_attributes_set_in_trace(fresh_ember, fn):
+    t = torch.randn(3)
+    want = fn(t)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(t)
+    torch.testing.assert_close(got[0], want[0])
+    for g, w in zip(got[1:], want[1:]):
+        if callable(w):
+            assert (g.__name__, g.__doc__, g.__dict__, g(7)) == (w.__name__, w.__doc__, w.__dict__, w(7))
+        else:
+            assert g == w
