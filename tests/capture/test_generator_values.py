@@ -148,3 +148,46 @@ def test_function_attributes_set_in_trace(fresh_ember, fn):
             assert (g.__name__, g.__doc__, g.__dict__, g(7)) == (w.__name__, w.__doc__, w.__dict__, w(7))
         else:
             assert g == w
+
+
+@contextlib.contextmanager
+def _translate():
+    try:
+        yield
+    except IndexError:
+        raise ValueError("translated")  # noqa: B904
+
+
+def _body_raises_through_contextmanager(t):
+    try:
+        with _translate():
+            raise IndexError
+    except ValueError as e:
+        return t + 1, str(e)
+    return t, ""
+
+
+def _throw_three_arguments(t):
+    def g():
+        try:
+            yield 1
+        except ValueError as e:
+            yield f"caught {e}"
+    out = []
+    for args in ((ValueError, ValueError("inst"), None), (ValueError, "msg"), (ValueError, None, None)):
+        it = g()
+        next(it)
+        out.append(it.throw(*args))
+        it.close()
+    return t * 2, out
+
+
+@pytest.mark.parametrize("fn", [_body_raises_through_contextmanager, _throw_three_arguments],
+                         ids=["body_raises_through_contextmanager", "throw_three_arguments"])
+def test_generator_throw_forms(fresh_ember, fn):
+    """``gen.throw(typ, val, tb)``: the form contextlib's __exit__ uses on Python 3.11."""
+    t = torch.randn(3)
+    want = fn(t)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(t)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1]
