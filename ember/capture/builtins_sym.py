@@ -162,6 +162,8 @@ def _list(d, f, args, kwargs):
 
 @rule(tuple)
 def _tuple(d, f, args, kwargs):
+    if args and type(args[0]) is TupleVar and args[0].cls is None:
+        return args[0]          # tuple(t) of an exact tuple is t itself, as in CPython
     return TupleVar(_items(d, f, args[0]) if args else [])
 
 
@@ -174,6 +176,8 @@ def _set(d, f, args, kwargs):
 
 
 def _set_frozen(d, f, args, kwargs):
+    if args and type(args[0]) is SetVar and args[0].frozen:
+        return args[0]          # frozenset(fs) of an exact frozenset is fs itself, as in CPython
     s = _set(d, f, args, kwargs)
     s.frozen = True
     return s
@@ -434,6 +438,13 @@ def _object_init(d, f, args, kwargs):
 @rule(tuple.__new__)
 def _tuple_new(d, f, args, kwargs):
     cls = d.as_python(f, args[0])
+    if not (isinstance(cls, type) and issubclass(cls, tuple)):
+        raise UserException(TypeError(f"tuple.__new__({cls.__name__}): {cls.__name__} is not a subtype of tuple"
+                                      if isinstance(cls, type) else
+                                      f"tuple.__new__(X): X is not a type object ({type(cls).__name__})"))
+    if kwargs or len(args) > 2:     # CPython's checks, as tuple(...) itself makes them
+        raise UserException(TypeError("tuple() takes no keyword arguments" if kwargs else
+                                      f"tuple expected at most 1 argument, got {len(args) - 1}"))
     items = _items(d, f, args[1]) if len(args) > 1 else []
     return TupleVar(items, None if cls is tuple else cls)
 

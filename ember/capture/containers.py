@@ -1,6 +1,9 @@
 """Rules for tuples, lists, dicts and sets of values: indexing, iteration, length and their methods."""
 from __future__ import annotations
 
+import collections
+
+from . import dunders
 from . import rules as R
 from .interpreter import NULL, UserException
 from .symbolic import SymbolicDomain
@@ -53,6 +56,8 @@ def _seq_getitem(d, f, v, k):
     except TypeError as e:
         raise UserException(e) from None
     if type(i) is slice:
+        if isinstance(v, TupleVar) and v.cls is None and i.indices(len(v.items)) == (0, len(v.items), 1):
+            return v            # a whole-tuple slice is the tuple itself, as in CPython
         return ListVar(r) if isinstance(v, ListVar) else TupleVar(r)
     return r
 
@@ -106,10 +111,12 @@ def _dict_setitem(d, f, v, k, value):
 # run: a wrong count is eager's TypeError (list.clear(1) was accepted, set.isdisjoint() an internal error)
 _SEQ_ARITY = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1), "remove": (1, 1),
               "clear": (0, 0), "reverse": (0, 0), "sort": (0, 0), "index": (1, 3), "count": (1, 1),
-              "copy": (0, 0), "__getitem__": (1, 1), "__len__": (0, 0), "__contains__": (1, 1), "__iter__": (0, 0)}
+              "copy": (0, 0), "__getitem__": (1, 1), "__len__": (0, 0), "__contains__": (1, 1), "__iter__": (0, 0),
+              "__setitem__": (2, 2), "__delitem__": (1, 1)}
 _SET_ARITY = {"add": (1, 1), "discard": (1, 1), "remove": (1, 1), "pop": (0, 0), "clear": (0, 0), "copy": (0, 0),
               "isdisjoint": (1, 1), "issubset": (1, 1), "issuperset": (1, 1), "symmetric_difference": (1, 1),
-              "symmetric_difference_update": (1, 1), "__contains__": (1, 1), "__len__": (0, 0)}
+              "symmetric_difference_update": (1, 1), "__contains__": (1, 1), "__len__": (0, 0),
+              "__iter__": (0, 0), "__hash__": (0, 0)}
 
 
 def _check_arity(table, owner: str, name: str, args) -> None:
@@ -148,6 +155,8 @@ def _eq(d, f, a, b) -> bool:
 
 @R.METHOD.register(ListVar)
 def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
+    if name in dunders.NAMES:
+        return dunders.call(d, f, v, name, args)
     _check_arity(_SEQ_ARITY, "list", name, args)
     items = v.items
     if name == "append":
@@ -192,6 +201,12 @@ def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
         items[:] = sort_values(d, f, items, kw.get("key"), rev)
     elif name in ("index", "count", "copy", "__getitem__", "__len__", "__contains__", "__iter__"):
         return _seq_query(d, f, v, name, args)
+    elif name in ("__setitem__", "__delitem__"):
+        if name == "__setitem__":
+            d.setitem(f, v, *args)
+        else:
+            d.delitem(f, v, *args)
+        return Const(None)
     else:
         raise d.unsupported(f, f"list.{name}")
     d.mark_mutated(v)
@@ -205,7 +220,10 @@ def _seq_query(d, f, v, name, args):
         for i in range(*slice(start, stop).indices(len(items))):
             if _eq(d, f, items[i], args[0]):
                 return Const(i)
-        raise UserException(ValueError(f"{args[0].describe()} is not in {v.python_type().__name__}"))
+        if isinstance(v, TupleVar):     # CPython's own wording of each type's message
+            raise UserException(ValueError("tuple.index(x): x not in tuple"))
+        what = d.as_python(f, d.call(f, Const(repr), [args[0]], {}))
+        raise UserException(ValueError(f"{what} is not in {v.python_type().__name__}"))
     if name == "count":
         return Const(sum(1 for x in items if _eq(d, f, x, args[0])))
     if name == "copy":
@@ -223,6 +241,8 @@ def _seq_query(d, f, v, name, args):
 
 @R.METHOD.register(TupleVar)
 def _tuple_method(d, f, v, name, args, kwargs):
+    if name in dunders.NAMES:
+        return dunders.call(d, f, v, name, args)
     if v.cls is not None and name == "_asdict":
         return DictVar({k: x for k, x in zip(v.cls._fields, v.items)}, {k: Const(k) for k in v.cls._fields})
     if name in ("index", "count", "__getitem__", "__len__", "__contains__", "__iter__"):
@@ -333,12 +353,31 @@ def _dict_dunder(d, f, v, name, args):
     return d.iter(f, v)
 
 
+def copy_class(d, f, cls: type) -> type:
+    """The class of ``m.copy()`` / ``m | other`` for a mapping of class ``cls``: dict's C methods make a plain
+    dict, even for a subclass; OrderedDict and defaultdict make ``type(self)(...)``, which for a subclass that
+    defines its own ``__init__``/``__new__`` would run that code (not done here: a graph break)."""
+    for k in cls.__mro__:
+        if k in (collections.OrderedDict, collections.defaultdict):
+            if cls is not k and any(n in vars(c) for c in cls.__mro__[:cls.__mro__.index(k)]
+                                    for n in ("__init__", "__new__")):
+                raise d.unsupported(f, f"copying a {cls.__name__}: its class's own __init__/__new__ would run")
+            return cls
+        if k is dict:
+            return dict
+    return cls
+
+
+def _dict_copy(d, f, v, args, kwargs):
+    return DictVar(v.items, v.keys, copy_class(d, f, v.cls), default_factory=v.default_factory)
+
+
 _DICT_METHODS = {
     "get": _dict_get, "setdefault": _dict_setdefault, "pop": _dict_pop, "popitem": _dict_popitem,
     "update": _dict_update, "clear": _dict_clear, "move_to_end": _dict_move_to_end,
     "keys": lambda d, f, v, a, k: _view(v, "keys"), "values": lambda d, f, v, a, k: _view(v, "values"),
     "items": lambda d, f, v, a, k: _view(v, "items"),
-    "copy": lambda d, f, v, a, k: DictVar(v.items, v.keys, v.cls, default_factory=v.default_factory),
+    "copy": _dict_copy,
 }
 _DICT_DUNDERS = {"__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__"}
 
@@ -350,6 +389,8 @@ def _dict_method(d: SymbolicDomain, f, v: DictVar, name, args, kwargs):
         return fn(d, f, v, args, kwargs)
     if name in _DICT_DUNDERS:
         return _dict_dunder(d, f, v, name, args)
+    if name in dunders.NAMES:
+        return dunders.call(d, f, v, name, args)
     raise d.unsupported(f, f"dict.{name}")
 
 
@@ -374,7 +415,10 @@ class DictView(Value):
         return [TupleVar([dv.keys[k], x]) for k, x in dv.items.items()]
 
     def as_python(self):
-        return [x.as_python() for x in self.list()]
+        """A real view of the same kind over a copy of the items: it compares, combines (``keys() & s``) and
+        iterates as the view would (a list would make ``d.keys() == {...}`` False)."""
+        real = {self.d.keys[k].as_python(): x.as_python() for k, x in self.d.items.items()}
+        return getattr(real, self.kind)()
 
 
 def _view(v, kind):
@@ -398,8 +442,14 @@ def _view_truth(d, f, v):
 
 @R.METHOD.register(SetVar)
 def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
+    if name in dunders.NAMES:
+        return dunders.call(d, f, v, name, args)
     _check_arity(_SET_ARITY, "frozenset" if v.frozen else "set", name, args)
     items = v.items
+    if name in ("difference_update", "intersection_update", "symmetric_difference_update") and not v.frozen:
+        v.items = _set_method(d, f, v, name[:-len("_update")], args, kwargs).items
+        d.mark_mutated(v)
+        return Const(None)
     if name == "add":
         items[d.hash_key(f, args[0])] = args[0]
     elif name in ("discard", "remove"):
@@ -429,12 +479,16 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
                 return Const(True)
             if (d.hash_key(f, x) in items) == (name == "isdisjoint"):
                 return Const(False)
-    elif name == "copy":
-        return SetVar(dict(items), frozen=v.frozen)
+    elif name == "copy":        # a frozenset's copy is the frozenset itself
+        return v if v.frozen else SetVar(dict(items), frozen=v.frozen)
     elif name == "__len__":
         return Const(len(items))
     elif name == "__contains__":
         return Const(d.set_key(f, args[0]) in items)
+    elif name == "__iter__":
+        return d.iter(f, v)
+    elif name == "__hash__" and v.frozen and all(type(x) is Const for x in items.values()):
+        return Const(hash(frozenset(items)))
     elif name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
                   "isdisjoint"):
         others = [{d.hash_key(f, x): x for x in d.unpack_all(f, a)} for a in args]

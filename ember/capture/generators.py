@@ -94,12 +94,26 @@ def generator_method(d, f, it: IterVar, name: str, args: list, kwargs: dict) -> 
         ok, v = send_value(d, f, it, args[0])
         return stop_if_done(d, f, ok, v)
     if name == "throw":
-        if len(args) != 1:
-            raise d.unsupported(f, "generator.throw() with more than one argument (deprecated form)")
-        return _throw(d, f, it, d.exception_of(f, args[0]))
+        if not 1 <= len(args) <= 3:
+            raise UserException(TypeError(f"throw expected at most 3 arguments, got {len(args)}"))
+        return _throw(d, f, it, _thrown(d, f, args))
     if name == "close" and not args:
         return close(d, f, it)
     raise d.unsupported(f, f"generator.{name}")
+
+
+def _thrown(d, f, args: list) -> BaseException:
+    """The exception ``gen.throw(typ[, val[, tb]])`` raises in the generator: the 3-argument form (contextlib's
+    ``__exit__`` on Python 3.11) takes ``val`` when it is an instance of ``typ``, else builds ``typ(val)``; the
+    traceback only decorates it."""
+    if len(args) == 1 or d.is_none(f, args[1]) and not isinstance(d.as_python(f, args[0]), BaseException):
+        return d.exception_of(f, args[0])
+    typ, val = d.as_python(f, args[0]), d.as_python(f, args[1])
+    if isinstance(typ, BaseException):
+        raise UserException(TypeError("instance exception may not have a separate value"))
+    if isinstance(val, typ):
+        return val
+    return typ(*val) if isinstance(val, tuple) else typ(val)
 
 
 def stop_if_done(d, f, ok: bool, v: Value) -> Value:

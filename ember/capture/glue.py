@@ -8,18 +8,23 @@ name, so ``EMBER_LOGS=output_code`` shows exactly what runs. Torch-free: graph o
 """
 from __future__ import annotations
 
+import collections
 import functools
+import inspect
 import types
 from typing import Any
 
 from ..emit import attr, is_attr_name, py_str
 from . import rules as R
+from . import subclasses
+from .deques import DequeVar, ProxyVar
 from .containers import DictView
 from .interpreter import NULL
 from .sources import Codegen, literal
 from .symbolic import SliceVar, SymbolicDomain, _DELETED
 from .values import (MethodOf, OpaqueVar, SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, ObjectVar, PartialVar,
-                     RealCellVar, SetVar, SuperVar, TupleVar, Value)
+                     RealCellVar, SetVar, SuperVar, TupleVar, Value, make_mapping,
+                     is_python_class)
 
 
 class GlueBuilder:
@@ -63,8 +68,10 @@ class GlueBuilder:
             if v.cls is None:
                 return f"({inner}{',' if len(v.items) == 1 else ''})"
             cls = self.cg.bind(v.cls, v.cls.__name__)
+            if is_python_class(v.cls):       # not the class's own __new__ again (see values.make_tuple)
+                return f"tuple.__new__({cls}, ({inner}{',' if v.items else ''}))"
             return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
-        if t in (ListVar, DictVar, SetVar):      # new mutable containers: made once, however often referenced
+        if t in (ListVar, DictVar, SetVar, DequeVar, ProxyVar):     # new mutable containers: made once
             name, fresh = self._temp(v, "new")
             if fresh:
                 self.creations.append(f"{name} = {self._container(v)}")
@@ -102,14 +109,10 @@ class GlueBuilder:
         name, fresh = self._temp(v, "obj")
         if fresh:
             cls = self.cg.bind(type(v.obj), type(v.obj).__name__)
-            part = v.dict_part
-            if part is None:
+            if v.base_part is None:
                 self.creations.append(f"{name} = object.__new__({cls})")
-            else:       # a dict subclass: its items go in through the base type, not the class's overrides
-                base = self.cg.bind(part.cls, part.cls.__name__)
-                self.creations.append(f"{name} = {base}.__new__({cls})")
-                for k, x in part.items.items():
-                    self.fills.append(f"{base}.__setitem__({name}, {self.expr(part.keys[k])}, {self.expr(x)})")
+            else:       # a container subclass: its items go in through the base type, not the class's overrides
+                subclasses.reconstruct(self, v, name, cls)
             for k, x in v.overlay.items():
                 if x is not NULL:
                     self.fills.append(f"object.__setattr__({name}, {py_str(k)}, {self.expr(x)})")
@@ -127,10 +130,19 @@ class GlueBuilder:
         t = type(v)
         if t is ListVar:
             return "[" + ", ".join(self.expr(x) for x in v.items) + "]"
+        if t is ProxyVar:
+            return f"{self.cg.bind(types.MappingProxyType, 'MappingProxyType')}({self.expr(v.target)})"
+        if t is DequeVar:
+            items = "[" + ", ".join(self.expr(x) for x in v.items) + "]"
+            return f"{self.cg.bind(collections.deque, 'deque')}({items}, {v.maxlen!r})"
         if t is DictVar:
             body = "{" + ", ".join(f"{self.expr(v.keys[k])}: {self.expr(x)}" for k, x in v.items.items()) + "}"
             if v.cls is dict:
                 return body
+            if is_python_class(v.cls):      # not the class's own __init__ again (see values.make_mapping)
+                df = self.expr(v.default_factory) if v.default_factory is not None else "None"
+                make = self.cg.bind(make_mapping, "make_mapping")
+                return f"{make}({self.cg.bind(v.cls, v.cls.__name__)}, {body}, {df})"
             if v.default_factory is not None:
                 return f"{self.cg.bind(v.cls, v.cls.__name__)}({self.expr(v.default_factory)}, {body})"
             return f"{self.cg.bind(v.cls, v.cls.__name__)}({body})"
@@ -156,6 +168,11 @@ class GlueBuilder:
                 if isinstance(v.annotations, TupleVar):      # MAKE_FUNCTION's (name, value, ...) pairs
                     ann = f"dict(zip({ann}[::2], {ann}[1::2]))"
                 self.fills.append(f"{name}.__annotations__ = {ann}")
+            for k, x in v.attrs.items():        # functools.wraps and the like, in the order they were set
+                if k == "__dict__":
+                    self.fills.append(f"{name}.__dict__.update({self.expr(x)})")
+                else:
+                    self.fills.append(f"setattr({name}, {py_str(k)}, {self.expr(x)})")
         return name
 
     # -- side effects ----------------------------------------------------------------------------------
@@ -195,6 +212,8 @@ class GlueBuilder:
         s = self._read(reads, v.source.expr(self.cg))
         if type(v) is ListVar:
             writes.append(f"{s}[:] = {self._read(reads, self.expr(ListVar(v.items)))}")
+        elif type(v) is DequeVar:
+            writes.append(f"{s}.clear(); {s}.extend({self._read(reads, self.expr(ListVar(v.items)))})")
         elif type(v) is DictVar:
             writes.append(f"{s}.clear(); {s}.update({self._read(reads, self.expr(DictVar(v.items, v.keys)))})")
         elif type(v) is SetVar:
@@ -241,6 +260,27 @@ def _seq_iter_reconstruct(glue: GlueBuilder, v: SeqIterVar) -> str:
         rest = v.seq[v.pos:]
         return "iter((" + "".join(f"{glue.expr(x)}, " for x in rest) + "))"
     return f"{glue.cg.bind(_iter_at, 'iter_at')}({glue.expr(v.seq)}, {v.pos})"
+
+
+@R.RECONSTRUCT.register(IterVar)
+def _generator_reconstruct(glue: GlueBuilder, v: IterVar) -> str:
+    """A generator the trace made but never started (``return gen_fn(t)``) is made again by calling its
+    function on the same argument values: it runs lazily, when the caller iterates, as eager's would. One that
+    has started cannot be rebuilt in its state."""
+    if v.call is None:
+        raise glue.d.unsupported(None, f"returning or storing a {v.describe()} (IterVar) out of compiled code is "
+                                       "not supported")
+    if inspect.getgeneratorstate(v.gen) != inspect.GEN_CREATED:
+        raise glue.d.unsupported(None, f"returning or storing a {v.describe()} that has started running out of "
+                                       "compiled code is not supported",
+                                 "return the values (list(gen)), or create the generator outside")
+    name, fresh = glue._temp(v, "gen")
+    if fresh:
+        func, args, kwargs = v.call
+        fn = glue.expr(func) if isinstance(func, Value) else glue.cg.bind(func, getattr(func, "__name__", "fn"))
+        params = [glue.expr(a) for a in args] + [f"**{{{py_str(k)}: {glue.expr(x)}}}" for k, x in kwargs.items()]
+        glue.creations.append(f"{name} = {fn}({', '.join(params)})")
+    return name
 
 
 @R.RECONSTRUCT.register(OpaqueVar)

@@ -8,7 +8,6 @@ the function is pure; anything else asks the builtin and plugin tables or is rep
 from __future__ import annotations
 
 import builtins
-import collections
 import enum
 import logging
 import math
@@ -17,6 +16,7 @@ import types
 from typing import Any
 
 from . import rules as R
+from . import dunders, subclasses
 from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
 from .instance_attrs import real_instance_attr
 from .interpreter import NULL, UserException
@@ -24,7 +24,8 @@ from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
-                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable)
+                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, make_mapping,
+                     make_tuple)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
 _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
@@ -94,15 +95,13 @@ def _real(v: Value, memo: dict) -> Any:
         r = [_real(x, memo) for x in v.items]
     elif t is TupleVar:
         items = tuple(_real(x, memo) for x in v.items)
-        r = items if v.cls is None else v.cls(*items) if hasattr(v.cls, "_fields") else v.cls(items)
+        r = make_tuple(v.cls, items)
     elif t is DictVar:
         plain = {k: _real(x, memo) for k, x in v.items.items()}
-        if v.cls is dict:
-            r = plain
-        elif v.default_factory is not None:
-            r = v.cls(_real(v.default_factory, memo), plain)
-        else:
-            r = v.cls(plain)
+        df = None if v.default_factory is None else _real(v.default_factory, memo)
+        r = make_mapping(v.cls, plain, df)
+    elif t is SetVar and v.frozen:       # frozenset.copy(fs) is fs: the result maps back to this value
+        r = v.as_python()
     else:
         return v.as_python()
     memo[id(r)] = (r, v)
@@ -300,8 +299,23 @@ def _container_getattr(d, f, v, name):
 
 @R.GETATTR.register(FuncVar)
 def _funcvar_getattr(d, f, v: FuncVar, name):
+    if name in v.attrs:
+        return v.attrs[name]
+    if name == "__dict__":          # made on first read; later attribute writes by name land in it too
+        v.attrs["__dict__"] = DictVar({}, {})
+        return v.attrs["__dict__"]
+    if "__dict__" in v.attrs and name in v.attrs["__dict__"].items:
+        return v.attrs["__dict__"].items[name]
+    if name == "__annotations__":   # one dict, made on first read (CPython keeps the one it made)
+        a = v.annotations
+        if isinstance(a, TupleVar):         # MAKE_FUNCTION's (name, value, ...) pairs
+            a = DictVar({d.as_python(f, k): x for k, x in zip(a.items[::2], a.items[1::2])},
+                        {d.as_python(f, k): k for k in a.items[::2]})
+        v.attrs[name] = a if isinstance(a, DictVar) else DictVar({}, {})
+        return v.attrs[name]
+    doc = v.code.co_consts[0] if v.code.co_consts and type(v.code.co_consts[0]) is str else None
     simple = {"__name__": v.code.co_name, "__qualname__": v.qualname, "__code__": v.code,
-              "__module__": v.f_globals.get("__name__"), "__doc__": None}
+              "__module__": v.f_globals.get("__name__"), "__doc__": doc}
     if name in simple:
         return d.const(simple[name])
     if name == "__defaults__":
@@ -388,20 +402,28 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         r = _call_pure(d, f, fn, args, kwargs)
         if r is not None:
             return r
+    if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls), list.__new__(list)
+        return subclasses.new_instance(d, f, fn.__self__, d.as_python(f, args[0]), args[1:], kwargs)
     if t is types.BuiltinFunctionType and fn.__self__ is not None and not isinstance(fn.__self__, types.ModuleType):
         recv = d.wrap(fn.__self__, None)
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method
             return d.call_method(f, recv, fn.__name__, args, kwargs)
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
-            and args[0].dict_part is not None and fn.__objclass__ in _DICT_BASES:
-        # OrderedDict.__setitem__(self, k, v), super().keys() in a new dict-subclass object: its items
-        return _dict_part_method(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
+            and subclasses.applies(fn, args[0], d):
+        # OrderedDict.__setitem__(self, k, v), super().add(x) in a new dict/set-subclass object: its items
+        return subclasses.part_method(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
+    if t is types.WrapperDescriptorType and fn.__objclass__ is object and fn.__name__ in dunders.COMPARE \
+            and len(args) == 2 and not kwargs:      # super().__ne__(other): object's own slot, not an override
+        return dunders.object_compare(d, f, fn.__name__, args[0], args[1])
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
             and lookup_type_attr(type(args[0].obj), fn.__name__) is fn:
         raise d.unsupported(f, f"calling {_fn_name(fn)} (a method written in C) on a "
                                f"{type(args[0].obj).__name__} object")
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and type(args[0]) is not Const:
         return d.call_method(f, args[0], fn.__name__, args[1:], kwargs)
+    declined = dunders.number_slot_declines(fn, args, kwargs)
+    if declined is not None:
+        return declined
     call = lookup_type_attr(t, "__call__")
     if type(call) is types.FunctionType:
         return d.inline(f, call, [v] + args, kwargs)
@@ -462,8 +484,8 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     new = lookup_type_attr(cls, "__new__")
     if type(new) is staticmethod:
         new = new.__func__
-    if new is _DICT_NEW and type(cls).__call__ is type.__call__ and _dict_base(cls) is not None:
-        return _construct_dict_subclass(d, f, cls, args, kwargs)
+    if new in subclasses.NEWS and type(cls).__call__ is type.__call__ and subclasses.container_base(cls) is not None:
+        return subclasses.construct(d, f, cls, args, kwargs, lookup_type_attr)
     if new is object.__new__ and type(cls).__call__ is type.__call__:       # plain classes, ABCs, generics
         ov = bare_instance(d, cls)
         init = lookup_type_attr(cls, "__init__")
@@ -479,66 +501,14 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     if type(new) is types.FunctionType:
         obj = d.inline(f, new, [Const(cls)] + args, kwargs)
         init = lookup_type_attr(cls, "__init__")
-        if type(init) is types.FunctionType and obj.python_type() is cls:
+        if isinstance(obj, ObjectVar) and obj.base_part is not None and issubclass(obj.python_type(), cls):
+            subclasses.run_init(d, f, obj, args, kwargs, lookup_type_attr)     # a container subclass's __init__
+        elif type(init) is types.FunctionType and obj.python_type() is cls:
             d.inline(f, init, [obj] + args, kwargs)
         return obj
     if is_pure_callable(cls) and all_const(args, kwargs) and is_immutable_type(cls):
         return call_real(d, f, cls, args, kwargs)
     raise d.unsupported(f, f"creating a {cls.__qualname__} object in compiled code is not supported")
-
-
-_DICT_NEW = dict.__dict__["__new__"]
-_DICT_BASES = (dict, collections.OrderedDict)
-_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
-
-
-def _dict_base(cls: type) -> type | None:
-    """The built-in dict type a Python subclass of dict stores its items in (dict or OrderedDict); None when
-    another type written in C (defaultdict) comes first."""
-    for k in cls.__mro__:
-        if k in _DICT_BASES:
-            return k
-        if not k.__flags__ & _HEAPTYPE:
-            return None
-    return None
-
-
-def _construct_dict_subclass(d: SymbolicDomain, f, cls: type, args, kwargs) -> ObjectVar:
-    """A new instance of a Python subclass of dict/OrderedDict (transformers' ModelOutput, Counter-like
-    classes): attributes in the overlay, items in ``dict_part``, on which the base type's methods act."""
-    base = _dict_base(cls)
-    try:
-        obj = base.__new__(cls)
-    except TypeError as e:
-        raise UserException(e) from None
-    ov = ObjectVar(obj, None, is_new=True)
-    ov.dict_part = DictVar({}, {}, base)
-    d.new_objects.append(ov)
-    init = lookup_type_attr(cls, "__init__")
-    if type(init) is types.FunctionType:
-        r = d.inline(f, init, [ov] + args, kwargs)
-        if not (type(r) is Const and r.value is None):
-            raise UserException(TypeError("__init__() should return None"))
-    elif getattr(init, "__objclass__", None) in _DICT_BASES:
-        _dict_part_method(d, f, ov, "__init__", list(args), kwargs)
-    else:
-        raise d.unsupported(f, f"creating {cls.__name__}: its __init__ is not Python code")
-    return ov
-
-
-def _dict_part_method(d: SymbolicDomain, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
-    part = ov.dict_part
-    if name == "__init__":
-        if len(args) > 1:
-            raise UserException(TypeError(f"dict expected at most 1 argument, got {len(args)}"))
-        name = "update"
-    if name == "__iter__":
-        return d.iter(f, part)
-    if name == "__len__":
-        return Const(len(part.items))
-    if name == "__contains__":
-        return Const(d.hash_key(f, args[0]) in part.items)
-    return R.METHOD.find(DictVar)(d, f, part, name, args, kwargs)
 
 
 def bare_instance(d: SymbolicDomain, cls: type) -> ObjectVar:
@@ -689,11 +659,25 @@ def _object_setitem(d, f, v, k, value):
     d.call_method(f, v, name, [k] + ([value] if value is not NULL else []), {})
 
 
+def _real_key(k: Value) -> Any:
+    """The real object a subscript key stands for when it is known without running the trace: a constant, an
+    object that existed before the call, or a tuple of those; NULL otherwise."""
+    if type(k) is Const:
+        return k.value
+    if type(k) is TupleVar and k.cls is None:
+        keys = [_real_key(x) for x in k.items]
+        return NULL if any(x is NULL for x in keys) else tuple(keys)
+    if type(k) is ObjectVar and not k.is_new and not k.mutated:
+        return k.obj
+    return NULL
+
+
 @R.GETITEM.register(Const)
 def _const_getitem(d, f, v, k):
-    if isinstance(v.value, type) and type(k) is Const:       # typing generics: list[int], Color['RED']
+    key = _real_key(k) if isinstance(v.value, type) else NULL
+    if key is not NULL:       # typing generics: list[int], Color['RED'], OrderedSet[T] (T a module's TypeVar)
         try:
-            return Const(v.value[k.value])
+            return Const(v.value[key])
         except Exception as e:      # noqa: BLE001
             raise UserException(e) from None
     if type(k) is SliceVar or not is_immutable(v.value):

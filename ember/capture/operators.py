@@ -14,6 +14,7 @@ from .concrete import COMPARE as REAL_COMPARE
 from .concrete import UNARY as REAL_UNARY
 from .interpreter import NULL, UserException
 from .objects import lookup_type_attr
+from .subclasses import base_operand
 from .values import (OpaqueVar, Const, DictVar, ListVar, NotConst, ObjectVar, SetVar, TupleVar, Value)
 
 DUNDER = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod", "**": "pow",
@@ -72,9 +73,12 @@ def binary(d, f, op: str, a: Value, b: Value) -> Value:
         return d.from_python(_real(REAL_BINARY[op], *pv))
     inplace = op.endswith("=")
     base = op[:-1] if inplace else op
-    r = _container_binary(d, f, base, inplace, a, b)
+    name = DUNDER.get(base)
+    pa = base_operand(a, f"__i{name}__" if inplace else f"__{name}__", lookup_type_attr, d) if name else a
+    pb = base_operand(b, f"__r{name}__", lookup_type_attr, d) if name else b
+    r = _container_binary(d, f, base, inplace, pa, pb)
     if r is not NotImplemented:
-        return r
+        return a if r is pa and pa is not a else r     # `s |= t` on a set subclass is s itself
     r = _dunder_binary(d, f, base, inplace, a, b)
     if r is not NotImplemented:
         return r
@@ -115,7 +119,8 @@ def _container_binary(d, f, op, inplace, a, b):
         if inplace:
             d.call_method(f, a, "update", [b], {})
             return a
-        r = DictVar(a.items, a.keys, a.cls)
+        from .containers import copy_class
+        r = DictVar(a.items, a.keys, copy_class(d, f, a.cls), default_factory=a.default_factory)
         d.call_method(f, r, "update", [b], {})
         return r
     if ta is SetVar and tb is SetVar and op in ("|", "&", "-", "^"):
@@ -154,10 +159,11 @@ def compare(d, f, op: str, a: Value, b: Value) -> Value:
     pv = _both_python(a, b)
     if pv is not None:
         return Const(_real(REAL_COMPARE[op], *pv))
+    meth, rmeth = CMP_DUNDER[op]
+    a, b = base_operand(a, meth, lookup_type_attr, d), base_operand(b, rmeth, lookup_type_attr, d)
     ta, tb = type(a), type(b)
     if ta in (ListVar, TupleVar) and ta is tb:
         return Const(_seq_compare(d, f, op, a.items, b.items))
-    meth, rmeth = CMP_DUNDER[op]
     for recv, m, other in ((a, meth, b), (b, rmeth, a)):
         if isinstance(recv, ObjectVar):
             fn = lookup_type_attr(type(recv.obj), m)
@@ -165,6 +171,9 @@ def compare(d, f, op: str, a: Value, b: Value) -> Value:
                 r = d.call_method(f, recv, m, [other], {})
                 if not (type(r) is Const and r.value is NotImplemented):
                     return r
+    if op not in ("==", "!=") and _both_decline(a, b, meth, rmeth):
+        raise UserException(TypeError(f"'{op}' not supported between instances of '{a.python_type().__name__}' "
+                                      f"and '{b.python_type().__name__}'"))
     if op in ("==", "!="):
         if isinstance(a, (ObjectVar,)) or isinstance(b, (ObjectVar,)) or ta is not tb:
             try:
@@ -181,6 +190,24 @@ def compare(d, f, op: str, a: Value, b: Value) -> Value:
         return Const(_real(REAL_COMPARE[op], a.as_python(), b.as_python()))
     except NotConst:
         raise d.unsupported(f, f"comparing {a.describe()} {op} {b.describe()}") from None
+
+
+def _declines(v: Value, other: Value, m: str) -> bool:
+    """Whether ``v``'s comparison dunder ``m`` has answered, or must answer, NotImplemented to ``other``: a
+    user object's Python dunder has (the caller tried it), object's default does, and a built-in constant's
+    does for an operand whose type is not a subclass of its own."""
+    if isinstance(v, ObjectVar):
+        fn = lookup_type_attr(type(v.obj), m)
+        return type(fn) is types.FunctionType or fn is getattr(object, m)
+    if type(v) is Const and type(v.value).__module__ == "builtins" and isinstance(other, ObjectVar):
+        return not isinstance(other.obj, type(v.value))
+    return False
+
+
+def _both_decline(a: Value, b: Value, meth: str, rmeth: str) -> bool:
+    """An ordering whose operands both answer NotImplemented is CPython's TypeError."""
+    return (isinstance(a, ObjectVar) or isinstance(b, ObjectVar)) and _declines(a, b, meth) \
+        and _declines(b, a, rmeth)
 
 
 def _seq_compare(d, f, op, xs, ys) -> bool:
@@ -212,6 +239,7 @@ def unary(d, f, op: str, v: Value) -> Value:
 
 
 def contains(d, f, item: Value, container: Value) -> bool:
+    container = base_operand(container, "__contains__", lookup_type_attr, d)
     t = type(container)
     if t in (ListVar, TupleVar):
         return any(x is item or d.truth(f, compare(d, f, "==", x, item)) for x in container.items)

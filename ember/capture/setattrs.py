@@ -84,6 +84,21 @@ def _has_own_attr(d: SymbolicDomain, f, v: ObjectVar, name: str, is_slot: bool) 
     return True
 
 
+# attributes of a function made in the trace that it may set (what functools.update_wrapper writes, and any
+# plain name, which goes in the function's __dict__); the glue sets them on the function it makes
+_FUNC_WRITABLE = {"__module__", "__name__", "__qualname__", "__doc__", "__annotations__", "__wrapped__",
+                  "__dict__"}
+
+
 @R.SETATTR.register(FuncVar)
 def _funcvar_setattr(d, f, v, name, value):
-    raise d.unsupported(f, f"setting attribute {name!r} on a function")
+    if value is NULL or not (name in _FUNC_WRITABLE or not (name.startswith("__") and name.endswith("__"))):
+        raise d.unsupported(f, f"{'deleting' if value is NULL else 'setting'} attribute {name!r} on a function")
+    if name in ("__name__", "__qualname__") and not (type(value) is Const and type(value.value) is str):
+        raise UserException(TypeError(f"{name} must be set to a string object"))
+    if name == "__qualname__":
+        v.qualname = value.value
+    elif name.startswith("__") and name.endswith("__"):
+        v.attrs[name] = value
+    else:                           # a plain attribute lives in the function's __dict__
+        d.setitem(f, d.getattr(f, v, "__dict__"), Const(name), value)

@@ -8,6 +8,7 @@ import inspect
 import itertools
 import types
 
+from . import deques
 from .builtins_sym import BUILTIN_RULES, _gen
 from .values import BoundMethod, Const, DictVar, TupleVar
 
@@ -191,6 +192,8 @@ def _dict_subclass(cls):
 
 for _cls in (collections.OrderedDict, collections.defaultdict):
     BUILTIN_RULES[_cls] = _dict_subclass(_cls)
+BUILTIN_RULES[collections.deque] = deques.make
+BUILTIN_RULES[types.MappingProxyType] = deques.make_proxy
 
 
 def _signature(d, f, args, kwargs):

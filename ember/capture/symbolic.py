@@ -167,6 +167,9 @@ class SymbolicDomain:
 
     def _wrap_sequence(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
         t = type(obj)
+        if t is __import__("collections").deque:
+            from .deques import wrap
+            return wrap(self, obj, source, g)
         if not (t is tuple or t is list or (isinstance(obj, tuple) and hasattr(t, "_fields"))):
             return None
         if g and t is tuple and isinstance(source, AttrSource) and obj and all(map(_plain_constant, obj)):
@@ -198,6 +201,9 @@ class SymbolicDomain:
 
     def _wrap_dict(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
         t = type(obj)
+        if t is types.MappingProxyType and all(is_immutable(k) for k in obj):
+            from .deques import wrap_proxy
+            return wrap_proxy(self, obj, source, g)
         import collections
         if not (isinstance(obj, dict) and t.__iter__ in (dict.__iter__, collections.OrderedDict.__iter__)
                 and t.__getitem__ in (dict.__getitem__,) + _dict_getitems()):
@@ -486,6 +492,9 @@ class SymbolicDomain:
         """The real dict/set key standing for value ``k``."""
         if type(k) is Const:
             return k.value
+        part = getattr(k, "base_part", None)
+        if part is not None and type(k.obj).__hash__ in (None, frozenset.__hash__):
+            k = part        # a new dict/set/frozenset-subclass object hashes as its base type does
         ro = k.real_object()
         if ro is not NULL and not isinstance(k, (ListVar, DictVar, SetVar)):
             return ro
@@ -505,6 +514,9 @@ class SymbolicDomain:
     def set_key(self, f, k: Value) -> Any:
         """The key a set looks ``k`` up by (``in``, ``remove``, ``discard``): a set stands for the frozenset of
         its items, as CPython's set_contains does; anything else is its hash_key."""
+        part = getattr(k, "base_part", None)
+        if isinstance(part, SetVar) and not part.frozen:
+            k = part
         if isinstance(k, SetVar) and not k.frozen:
             return frozenset(k.items)
         return self.hash_key(f, k)
@@ -654,7 +666,7 @@ class SymbolicDomain:
         frame = Frame(self, code, g, locals_, f, func)
         if code.co_flags & CO_GENERATOR:
             from .generators import drive
-            it = IterVar(drive(frame), f"generator {name}", frame)
+            it = IterVar(drive(frame), f"generator {name}", frame, (func, list(args), dict(kwargs)))
             self.generators.append(it)
             return it
         if code.co_flags & 0x80 or code.co_flags & 0x200:

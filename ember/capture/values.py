@@ -81,6 +81,42 @@ class Const(Value):
         return r if len(r) < 60 else r[:57] + "..."
 
 
+_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or namedtuple())
+
+
+def is_python_class(cls: type) -> bool:
+    """Whether a class is defined in Python (a namedtuple, a dict subclass, a class with its own ``__new__``).
+    Values of such tuple and mapping classes are remade through their C base (``make_tuple``,
+    ``make_mapping``), so the class's ``__new__``/``__init__``, which already ran in the trace, do not run again
+    on the items they produced; a C structseq (torch.return_types) takes its own constructor."""
+    return bool(cls.__flags__ & _HEAPTYPE)
+
+
+def make_tuple(cls: type | None, items: tuple) -> tuple:
+    if cls is None:
+        return items
+    if is_python_class(cls):
+        return tuple.__new__(cls, items)
+    return cls(*items) if hasattr(cls, "_fields") else cls(items)
+
+
+def make_mapping(cls: type, items: dict, default_factory: Any = None) -> Any:
+    """A mapping of class ``cls`` holding ``items``. A class defined in Python (a dict/OrderedDict/defaultdict
+    subclass) is made through its C base, item by item with the base's ``__setitem__``, so its own
+    ``__init__``/``__setitem__``, which already ran in the trace, do not run again on what they produced."""
+    if cls is dict:
+        return items
+    if not is_python_class(cls):
+        return cls(default_factory, items) if default_factory is not None else cls(items)
+    base = next(k for k in cls.__mro__ if not is_python_class(k))
+    obj = base.__new__(cls)
+    if default_factory is not None:
+        obj.default_factory = default_factory
+    for k, v in items.items():
+        base.__setitem__(obj, k, v)
+    return obj
+
+
 class TupleVar(Value):
     __slots__ = ("items", "cls")
 
@@ -93,8 +129,7 @@ class TupleVar(Value):
         return self.cls or tuple
 
     def as_python(self):
-        t = tuple(i.as_python() for i in self.items)
-        return t if self.cls is None else self.cls(*t) if hasattr(self.cls, "_fields") else self.cls(t)
+        return make_tuple(self.cls, tuple(i.as_python() for i in self.items))
 
 
 class MutableVar(Value):
@@ -141,7 +176,8 @@ class DictVar(MutableVar):
 
     def as_python(self):
         d = {k: v.as_python() for k, v in self.items.items()}
-        return d if self.cls is dict else self.cls(d)
+        df = None if self.default_factory is None else self.default_factory.as_python()
+        return make_mapping(self.cls, d, df)
 
 
 class SetVar(MutableVar):
@@ -163,15 +199,16 @@ class SetVar(MutableVar):
 class ObjectVar(MutableVar):
     """A user object. Existing objects read their attributes through their source; writes go to
     ``overlay`` (NULL marks a deleted attribute) and are replayed. New objects live only in the overlay.
-    A new instance of a ``dict`` subclass keeps its items in ``dict_part`` (the base dict's methods act on
-    it); ``attrs`` is the ``__dict__`` of a new object once read, sharing ``overlay`` as its items."""
-    __slots__ = ("overlay", "is_new", "dict_part", "attrs")
+    A new instance of a dict/set/frozenset subclass keeps its items in ``base_part`` (the base type's methods
+    act on it, see subclasses.py); ``attrs`` is the ``__dict__`` of a new object once read, sharing
+    ``overlay`` as its items."""
+    __slots__ = ("overlay", "is_new", "base_part", "attrs")
 
     def __init__(self, obj: Any, source: Source | None = None, is_new: bool = False):
         super().__init__(source, obj)
         self.overlay: dict[str, Any] = {}
         self.is_new = is_new
-        self.dict_part: DictVar | None = None
+        self.base_part: DictVar | SetVar | None = None
         self.attrs: DictVar | None = None
 
     def python_type(self):
@@ -179,8 +216,9 @@ class ObjectVar(MutableVar):
 
 
 class FuncVar(Value):
-    """A function made by MAKE_FUNCTION inside the trace."""
-    __slots__ = ("code", "f_globals", "defaults", "kwdefaults", "closure", "annotations", "qualname")
+    """A function made by MAKE_FUNCTION inside the trace. ``attrs`` holds attributes the trace set on it
+    (``functools.wraps``: ``__module__``, ``__name__``, ``__doc__``, ``__wrapped__``, ...), by name."""
+    __slots__ = ("code", "f_globals", "defaults", "kwdefaults", "closure", "annotations", "qualname", "attrs")
 
     def __init__(self, code: types.CodeType, f_globals: dict, defaults: Value | None = None,
                  kwdefaults: Value | None = None, closure: list | None = None, annotations: Value | None = None):
@@ -192,6 +230,7 @@ class FuncVar(Value):
         self.closure = closure
         self.annotations = annotations
         self.qualname = code.co_qualname
+        self.attrs: dict[str, Value] = {}
 
     def python_type(self):
         return types.FunctionType
@@ -251,13 +290,14 @@ class RealCellVar(Value):
 
 class IterVar(Value):
     """An iterator implemented by a Python generator that yields values (or a symbolic generator frame)."""
-    __slots__ = ("gen", "desc", "frame")
+    __slots__ = ("gen", "desc", "frame", "call")
 
-    def __init__(self, gen: Any, desc: str = "iterator", frame: Any = None):
+    def __init__(self, gen: Any, desc: str = "iterator", frame: Any = None, call: Any = None):
         super().__init__(None)
         self.gen = gen
         self.desc = desc
         self.frame = frame
+        self.call = call        # a generator's (function, args, kwargs): how to make it again, unstarted
 
     def python_type(self):
         return types.GeneratorType if self.frame is not None else type(iter([]))

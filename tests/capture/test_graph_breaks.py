@@ -1139,9 +1139,7 @@ _AUTOCAST_AOT = ("the autocast context entered in one graph is handed to the nex
                  "AOT autograd rejects (ember's own backends will take it)")
 KNOWN_GAPS = {
     ("program", "break_inside_contextmanager_generator"): _GENERATOR,
-    ("program", "break_inside_generator_consumed_by_compiled_code"): _GENERATOR,
     ("explain", "break_inside_contextmanager_generator"): _GENERATOR,
-    ("explain", "break_inside_generator_consumed_by_compiled_code"): _GENERATOR,
     ("aot", "break_inside_autocast"): _AUTOCAST_AOT,
     ("aot", "print_inside_autocast_then_exit"): _AUTOCAST_AOT,
     ("explain", "break_inside_autocast"): "leaving an autocast region entered before a break is one more break",
