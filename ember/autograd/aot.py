@@ -660,6 +660,9 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
     lifted, paths = _lift_params(gm)
     binder = symbol_binder(lifted, graph_table(gm))     # None for a static graph
     if binder is not None:
+        if decompose and compile_graph is None:
+            # prims take sizes as sympy constants: a decomposed graph runs only through the kernel compiler
+            raise SymbolicUnsupported("aot autograd: a prim graph with symbolic sizes needs the kernel compiler")
         lifted.meta["ember_symbols"] = binder.table
     sets_grad = _sets_grad_mode(gm)
     variants: dict[Any, tuple[Any, Any, Any]] = {}

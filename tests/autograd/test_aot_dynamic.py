@@ -271,8 +271,9 @@ def test_static_graph_unchanged():
 
 
 def test_decompose_symbolic_is_unsupported():
-    """Decomposition to prims (the "ember" backend) does not handle symbolic sizes yet: SymbolicUnsupported,
-    so the caller compiles static, never a graph with sizes baked in."""
+    """A prim graph holds its sizes as sympy constants, so decomposed graphs with symbolic sizes run only through
+    the kernel compiler (backend "ember"); without one: SymbolicUnsupported, so the caller compiles static,
+    never a graph with sizes baked in."""
     x = torch.randn(5, 8)
     gm, _ = symbolic_graph(mlp, [x, W1, W2], [("b", 8), None, None])
     with pytest.raises(SymbolicUnsupported):
