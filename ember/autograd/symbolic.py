@@ -275,6 +275,27 @@ def _split(table: SymbolTable, x: torch.Tensor, split_size: Any, dim: int = 0) -
     return _split_with_sizes(table, x, sizes, dim)
 
 
+def _select_of(table: SymbolTable, shape: list, stride: list, offset: Any, dim: int, index: Any) -> tuple:
+    dim = dim % len(shape)
+    i = sympy.sympify(expr_of(index))
+    if table.decide(sympy.Lt(i, 0)):
+        i = i + shape[dim]
+    return shape[:dim] + shape[dim + 1:], stride[:dim] + stride[dim + 1:], offset + i * stride[dim]
+
+
+def _select(table: SymbolTable, x: torch.Tensor, dim: int, index: Any) -> tuple:
+    return _select_of(table, *_layout(x), dim, index)
+
+
+def _unbind(table: SymbolTable, x: torch.Tensor, dim: int = 0) -> list:
+    """One view per index of ``dim``: their number is fixed by the graph (recorded when the size is symbolic)."""
+    layout = _layout(x)
+    n = layout[0][dim % len(layout[0])]
+    count = int(hint_of(x.shape[dim]))
+    table.decide(sympy.Eq(n, count))
+    return [_select_of(table, *layout, dim, i) for i in range(count)]
+
+
 def _alias(table: SymbolTable, x: torch.Tensor, *_: Any) -> tuple:
     return _layout(x)
 
@@ -282,7 +303,7 @@ def _alias(table: SymbolTable, x: torch.Tensor, *_: Any) -> tuple:
 VIEW_RULES: dict[str, Callable[..., Any]] = {
     "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "expand": _expand, "permute": _permute,
     "slice": _slice, "narrow": _narrow, "split": _split, "split_with_sizes": _split_with_sizes,
-    "alias": _alias, "detach": _alias, "lift_fresh": _alias,
+    "alias": _alias, "detach": _alias, "lift_fresh": _alias, "select": _select, "unbind": _unbind,
 }
 
 

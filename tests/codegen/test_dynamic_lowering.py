@@ -341,12 +341,28 @@ def test_one_library_serves_every_size(name, hints):
     assert builds == []
 
 
+def test_symbol_solved_from_a_linear_size():
+    """A size symbol only seen in a linear input size (``2*s0 + 1``) is solved from it by the wrapper."""
+    table, mode = SymbolTable(), FakeMode()
+    s0 = table.symint(table.new_symbol(3, "L['n']"))
+    x = FakeTensor(torch.empty(s0 * 2 + 1, device="meta"), torch.device("cpu"), mode)
+    gm = fx.symbolic_trace(lambda x: aten.cat.default([x, aten.exp.default(x)]))
+    _annotate_fake(gm, [x], mode)
+    prims = decompose_graph(gm)
+    prims.meta["ember_symbols"] = table
+    fn = compile_graph(prims, "inference", OPTS["cpp"])
+    for n in (7, 11):
+        y = torch.randn(n)
+        out = fn(y)
+        torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, torch.cat([y, y.exp()]))
+
+
 def test_unbindable_symbol_raises_symbolic_unsupported():
-    """A size symbol the wrapper cannot read from any input (here only ``2*s0`` is an input's size) is not
+    """A size symbol the wrapper cannot read from any input (here only ``s0**2`` is an input's size) is not
     guessed: compile_graph raises SymbolicUnsupported with the reason (the caller compiles static)."""
     table, mode = SymbolTable(), FakeMode()
     s0 = table.symint(table.new_symbol(3, "L['n']"))
-    x = FakeTensor(torch.empty(s0 * 2, device="meta"), torch.device("cpu"), mode)
+    x = FakeTensor(torch.empty(s0 * s0, device="meta"), torch.device("cpu"), mode)
     gm = fx.symbolic_trace(lambda x: aten.exp.default(x))
     _annotate_fake(gm, [x], mode)
     prims = decompose_graph(gm)

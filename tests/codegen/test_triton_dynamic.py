@@ -29,11 +29,13 @@ CPU = torch.device("cpu")
 F32 = torch.float32
 
 
-def _table(**hints: int) -> tuple[SymbolTable, dict[str, sympy.Symbol]]:
+def _table(hi: dict | None = None, **hints: int) -> tuple[SymbolTable, dict[str, sympy.Symbol]]:
+    """Symbols with these hints; ``hi`` bounds some of them (``mark_dynamic(..., max=)``)."""
     t = SymbolTable()
     syms = {}
     for name, h in hints.items():
-        syms[name] = t.new_symbol(h, f"L['{name}']", size=name[0] == "s", lo=2 if name[0] == "s" else None)
+        syms[name] = t.new_symbol(h, f"L['{name}']", size=name[0] == "s", lo=2 if name[0] == "s" else None,
+                                  hi=(hi or {}).get(name))
     assert list(syms) == [s.name for s in syms.values()], "name the symbols in creation order (s0, s1, i0)"
     return t, syms
 
@@ -51,11 +53,13 @@ def _kernels(graph: LoopGraph, table: SymbolTable) -> list:
     from ember.codegen import triton as tb
     from ember.loopir.kernel import kernel_body
     from ember.loopir.schedule import Kernel, schedule
+    from ember.shapes import using
     out = []
-    for step in schedule(graph).steps:
-        if isinstance(step, Kernel):
-            body = kernel_body(step, persistent=tb.persistent(step, None, symbols=table))
-            out.append((body, tb.compile_kernel(body, None, symbols=table)))
+    with using(table):          # as compile_graph does: the scheduler's size decisions use the hints
+        for step in schedule(graph).steps:
+            if isinstance(step, Kernel):
+                body = kernel_body(step, persistent=tb.persistent(step, None, symbols=table))
+                out.append((body, tb.compile_kernel(body, None, symbols=table)))
     return out
 
 
@@ -209,12 +213,13 @@ CASES: dict[str, Case] = {
                       lambda z: {"x": _rn(z["s0"], z["s1"]), "y": _rn(z["s1"]), "z": _rn(z["s0"], 1)},
                       lambda i: {"out": i["x"] * i["y"] + i["z"]},
                       [{"s0": 7, "s1": 33}, {"s0": 3, "s1": 130}, {"s0": 65, "s1": 2}]),
-    # persistent: rows up to the RBLOCK chosen at the hint (64) (larger rows are outside the recorded class)
-    "row_sum_persistent": Case({"s0": 9, "s1": 50}, _row_reduction("sum", exp=True), _x(lambda z: (z["s0"],
+    # a short row at the hint, but unbounded: looped, so rows longer than any block are summed whole
+    "row_sum_unbounded_looped": Case({"s0": 9, "s1": 50}, _row_reduction("sum", exp=True), _x(lambda z: (z["s0"],
                                                                                                     z["s1"])),
-                               lambda i: {"out": i["x"].exp().sum(1)},
-                               [{"s0": 9, "s1": 50}, {"s0": 130, "s1": 64}, {"s0": 3, "s1": 2}],
-                               expect=("persistent", "rmask = rindex < s1")),
+                                     lambda i: {"out": i["x"].exp().sum(1)},
+                                     [{"s0": 9, "s1": 50}, {"s0": 130, "s1": 64}, {"s0": 3, "s1": 2},
+                                      {"s0": 2, "s1": 3000}],
+                                     expect=("looped", "for roffset in range(0, s1, ")),
     "row_amax_looped": Case({"s0": 3, "s1": 5000}, _row_reduction("amax"), _x(lambda z: (z["s0"], z["s1"])),
                             lambda i: {"out": i["x"].amax(1)},
                             [{"s0": 3, "s1": 5000}, {"s0": 5, "s1": 3}, {"s0": 2, "s1": 9001}],
@@ -222,7 +227,7 @@ CASES: dict[str, Case] = {
     "row_var_looped": Case({"s0": 2, "s1": 6000}, _row_reduction("welford"), _x(lambda z: (z["s0"], z["s1"])),
                            lambda i: {"out": i["x"].var(1, correction=0) * i["x"].shape[1]},
                            [{"s0": 2, "s1": 6000}, {"s0": 3, "s1": 7}, {"s0": 4, "s1": 2049}]),
-    "row_var_persistent": Case({"s0": 5, "s1": 40}, _row_reduction("welford"), _x(lambda z: (z["s0"], z["s1"])),
+    "row_var_short_rows": Case({"s0": 5, "s1": 40}, _row_reduction("welford"), _x(lambda z: (z["s0"], z["s1"])),
                                lambda i: {"out": i["x"].var(1, correction=0) * i["x"].shape[1]},
                                [{"s0": 5, "s1": 40}, {"s0": 70, "s1": 3}, {"s0": 2, "s1": 64}]),
     "static_row_symbolic_outer": Case({"s0": 33}, _static_row_symbolic_outer, _x(lambda z: (z["s0"], 50)),
@@ -278,16 +283,22 @@ def test_one_kernel_serves_every_size(name: str) -> None:
     assert [k.source for _, k in kernels] == sources          # generated once: no source per size
 
 
-def test_a_persistent_row_records_its_size_class() -> None:
-    """The persistent form holds a row of at most RBLOCK (chosen at the hint): that class is a relation in the
-    table, so a longer row fails the entry's guard instead of being summed in part."""
+def test_a_persistent_row_needs_a_bounded_row() -> None:
+    """The persistent form holds a whole row: a symbolic row is persistent only where its range bounds it, with
+    RBLOCK sized for the longest row allowed; an unbounded row is looped. Neither records a relation, so no
+    size class splits the entry (a guard per doubling of the row)."""
+    table, syms = _table(hi={"s1": 100}, s0=9, s1=50)
+    graph, _ = _row_reduction("sum")(syms)
+    ((_, k),) = _kernels(graph, table)
+    assert "for roffset" not in k.source and "RBLOCK=128" in k.source, k.source
+    s1 = syms["s1"]
+    assert not any(isinstance(r.expr, sympy.Le) and r.expr.lhs == s1 and r.expr.rhs.is_Integer
+                   for r in table.relations), table.describe()      # no RBLOCK class
     table, syms = _table(s0=9, s1=50)
     graph, _ = _row_reduction("sum")(syms)
     ((_, k),) = _kernels(graph, table)
-    assert "persistent" in k.source and "RBLOCK=64" in k.source
-    s0, s1 = syms["s0"], syms["s1"]
-    assert sympy.Le(s1, 64) in [r.expr for r in table.relations], table.describe()
-    assert table.check({s0: 1000, s1: 64}) and not table.check({s0: 9, s1: 65})
+    assert "for roffset" in k.source
+    assert table.check({syms["s0"]: 9, syms["s1"]: 10 ** 5})
 
 
 def test_a_looped_row_records_nothing_about_its_length() -> None:
@@ -394,9 +405,11 @@ def test_every_autotune_candidate_serves_every_size() -> None:
     from ember.codegen import triton as tb
     from ember.loopir.kernel import kernel_body
     from ember.loopir.schedule import Kernel, schedule
-    table, syms = _table(s0=3, s1=600)
+    from ember.shapes import using
+    table, syms = _table(hi={"s1": 1024}, s0=3, s1=600)       # a bounded row: persistent and looped candidates
     graph, _ = _row_reduction("sum", exp=True)(syms)
-    (step,) = [s for s in schedule(graph).steps if isinstance(s, Kernel)]
+    with using(table):
+        (step,) = [s for s in schedule(graph).steps if isinstance(s, Kernel)]
     body = kernel_body(step, persistent=tb.persistent(step, None, symbols=table))
     cands = tb._candidates(body, table)
     labels = [lab for lab, _ in cands]

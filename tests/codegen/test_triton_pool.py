@@ -78,6 +78,7 @@ def test_requests_carry_the_triton_environment(monkeypatch, tmp_path):
     from ember.codegen.triton_worker import request_env
     monkeypatch.setenv("TRITON_PTXAS_PATH", "/opt/ptxas")
     monkeypatch.setenv("MLIR_ENABLE_DUMP", "0")
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)    # set by ember once Triton is used (triton_cache)
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     req = request_env()
     assert req["env"]["TRITON_PTXAS_PATH"] == "/opt/ptxas" and req["env"]["MLIR_ENABLE_DUMP"] == "0"
