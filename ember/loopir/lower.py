@@ -14,7 +14,7 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -262,13 +262,15 @@ class Lowerer:
     def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
         """The layout a graph output is stored in: eager's where its elements do not overlap (a padded matmul
         result is copied into it, as the caller expects eager's strides; eager's view of a larger value, a slice
-        of a channels-last product, gets a buffer of that value's extent); views of other buffers stay views."""
+        of a channels-last product, gets a buffer of that value's extent); views of other buffers stay views.
+        An expanded result (stride 0 where eager's is) keeps its stride-0 dims: the caller may write into it
+        after a graph break, and eager's write shows in every expanded copy."""
         if meta is None or not hasattr(meta, "shape"):
             return None
         if tv.view is not None and tv.view[0] not in self.padded_results:
             return None
         lay = layout_of(meta)
-        return lay if _non_overlapping(lay) and tuple(lay.shape) == tuple(tv.shape) else None
+        return lay if _non_overlapping(_unexpanded(lay)) and tuple(lay.shape) == tuple(tv.shape) else None
 
     def call(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         target = node.target
@@ -366,6 +368,14 @@ class Lowerer:
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "uniform", "normal", "rng_seed"}
+
+
+def _unexpanded(layout: Layout) -> Layout:
+    """``layout`` with each stride-0 dim of size > 1 made size 1 (the memory an expanded layout addresses)."""
+    if not any(isinstance(s, int) and s == 0 and n != 1 for n, s in zip(layout.shape, layout.stride)):
+        return layout
+    shape = tuple(1 if isinstance(s, int) and s == 0 else n for n, s in zip(layout.shape, layout.stride))
+    return replace(layout, shape=shape)
 
 
 def _non_overlapping(layout: Layout) -> bool:
