@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -285,17 +286,23 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                           recompute=recompute)
     fwd, bwd = part.fwd, part.bwd
     _log_graphs("training", fwd, bwd, part.summary)
+    bwd_graph, compile_bwd = bwd, None
     if compile_graph is not None:
         saved_from = n_user + len(write_backs)
         fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place
         fwd.meta["ember_saved_from"] = saved_from                # ... and return saved values as computed
         fwd_c = compile_graph(fwd, "forward")
         _adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), saved_from)
+        compile_bwd = functools.partial(_compile_backward, compile_graph)
         fwd, bwd = fwd_c, compile_graph(bwd, "backward")
     aliases = _aliases(traced)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, part.num_saved, diff, non_diff, contiguous, aliases,
-                            grad_after, grad_tangents=grad_tangents)
+                            grad_after, grad_tangents=grad_tangents, bwd_graph=bwd_graph, compile_bwd=compile_bwd)
     return graphs, traced.out_spec
+
+
+def _compile_backward(compile_graph: GraphCompiler, gm: fx.GraphModule) -> Callable[..., Any]:
+    return compile_graph(gm, "backward")
 
 
 def _adopt_saved_strides(bwd: fx.GraphModule, strides: list | None, saved_from: int) -> None:
