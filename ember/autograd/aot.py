@@ -161,11 +161,29 @@ def _aliases(traced: TracedGraph) -> list[AliasInfo]:
     for k, o in enumerate(list(out.args[0])[:traced.num_forward_outputs]):
         v = _val(o)
         if isinstance(v, torch.Tensor) and hasattr(v, "_meta"):
-            i = storages.get(v._meta.untyped_storage()._cdata)
+            i = _viewed_input(o, phs)
+            if i is None:
+                i = storages.get(v._meta.untyped_storage()._cdata)
             if i is not None and _val(phs[i]).dtype == v.dtype:
                 found.append(AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset(),
                                        bool(v.requires_grad)))
     return found + output_views(_user_output_vals(traced), set(storages))
+
+
+def _viewed_input(node: Any, phs: list) -> int | None:
+    """The input ``node`` is a view of, through view ops (``split``'s items too): with inputs that share a
+    storage (``f(x[:, :1], x)``), the one whose gradient the output's must reach, which the storage alone
+    does not tell."""
+    from ember.autograd.functionalize import _is_view
+
+    while isinstance(node, fx.Node) and node.op == "call_function":
+        if node.target is operator.getitem:
+            node = node.args[0]
+        elif _is_view(node.target):
+            node = node.args[0]
+        else:
+            return None
+    return phs.index(node) if node in phs else None
 
 
 def _grad_tangents(traced: TracedGraph, joint: fx.GraphModule, diff: list[int], n_user: int) -> list:
