@@ -145,9 +145,16 @@ def is_rng(node: fx.Node) -> bool:
     return op_name(node) in RNG or torch.Tag.nondeterministic_seeded in tags
 
 
+def _copies(node: fx.Node) -> bool:
+    """A ``clone``: the program asked for memory of its own. Recomputed in the backward, it would be read from
+    its source, which may be a returned value the caller then changes in place (``t4 = gelu(t3.clone());
+    t3.tanh_()``): saved, it is the copy eager's backward reads."""
+    return op_name(node) == "clone" or getattr(node.target, "name", None) == "clone"
+
+
 def can_recompute(node: fx.Node) -> bool:
     """Whether the backward may recompute ``node`` instead of loading it from the saved set."""
-    if node.op != "call_function" or is_rng(node):
+    if node.op != "call_function" or is_rng(node) or _copies(node):
         return False
     kind = _prim_kind(node)
     if kind is not None:

@@ -244,12 +244,15 @@ class Lowerer:
                 # compiled for that layout (``ember.autograd.aot``), so nothing is copied on either side
                 saved_from = self.gm.meta.get("ember_saved_from", len(outs))
                 returned: set[str] = set()      # buffers the caller gets as outputs (not saved values)
+                out_nodes = tree_flatten(node.args[0])[0]
+                user_nodes = set(out_nodes[:saved_from])
                 for i, (o, m) in enumerate(zip(outs, metas)):
                     if isinstance(o, TV):
                         computed = o.view is None
                         o = self.realize(o, self._output_layout(o, m) if i < saved_from else None)
-                        if computed and i < saved_from and o.name in returned:
-                            # two outputs eager returns as distinct tensors must not share memory
+                        if computed and o.name in returned and (i < saved_from or out_nodes[i] not in user_nodes):
+                            # two outputs eager returns as distinct tensors must not share memory, nor may a
+                            # saved copy (a clone) share a returned value's: the caller may change it in place
                             o = self.realize(TV(o.layout.shape, o.layout.dtype, o.layout.device,
                                                 buffer_view(o.name, o.layout).loader), o.layout, share=False)
                         if i < saved_from:
