@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes as _no_modes
 
 
 
@@ -135,12 +136,13 @@ def output_views(vals: Sequence[Any], input_storages: set) -> list:
     for members in groups.values():
         if len(members) < 2:
             continue
-        dense = [k for k in members if _dense(vals[k]._meta)]
+        dense = [k for k in members if _dense(vals[k]._meta)] or _covering([vals[k]._meta for k in members], members)
         if not dense:
             continue
         b = max(dense, key=lambda k: vals[k]._meta.numel())
         base = vals[b]._meta
-        lo, hi = base.storage_offset(), base.storage_offset() + base.numel()
+        lo = base.storage_offset()
+        hi = lo + 1 + sum((n - 1) * st for n, st in zip(base.shape, base.stride()))     # the base's extent
         for k in members:
             m = vals[k]._meta
             if k == b or m.numel() == 0 or m.dtype != base.dtype:
@@ -150,6 +152,19 @@ def output_views(vals: Sequence[Any], input_storages: set) -> list:
                 found.append(AliasInfo(k, b, tuple(m.shape), tuple(m.stride()), m.storage_offset() - lo,
                                        bool(vals[k].requires_grad), (tuple(base.shape), tuple(base.stride()))))
     return found
+
+
+def _covering(metas: list, members: list[int]) -> list[int]:
+    """When no member is dense (all are strided views of one intermediate: ``t = (x * 1)[:, :1].t()`` and
+    ``t.squeeze(0)``), the members whose elements are distinct addresses that include every other member's
+    (the returned buffer of such a base, in eager's strides, then holds the other members' elements too)."""
+    def addresses(m: torch.Tensor) -> list[int]:
+        span = m.storage_offset() + sum((n - 1) * st for n, st in zip(m.shape, m.stride())) + 1
+        return torch.arange(span, device="cpu").as_strided(m.shape, m.stride(), m.storage_offset()).flatten().tolist()
+    with _no_modes():
+        sets = [addresses(m) for m in metas]
+    return [k for k, a in zip(members, sets)
+            if len(set(a)) == len(a) and all(set(o) <= set(a) for o in sets)]
 
 
 def _static_layout(t: torch.Tensor) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -177,10 +178,28 @@ def _aliases(traced: TracedGraph, binder: SymbolBinder | None = None) -> list[Al
     for k, o in enumerate(list(out.args[0])[:traced.num_forward_outputs]):
         v = _val(o)
         if isinstance(v, torch.Tensor) and hasattr(v, "_meta"):
-            i = storages.get(v._meta.untyped_storage()._cdata)
+            i = _viewed_input(o, phs)
+            if i is None:
+                i = storages.get(v._meta.untyped_storage()._cdata)
             if i is not None and _val(phs[i]).dtype == v.dtype:
                 found.append(_alias_info(k, i, v, binder))
     return found + output_views(_user_output_vals(traced), set(storages))
+
+
+def _viewed_input(node: Any, phs: list) -> int | None:
+    """The input ``node`` is a view of, through view ops (``split``'s items too): with inputs that share a
+    storage (``f(x[:, :1], x)``), the one whose gradient the output's must reach, which the storage alone
+    does not tell."""
+    from ember.autograd.functionalize import _is_view
+
+    while isinstance(node, fx.Node) and node.op == "call_function":
+        if node.target is operator.getitem:
+            node = node.args[0]
+        elif _is_view(node.target):
+            node = node.args[0]
+        else:
+            return None
+    return phs.index(node) if node in phs else None
 
 
 def _grad_tangents(traced: TracedGraph, joint: fx.GraphModule, diff: list[int], n_user: int) -> list:
@@ -328,17 +347,24 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     if binder is not None:      # sizes the backward's prims use but cannot read from its inputs: saved ints
         num_saved = save_symbols(fwd, bwd, num_saved, binder.table)
     _log_graphs("training", fwd, bwd, part.summary)
+    bwd_graph, compile_bwd = bwd, None
     if compile_graph is not None:
         saved_from = n_user + len(write_backs)
         fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place
         fwd.meta["ember_saved_from"] = saved_from                # ... and return saved values as computed
         fwd_c = compile_graph(fwd, "forward")
         _adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), saved_from)
+        compile_bwd = functools.partial(_compile_backward, compile_graph)
         fwd, bwd = fwd_c, compile_graph(bwd, "backward")
     aliases = _aliases(traced, binder)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, num_saved, diff, non_diff, contiguous, aliases,
-                            grad_after, grad_tangents=grad_tangents, dynamic=binder is not None)
+                            grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
+                            bwd_graph=bwd_graph, compile_bwd=compile_bwd)
     return graphs, traced.out_spec
+
+
+def _compile_backward(compile_graph: GraphCompiler, gm: fx.GraphModule) -> Callable[..., Any]:
+    return compile_graph(gm, "backward")
 
 
 def _adopt_saved_strides(bwd: fx.GraphModule, strides: list | None, saved_from: int) -> None:

@@ -147,10 +147,17 @@ def is_rng(node: fx.Node) -> bool:
     return op_name(node) in RNG or torch.Tag.nondeterministic_seeded in tags
 
 
+def _copies(node: fx.Node) -> bool:
+    """A ``clone``: the program asked for memory of its own. Recomputed in the backward, it would be read from
+    its source, which may be a returned value the caller then changes in place (``t4 = gelu(t3.clone());
+    t3.tanh_()``): saved, it is the copy eager's backward reads."""
+    return op_name(node) == "clone" or getattr(node.target, "name", None) == "clone"
+
+
 def can_recompute(node: fx.Node) -> bool:
     """Whether the backward may recompute ``node`` instead of loading it from the saved set (every op of an
-    activation-checkpoint region may, as eager checkpointing recomputes them, except random ones)."""
-    if node.op != "call_function" or is_rng(node):
+    activation-checkpoint region may, as eager checkpointing recomputes them, except random ones and copies)."""
+    if node.op != "call_function" or is_rng(node) or _copies(node):
         return False
     if REGION_TAG in node.meta:
         return True
@@ -417,7 +424,7 @@ def must_recompute(node: fx.Node, forward: set[fx.Node]) -> bool:
     be saved). ``forward`` is the set of nodes the forward outputs need; the backward's readers do not count.
     Random ops' values are saved, so the recomputation draws nothing."""
     region = node.meta.get(REGION_TAG)
-    if region is None or is_rng(node):
+    if region is None or not can_recompute(node):       # random ops and copies are saved
         return False
     return all(u not in forward or u.meta.get(REGION_TAG) == region for u in node.users)
 

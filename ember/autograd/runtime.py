@@ -75,6 +75,10 @@ class CompiledGraphs:
     diff_meta: list | None = None               # (shape, dtype, device) per diff output: zeros for unused ones
     grad_tangents: list = field(default_factory=list)   # per backward output: the tangents it depends on
     dynamic: bool = False                       # symbolic sizes: output shapes differ from call to call
+    # the backward as an FX graph and its compiler: variants for calls whose loss leaves outputs unused
+    bwd_graph: Any = None
+    compile_bwd: Callable[[Any], Any] | None = None
+    bwd_variants: dict = field(default_factory=dict)    # frozenset of absent tangents -> (bwd, zero outputs)
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -151,9 +155,10 @@ class AotFunction(torch.autograd.Function):
             if graphs.tangent_contiguous and graphs.tangent_contiguous[k] and not g.is_contiguous():
                 g = g.contiguous()
             tangents.append(g)
+        bwd, zeros = _backward_for(graphs, grad_outputs)
         if torch.is_grad_enabled():     # create_graph=True: the graph runs, but its gradients cannot be
             with torch.no_grad():       # differentiated again
-                grads = list(_run(graphs.bwd, *saved, *tangents))
+                grads = list(_run(bwd, *saved, *tangents))
             pos = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
             anchors = [t for t in list(ctx.saved_tensors) + tangents
                        if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -162,7 +167,7 @@ class AotFunction(torch.autograd.Function):
                 for i, g in zip(pos, wrapped):
                     grads[i] = g
         else:
-            call_list = getattr(graphs.bwd, "call_list", None)
+            call_list = getattr(bwd, "call_list", None)
             if call_list is not None:
                 # the compiled backward frees each saved tensor after its last use (as eager's autograd does):
                 # it gets the only references (a list it empties), and autograd drops its own now, unless the
@@ -172,8 +177,24 @@ class AotFunction(torch.autograd.Function):
                 ctx.maybe_clear_saved_tensors()
                 grads = list(_run(call_list, args))
             else:
-                grads = list(_run(graphs.bwd, *saved, *tangents))
+                grads = list(_run(bwd, *saved, *tangents))
+        for j, (shape, dtype, device) in zeros.items():
+            grads[j] = torch.zeros(shape, dtype=dtype, device=device)
         return (None, *_unreached(graphs, grad_outputs, grads))
+
+
+def _backward_for(graphs: CompiledGraphs, grad_outputs: tuple) -> tuple[Any, dict]:
+    """The backward to run: ``graphs.bwd``, or where the loss left outputs unused, a variant without what
+    depends on their tangents alone (``ember.autograd.tangents``), compiled once per such pattern."""
+    absent = frozenset(k for k, i in enumerate(graphs.diff_outputs) if grad_outputs[i] is None)
+    if not absent or graphs.bwd_graph is None:
+        return graphs.bwd, {}
+    hit = graphs.bwd_variants.get(absent)
+    if hit is None:
+        from ember.autograd.tangents import without_tangents
+        gm, zeros = without_tangents(graphs.bwd_graph, len(graphs.diff_outputs), absent)
+        hit = graphs.bwd_variants[absent] = (graphs.compile_bwd(gm) if graphs.compile_bwd else gm, zeros)
+    return hit
 
 
 def _unreached(graphs: CompiledGraphs, grad_outputs: tuple, grads: list) -> list:

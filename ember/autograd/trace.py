@@ -33,6 +33,12 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from ember.autograd.fake import INPLACE_VIEW_OPS, FakeMode, FakeTensor
 from ember.autograd import regions
 from ember.autograd.symnodes import SymNodes
+from ember.autograd.overlap import ORDER, check_writes
+from ember.errors import EmberError
+
+
+class OrderDependentWrite(EmberError):
+    """An in-place op over overlapping views (``ember.autograd.overlap``): the graph runs as captured."""
 
 
 @dataclass
@@ -89,6 +95,9 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         node_args, node_kwargs = tree_map(self.node_of, (tuple(args), kwargs))
+        if check_writes(func, args, kwargs) == ORDER:     # raises eager's error for an overlap eager refuses
+            raise OrderDependentWrite(f"{func} writes memory that one of its inputs reads at other positions; "
+                                      "eager's result depends on its loop order, so this graph runs eagerly")
         if func._schema.name in _RESHAPING_VIEW_OPS and isinstance(args[0], FakeTensor):
             _freeze_val(node_args[0], args[0])
         out = func(*args, **kwargs)

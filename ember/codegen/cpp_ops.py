@@ -138,7 +138,9 @@ def index(e: Any) -> str:
 Rule = Callable[[list, list, torch.dtype], str]
 
 
-_INLINE_FLOAT = {"exp": "ember_expf"}        # float functions the prelude defines inline (see there why)
+# float functions the preludes define inline (ember.codegen.cpp_vec: the vector loops' algorithms, so a value has
+# the same bits in a vector loop, its scalar tail and a scalar kernel)
+_INLINE_FLOAT = {"exp": "ember_expf", "tanh": "ember_tanhf", "erf": "ember_erff"}
 
 
 def _f(name: str, dtype: torch.dtype) -> str:

@@ -126,30 +126,6 @@ template <typename T> static inline T ember_shr(T a, T b) {
 template <> inline bool ember_shl<bool>(bool a, bool b) { return b ? false : a; }
 template <> inline bool ember_shr<bool>(bool a, bool b) { return b ? false : a; }
 
-/* exp for float, inline so `omp simd` loops vectorize it: libmvec's vector expf takes a scalar slow path for
-   every vector holding an input outside about [-87, 88] (the -inf of a masked softmax), ~5x slower there.
-   Cody-Waite reduction, Cephes' degree-6 polynomial; under 1 ulp for every float whose exp is a normal float.
-   Results below FLT_MIN are 0 (computing denormals costs microcode assists), as in the vector version
-   ``ember_vexpf``; exp(-inf) = 0, exp(inf) = inf, NaN stays NaN. */
-static inline float ember_expf(float x) {
-  float xc = x < -87.33654f ? -87.33654f : x;
-  xc = xc > 88.72284f ? 88.72284f : xc;
-  const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = k * -0.693145751953125f + xc;
-  r = k * -1.428606765330187e-06f + r;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f; p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f; p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * (r * r) + r + 1.0f;
-  const int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1;
-  const float s1 = __builtin_bit_cast(float, (k1 + 127) << 23), s2 = __builtin_bit_cast(float, (k2 + 127) << 23);
-  float res = p * s1 * s2;
-  res = x < -87.33654f ? 0.0f : res;
-  res = x > 88.72284f ? __builtin_inff() : res;
-  return x != x ? x : res;
-}
-
 template <typename T> static inline T ember_erfinv(T y) {
   double x = (double)y;
   if (x <= -1.0 || x >= 1.0) {

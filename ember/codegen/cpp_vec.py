@@ -76,6 +76,56 @@ static inline vfloat ember_vabs(vfloat a) { return (vfloat)((vmask)a & 0x7ffffff
    approximations that are as accurate either way): GCC keeps them out of line, ~20% faster than inline */
 #pragma GCC push_options
 #pragma GCC optimize ("fp-contract=fast")
+/* exp for float, inline so `omp simd` loops vectorize it: libmvec's vector expf takes a scalar slow path for
+   every vector holding an input outside about [-87, 88] (the -inf of a masked softmax), ~5x slower there.
+   Cody-Waite reduction, Cephes' degree-6 polynomial; under 1 ulp for every float whose exp is a normal float.
+   Results below FLT_MIN are 0 (computing denormals costs microcode assists), as in the vector version
+   ``ember_vexpf``; exp(-inf) = 0, exp(inf) = inf, NaN stays NaN. */
+static inline float ember_expf(float x) {
+  float xc = x < -87.33654f ? -87.33654f : x;
+  xc = xc > 88.72284f ? 88.72284f : xc;
+  const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = k * -0.693145751953125f + xc;
+  r = k * -1.428606765330187e-06f + r;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f; p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f; p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1;
+  const float s1 = __builtin_bit_cast(float, (k1 + 127) << 23), s2 = __builtin_bit_cast(float, (k2 + 127) << 23);
+  float res = p * s1 * s2;
+  res = x < -87.33654f ? 0.0f : res;
+  res = x > 88.72284f ? __builtin_inff() : res;
+  return x != x ? x : res;
+}
+/* tanh and erf for float scalars: ember_vtanh and ember_verf on one lane, written out. A value's bits must not
+   depend on which loop computes it (a vector loop, its scalar tail, a scalar kernel): a backward compares a
+   recomputed value with a saved maximum (amax, max, max_pool), and a tail computed with libm's tanhf would
+   differ from the vector lanes in the last bit. So the scalar functions use the same polynomials, and the same
+   contraction (they are in this fp-contract region too). */
+static inline float ember_tanhf(float x) {
+  const float xc = x > 9.0f ? 9.0f : (x < -9.0f ? -9.0f : x);
+  const float x2 = xc * xc;
+  float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f; p = p * x2 + 5.12229709037114e-08f; p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f; p = p * x2 + 4.89352455891786e-03f;
+  float q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f; q = q * x2 + 4.89352518554385e-03f;
+  const float t = xc * p / q;
+  const float one = __builtin_copysignf(1.0f, x);
+  const float ax = __builtin_fabsf(x);
+  return ax < 0.0004f ? x : (ax >= 9.0f ? one : t);
+}
+static inline float ember_erff(float x) {
+  const int32_t sign = __builtin_bit_cast(int32_t, x) & (int32_t)0x80000000;
+  const float a = __builtin_fabsf(x);
+  const float t = 1.0f / (a * 0.3275911f + 1.0f);
+  float r = t * 1.061405429f + -1.453152027f;
+  r = r * t + 1.421413741f; r = r * t + -0.284496736f; r = r * t + 0.254829592f;
+  const float y = 1.0f - r * t * ember_expf(-(x * x));
+  return __builtin_bit_cast(float, __builtin_bit_cast(int32_t, y) ^ sign);
+}
 static vfloat ember_vexpf(vfloat x) {
   /* no clamp of x: k = round(x / ln 2) is read from the bits of x / ln 2 + 1.5 * 2^23 (no float-to-int
      conversion, defined for every input), and the selects at the end replace whatever a huge, infinite or NaN

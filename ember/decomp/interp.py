@@ -146,6 +146,26 @@ def trace_decomposition(op: Any, *args: Any, **kwargs: Any) -> torch.fx.GraphMod
     return torch.fx.GraphModule(torch.nn.Module(), decomposition_graph(op, *args, **kwargs))
 
 
+def _returns_alias(op: Any) -> bool:
+    """Whether ``op``'s schema lets its result share its input's memory (views, in-place ops, ``to``/``alias``)."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
+
+
+def _fresh_results(out: Any, args: Any, kwargs: Any) -> Any:
+    """A rule may return an operand unchanged where the op is an identity for these shapes (``cumsum`` over a
+    dimension of size 1, a reduction over no dimension). Eager's op returns a new tensor, and the stages after
+    decomposition give a graph result that *is* an input that input's memory: a later in-place write to one
+    (an input mutation written back, or the result mutated after a graph break) would change the other. Such
+    a result is copied."""
+    from .core import PRIMS
+
+    operands = {id(v) for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, Var)}
+    return tree_map(lambda v: PRIMS["clone"](v) if isinstance(v, Var) and id(v) in operands else v, out)
+
+
 def decomposition_graph(op: Any, *args: Any, **kwargs: Any) -> torch.fx.Graph:
     """``trace_decomposition``'s graph alone (no module: no Python code generated for it). With symbolic sizes,
     a decomposition that cannot follow them (a loop over a size, a comparison it cannot decide) leaves the op
@@ -169,5 +189,7 @@ def _record(op: Any, args: tuple, kwargs: dict, run: Any) -> torch.fx.Graph:
     args, kwargs = tree_map(lift, args), tree_map(lift, kwargs)
     with push_handler(rec):
         out = run(op, *args, **kwargs)
+        if not _returns_alias(op):
+            out = _fresh_results(out, args, kwargs)
     rec.graph.output(tree_map(lambda v: v.node if isinstance(v, Var) else v, out))
     return rec.graph

@@ -15,7 +15,7 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import sympy
@@ -264,12 +264,15 @@ class Lowerer:
                 # compiled for that layout (``ember.autograd.aot``), so nothing is copied on either side
                 saved_from = self.gm.meta.get("ember_saved_from", len(outs))
                 returned: set[str] = set()      # buffers the caller gets as outputs (not saved values)
+                out_nodes = tree_flatten(node.args[0])[0]
+                user_nodes = set(out_nodes[:saved_from])
                 for i, (o, m) in enumerate(zip(outs, metas)):
                     if isinstance(o, TV):
                         computed = o.view is None
                         o = self.realize(o, self._output_layout(o, m) if i < saved_from else None)
-                        if computed and i < saved_from and o.name in returned:
-                            # two outputs eager returns as distinct tensors must not share memory
+                        if computed and o.name in returned and (i < saved_from or out_nodes[i] not in user_nodes):
+                            # two outputs eager returns as distinct tensors must not share memory, nor may a
+                            # saved copy (a clone) share a returned value's: the caller may change it in place
                             o = self.realize(TV(o.layout.shape, o.layout.dtype, o.layout.device,
                                                 buffer_view(o.name, o.layout).loader), o.layout, share=False)
                         if i < saved_from:
@@ -283,13 +286,15 @@ class Lowerer:
     def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
         """The layout a graph output is stored in: eager's where its elements do not overlap (a padded matmul
         result is copied into it, as the caller expects eager's strides; eager's view of a larger value, a slice
-        of a channels-last product, gets a buffer of that value's extent); views of other buffers stay views."""
+        of a channels-last product, gets a buffer of that value's extent); views of other buffers stay views.
+        An expanded result (stride 0 where eager's is) keeps its stride-0 dims: the caller may write into it
+        after a graph break, and eager's write shows in every expanded copy."""
         if meta is None or not hasattr(meta, "shape"):
             return None
         if tv.view is not None and tv.view[0] not in self.padded_results:
             return None
         lay = layout_of(meta)
-        return lay if _non_overlapping(lay) and tuple(lay.shape) == tuple(tv.shape) else None
+        return lay if _non_overlapping(_unexpanded(lay)) and tuple(lay.shape) == tuple(tv.shape) else None
 
     def call(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         target = node.target
@@ -401,6 +406,14 @@ def _is_size_op(node: fx.Node) -> bool:
 
 _SIZE_OPS = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
              torch.ops.aten.sym_storage_offset.default}
+
+
+def _unexpanded(layout: Layout) -> Layout:
+    """``layout`` with each stride-0 dim of size > 1 made size 1 (the memory an expanded layout addresses)."""
+    if not any(isinstance(s, int) and s == 0 and n != 1 for n, s in zip(layout.shape, layout.stride)):
+        return layout
+    shape = tuple(1 if isinstance(s, int) and s == 0 else n for n, s in zip(layout.shape, layout.stride))
+    return replace(layout, shape=shape)
 
 
 def _non_overlapping(layout: Layout) -> bool:

@@ -58,9 +58,32 @@ def _caller_mutates(x):
     return t, t[::2], t.reshape(-1)[1:3]
 
 
+# no output is dense: both are strided views of an intermediate that is not returned (fuzz seed 307043)
+def _strided_column_copied_in_loop(x):
+    t = (x * 1).chunk(3, 1)[0].t()
+    for _ in range(1):
+        t.squeeze(0).copy_(x[x > -0.47].numel() * 1.0 + 0 * x.sum())
+    return (t,)
+
+
+def _strided_views_mutated_after_break(x):
+    t = (x + 1)[:, ::2]
+    v = t[1:, 1:]
+    if x.sum().item() > 100.0:
+        return (t,)
+    v.mul_(-2)
+    return t, v
+
+
+def _caller_mutates_strided_views(x):
+    t = (x * 3)[::2]
+    return t, t[:, 1]
+
+
 CASES = [(_view_mutated_after_break, (6,)), (_base_mutated_after_break, (3, 6)),
          (_unsqueezed_split_after_print, (3, 6)), (_transposed_base, (4, 5)), (_fill_through_chunk, (6,)),
-         (_caller_mutates, (4, 3))]
+         (_caller_mutates, (4, 3)), (_strided_column_copied_in_loop, (5, 2)),
+         (_strided_views_mutated_after_break, (4, 6)), (_caller_mutates_strided_views, (5, 3))]
 
 
 def _run(fn, x):

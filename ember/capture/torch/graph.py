@@ -5,6 +5,7 @@ which meta tensors cannot hold. Ops run on the meta tensors under the trace's gr
 metadata is exact without touching real data or memory."""
 from __future__ import annotations
 
+import contextlib
 import keyword
 
 import linecache
@@ -13,6 +14,10 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.utils._pytree import tree_flatten
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ember.autograd.overlap import ORDER, check_writes, may_overlap
 
 from ...errors import Unsupported
 from ..interpreter import UserException
@@ -257,8 +262,13 @@ def wrap_result(d, f, st: TorchState, node: fx.Node, meta_out: Any, device: torc
 def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
     """Run an op on meta tensors under the trace's grad mode; failures become Unsupported or user errors."""
     try:
-        with torch.set_grad_enabled(st.grad_enabled), torch.device(META):
+        with torch.set_grad_enabled(st.grad_enabled), torch.device(META), _overlap_checks(margs, mkwargs):
             return fn(*margs, **mkwargs)
+    except _OrderDependent as e:
+        raise d.unsupported(f, f"{e.args[0]} writes memory that one of its inputs reads at other positions "
+                               "(overlapping views of one tensor), so eager's result depends on the order its "
+                               "loop visits the elements", "ember runs it eagerly (a graph break); clone() the "
+                               "input to make the result well-defined") from None
     except (NotImplementedError, RuntimeError) as e:
         msg = str(e)
         low = msg.lower()
@@ -276,6 +286,30 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
         raise UserException(e) from None
     except Exception as e:      # noqa: BLE001 - a shape/dtype error is the program's own error
         raise UserException(e) from None
+
+
+class _OrderDependent(Exception):
+    """An in-place ATen op whose result depends on eager's loop order (``ember.autograd.overlap``)."""
+
+
+class _OverlapMode(TorchDispatchMode):
+    """Checks each ATen op that writes a tensor for overlap with its sources, as eager's kernels do: raises
+    eager's error where eager raises one, ``_OrderDependent`` where eager's result depends on its loop order."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if check_writes(func, args, kwargs) == ORDER:
+            raise _OrderDependent(str(func.overloadpacket.__name__))
+        return func(*args, **kwargs)
+
+
+def _overlap_checks(margs: Any, mkwargs: Any) -> Any:
+    """The overlap checks, for an op whose tensor arguments share a storage or one of which has a stride-0
+    dimension (so an op on tensors that cannot overlap pays one storage comparison per argument)."""
+    tensors = [t for t in tree_flatten((margs, mkwargs))[0] if isinstance(t, torch.Tensor)]
+    if not may_overlap(tensors):
+        return contextlib.nullcontext()
+    return _OverlapMode()
 
 
 def _data_dependent(msg: str) -> bool:
