@@ -108,8 +108,11 @@ def test_distinct_guard_sets_compile_once_each(backend):
 
 # -- 8 different functions compiled at once ---------------------------------------------------------------
 def _make(i: int, w: torch.Tensor):
+    # tanh's argument stays where tanh does not saturate: at x + 7 (as this test had it) six saturated values
+    # differ only in their last bits and layer_norm scales those bits up to ~1e-5, past float32's tolerance for
+    # any two correct tanh implementations (ember's float tanh is within 3 ulp, glibc's within 1)
     def f(x):
-        return torch.nn.functional.layer_norm(torch.tanh(x * w[0] + i), (6,)).softmax(-1) @ w.T
+        return torch.nn.functional.layer_norm(torch.tanh(x * w[0] + i / 8), (6,)).softmax(-1) @ w.T
     return f
 
 

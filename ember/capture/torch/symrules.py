@@ -66,6 +66,27 @@ def _same(table, args, kwargs):
     return tuple(t)
 
 
+# binary pointwise ops: broadcasting (their C++ meta kernels expand with concrete sizes); in place: self's shape
+_BINARY = ("add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "rsub",
+           "atan2", "hypot", "copysign", "xlogy", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+           "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "truediv", "floordiv", "mod",
+           "and_", "or_", "xor")
+_INPLACE = ("add_", "sub_", "mul_", "div_", "pow_", "remainder_", "fmod_", "floor_divide_", "iadd", "isub",
+            "imul", "itruediv", "ifloordiv", "imod", "ipow")
+
+
+@rule(*_INPLACE)
+def _inplace_binary(table, args, kwargs):
+    """``x.add_(y)``: ``y`` (a tensor or a number) broadcasts to ``x``, whose shape the result keeps."""
+    t = args[0] if args else None
+    if not isinstance(t, TSizes):
+        raise Unknown()
+    for o in list(args[1:]) + list(kwargs.values()):
+        if isinstance(o, TSizes) and tuple(bcast(table, t, o)) != tuple(t):
+            raise Unknown()
+    return tuple(t)
+
+
 @rule("masked_fill", "masked_fill_")
 def _masked_fill(table, args, kwargs):
     """The mask broadcasts to ``self`` (two symbolic sizes it pairs must be equal: a relation)."""
@@ -75,7 +96,7 @@ def _masked_fill(table, args, kwargs):
     return tuple(t)
 
 
-@rule("where", "maximum", "minimum", "fmax", "fmin", "lerp", "addcmul", "addcdiv")
+@rule("where", "maximum", "minimum", "fmax", "fmin", "lerp", "addcmul", "addcdiv", *_BINARY)
 def _broadcast(table, args, kwargs):
     shapes = [a for a in list(args) + list(kwargs.values()) if isinstance(a, TSizes)]
     if not shapes:
