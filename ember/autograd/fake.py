@@ -311,8 +311,22 @@ class SymbolicRules:
     has_symbols: Callable[..., bool] | None = None
 
 
+# ops that only read a tensor's metadata: answered from the meta tensor's own (maybe symbolic) sizes, as
+# PyTorch's dispatch of them on a meta tensor with symbolic sizes fails ("dispatch_on_subclass")
+_METADATA_QUERIES: dict[Any, Callable[..., Any]] = {
+    aten.size.default: lambda t: list(t.shape), aten.size.int: lambda t, d: t.shape[d],
+    aten.stride.default: lambda t: list(t.stride()), aten.stride.int: lambda t, d: t.stride()[d],
+    aten.numel.default: lambda t: t.numel(), aten.dim.default: lambda t: t.dim(),
+    aten.sym_size.int: lambda t, d: t.shape[d], aten.sym_numel.default: lambda t: t.numel(),
+    aten.sym_stride.int: lambda t, d: t.stride()[d],
+}
+
+
 def _run_meta(func: Any, args: tuple, kwargs: dict, symbolic: bool = False) -> Any:
     rules = SymbolicRules
+    query = _METADATA_QUERIES.get(func)
+    if query is not None and symbolic:
+        return query(*args, **kwargs)
     if symbolic and rules.prefers_rule is not None:
         # C++ view kernels that do not fail on symbolic sizes may still specialize them (slice clamps its end
         # with guard_int): view ops with a symbolic rule use it
