@@ -83,10 +83,12 @@ def dynamic_dims(plugin, d, source, t: torch.Tensor) -> dict[int, tuple]:
 
 
 def _dense(t: torch.Tensor) -> bool:
+    """Dense in some order of its dims, dims of size 1 and expanded dims (stride 0: a broadcast mask) aside;
+    the guard checks those strides (0 stays 0), so the layout holds for every size."""
     order = sorted(range(t.dim()), key=lambda i: (t.stride(i), t.shape[i]))
     expected = 1
     for i in order:
-        if t.shape[i] == 1:
+        if t.shape[i] == 1 or t.stride(i) == 0:
             continue
         if t.stride(i) != expected:
             return False
