@@ -6,6 +6,7 @@ the table with their own backends (``backend="aot_eager"``/``"ember"``).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -386,3 +387,36 @@ class _SplitAttention(nn.Module):
 @program(B, lambda n: (_r(2, n, 16),))
 def split_attention_reads():
     return _seeded(_SplitAttention)
+
+
+# -- helpers the tests of every stage share -----------------------------------------------------------------
+def same(a, b, **tol) -> None:
+    """``a`` equals ``b``: tensors within ``tol`` (torch's defaults otherwise), containers item by item, other
+    values exactly (type included)."""
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, equal_nan=True, **tol)
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y, **tol)
+    else:
+        assert a == b and type(a) is type(b), (a, b)
+
+
+@functools.lru_cache(maxsize=None)
+def torch_graph_count(name: str) -> int:
+    """How many graphs torch.compile (dynamic=None) compiles for program ``name``'s calls."""
+    import torch._dynamo
+    prog = next(p for p in PROGRAMS if p.name == name)
+    torch._dynamo.reset()
+    n = [0]
+
+    def counting(gm, example_inputs):
+        n[0] += 1
+        return gm.forward
+    c = torch.compile(prog.make(), backend=counting)
+    for s in prog.sizes:
+        torch.manual_seed(s)
+        c(*prog.inputs(s))
+    torch._dynamo.reset()
+    return n[0]

@@ -6,7 +6,6 @@ equal eager's, the graph count is at most torch.compile's for the same calls, an
 """
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
@@ -16,38 +15,9 @@ import torch
 import ember
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dynamic_programs import PROGRAMS  # noqa: E402
+from dynamic_programs import PROGRAMS, same, torch_graph_count  # noqa: E402
 
 BY_NAME = {p.name: p for p in PROGRAMS}
-
-
-def _same(a, b):
-    if isinstance(a, torch.Tensor):
-        torch.testing.assert_close(a, b, equal_nan=True, rtol=1e-4, atol=1e-5)
-    elif isinstance(a, (tuple, list)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b):
-            _same(x, y)
-    else:
-        assert a == b and type(a) is type(b), (a, b)
-
-
-@functools.lru_cache(maxsize=None)
-def torch_graph_count(name: str) -> int:
-    import torch._dynamo
-    prog = BY_NAME[name]
-    torch._dynamo.reset()
-    n = [0]
-
-    def counting(gm, example_inputs):
-        n[0] += 1
-        return gm.forward
-    c = torch.compile(prog.make(), backend=counting)
-    for s in prog.sizes:
-        torch.manual_seed(s)
-        c(*prog.inputs(s))
-    torch._dynamo.reset()
-    return n[0]
 
 
 def _leaves(args):
@@ -79,12 +49,12 @@ def run(prog, backend: str, training: bool, options: dict | None = None) -> dict
         torch.manual_seed(s)
         args = prog.inputs(s)
         got, want = _call(c, args, training), _call(model, args, training)
-        _same(got[0], want[0])
+        same(got[0], want[0], rtol=1e-4, atol=1e-5)
         for g, w in zip(got[1], want[1]):
             if w is None:
                 assert g is None or not g.abs().sum()
             else:
-                _same(g, w)
+                same(g, w, rtol=1e-4, atol=1e-5)
     return ember.stats()
 
 

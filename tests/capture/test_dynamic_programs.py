@@ -12,34 +12,7 @@ import torch
 import ember
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dynamic_programs import PROGRAMS  # noqa: E402
-
-
-def _same(a, b):
-    if isinstance(a, torch.Tensor):
-        torch.testing.assert_close(a, b, equal_nan=True)
-    elif isinstance(a, (tuple, list)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b):
-            _same(x, y)
-    else:
-        assert a == b and type(a) is type(b), (a, b)
-
-
-def _torch_graph_count(prog) -> int:
-    import torch._dynamo
-    torch._dynamo.reset()
-    n = [0]
-
-    def counting(gm, example_inputs):
-        n[0] += 1
-        return gm.forward
-    c = torch.compile(prog.make(), backend=counting)
-    for s in prog.sizes:
-        torch.manual_seed(s)
-        c(*prog.inputs(s))
-    torch._dynamo.reset()
-    return n[0]
+from dynamic_programs import PROGRAMS, same, torch_graph_count  # noqa: E402
 
 
 def _ember_run(prog, **kw):
@@ -49,7 +22,7 @@ def _ember_run(prog, **kw):
     for s in prog.sizes:
         torch.manual_seed(s)
         args = prog.inputs(s)
-        _same(c(*args), model(*args))
+        same(c(*args), model(*args))
     return ember.stats()
 
 
@@ -57,7 +30,7 @@ def _ember_run(prog, **kw):
 def test_program_graph_count_at_most_torch_compile(prog):
     stats = _ember_run(prog)
     assert stats["fallbacks_to_eager"] == 0
-    assert stats["graphs_compiled"] <= _torch_graph_count(prog), stats
+    assert stats["graphs_compiled"] <= torch_graph_count(prog.name), stats
     if len(set(prog.sizes)) > 2:
         assert stats["symbolic_graphs"] >= 1, stats
 

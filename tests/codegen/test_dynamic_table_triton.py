@@ -10,8 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "autograd"))
-from dynamic_programs import PROGRAMS  # noqa: E402
-from test_dynamic_table import run, torch_graph_count  # noqa: E402
+from dynamic_programs import PROGRAMS, torch_graph_count  # noqa: E402
+from test_dynamic_table import run  # noqa: E402
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["infer", "train"])
