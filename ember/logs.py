@@ -1,6 +1,7 @@
 """Debug output switched by ``EMBER_LOGS`` (a comma list) or ``ember.set_logs(name=True, ...)``.
 
-Names: graph_breaks, guards, recompiles, graph, aot_graphs, output_code, schedule, perf_hints, cache, autotune, and
+Names: graph_breaks, guards, recompiles, dynamic, graph, aot_graphs, output_code, schedule, passes (each kernel-compiler
+pass's output IR), perf_hints, cache, autotune, and
 ``+ember`` for everything. Output goes to stderr through the ``ember`` logger. Torch-free."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import threading
 
 KINDS = ("graph_breaks", "guards", "recompiles", "dynamic", "graph", "aot_graphs", "output_code", "schedule",
-         "perf_hints", "cache", "autotune")
+         "passes", "perf_hints", "cache", "autotune")
 _enabled: set[str] = set()
 _logger = logging.getLogger("ember")
 _once: set[str] = set()

@@ -20,6 +20,7 @@ class CompileOptions:
     debug_graphs: bool = False           # keep every captured GraphModule on the cache entry
     aot_decompose: bool = False           # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
     cudagraph_max_records: int = 8       # CUDA graphs recorded per compiled graph before it runs without one
+    verify_ir: bool = False              # check each compile pass's output IR ($EMBER_VERIFY_IR=1; on in the tests)
     fallback_random: bool = False        # torch.compile's name; ember's random ops always match eager (see _doc)
 
     _doc = {
@@ -34,6 +35,8 @@ class CompileOptions:
         "aot_decompose": "aot_eager: decompose ATen ops into ember's primitives before running the graphs",
         "cudagraph_max_records": "CUDA graphs recorded per compiled graph (new shapes, input addresses, or "
                                  "outputs still waiting for backward) before it runs with plain launches",
+        "verify_ir": "run the IR verifiers (prim graph, loop IR, schedule) after every kernel-compiler pass; "
+                     "also switched on by $EMBER_VERIFY_IR=1 (the test suite does)",
         "fallback_random": "accepted for torch.compile compatibility; no effect, since ember always does what it "
                            "asks for: every random op (dropout, bernoulli, rand/randn and their _like forms, "
                            "randint, multinomial, normal_/uniform_/exponential_) calls ATen's kernel on torch's "

@@ -2,8 +2,10 @@
 reference backend) and the generated Python wrapper that runs them.
 
 ``compile_graph(gm, kind, options)`` is the kernel compiler AOT autograd calls for each final prim graph
-(``aot_compile(..., compile_graph=...)``): lower, schedule, generate, wrap. A graph the loop IR cannot
-represent runs as the FX graph (with a perf hint).
+(``aot_compile(..., compile_graph=...)``): the named passes of ``passes.PIPELINE`` (lower, schedule, plan
+memory, combine, generate kernels, matmul templates, wrap), each one's output IR printed by ``EMBER_LOGS=passes``
+and checked by the verifiers with ``verify_ir``. A graph the loop IR cannot represent runs as the FX graph (with a
+perf hint).
 
 With ``options.max_autotune`` the Triton kernels are ``autotune.Autotuned`` choices between configurations, and
 CUDA matmuls become ``triton_mm.MatmulStep``s (templates with fused epilogues against cuBLAS). Autotuning lives
@@ -12,16 +14,15 @@ go one way: the runtime package may import codegen, not the reverse.
 """
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 import torch.fx as fx
 
-from ember import logs
+from .passes import PIPELINE, GraphCompile, Pass, kernel_backend, run_pipeline
 
-_COUNTER = itertools.count()
+__all__ = ["compile_graph", "kernel_backend", "cache_root", "graph_symbols", "PIPELINE", "Pass", "GraphCompile",
+           "run_pipeline"]
 
 
 def cache_root() -> Path:
@@ -31,45 +32,10 @@ def cache_root() -> Path:
     return diskcache.root()
 
 
-def kernel_backend(device: torch.device, options: Any) -> str:
-    if device.type == "cuda":
-        return "triton"
-    return getattr(options, "cpu_backend", None) or "cpp"
-
-
-def _backend_module(name: str) -> Any:
-    if name == "python":
-        from . import python as mod
-    elif name == "triton":
-        from . import triton as mod  # type: ignore[no-redef]
-        from .triton_cache import install
-        install()           # Triton's binary cache is signed (triton_cache.py)
-    elif name == "cpp":
-        from . import cpp as mod  # type: ignore[no-redef]
-    else:
-        raise ValueError(f"ember.codegen: unknown kernel backend {name!r} (python, triton, cpp)")
-    return mod
-
-
-def _has_templates(nodes: Any, options: Any) -> bool:
-    """Whether max-autotune runs matmul templates here: a CUDA matmul among ``nodes`` under max-autotune."""
-    from ember.loopir.ir import Extern
-    return getattr(options, "max_autotune", False) and any(
-        isinstance(s, Extern) and s.op in ("mm", "addmm", "bmm") and kernel_backend(s.device, options) == "triton"
-        for s in nodes)
-
-
 def graph_symbols(gm: fx.GraphModule) -> Any:
     """The graph's ``ember.shapes.SymbolTable`` when it has symbolic sizes, else None."""
     table = gm.meta.get("ember_symbols")
     return table if table is not None and table.symbols else None
-
-
-def _int_tuple(v: Any) -> tuple | None:
-    try:
-        return tuple(int(x) for x in v)
-    except TypeError:
-        return None
 
 
 def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = None) -> Callable[..., Any]:
@@ -78,104 +44,17 @@ def compile_graph(gm: fx.GraphModule, kind: str = "inference", options: Any = No
     handle it, ``SymbolicUnsupported`` says why (the caller then compiles with static sizes)."""
     if graph_symbols(gm) is None:
         return _compile_graph(gm, kind, options)
+    from ember.decomp.verify import PrimGraphError
+    from ember.loopir.verify import IRError
     from ember.shapes import SymbolicUnsupported, using
     try:
         with using(graph_symbols(gm)):      # decisions on sizes go through the graph's table
             return _compile_graph(gm, kind, options)
-    except SymbolicUnsupported:
+    except (SymbolicUnsupported, IRError, PrimGraphError):   # a verifier's finding is a bug: never hidden
         raise
     except Exception as e:      # noqa: BLE001 - a stage met a symbolic size it cannot handle: compile static
         raise SymbolicUnsupported(f"ember.codegen: {kind} graph: {type(e).__name__}: {e}") from e
 
 
-def _plan_inplace(graph: Any, sched: Any, gm: fx.GraphModule, backends: set, templates: bool) -> dict[str, str]:
-    """Which buffers are stored into the memory of another (``{buffer: memory owner}``)."""
-    from ember.loopir.inplace import inplace_stores, reused_buffers, scatter_in_place
-    from ember.loopir.ir import Scatter
-    # a scatter writes into its target's memory; its kernels read and write it (autotuning times them on copies)
-    inplace = {n.name: n.target for n in graph.nodes if isinstance(n, Scatter)}
-    inplace.update(inplace_stores(graph, sched, gm.meta.get("ember_write_backs", ())))
-    if backends == {"cpp"}:     # CPU: a new large tensor costs page faults; write over a dead one
-        inplace.update(reused_buffers(graph, sched, inplace))
-    elif backends == {"triton"} and not templates:
-        # GPU: less memory held (a CUDA graph's pool keeps its peak); matmul templates fuse their epilogues instead
-        inplace.update(reused_buffers(graph, sched, inplace, reductions=True))
-    scatter_in_place(graph, sched, gm.meta.get("ember_write_backs", ()), inplace)
-    return inplace
-
-
 def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[..., Any]:
-    from ember.loopir.combo import Combo, ComboBody, combine
-    from ember.loopir.ir import BufferRef, Layout
-    from ember.loopir.kernel import kernel_body, share_pointers
-    from ember.loopir.lower import LoweringError, lower
-    from ember.loopir.schedule import Kernel, schedule
-
-    from .wrapper import make_wrapper
-
-    name = f"{kind}_{next(_COUNTER)}"
-    try:
-        graph = lower(gm, name, align_matmuls=not getattr(options, "max_autotune", False),
-                      hoists=lambda dev: kernel_backend(dev, options) == "triton")
-    except (LoweringError, NotImplementedError) as e:
-        if graph_symbols(gm) is not None:       # its FX graph holds symbolic constants: not runnable as is
-            from ember.shapes import SymbolicUnsupported
-            raise SymbolicUnsupported(f"ember.loopir: {e}") from e
-        logs.log("perf_hints", f"ember: {name} runs as an FX graph: {e}")
-        return gm
-    # symbolic strides: None (the backward checks the layout it gets at run time)
-    gm.meta["ember_output_strides"] = [_int_tuple(o.layout.stride) if isinstance(o, BufferRef) else None
-                                       for o in graph.outputs]
-    # GPU kernels: independent ones launch together as combo kernels (ember.loopir.combo), except under
-    # max-autotune with matmul templates (which take epilogue kernels instead)
-    templates = _has_templates(graph.nodes, options)
-    spread = set() if templates else {n.layout.device for n in graph.nodes if isinstance(
-        getattr(n, "layout", None), Layout) and kernel_backend(n.layout.device, options) == "triton"}
-    sched = schedule(graph, spread=spread)
-    if logs.enabled("schedule"):
-        logs.log("schedule", f"{name}:\n{sched.python()}")
-    kernels: dict[str, tuple[Callable, Any]] = {}
-    sources: list[str] = []
-    backends = {kernel_backend(s.device, options) for s in sched.steps if isinstance(s, Kernel)}
-    from ember.loopir.inplace import memory_root
-    inplace = _plan_inplace(graph, sched, gm, backends, templates)
-    if spread:
-        sched = combine(sched, inplace, lambda k: k.device in spread)
-    by_backend: dict[str, list[Any]] = {}
-    for step in sched.steps:
-        if isinstance(step, Kernel):
-            by_backend.setdefault(kernel_backend(step.device, options), []).append(step)
-
-    def sym_kw(backend: str) -> dict:     # Triton's generator takes the graph's symbol table (triton.py)
-        return {"symbols": graph.symbols} if backend == "triton" and graph.symbols is not None else {}
-
-    def make_body(s: Kernel, mod: Any, share: bool) -> Any:
-        if isinstance(s, Combo):
-            return ComboBody(s, [make_body(p, mod, share) for p in s.parts])
-        kw = sym_kw("triton") if share else {}
-        b = kernel_body(s, persistent=mod.persistent(s, options, **kw) if hasattr(mod, "persistent") else True)
-        b.table = graph.symbols
-        b.aliased = {n for n in b.buffers if n in inplace or n in inplace.values()}  # read and written by 2 names
-        b.memory = {n: memory_root(n, inplace) for n in b.aliased}
-        if share:       # Triton: one pointer per memory (C++ kernels keep theirs)
-            share_pointers(b)
-        return b
-    for backend, steps in by_backend.items():
-        mod = _backend_module(backend)
-        bodies = [make_body(s, mod, backend == "triton") for s in steps]
-        kw = sym_kw(backend)
-        if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
-            fns = mod.compile_kernels(bodies, options, name, **kw)
-        else:
-            fns = [mod.compile_kernel(b, options, **kw) for b in bodies]
-        for body, fn in zip(bodies, fns):
-            kernels[body.name] = (fn, body)
-            sources.append(mod.source(body, **kw))
-    if templates:
-        from .triton_mm import use_templates
-        sched = use_templates(sched, kernels, lambda d: kernel_backend(d, options) == "triton", sources,
-                              epilogues=getattr(options, "epilogue_fusion", True))
-    compiled = make_wrapper(sched, kernels, sources, inplace, steal=kind == "backward")
-    if logs.enabled("output_code"):
-        logs.log("output_code", f"# ember wrapper for {name}\n{compiled.source}\n" + "\n".join(sources))
-    return compiled
+    return run_pipeline(GraphCompile(gm, kind, options))

@@ -266,7 +266,7 @@ def test_a_graph_with_kernels_for_two_backends_compiles(monkeypatch):
     graphs = []
     aot_compile(torch.fx.symbolic_trace(f), [torch.randn(4096), torch.randn(4096, device="meta")],
                 decompose=True, compile_graph=lambda g, kind: graphs.append(g) or g)
-    monkeypatch.setattr(cg, "kernel_backend", lambda dev, options: "triton" if dev.type == "meta" else "python")
+    monkeypatch.setattr(cg.passes, "kernel_backend", lambda dev, options: "triton" if dev.type == "meta" else "python")
     monkeypatch.setattr(tr, "compile_kernels", lambda bodies, options=None, name="": [lambda *t: None] * len(bodies))
     monkeypatch.setattr(tr, "source", lambda body: "")
     fn = cg.compile_graph(graphs[0], "inference", make_options(None, {"cpu_backend": "python"}))
