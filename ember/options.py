@@ -20,6 +20,7 @@ class CompileOptions:
     debug_graphs: bool = False           # keep every captured GraphModule on the cache entry
     aot_decompose: bool = False           # aot_eager: run ember's decompositions (ATen -> prims) on the graphs
     cudagraph_max_records: int = 8       # CUDA graphs recorded per compiled graph before it runs without one
+    heuristics: Any = None               # ember.heuristics.Heuristics (or a dict of its fields); None: the defaults
     verify_ir: bool = False              # check each compile pass's output IR ($EMBER_VERIFY_IR=1; on in the tests)
     fallback_random: bool = False        # torch.compile's name; ember's random ops always match eager (see _doc)
 
@@ -35,6 +36,8 @@ class CompileOptions:
         "aot_decompose": "aot_eager: decompose ATen ops into ember's primitives before running the graphs",
         "cudagraph_max_records": "CUDA graphs recorded per compiled graph (new shapes, input addresses, or "
                                  "outputs still waiting for backward) before it runs with plain launches",
+        "heuristics": "the kernel compiler's tuning constants (ember.heuristics.Heuristics, or a dict of its "
+                      "fields: fusion, reduction splits, tiling, parallelism, buffer reuse); None: the defaults",
         "verify_ir": "run the IR verifiers (prim graph, loop IR, schedule) after every kernel-compiler pass; "
                      "also switched on by $EMBER_VERIFY_IR=1 (the test suite does)",
         "fallback_random": "accepted for torch.compile compatibility; no effect, since ember always does what it "
@@ -105,6 +108,9 @@ def make_options(mode: str | None, options: dict | None) -> CompileOptions:
         default = valid[k].default
         if default is not None and not isinstance(v, type(default)):
             raise ValueError(f"option {k!r} expects {type(default).__name__}, got {type(v).__name__}")
+        if k == "heuristics":
+            from ember.heuristics import from_dict
+            v = from_dict(v)
         kv[k] = v
         if k in NOT_IMPLEMENTED and v:
             warnings.warn(f"ember: option {k!r} is accepted for torch.compile compatibility but has no effect yet "

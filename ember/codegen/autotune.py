@@ -23,9 +23,8 @@ from typing import Any
 import torch
 
 from ember import diskcache, logs
+from ember.heuristics import heuristics
 
-REPS = 7                 # timed samples per candidate (median), in interleaved rounds, after one warm-up
-MIN_TIME_S = 5e-4        # each sample repeats the call until it lasts at least this long
 
 _CHOICES: dict[str, int] = {}     # key -> chosen index, this process
 
@@ -82,7 +81,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _calibrate(fn: Callable[[], Any], device: torch.device) -> int:
-    """Calls per sample so that a sample lasts at least MIN_TIME_S (after one warm-up call)."""
+    """Calls per sample so that a sample lasts at least autotune_min_time_s (after one warm-up call)."""
     fn()
     _sync(device)
     inner = 1
@@ -91,7 +90,7 @@ def _calibrate(fn: Callable[[], Any], device: torch.device) -> int:
         for _ in range(inner):
             fn()
         _sync(device)
-        if time.perf_counter() - t0 >= MIN_TIME_S or inner >= 256:
+        if time.perf_counter() - t0 >= heuristics().autotune_min_time_s or inner >= 256:
             return inner
         inner *= 4
 
@@ -124,7 +123,7 @@ def time_calls(fns: Sequence[Callable[[], Any]], device: torch.device
         except Exception as e:  # noqa: BLE001 - reported by the caller
             errors[i] = e
     samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(REPS):
+    for _ in range(heuristics().autotune_reps):
         for i, fn in enumerate(fns):
             if errors[i] is None:
                 try:

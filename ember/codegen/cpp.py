@@ -31,11 +31,7 @@ from .cpp_colred import coef
 from . import cpp_vec
 from .cpp_build import CppCache, cpu_features, default_cache
 from .cpp_prelude import PRELUDE, vector_math_decls
-
-PARALLEL_MIN_WORK = 1 << 16        # elements (x * r) below which a kernel runs on the calling thread
-PARALLEL_MIN_X = 16                # fewer outer points than this (and than 4 per thread): parallelize the
-                                   # reduction loops instead (one fork per loop per row: costly for few rows)
-TILE = 64                          # outer points per block when a reduction vectorizes over x
+from ember.heuristics import heuristics
 
 
 def persistent(kernel: Any, options: Any = None) -> bool:
@@ -64,9 +60,11 @@ class _KernelWriter:
         self.cX, self.cR = C.index(self.X), C.index(self.R)
         self.reduction = any(s.level == "r" for s in body.sections)
         work = self.hX * max(self.hR, 1) * _cost(body)
-        self.par_x = work >= PARALLEL_MIN_WORK and self.hX >= min(PARALLEL_MIN_X, 4 * torch.get_num_threads())
+        h = heuristics()
+        self.par_x = work >= h.cpp_parallel_min_work and \
+            self.hX >= min(h.cpp_parallel_min_x, 4 * torch.get_num_threads())
         # a row split across threads cannot use one thread's scratch row: scratch kernels keep rows whole
-        self.par_r = self.reduction and not self.par_x and work >= PARALLEL_MIN_WORK and not body.scratch
+        self.par_r = self.reduction and not self.par_x and work >= h.cpp_parallel_min_work and not body.scratch
         # scatters: a loop of plain stores runs in order on one thread (a later point's store wins, as in eager's
         # CPU kernels); adds run on threads, each atomic; neither in ``simd`` lanes (two lanes may hit one address)
         scatters = [st for sec in body.sections for st in sec.stmts if isinstance(st, Store) and st.scatter]
@@ -75,7 +73,7 @@ class _KernelWriter:
             self.par_x = False
         self.parallel = self.par_x or self.par_r
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
-        # a block of TILE outer points: x-level values become arrays, the r loop runs each row of the block
+        # a block of cpp_tile outer points: x-level values become arrays, the r loop runs each row of the block
         self.width = vector_width()
         self.xvec = None if self.symbolic else next((c for c in (cpp_colred.XVec(self), cpp_colred.Flat(self))
                                                      if c.ok()), None)
@@ -349,10 +347,10 @@ class _KernelWriter:
         return lines
 
     def tiled_loops(self) -> list[str]:
-        """Blocks of TILE outer points; every statement runs in an ``omp simd`` loop over the block."""
+        """Blocks of cpp_tile outer points; every statement runs in an ``omp simd`` loop over the block."""
         lines = []
-        lines.append(f"  for (int64_t xb = 0; xb < {self.cX}; xb += {TILE}) {{")
-        lines.append(f"    const int64_t xn = std::min<int64_t>({TILE}, {self.cX} - xb);")
+        lines.append(f"  for (int64_t xb = 0; xb < {self.cX}; xb += {heuristics().cpp_tile}) {{")
+        lines.append(f"    const int64_t xn = std::min<int64_t>({heuristics().cpp_tile}, {self.cX} - xb);")
         # Welford in blocks: a mean array and an M2 array (the accumulator itself), one count for the block
         acc_types = {acc: C.compute_type(dt) if rt == "welford" else self.acc_type(rt, dt)
                      for sec in self.body.sections for acc, rt, dt in sec.accumulators}
@@ -361,7 +359,7 @@ class _KernelWriter:
         for v in sorted(self.xvars):
             ct = "int" if v.endswith("_nan") and v not in self.body.dtypes else \
                 acc_types.get(v) or C.compute_type(self._xdtype(v))
-            lines.append(f"    {ct} {v}[{TILE}];")
+            lines.append(f"    {ct} {v}[{heuristics().cpp_tile}];")
 
         def block(stmts: list[str], ind: str) -> list[str]:
             return [f"{ind}#pragma omp simd", f"{ind}for (int64_t xi = 0; xi < xn; ++xi) {{",
@@ -457,9 +455,6 @@ def _decided(st: Any, lo: int, hi: int) -> Any:
     return Assign(st.var, "load", (buf, idx, None if mask is sympy.true else mask), st.dtype, st.level)
 
 
-SCRATCH_ROOM = 64 * 1024      # bytes of a stashed row per thread: within L2, and well within a thread's stack
-
-
 def _cost(body: KernelBody) -> int:
     """Work per point relative to a plain copy (transcendentals count 8, loads through div/mod index arithmetic
     4: permuting copies are scalar gathers): heavy kernels get threads sooner."""
@@ -509,12 +504,9 @@ def translation_unit(bodies: list[KernelBody], graph_name: str, sources: dict[st
     return "\n".join(parts)
 
 
-KERNELS_PER_UNIT = 12     # a graph with more kernels than this compiles in several units, in parallel
-
-
 def _parts(bodies: list[KernelBody], srcs: dict[str, str], n: int) -> list[list[KernelBody]]:
     """``bodies`` in at most ``n`` runs of about equal source length (each unit repeats the prelude, so units
-    are made only where each gets at least ``KERNELS_PER_UNIT`` kernels)."""
+    are made only where each gets at least ``cpp_kernels_per_unit`` kernels)."""
     if n <= 1:
         return [bodies]
     sizes = [len(srcs[b.name]) for b in bodies]
@@ -563,11 +555,11 @@ def compile_kernels(bodies: list[KernelBody], options: Any, graph_name: str,
     for b in bodies:
         # C++ runs each reduction loop over the same points in order; a scratch row lives on the stack of the
         # x loop's iteration (not in blocks of outer points, whose rows interleave)
-        stash_recomputed(b, 0 if _x_contiguous(b) else SCRATCH_ROOM)
+        stash_recomputed(b, 0 if _x_contiguous(b) else heuristics().cpp_scratch_room)
     cache = cache or default_cache()
     # a graph with many kernels compiles as several translation units, one compiler process per core
     srcs = {b.name: source(b) for b in bodies}
-    parts = _parts(bodies, srcs, min(os.cpu_count() or 1, -(-len(bodies) // KERNELS_PER_UNIT)))
+    parts = _parts(bodies, srcs, min(os.cpu_count() or 1, -(-len(bodies) // heuristics().cpp_kernels_per_unit)))
     builds = [cache.start(translation_unit(part, graph_name, srcs), graph_name) for part in parts]
     lib_of = {b.name: build for part, build in zip(parts, builds) for b in part}
     out = []

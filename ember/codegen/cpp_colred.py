@@ -26,6 +26,7 @@ from ember.loopir.kernel import Accumulate, Assign, Store
 
 from . import cpp_ops as C
 from . import cpp_vec
+from ember.heuristics import heuristics
 
 if TYPE_CHECKING:
     from .cpp import _KernelWriter
@@ -43,7 +44,7 @@ class XVec:
         w = self.w
         if not w.reduction or w.scatter or w.body.scratch or self.blocks == 0:
             return False
-        if w.parallel and self.blocks < torch.get_num_threads() and w.X * w.R > FLAT_SERIAL_MAX:
+        if w.parallel and self.blocks < torch.get_num_threads() and w.X * w.R > heuristics().cpp_flat_serial_max:
             return False      # fewer blocks than threads, and long rows: the scalar kernel's threads do better
         return self.vec.ok()
 
@@ -87,7 +88,7 @@ class Flat:
         w, X = self.w, self.w.X
         if not w.reduction or w.scatter or w.body.scratch or not (1 < X < w.width and w.width % X == 0):
             return False
-        if w.parallel and X * w.R > FLAT_SERIAL_MAX:
+        if w.parallel and X * w.R > heuristics().cpp_flat_serial_max:
             return False
         xvars = set()
         for sec in w.body.sections:
@@ -188,7 +189,6 @@ def coef(e: Any, sym: Any) -> Any:
 
 
 FINDEX = sympy.Symbol("findex", integer=True, nonnegative=True)
-FLAT_SERIAL_MAX = 1 << 20       # points of a flat reduction run on one thread (no split of the run yet)
 
 
 def _flat_index(e: Any, X: int) -> Any:

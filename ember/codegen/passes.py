@@ -249,13 +249,15 @@ def verifying(options: Any) -> bool:
 def run_pipeline(st: GraphCompile, passes: tuple[Pass, ...] | None = None) -> Any:
     """Run ``passes`` (default ``PIPELINE``) over ``st``, stopping once one sets ``st.result``; return the
     compiled callable."""
+    from ember.heuristics import using
     verify, show = verifying(st.options), logs.enabled("passes")
-    for p in PIPELINE if passes is None else passes:
-        p.run(st)
-        if show:
-            logs.log("passes", f"{st.name or st.kind} after {p.name}:\n{p.show(st)}")
-        if verify and p.verify is not None:
-            p.verify(st)
-        if st.result is not None:
-            return st.result
+    with using(getattr(st.options, "heuristics", None)):    # the passes' tuning constants (ember.heuristics)
+        for p in PIPELINE if passes is None else passes:
+            p.run(st)
+            if show:
+                logs.log("passes", f"{st.name or st.kind} after {p.name}:\n{p.show(st)}")
+            if verify and p.verify is not None:
+                p.verify(st)
+            if st.result is not None:
+                return st.result
     raise AssertionError("ember.codegen: the pipeline ended without a compiled graph")

@@ -31,12 +31,8 @@ from ember.loopir.online import OnlineAccumulate, online_softmax
 
 from . import triton_sym as sym
 from .triton_ops import IndexPrinter, cast_expr, compute_dtype, ctl, literal, needs_int64, op_expr, tl_dtype
+from ember.heuristics import heuristics
 
-PERSISTENT_MAX = 4096      # largest power-of-two row a persistent reduction keeps in registers
-OUTER_PERSISTENT_MAX = 128  # rows with non-contiguous reduced points: keep XBLOCK wide instead
-TILE = 4096                # XBLOCK * RBLOCK of a persistent reduction
-WIDE_ROWS_MIN_X = 1024    # looped inner reductions of at least this many rows ...
-WIDE_ROWS_MIN_R = 16384   # ... this long take a row per program, 4096 points per step
 ONLINE_SOFTMAX = True      # looped max-then-sum-of-exp kernels read their rows once (ember.loopir.online)
 
 
@@ -62,7 +58,8 @@ class LaunchConfig:
 def is_persistent(rnumel: int, inner: bool) -> bool:
     if rnumel == 1:
         return True
-    return next_pow2(rnumel) <= (PERSISTENT_MAX if inner else OUTER_PERSISTENT_MAX)
+    h = heuristics()
+    return next_pow2(rnumel) <= (h.triton_persistent_max if inner else h.triton_outer_persistent_max)
 
 
 def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, inner: bool,
@@ -73,9 +70,9 @@ def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, i
         rb = 1
     elif persistent:
         rb = next_pow2(rnumel)
-        xb = min(next_pow2(xnumel), max(1, TILE // rb), 128)
+        xb = min(next_pow2(xnumel), max(1, heuristics().triton_tile // rb), 128)
         warps = max(1, min(8, xb * rb // 256))
-    elif inner and xnumel >= WIDE_ROWS_MIN_X and rnumel >= WIDE_ROWS_MIN_R:
+    elif inner and xnumel >= heuristics().triton_wide_rows_min_x and rnumel >= heuristics().triton_wide_rows_min_r:
         # many long rows (cross-entropy over a 32k vocabulary for 4096 tokens): a row per program, 4096 points
         # per step (with the online softmax's running max and sum per row: 88% of the H100's copy bandwidth for
         # 4096 x 32768 bf16 against 73% for four rows of 1024 points per step; bench/ce_variants.py (in git history))

@@ -32,10 +32,10 @@ from ember.loopir.schedule import Kernel, Schedule
 
 from .triton_gen import HEADER, LaunchConfig, _Gen
 from .triton_ops import compute_dtype, ctl, tl_dtype
+from ember.heuristics import heuristics
 
 TEMPLATE_OPS = ("mm", "addmm", "bmm")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-GROUP_M = 8
 PAD_DEVICES = {"cuda"}      # where misaligned matmuls also try zero-padded operands (tests add "cpu")
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) per operand size class
 CONFIGS_16BIT = ((128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 8, 3), (128, 128, 32, 4, 4),
@@ -174,11 +174,11 @@ def template_source(e: Extern, cfg: TileConfig, body: KernelBody | None, store_m
              f"{cfg.label()}" + (f" + epilogue {body.kernel.name}: {body.kernel.fused()}" if body else ""),
              "@triton.jit", f"def {name}({', '.join(params)}):",
              "    pid = tl.program_id(0)",
-             f"    group = pid // {GROUP_M * gn_}",
-             f"    first_m = group * {GROUP_M}",
-             f"    group_m = min({gm_} - first_m, {GROUP_M})",
-             f"    pid_m = first_m + (pid % {GROUP_M * gn_}) % group_m",
-             f"    pid_n = (pid % {GROUP_M * gn_}) // group_m",
+             f"    group = pid // {heuristics().mm_group_m * gn_}",
+             f"    first_m = group * {heuristics().mm_group_m}",
+             f"    group_m = min({gm_} - first_m, {heuristics().mm_group_m})",
+             f"    pid_m = first_m + (pid % {heuristics().mm_group_m * gn_}) % group_m",
+             f"    pid_n = (pid % {heuristics().mm_group_m * gn_}) // group_m",
              f"    rm = pid_m * {bm} + tl.arange(0, {bm})",
              f"    rn = pid_n * {bn} + tl.arange(0, {bn})",
              f"    ram = rm % {m}" if m % bm else "    ram = rm",

@@ -20,6 +20,7 @@ from ember.loopir.ir import (BufferRef, Extern, ExternOutput, InputBuffer, Layou
                              contiguous_stride)
 from ember.loopir.kernel import KernelBody
 from ember.loopir.schedule import Kernel, Schedule
+from ember.heuristics import heuristics
 
 
 def restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
@@ -364,11 +365,6 @@ def _same_memory(a: Layout, b: Layout) -> bool:
     return pa == pb
 
 
-REUSE_WINDOW = 16
-REUSE_MAX_BYTES = 8 << 20      # larger buffers go back to the allocator: their kernels dwarf an allocation's cost,
-                               # and memory held for a later buffer raises the peak
-
-
 def _storage_key(lay: Layout) -> tuple | None:
     """(bytes, dtype, device) of the memory ``empty_strided`` gives a buffer of this layout (None: symbolic, or
     too large to be worth holding)."""
@@ -379,7 +375,7 @@ def _storage_key(lay: Layout) -> tuple | None:
     if any(n == 0 for n in shape):
         return None
     nbytes = (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * lay.dtype.itemsize
-    return (nbytes, lay.dtype, lay.device) if nbytes <= REUSE_MAX_BYTES else None
+    return (nbytes, lay.dtype, lay.device) if nbytes <= heuristics().wrapper_reuse_max_bytes else None
 
 
 def _symbolic_storage_key(lay: Layout) -> tuple | None:
@@ -391,7 +387,7 @@ def _symbolic_storage_key(lay: Layout) -> tuple | None:
         return None
     extent = 1 + sum(((n - 1) * st for n, st in zip(lay.shape, lay.stride)), sympy.Integer(0))
     nbytes = sympy.expand(table.simplify(extent * lay.dtype.itemsize))
-    return (nbytes, lay.dtype, lay.device) if table.hint(nbytes) <= REUSE_MAX_BYTES else None
+    return (nbytes, lay.dtype, lay.device) if table.hint(nbytes) <= heuristics().wrapper_reuse_max_bytes else None
 
 
 def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, str], set[str]]:
@@ -402,7 +398,7 @@ def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, s
     Returns ({receiver: donor name}, {donor names whose ``del`` waits for the receiver}). A donor is memory
     the wrapper allocated itself, read only by generated kernels and by externs returning fresh tensors (so no
     view of it survives), whose every name (buffers stored into it in place) has died; the most recently freed
-    one is taken first. Memory dead for more than ``REUSE_WINDOW`` steps goes back to the allocator instead
+    one is taken first. Memory dead for more than ``wrapper_reuse_window`` steps goes back to the allocator instead
     (held for a later buffer it would raise the peak: the allocator hands it to the steps between)."""
     graph = schedule.graph
     layouts = {n.name: n.layout for n in graph.nodes}
@@ -437,7 +433,7 @@ def plan_reuse(schedule: Schedule, inplace: dict[str, str]) -> tuple[dict[str, s
                     continue
                 key = _storage_key(layouts[b])
                 free = pool.get(key, []) if key is not None else []
-                while free and i - free[0][1] > REUSE_WINDOW:
+                while free and i - free[0][1] > heuristics().wrapper_reuse_window:
                     free.pop(0)
                 if free:
                     reuse[b] = free.pop()[0]

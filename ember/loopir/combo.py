@@ -23,10 +23,7 @@ from .inplace import memory_root, memory_roots, viewed_by_externs
 from .ir import Extern, Layout
 from .kernel import KernelBody
 from .schedule import Kernel, Schedule
-
-COMBO_MAX_PARTS = 128      # each part is a branch of the kernel (parts doing the same work share a function)
-COMBO_MAX_ARGS = 500       # kernel parameters (pointers): CUDA's 4 KB hold 512, Triton adds two of its own
-COMBO_MAX_NUMEL = 1 << 20  # larger kernels take longer than a launch gap by far: nothing to gain
+from ember.heuristics import heuristics
 
 
 @dataclass
@@ -69,7 +66,7 @@ class ComboBody:
 
 def _eligible(step: Any) -> bool:
     return isinstance(step, Kernel) and not isinstance(step, Combo) and step.rnumel == 1 and \
-        isinstance(step.xnumel, int) and 0 < step.xnumel <= COMBO_MAX_NUMEL
+        isinstance(step.xnumel, int) and 0 < step.xnumel <= heuristics().combo_max_numel
 
 
 class _Run:
@@ -89,7 +86,8 @@ class _Run:
         w = set().union(*map(self.roots, step.stores))
         r = set().union(*map(self.roots, step.reads))
         args = self.args | {self.param(b) for b in (*step.stores, *step.reads)}
-        if self.kernels and (len(self.kernels) >= COMBO_MAX_PARTS or len(args) > COMBO_MAX_ARGS or w & self.touched
+        h = heuristics()
+        if self.kernels and (len(self.kernels) >= h.combo_max_parts or len(args) > h.combo_max_args or w & self.touched
                              or r & self.writes or step.device != self.device):
             return False
         self.device = step.device
@@ -175,4 +173,4 @@ def combine(sched: Schedule, inplace: dict[str, str], eligible: Callable[[Kernel
     return Schedule(sched.graph, steps, frees, input_frees if sched.input_frees else [])
 
 
-__all__ = ["COMBO_MAX_ARGS", "COMBO_MAX_NUMEL", "COMBO_MAX_PARTS", "Combo", "ComboBody", "combine"]
+__all__ = ["Combo", "ComboBody", "combine"]

@@ -2,7 +2,7 @@
 
 cuDNN runs 16-bit convolutions in NHWC: given NCHW tensors it converts input, weight and output around every
 call (ResNet-50 at batch 8 on an H100: 1.1 ms of conversions and 1.4 ms of slower convolution kernels in a 7.9 ms
-step). So in a graph with at least ``MIN_CONVS`` 2-D convolutions on CUDA in bfloat16/float16:
+step). So in a graph with at least ``channels_last_min_convs`` 2-D convolutions on CUDA in bfloat16/float16:
 - every 4-D buffer the graph computes is stored channels-last (kernels write it in memory order), so the
   pointwise work between convolutions (batch norm, ReLU, residual adds) reads and writes NHWC;
 - a convolution's input and weight are passed channels-last (a graph input or parameter is copied once per
@@ -28,8 +28,8 @@ import torch
 from ember.decomp.meta import TensorMeta
 
 from .ir import Layout
+from ember.heuristics import heuristics
 
-MIN_CONVS = 4
 # per device type, the convolution dtypes that switch a graph to channels-last: cuDNN's 16-bit kernels, and
 # oneDNN's float32 ones; and the device types whose convolutions also get their weights channels-last
 DTYPES = {"cuda": (torch.bfloat16, torch.float16), "cpu": (torch.float32,)}
@@ -37,8 +37,8 @@ NHWC_WEIGHTS = {"cuda", "cpu"}
 
 
 def wants_channels_last(gm: Any) -> bool:
-    """Whether a graph has at least ``MIN_CONVS`` 2-D convolutions (forward ones, or ``convolution_backward``
-    calls in a backward graph) of a dtype that runs channels-last on its device."""
+    """Whether a graph has at least ``channels_last_min_convs`` (``ember.heuristics``) 2-D convolutions (forward
+    ones, or ``convolution_backward`` calls in a backward graph) of a dtype that runs channels-last on its device."""
     n = 0
     for node in gm.graph.nodes:
         t = node.target
@@ -53,7 +53,7 @@ def wants_channels_last(gm: Any) -> bool:
         if getattr(val, "ndim", 0) == 4 and not transposed and \
                 getattr(val, "dtype", None) in DTYPES.get(torch.device(val.device).type, ()):
             n += 1
-    return n >= MIN_CONVS
+    return n >= heuristics().channels_last_min_convs
 
 
 def channels_last(shape: tuple, dtype: torch.dtype, device: torch.device) -> Layout:
@@ -141,5 +141,5 @@ def channels_last_conv_backward(L: Any, impl: Any, args: tuple, kwargs: dict, me
     return outs
 
 
-__all__ = ["DTYPES", "MIN_CONVS", "NHWC_WEIGHTS", "channels_last", "channels_last_conv", "channels_last_conv_backward",
+__all__ = ["DTYPES", "NHWC_WEIGHTS", "channels_last", "channels_last_conv", "channels_last_conv_backward",
            "default_layout", "same_memory", "wants_channels_last"]

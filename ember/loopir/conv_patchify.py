@@ -19,10 +19,10 @@ import torch
 
 from .lower import LOWERINGS
 from .values import TV
+from ember.heuristics import heuristics
 
 DEVICES = {"cuda"}          # tests add "cpu" to run the same lowering there
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MIN_KERNEL = 2              # 1x1 stride-1 convolutions are plain matmuls that cuDNN/oneDNN run well
 
 
 def patchify_conv(L: Any, args: tuple) -> TV | None:
@@ -37,7 +37,8 @@ def patchify_conv(L: Any, args: tuple) -> TV | None:
         return None
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
-    if tuple(stride) != (kh, kw) or any(padding) or any(d != 1 for d in dilation) or min(kh, kw) < MIN_KERNEL:
+    if tuple(stride) != (kh, kw) or any(padding) or any(d != 1 for d in dilation) or \
+            min(kh, kw) < heuristics().patchify_min_kernel:
         return None
     oh, ow = h // kh, wd // kw
     if oh == 0 or ow == 0:

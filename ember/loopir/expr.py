@@ -178,10 +178,9 @@ def substitute(e: Expr, fn: Callable[[sympy.Expr], sympy.Expr], load: Callable[[
 
 
 # ops that cost many instructions per point without being EXPENSIVE_OPS (an IEEE-rounded division, a square
-# root); a small value computing one is stored rather than recomputed at each point of a user HOIST_FRACTION
+# root); a small value computing one is stored rather than recomputed at each point of a user hoist_fraction
 # times larger (lower._hoist; remat leaves such values stored)
 COSTLY_OPS = frozenset({"div", "rsqrt", "sqrt", "reciprocal"})
-HOIST_FRACTION = 8
 # ops costing far more than a load or an add: a value holding one is stored rather than recomputed per user
 EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
                           "acosh atanh sigmoid erf erfc erfinv lgamma digamma pow atan2 hypot".split())

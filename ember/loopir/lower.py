@@ -28,32 +28,21 @@ from ember.decomp.meta import TensorMeta, meta_of
 from ember.errors import EmberError
 from ember.shapes import expr_of, size_hint
 
-from .expr import COSTLY_OPS, EXPENSIVE_OPS, HOIST_FRACTION, Load, Op, cast, size, walk, xvars
+from .expr import COSTLY_OPS, EXPENSIVE_OPS, Load, Op, cast, size, walk, xvars
 from .indexing import steps_by_one
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .values import TV, buffer_view, contiguous_layout
+from ember.heuristics import heuristics
 
 LOWERINGS: dict[str, Callable[..., Any]] = {}
 MISSING_LOWERINGS: Counter = Counter()
-# a pointwise value used more than once is recomputed by each user unless it has an expensive op, reads more
-# than REUSE_READS buffers, has at least REUSE_OPS ops, or goes to several ATen calls: recomputing a few flops
-# from the inputs costs less than a memory pass (a store and a load per user), and index arithmetic
-# (iota-based positions, window bounds), which reads nothing, is always recomputed
-REUSE_READS = 4
-REUSE_OPS = 24
-# ... or when REUSE_MANY_USERS users would each recompute it from REUSE_MANY_FULL buffers of its size: every
-# kernel holding a user reads all of them, where a stored value costs one store and one load per user (a
-# residual block's output gradient, (g1 + g2) * (out > 0), feeds a batch norm's two sums, its input gradient and
-# the residual path: three kernels reading three full buffers each, against one store and three loads)
-REUSE_MANY_USERS = 3
-REUSE_MANY_FULL = 3
 
 
 @dataclass(frozen=True)
 class ReusePolicy:
     """How the lowering weighs recomputing a reused value against storing it. ``expensive_stored``: an expensive op
     makes it stored. ``count_broadcast_reads``: reads of broadcast rows and columns (a norm's per-row statistics
-    and per-column weights) count towards ``REUSE_READS`` like reads of a full buffer."""
+    and per-column weights) count towards ``reuse_reads`` like reads of a full buffer."""
     expensive_stored: bool
     count_broadcast_reads: bool
 
@@ -67,13 +56,6 @@ REUSE_POLICY = ReusePolicy(expensive_stored=True, count_broadcast_reads=True)
 # a value stored anyway (for an ATen call, or as an output) is loaded by its other users rather than recomputed
 # from two or more buffers of its size (bench/reuse_stored_ab.py (in git history) measures the difference)
 REUSE_STORED = True
-# a small value computing a COSTLY_OPS or EXPENSIVE_OPS op from a buffer is stored when a user broadcasts it
-# over at least HOIST_FRACTION times its points (expr.py): computing a batch norm's per-channel mean and rsqrt(var /
-# n + eps) once per element (two IEEE divisions and a rsqrt) made its normalize kernels on the H100 run at 2.4
-# TB/s against 2.9 TB/s for Inductor's, which loads them (bench/results/2026-11-26-h100-j (in git history))
-HOIST_MAX_NUMEL = 1 << 16
-# any value whose body grew beyond this many ops is realized (bounds the size of inlined bodies)
-MAX_INLINE_OPS = 200
 
 
 class LoweringError(EmberError):
@@ -355,7 +337,8 @@ class Lowerer:
         if isinstance(out, TV) and out.view is None:
             body = out.loader(xvars(out.ndim))
             n_ops = size(body)
-            if n_ops >= MAX_INLINE_OPS or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
+            h = heuristics()
+            if n_ops >= h.max_inline_ops or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
                 # stored in eager's layout (channels-last for a channels-last input's values), so that a view
                 # of it that the graph returns has eager's strides; the default layout in a convolution graph
                 eager = None if self.channels_last else _traced_layout(out, _eager_meta(node))
@@ -531,17 +514,17 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
     # layer's matmul and its residual add)
     if REUSE_STORED and externs and externs < len(node.users) and len(full) >= 2:
         return True
-    if len(full) >= REUSE_MANY_FULL and len(node.users) - externs >= REUSE_MANY_USERS:
+    if len(full) >= heuristics().reuse_many_full and len(node.users) - externs >= heuristics().reuse_many_users:
         return True
     n_reads = len(reads) if policy.count_broadcast_reads else len(full)
-    return externs > 1 or n_reads > REUSE_READS or n_ops >= REUSE_OPS
+    return externs > 1 or n_reads > heuristics().reuse_reads or n_ops >= heuristics().reuse_ops
 
 
 def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
-    """Whether a value is small against a lowered user (at most 1/HOIST_FRACTION of its points) and computes a
+    """Whether a value is small against a lowered user (at most 1/hoist_fraction of its points) and computes a
     costly op (``COSTLY_OPS`` or ``EXPENSIVE_OPS``) from a buffer: see ``Lowerer._hoisted``."""
     n = math.prod(shape) if all(isinstance(d, int) for d in shape) else None
-    if n is None or n > HOIST_MAX_NUMEL:
+    if n is None or n > heuristics().hoist_max_numel:
         return False
     costly = reads = False
     for e in walk(body):
@@ -554,7 +537,8 @@ def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
     for u in node.users:
         val = u.meta.get("val") if _lowered(u) else None
         shp = getattr(val, "shape", None)
-        if shp is not None and all(isinstance(d, int) for d in shp) and math.prod(shp) >= HOIST_FRACTION * max(n, 1):
+        h = heuristics()
+        if shp is not None and all(isinstance(d, int) for d in shp) and math.prod(shp) >= h.hoist_fraction * max(n, 1):
             return True
     return False
 

@@ -15,6 +15,7 @@ from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_sy
 from .ir import Layout, Reduction, contiguous_stride, prod
 from .lower import Lowerer, UseExtern, register_lowering
 from .values import TV, buffer_view, constant, index_value, masked, pointwise, restride
+from ember.heuristics import heuristics
 
 UNARY = ("neg abs exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh "
          "asinh acosh atanh sigmoid erf erfc erfinv lgamma digamma floor ceil round trunc sign reciprocal "
@@ -436,24 +437,6 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
     return out
 
 
-# A GPU reduction with few outputs and long rows runs on few programs; it is split in two: partial results
-# over chunks of the row (many programs), then a short reduction of the partials.
-SPLIT_MIN_RNUMEL = 8192
-SPLIT_MAX_XNUMEL = 1024
-SPLIT_TARGET_PROGRAMS = 2048
-SPLIT_MIN_CHUNK = 1024
-# An outer reduction (the kept dim contiguous: a per-channel sum over NHWC rows, a bias gradient over tokens) is
-# tiled 64 outputs wide, so it needs 64 times the partial rows for as many programs; it is split from shorter
-# rows and wider outputs on, into shorter chunks.
-SPLIT_TARGET_OUTER = 32768
-OUTER_TILE = 64
-OUTER_MIN_PROGRAMS = 256
-OUTER_MIN_RNUMEL = 2048
-OUTER_MIN_CHUNK = 256
-# CPU outer sums of rows at least this long are split for accuracy (``_accuracy_split``), in chunks of at
-# least ACCURATE_MIN_CHUNK points
-ACCURATE_MIN_RNUMEL = 4096
-ACCURATE_MIN_CHUNK = 1024
 IDENTITY = {"sum": 0, "prod": 1, "amax": float("-inf"), "amin": float("inf"), "any": False, "all": True}
 
 
@@ -474,12 +457,13 @@ def _split_factor(device: torch.device, xnumel: Any, rnumel: Any, outer: bool = 
     if device.type != "cuda" or not isinstance(xnumel, int) or not isinstance(rnumel, int):
         return 1
     if outer:
-        if rnumel < OUTER_MIN_RNUMEL or -(-xnumel // OUTER_TILE) >= OUTER_MIN_PROGRAMS:
+        h = heuristics()
+        if rnumel < h.outer_min_rnumel or -(-xnumel // h.outer_tile) >= h.outer_min_programs:
             return 1
-        return max(1, min(SPLIT_TARGET_OUTER // xnumel, rnumel // OUTER_MIN_CHUNK))
-    if rnumel < SPLIT_MIN_RNUMEL or xnumel > SPLIT_MAX_XNUMEL:
+        return max(1, min(heuristics().split_target_outer // xnumel, rnumel // heuristics().outer_min_chunk))
+    if rnumel < heuristics().split_min_rnumel or xnumel > heuristics().split_max_xnumel:
         return 1
-    return max(1, min(SPLIT_TARGET_PROGRAMS // xnumel, rnumel // SPLIT_MIN_CHUNK))
+    return max(1, min(heuristics().split_target_programs // xnumel, rnumel // heuristics().split_min_chunk))
 
 
 def _accuracy_split(device: torch.device, rnumel: Any, kind: str, dtype: torch.dtype, outer: bool) -> int:
@@ -491,9 +475,9 @@ def _accuracy_split(device: torch.device, rnumel: Any, kind: str, dtype: torch.d
     spread over the lanes, each adding a vector's share of it, and is left whole: its chunks would read it
     through divisions (an NCHW batch norm's rows of H*W points ran 10x slower)."""
     if device.type != "cpu" or not outer or kind not in ("sum", "welford") or not dtype.is_floating_point \
-            or not isinstance(rnumel, int) or rnumel < ACCURATE_MIN_RNUMEL:
+            or not isinstance(rnumel, int) or rnumel < heuristics().accurate_min_rnumel:
         return 1
-    return -(-rnumel // max(ACCURATE_MIN_CHUNK, math.isqrt(rnumel)))
+    return -(-rnumel // max(heuristics().accurate_min_chunk, math.isqrt(rnumel)))
 
 
 def _identity(kind: str, dtype: torch.dtype) -> Any:

@@ -33,9 +33,9 @@ import torch
 from .ir import BufferRef, Layout
 from .lower import LOWERINGS, _traced_layout, prim_name
 from .values import TV, buffer_view, contiguous_layout
+from ember.heuristics import heuristics
 
 ALIGN_BYTES = 16
-MIN_MACS = 1 << 24          # smaller products: the copies would cost more than the faster kernel saves
 DEVICES = {"cuda"}          # tests add "cpu" to run the same lowering there
 
 
@@ -129,9 +129,9 @@ def _feeds_matmul(node: Any, k: int) -> bool:
             if _feeds_matmul(u, k):
                 return True
         elif p == "permute" and list(u.args[1]) == [1, 0]:
-            if any(prim_name(v) in ("mm", "addmm") and _matmul_macs(v) >= MIN_MACS for v in u.users):
+            if any(prim_name(v) in ("mm", "addmm") and _matmul_macs(v) >= heuristics().align_min_macs for v in u.users):
                 return True
-        elif p in ("mm", "addmm") and node in u.args[-2:] and _matmul_macs(u) >= MIN_MACS:
+        elif p in ("mm", "addmm") and node in u.args[-2:] and _matmul_macs(u) >= heuristics().align_min_macs:
             return True
     return False
 
@@ -188,7 +188,7 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if not all(isinstance(v, int) for v in (*a.shape, n)):
         return None
-    if m * k * n * (a.shape[0] if a.ndim == 3 else 1) < MIN_MACS:
+    if m * k * n * (a.shape[0] if a.ndim == 3 else 1) < heuristics().align_min_macs:
         return None
     align = ALIGN_BYTES // a.dtype.itemsize
     kp, np_ = _round(k, align), _round(n, align)
@@ -230,4 +230,4 @@ def align_matmul(L: Any, name: str, impl: Any, args: tuple, kwargs: dict, arg_me
     return LOWERINGS["slice"](L, out, out.ndim - 1, 0, n)
 
 
-__all__ = ["align_matmul", "padded_for_matmuls", "DEVICES", "MIN_MACS"]
+__all__ = ["align_matmul", "padded_for_matmuls", "DEVICES"]

@@ -10,7 +10,7 @@ fusion puts the sums and the mask's other reads in one kernel); the scheduled ke
 Input: a scheduled kernel, its nodes, and the graph's nodes by name. Output: the kernel's nodes with such loads
 replaced by the value's body placed at the load's index (the value's own loads then read the kernel's buffers
 at the same points). Invariant: a value is recomputed only where every buffer of its size it reads is already
-read by the kernel, its body is cheap (no expensive op, fewer than ``REMAT_MAX_OPS`` ops, no gathers), it is
+read by the kernel, its body is cheap (no expensive op, fewer than ``remat_max_ops`` ops, no gathers), it is
 stored contiguous, and no load of it in the kernel is masked.
 """
 from __future__ import annotations
@@ -20,17 +20,16 @@ from typing import Any
 from .expr import EXPENSIVE_OPS, Bind, Load, Op, cast, loads, size, substitute, walk, xvars
 from .indexing import place
 from .ir import Node, Pointwise, Scatter, prod
-
-REMAT_MAX_OPS = 24
-SMALL_FRACTION = 8       # a buffer this many times smaller than the value may be read in addition
+from ember.heuristics import heuristics
 
 
 def full_reads(v: Pointwise, graph_nodes: dict[str, Node]) -> set[str] | None:
     """The buffers ``v`` reads that are not small (a broadcast row or column, a per-channel vector: under
-    1/``SMALL_FRACTION`` of ``v``'s points); None when its body is not one to recompute (expensive, large, or a
+    1/``remat_small_fraction`` of ``v``'s points); None when its body is not one to recompute (expensive, large, or a
     gather)."""
     body = v.body
-    if size(body) >= REMAT_MAX_OPS or any(isinstance(e, Bind) or (isinstance(e, Op) and e.name in EXPENSIVE_OPS)
+    h = heuristics()
+    if size(body) >= h.remat_max_ops or any(isinstance(e, Bind) or (isinstance(e, Op) and e.name in EXPENSIVE_OPS)
                                           for e in walk(body)):
         return None
     need = {x for x, n in zip(xvars(len(v.ranges)), v.ranges) if n != 1}
@@ -40,7 +39,7 @@ def full_reads(v: Pointwise, graph_nodes: dict[str, Node]) -> set[str] | None:
             return None
         lay = getattr(graph_nodes.get(ld.buf), "layout", None)
         small = lay is not None and isinstance(lay.numel(), int) and isinstance(prod(v.ranges), int) and \
-            lay.numel() * SMALL_FRACTION <= prod(v.ranges)
+            lay.numel() * heuristics().remat_small_fraction <= prod(v.ranges)
         if need <= ld.index.free_symbols or not small:
             out.add(ld.buf)
     return out

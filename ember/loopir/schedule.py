@@ -31,28 +31,7 @@ from .expr import loads, rvars, xvars
 from .indexing import RINDEX, XINDEX, _linear, fold_divmod, place, split_point, steps_by_one
 from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, Scatter, prod
 from .remat import rematerialize
-
-MAX_KERNEL_NODES = 64
-HORIZONTAL_MAX_NUMEL = 1 << 16   # independent pointwise kernels up to this size fuse horizontally
-TINY_NUMEL = 1 << 12              # ... and those up to this size join any earlier one of their shape (_tiny)
-HORIZONTAL_MAX_POINTS = 1 << 20  # ... while buffers x points stays below this (past it, more memory streams
-                                 # than a core's prefetchers follow only divide the bandwidth)
-# With ``spread`` (GPU kernels, where independent kernels launch together as combo kernels, ``loopir.combo``):
-# a kernel's programs run on many cores at once, and independent work joined into one kernel runs in sequence in
-# each program, so horizontal joins of pointwise nodes stop at this many buffer points and this many buffers
-# (streams) per program. An Adam-like update over 120 float32 tensors on an H100 took 245 us in 56 kernels, 77 us
-# as 5 combo kernels while 36 updates of 256 points still shared one program (bench/adam_shapes.py (in git history), results in
-# bench/results/2026-11-26-h100-k (in git history)); the same bytes in one tensor take 23 us.
-SPREAD_MAX_POINTS = 1 << 16
-SPREAD_MAX_STREAMS = 16
-# A node of more than HORIZONTAL_MAX_NUMEL points joins a kernel for reading the same input only when that input
-# has at least 1/SHARED_READ_FRACTION of its points: sharing a small one (an attention's [batch, keys] padding
-# mask, a norm's weight) saves nothing, and the joined kernel holds two unrelated computations at once. The
-# handwritten encoder's attention backward on an H100 took the previous layer's probabilities, recomputed in
-# float32 and bf16, into the softmax backward's kernel for the mask they both read: 425 us per layer, against
-# 140 us for the softmax backward alone (bench/results/2026-11-25-h100-i/uprof_encoder.log.gz (in git history)) and about as
-# much for the recomputation, a pass over the same bytes.
-SHARED_READ_FRACTION = 8
+from ember.heuristics import heuristics
 
 
 @dataclass
@@ -163,7 +142,6 @@ class _Group:
 
 
 ROW_TILED_DEVICES = {"cuda"}     # tests add "cpu" to run row-tiled pointwise kernels under Triton's interpreter
-ROW_TILED_MIN = 4096
 
 
 def _row_tiled(node: Node) -> bool:
@@ -172,7 +150,7 @@ def _row_tiled(node: Node) -> bool:
     every element, the row's values (a log-softmax's max and sum) gathered per element, and the loads and
     stores of rows at odd offsets could not be vectorized.
 
-    On the CPU, a pointwise node whose rows hold at least a vector (``ROW_TILED_CPU_MIN``) and whose loads
+    On the CPU, a pointwise node whose rows hold at least a vector (``row_tiled_cpu_min``) and whose loads
     divide the flat index (a permuted or concatenated copy: an attention's head split and merge, the
     gradient of a fused qkv projection assembled from three transposed parts) runs so too: per row, the
     divisions, the concatenation's conditions and the row's offsets are computed once, and the row's loop
@@ -183,11 +161,8 @@ def _row_tiled(node: Node) -> bool:
     if not isinstance(r, int):
         return False
     if node.device.type in ROW_TILED_DEVICES:
-        return r >= ROW_TILED_MIN and r % 64 != 0
-    return node.device.type == "cpu" and r >= ROW_TILED_CPU_MIN and _divides_flat_index(node)
-
-
-ROW_TILED_CPU_MIN = 16
+        return r >= heuristics().row_tiled_min and r % 64 != 0
+    return node.device.type == "cpu" and r >= heuristics().row_tiled_cpu_min and _divides_flat_index(node)
 
 
 def _row_tiled_symbolic(node: Node, r: sympy.Expr) -> bool:
@@ -195,7 +170,7 @@ def _row_tiled_symbolic(node: Node, r: sympy.Expr) -> bool:
     row is ``x % s1`` (a broadcast row, a padded or concatenated row), which no vector loop can take; per row,
     it is ``rindex``. Row-tiled where some load divides or takes the remainder of the flat index, and the
     rows are at least a vector long at the hints (a performance choice: the loops are right for any size)."""
-    if node.device.type != "cpu" or size_hint(r) < ROW_TILED_CPU_MIN:
+    if node.device.type != "cpu" or size_hint(r) < heuristics().row_tiled_cpu_min:
         return False
     groups = [(XINDEX, xvars(len(node.ranges)), list(node.ranges))]  # type: ignore[attr-defined]
     for ld in loads(node.body):  # type: ignore[attr-defined]
@@ -231,7 +206,7 @@ def _why_not(g: _Group, node: Node, where: dict[str, Any], node_loads: list, lat
     placements are put there."""
     if node.device != g.nodes[0].device:
         return "different device"
-    if len(g.nodes) >= MAX_KERNEL_NODES:
+    if len(g.nodes) >= heuristics().max_kernel_nodes:
         return "kernel is full"
     if isinstance(node, Scatter) or isinstance(g.nodes[0], Scatter):
         return "a scatter runs in a kernel of its own (every point of its target must be written first, and " \
@@ -371,7 +346,7 @@ def _hoisted(nodes: list[Node]) -> list[Node]:
 
 def schedule(graph: LoopGraph, spread: Collection[Any] = ()) -> Schedule:
     """``spread``: the devices whose kernels run on a GPU, independent ones launched together as combo
-    kernels (see ``SPREAD_MAX_POINTS``)."""
+    kernels (see ``spread_max_points``)."""
     where: dict[str, int] = {}          # buffer -> position of the step producing it
     groups: list[_Group] = []
     steps: list[Any] = []               # _Group | Extern | ExternOutput, in order
@@ -393,8 +368,9 @@ def schedule(graph: LoopGraph, spread: Collection[Any] = ()) -> Schedule:
         side = None       # for a tiny node, the latest kernel it may join horizontally, sharing nothing
         tiny = _tiny(node)
         # reductions keep the wide cap: combo kernels take pointwise kernels only
-        cap = (SPREAD_MAX_POINTS, SPREAD_MAX_STREAMS) if isinstance(node, Pointwise) and node.device in spread \
-            else (HORIZONTAL_MAX_POINTS, None)
+        h = heuristics()
+        cap = (h.spread_max_points, h.spread_max_streams) if isinstance(node, Pointwise) and node.device in spread \
+            else (heuristics().horizontal_max_points, None)
         for g in reversed(groups):
             d: dict = {}
             why = _why_not(g, node, where, node_loads, derived=d)
@@ -444,20 +420,21 @@ def _sunk(groups: list[_Group], steps: list[Any], where: dict[str, int], node: N
 
 
 def _tiny(node: Node) -> bool:
-    """A node of at most ``TINY_NUMEL`` points (a per-channel vector): it may join any earlier kernel of its shape
+    """A node of at most ``tiny_numel`` points (a per-channel vector): it may join any earlier kernel of its shape
     horizontally, not only the latest one, so that a graph's per-channel values take one launch, not one each."""
     xn, rn = _shape_of(node)
-    return isinstance(xn, int) and isinstance(rn, int) and xn * rn <= TINY_NUMEL
+    return isinstance(xn, int) and isinstance(rn, int) and xn * rn <= heuristics().tiny_numel
 
 
 def _big_reads(node: Node, numel: dict[str, Any]) -> set[str]:
-    """The buffers ``node`` reads whose sharing counts towards joining a kernel (see ``SHARED_READ_FRACTION``):
-    all of them for a node of at most ``HORIZONTAL_MAX_NUMEL`` points or of a symbolic size."""
+    """The buffers ``node`` reads whose sharing counts towards joining a kernel (see ``shared_read_fraction``):
+    all of them for a node of at most ``horizontal_max_numel`` points or of a symbolic size."""
     xn, rn = _shape_of(node)
     deps = node.reads()
-    if not isinstance(xn, int) or not isinstance(rn, int) or xn * rn <= HORIZONTAL_MAX_NUMEL:
+    if not isinstance(xn, int) or not isinstance(rn, int) or xn * rn <= heuristics().horizontal_max_numel:
         return deps
-    return {b for b in deps if not isinstance(numel.get(b), int) or numel[b] * SHARED_READ_FRACTION >= xn * rn}
+    h = heuristics()
+    return {b for b in deps if not isinstance(numel.get(b), int) or numel[b] * h.shared_read_fraction >= xn * rn}
 
 
 def _step_io(s: Any) -> tuple[set[str], set[str]]:
@@ -500,7 +477,7 @@ def _horizontal(g: _Group, node: Node, reads: set[str], cap: tuple[int, int | No
     per-channel statistics)."""
     xn, rn = _shape_of(node)
     points = xn * rn if isinstance(xn, int) and isinstance(rn, int) else None
-    if (xn, rn) != (g.xnumel, g.rnumel) or points is None or points > HORIZONTAL_MAX_NUMEL:
+    if (xn, rn) != (g.xnumel, g.rnumel) or points is None or points > heuristics().horizontal_max_numel:
         return False
     if not (isinstance(node, Pointwise) or (isinstance(node, Reduction) and rn != 1)):
         return False

@@ -33,8 +33,7 @@ from .expr import Const, Op, xvars
 from .ir import Layout, Reduction, prod
 from .lower import Lowerer, register_lowering
 from .values import TV, buffer_view, constant, pointwise
-
-MIN_SPLIT_FRACTION = 2      # a divisor split count at least 1/2 of the heuristic's, else shifted sums of squares
+from ember.heuristics import heuristics
 
 
 def _symbolic_count(n: Any, correction: Any) -> Any:
@@ -87,7 +86,7 @@ def _split_count(x: TV, d: Sequence[int]) -> int:
     if want <= 1:
         return 1
     best = next((k for k in range(want, 1, -1) if R % k == 0), 1)
-    return best if best * MIN_SPLIT_FRACTION >= want else 0
+    return best if best * heuristics().welford_min_split_fraction >= want else 0
 
 
 def _split_sum_m2(L: Lowerer, c: TV, d: Sequence[int], n: int, split: int) -> tuple[TV, TV]:

@@ -9,6 +9,8 @@ import re
 
 import torch
 
+import ember.heuristics as H
+
 from ember.options import make_options
 from tests.autograd.test_no_grad_steps import _adam as adam_update  # the Adam-like update over many tensors
 
@@ -96,7 +98,7 @@ def test_a_120_tensor_adam_update_is_one_launch_within_cudas_parameter_space(mon
     fn = _adam_graph(monkeypatch, [(64, 64), (256,), (128, 512)] * 40, calls=1)
     assert _launches(fn.source) == 1, fn.source
     (params,) = _params("\n".join(fn.kernel_sources))
-    assert len(params) == 480 <= combo.COMBO_MAX_ARGS < 510
+    assert len(params) == 480 <= H.DEFAULT.combo_max_args < 510
 
 
 def transposed_reader(x):

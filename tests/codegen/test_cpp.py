@@ -5,10 +5,14 @@ every final graph was turned into C++ kernels (no silent FX or eager fallback).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import pytest
 import torch
+
+import ember.heuristics as H
 import torch.nn.functional as F
 
 import ember.codegen as codegen
@@ -332,7 +336,7 @@ def test_lane_by_lane_ops_run_at_the_vector_width() -> None:
 @pytest.mark.parametrize("cols", [1000, 4096, 40000])
 def test_bf16_softmax_stashes_exp_in_a_scratch_row(cols: int) -> None:
     """softmax of bf16 computes exp in float32, which the bf16 output cannot hold: the sum loop stores it into a
-    per-row float scratch row (on the stack, while the row fits ``SCRATCH_ROOM``), and the output loop reads
+    per-row float scratch row (on the stack, while the row fits ``cpp_scratch_room``), and the output loop reads
     it back instead of computing exp again. Rows past the room recompute. Values stay eager's within bf16."""
     x = (_rn(6, cols) * 4).bfloat16()
     x[0, :3] = torch.tensor([float("-inf"), 1e4, float("nan")])
@@ -340,7 +344,7 @@ def test_bf16_softmax_stashes_exp_in_a_scratch_row(cols: int) -> None:
     fn = lambda x: torch.softmax(x, -1)      # noqa: E731
     compiled, built = _compile(fn, [x])
     src = "\n".join(s for b in built for s in b.kernel_sources)
-    fits = cols * 4 <= cpp.SCRATCH_ROOM
+    fits = cols * 4 <= H.DEFAULT.cpp_scratch_room
     assert ("p_scratch0[" in src) == fits, src
     assert src.count("ember_vexpf(") == (1 if fits else 2), src
     torch.testing.assert_close(compiled(x), fn(x), equal_nan=True)
@@ -409,9 +413,9 @@ def test_permuted_concatenation_runs_row_by_row_in_vector_loops() -> None:
 
 
 def test_graph_with_many_kernels_compiles_in_parallel_units(tmp_path, monkeypatch) -> None:
-    """A graph with more than ``KERNELS_PER_UNIT`` kernels per core compiles as one unit per core, the compilers
+    """A graph with more than ``cpp_kernels_per_unit`` kernels per core compiles as one unit per core, the compilers
     running at once; every kernel loads from its unit and computes what eager does; a warm start runs none."""
-    monkeypatch.setattr(cpp, "KERNELS_PER_UNIT", 2)
+    monkeypatch.setattr(H, "DEFAULT", dataclasses.replace(H.DEFAULT, cpp_kernels_per_unit=2))
     monkeypatch.setattr(cpp.os, "cpu_count", lambda: 2)
 
     def fn(x):

@@ -145,7 +145,7 @@ def _split_heads(x):
 
 
 def _conv_block(x, w1, w2):
-    """Four convolutions (conv_layout.MIN_CONVS: the graph computes channels-last), ReLUs, a residual add and a
+    """Four convolutions (``channels_last_min_convs``: the graph computes channels-last), ReLUs, a residual add and a
     mean over the spatial dims."""
     conv = lambda a, w: aten.convolution.default(a, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)  # noqa: E731
     y = aten.relu.default(conv(x, w1))

@@ -7,6 +7,7 @@ final graph was turned into Triton kernels (no silent FX or eager fallback).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 from collections.abc import Callable
@@ -17,6 +18,7 @@ import sympy
 import torch
 import torch.nn.functional as F
 
+import ember.heuristics as H
 from ember import codegen
 from ember.autograd.aot import aot_compile
 from ember.codegen.wrapper import CompiledGraph
@@ -456,8 +458,8 @@ def test_many_long_rows_take_a_row_per_program(monkeypatch) -> None:
     program, 4096 points per step (thresholds lowered here so the interpreter runs it quickly): the row's tail
     is masked and the values stay eager's."""
     from ember.codegen import triton_gen
-    monkeypatch.setattr(triton_gen, "WIDE_ROWS_MIN_X", 4)
-    monkeypatch.setattr(triton_gen, "WIDE_ROWS_MIN_R", 1000)
+    monkeypatch.setattr(H, "DEFAULT", dataclasses.replace(H.DEFAULT, triton_wide_rows_min_x=4,
+                                                          triton_wide_rows_min_r=1000))
     x, t = _rn(6, 5000), torch.randint(0, 5000, (6,))
     src = _sources(_ce, [x, t])
     assert "looped XBLOCK=1 RBLOCK=4096 num_warps=8" in src, src

@@ -3,8 +3,12 @@ rows (ember/loopir/matmul_align.py). That lowering is for CUDA; here it is switc
 values, gradients and output strides are checked against eager on every CPU backend."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+
+import ember.heuristics as H
 import torch.nn.functional as F
 
 import ember
@@ -42,7 +46,7 @@ CASES = {
 @pytest.fixture
 def on_cpu(monkeypatch):
     monkeypatch.setattr(MA, "DEVICES", {"cuda", "cpu"})
-    monkeypatch.setattr(MA, "MIN_MACS", 1)
+    monkeypatch.setattr(H, "DEFAULT", dataclasses.replace(H.DEFAULT, align_min_macs=1))
 
 
 @pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)

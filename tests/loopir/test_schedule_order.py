@@ -4,9 +4,13 @@ the kernel reading what it reads (attention's softmax backward and the cast of t
 bmm, in BERT's backward). Compiled results equal eager."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import sympy
 import torch
+
+import ember.heuristics as H
 import torch.nn.functional as F
 
 import ember
@@ -79,7 +83,7 @@ def test_matmul_on_inputs_moves_up_but_not_past_another_aten_call():
 def row_tiled_on_cpu(monkeypatch):
     import ember.loopir.schedule as S
     monkeypatch.setattr(S, "ROW_TILED_DEVICES", {"cuda", "cpu"})
-    monkeypatch.setattr(S, "ROW_TILED_MIN", 64)
+    monkeypatch.setattr(H, "DEFAULT", dataclasses.replace(H.DEFAULT, row_tiled_min=64))
 
 
 def _ce_grad(h, w, y):
@@ -135,7 +139,7 @@ def test_large_nodes_sharing_only_a_small_input_stay_apart():
         for x, y in zip(got, want):
             torch.testing.assert_close(x, y)
         return [k for k in _schedule(fn, *args).steps if isinstance(k, Kernel)]
-    rows = 4 * sched.HORIZONTAL_MAX_NUMEL // 256
+    rows = 4 * H.DEFAULT.horizontal_max_numel // 256
     assert len(kernels(small_shared, rows)) == 2
     assert len(kernels(big_shared, rows)) == 1
     assert len(kernels(small_shared, 16)) == 1
