@@ -258,6 +258,8 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
         if src is dst or _same_memory(src, dst):       # the compiled graph stored the new value in place
             stored.append(dst)
             continue
+        if 0 in dst.stride():
+            dst, src = _unexpanded(dst, src)
         if dst.requires_grad and not src.requires_grad and dst.is_leaf:
             with torch.no_grad():        # eager mutates such a leaf under no_grad too (or fails before)
                 dst.copy_(src)
@@ -289,6 +291,16 @@ def _rebuild_output_view(a: AliasInfo, outs: list[Any]) -> None:
     if not a.requires_grad:
         base = base.detach()
     outs[a.output] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
+
+
+def _unexpanded(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An expanded input that the graph updated (``x.zero_()`` on ``y.expand(3, 4)``, which eager allows):
+    ``copy_`` into it raises, as several of its elements are one memory location. Each location is written
+    once, with ``src``'s last element along each stride-0 dim (the one eager's loop writes last)."""
+    for d, (n, st) in enumerate(zip(dst.shape, dst.stride())):
+        if st == 0 and n > 1:
+            dst, src = dst.narrow(d, n - 1, 1), src.narrow(d, n - 1, 1)
+    return dst, src
 
 
 def _same_memory(a: Any, b: Any) -> bool:
