@@ -79,6 +79,7 @@ class CompiledGraphs:
     bwd_graph: Any = None
     compile_bwd: Callable[[Any], Any] | None = None
     bwd_variants: dict = field(default_factory=dict)    # frozenset of absent tangents -> (bwd, zero outputs)
+    multi_output_views: frozenset = frozenset()     # user outputs eager makes with split/unbind: kept views
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -119,6 +120,8 @@ class AotFunction(torch.autograd.Function):
         outs = _run(graphs.fwd, *primals)
         n = graphs.num_user_outputs + len(graphs.write_backs)
         fwd_outs, saved = list(outs[:n]), list(outs[n:])
+        if graphs.multi_output_views or any(isinstance(o, torch.Tensor) and o._is_view() for o in fwd_outs):
+            fwd_outs = _unviewed(fwd_outs, primals, graphs.multi_output_views)
         if graphs.write_backs:     # an input about to be overwritten: the backward needs its old value
             mutated = {id(primals[i]) for i, _ in graphs.write_backs}
             saved = [s.clone() if id(s) in mutated else s for s in saved]
@@ -181,6 +184,28 @@ class AotFunction(torch.autograd.Function):
         for j, (shape, dtype, device) in zeros.items():
             grads[j] = torch.zeros(shape, dtype=dtype, device=device)
         return (None, *_unreached(graphs, grad_outputs, grads))
+
+
+def _unviewed(outs: list, primals: tuple, keep: frozenset) -> list:
+    """Outputs that the compiled forward returns as views of its own buffers (``as_strided`` of a larger
+    value), detached: autograd marks a view returned by a custom Function with several outputs as one that
+    must not be modified in place ("Output 0 of AotFunction is a view and is being modified inplace"), while
+    eager's caller may update it (``t1[0] = 1`` after a graph break). ``detach`` keeps the memory and the
+    version counter (so a saved value sharing that memory still sees the update) and drops the view mark.
+    Views of the inputs are left as they are (rebuilt as such views by ``finish``). The outputs in ``keep``,
+    which eager makes with a multi-output view op (``aliasing.multi_output_views``), are returned as views, so
+    that autograd refuses their in-place update as eager's does."""
+    ins = {id(p) for p in primals if isinstance(p, torch.Tensor)}
+    ins |= {id(p._base) for p in primals if isinstance(p, torch.Tensor) and p._base is not None}
+    done: dict[int, torch.Tensor] = {}
+    out = []
+    for k, o in enumerate(outs):
+        if k in keep:
+            o = o if o._is_view() else o.view_as(o)
+        elif isinstance(o, torch.Tensor) and o._is_view() and id(o._base) not in ins:
+            o = done.setdefault(id(o), o.detach())
+        out.append(o)
+    return out
 
 
 def _backward_for(graphs: CompiledGraphs, grad_outputs: tuple) -> tuple[Any, dict]:
