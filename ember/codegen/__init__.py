@@ -31,10 +31,32 @@ def cache_root() -> Path:
     return diskcache.root()
 
 
-def kernel_backend(device: torch.device, options: Any) -> str:
+def kernel_backend(device: torch.device, options: Any) -> str | None:
+    """The kernel backend for data on ``device``: Triton on CUDA, ``options.cpu_backend`` on CPU, None on any
+    other device (``meta``, ``mps``: their graphs run as FX graphs, ``loopir.lower.check_devices``)."""
     if device.type == "cuda":
         return "triton"
-    return getattr(options, "cpu_backend", None) or "cpp"
+    if device.type == "cpu":
+        return getattr(options, "cpu_backend", None) or "cpp"
+    return None
+
+
+def _check_kernel_devices(graph: Any, bodies: list) -> None:
+    """Every buffer a kernel reads or writes is memory of the kernel's device (a C++ kernel: CPU memory), or a
+    0-dim CPU input that the wrapper copies to a GPU kernel's device. Checked once per compile from the fake
+    tensors' devices (``loopir.lower.check_devices`` sent every other graph to the FX path); the guards check
+    the inputs' devices on every call."""
+    from ember.errors import InternalError
+    nodes = {n.name: n for n in graph.nodes}
+    for b in bodies:
+        dev = b.kernel.device
+        for name in b.buffers:
+            n = nodes.get(name)
+            if n is None or n.device == dev or (n.device.type == "cpu" and len(n.layout.shape) == 0 and
+                                                dev.type != "cpu"):
+                continue
+            raise InternalError(f"ember.codegen: kernel {b.kernel.name} on {dev} was given buffer {name} on "
+                                f"{n.device}")
 
 
 def _backend_module(name: str) -> Any:
@@ -108,7 +130,7 @@ def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[...,
     from ember.loopir.combo import Combo, ComboBody, combine
     from ember.loopir.ir import BufferRef, Layout
     from ember.loopir.kernel import kernel_body, share_pointers
-    from ember.loopir.lower import LoweringError, lower
+    from ember.loopir.lower import LoweringError, check_devices, lower
     from ember.loopir.schedule import Kernel, schedule
 
     from .wrapper import make_wrapper
@@ -117,6 +139,7 @@ def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[...,
     try:
         graph = lower(gm, name, align_matmuls=not getattr(options, "max_autotune", False),
                       hoists=lambda dev: kernel_backend(dev, options) == "triton")
+        check_devices(graph, lambda dev: kernel_backend(dev, options) is not None)
     except (LoweringError, NotImplementedError) as e:
         if graph_symbols(gm) is not None:       # its FX graph holds symbolic constants: not runnable as is
             from ember.shapes import SymbolicUnsupported
@@ -163,6 +186,7 @@ def _compile_graph(gm: fx.GraphModule, kind: str, options: Any) -> Callable[...,
     for backend, steps in by_backend.items():
         mod = _backend_module(backend)
         bodies = [make_body(s, mod, backend == "triton") for s in steps]
+        _check_kernel_devices(graph, bodies)
         kw = sym_kw(backend)
         if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
             fns = mod.compile_kernels(bodies, options, name, **kw)
