@@ -65,8 +65,9 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # Single programs that once failed on the "ember" backend, each fixed at the root of its class (see the tests
 # named): 320090, 320256, 320385 (backward), 330002 (call): writes into expanded tensors
 # (tests/autograd/test_expanded_writes.py); 320314: a view output updated in place after a graph break
-# (tests/autograd/test_view_outputs_inplace.py).
-REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314]
+# (tests/autograd/test_view_outputs_inplace.py); 341232: zeros for a gradient with symbolic sizes
+# (tests/autograd/test_unused_outputs_grads.py).
+REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

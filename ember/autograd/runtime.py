@@ -140,6 +140,8 @@ class AotFunction(torch.autograd.Function):
             graphs.diff_meta = [(fwd_outs[i].shape, fwd_outs[i].dtype, fwd_outs[i].device)
                                 for i in graphs.diff_outputs]
         ctx.diff_meta = graphs.diff_meta
+        if graphs.dynamic:      # a gradient the backward knows to be zeros has its primal's (symbolic) shape
+            ctx.primal_shapes = [p.shape if isinstance(p, torch.Tensor) else None for p in primals]
         return tuple(fwd_outs)
 
     @staticmethod
@@ -182,6 +184,9 @@ class AotFunction(torch.autograd.Function):
             else:
                 grads = list(_run(bwd, *saved, *tangents))
         for j, (shape, dtype, device) in zeros.items():
+            if not all(type(d) is int for d in shape):      # symbolic sizes (sympy): this call's primal's
+                shapes = getattr(ctx, "primal_shapes", None)
+                shape = shapes[j] if shapes is not None else tuple(int(d) for d in shape)
             grads[j] = torch.zeros(shape, dtype=dtype, device=device)
         return (None, *_unreached(graphs, grad_outputs, grads))
 
