@@ -62,6 +62,20 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
     assert not summary["classes"], "compiled != eager on generated programs:\n" + _report(summary, paths)
 
 
+# Single programs that once failed on the "ember" backend, each fixed at the root of its class (see the tests
+# named): 320090, 320256, 320385 (backward), 330002 (call): writes into expanded tensors
+# (tests/autograd/test_expanded_writes.py); 320314: a view output updated in place after a graph break
+# (tests/autograd/test_view_outputs_inplace.py); 341232: zeros for a gradient with symbolic sizes
+# (tests/autograd/test_unused_outputs_grads.py).
+REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232]
+
+
+@pytest.mark.parametrize("seed", REGRESSION_SEEDS)
+def test_fuzz_regression_seed(seed, tmp_path):
+    summary, paths = _campaign("ember", seed, 1, tmp_path, minimize=False)
+    assert not summary["classes"], "compiled != eager on a fixed fuzz seed:\n" + _report(summary, paths)
+
+
 @pytest.mark.parametrize("planted,kind", [("tools.fuzz.selftest:perturb_backend", "wrong"),
                                           ("tools.fuzz.selftest:raising_backend", "crash")])
 def test_harness_reports_a_planted_bug(planted, kind, tmp_path):

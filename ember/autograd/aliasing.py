@@ -181,3 +181,32 @@ def _dense(t: torch.Tensor) -> bool:
             return False
         expected *= n
     return True
+
+
+def multi_output_views(gm: Any, num_outputs: int) -> frozenset:
+    """User outputs (indices) of an unfunctionalized trace that eager returns as views made by an op with
+    several view outputs (``split``, ``chunk``, ``unbind``), or views of such views: eager's autograd refuses
+    to let the caller modify those in place, so the runtime keeps them as views of the custom Function's
+    result, which autograd refuses the same way. Other view outputs are detached (``runtime._unviewed``)."""
+    import operator
+
+    from ember.autograd.functionalize import _is_view, _written_args
+
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    found = set()
+    for k, node in enumerate(list(out.args[0])[:num_outputs]):
+        seen = 0
+        while hasattr(node, "op") and node.op == "call_function" and seen < 10_000:
+            seen += 1
+            t = node.target
+            if t is operator.getitem:
+                node = node.args[0]
+                continue
+            if _is_view(t) and isinstance(t._schema.returns[0].type, torch.ListType):
+                found.add(k)
+                break
+            if _is_view(t) or any(i == 0 for i, _ in _written_args(t)):     # a view, or x.add_(...) -> x
+                node = node.args[0]
+                continue
+            break
+    return frozenset(found)

@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_unflatten
 
 from ember import logs
 from ember.autograd import regions
-from ember.autograd.aliasing import SyntheticBases, alias_groups, output_views
+from ember.autograd.aliasing import SyntheticBases, alias_groups, multi_output_views, output_views
 from ember.autograd.functionalize import functionalize
 from ember.autograd.symsave import save_symbols
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
@@ -359,7 +359,8 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     aliases = _aliases(traced, binder)
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, num_saved, diff, non_diff, contiguous, aliases,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
-                            bwd_graph=bwd_graph, compile_bwd=compile_bwd)
+                            bwd_graph=bwd_graph, compile_bwd=compile_bwd,
+                            multi_output_views=multi_output_views(traced.gm, n_user) & frozenset(diff))
     return graphs, traced.out_spec
 
 

@@ -26,7 +26,10 @@ from typing import Any, Sequence
 
 import torch
 import torch.fx as fx
+from torch.utils._python_dispatch import _disable_current_modes
 
+from ember.autograd.fake import FakeTensor
+from ember.autograd.overlap import self_overlapping_layout
 from ember.autograd.symnodes import SymNodes
 from ember.autograd.trace import TracedGraph
 from ember.decomp.trees import tree_map
@@ -132,6 +135,18 @@ def _storage_order(t: torch.Tensor) -> list[int] | None:
             return None
         expected *= t.shape[d]
     return order
+
+
+def _dense_if_overlapping(val: Any) -> Any:
+    """The metadata of a functional op's result that replaces an in-place op on ``val``: ``val``'s own, unless
+    its elements share memory (an expanded tensor), where the functional op returns a fresh contiguous tensor
+    (ATen never allocates a self-overlapping result); a backend storing or restriding it into the expanded
+    layout would need one memory location per element."""
+    if not isinstance(val, FakeTensor) or not self_overlapping_layout(val.shape, val.stride()):
+        return val
+    with _disable_current_modes():
+        meta = torch.empty(tuple(val.shape), dtype=val.dtype, device="meta")
+    return FakeTensor(meta, val.device, val.fake_mode, requires_grad=val.requires_grad)
 
 
 class _Functionalizer:
@@ -274,7 +289,7 @@ class _Functionalizer:
         if isinstance(val, torch.Tensor) and isinstance(new_value.meta.get("val"), torch.Tensor) \
                 and new_value.meta["val"].dtype != val.dtype:
             new_value = self.graph.call_function(aten._to_copy.default, (new_value,), {"dtype": val.dtype})
-        new_value.meta["val"] = val
+        new_value.meta["val"] = _dense_if_overlapping(val)
         al = self.alias[target]
         if al.chain:
             new_value = self._scatter_into_root(al, target, new_value)
@@ -299,6 +314,7 @@ class _Functionalizer:
                 f"mutation through a view of {al.root.name}, whose elements overlap or leave gaps in memory, "
                 "is not supported yet (stage: functionalization)")
         offset = view_val.storage_offset() - root_val.storage_offset()
+        src, view_val = self._unexpand(src, view_val)
         flat = self._storage_list(self.current[al.root], root_val)
         if self.current[al.root].op in ("placeholder", "get_attr"):
             # the list is then a view of an input, and ATen's as_strided_scatter counts the offset from the
@@ -313,6 +329,22 @@ class _Functionalizer:
         unflat = self._call(aten.reshape.default, (scattered, list(ordered_val.shape)), unflat_val)
         inverse = sorted(range(len(order)), key=order.__getitem__)
         return self._call(aten.permute.default, (unflat, inverse), root_val)
+
+    def _unexpand(self, src: fx.Node, view_val: torch.Tensor) -> tuple[fx.Node, torch.Tensor]:
+        """A write over an expanded view (stride 0 along a dim of size > 1: ``t.expand(4, 3).zero_()``, which
+        eager allows for ``fill_``, ``zero_``, ``masked_fill_``) stores each memory location once: ``src``'s
+        last element along each such dim (eager's loop writes it last) over the view narrowed to size 1 there.
+        ``as_strided_scatter`` itself refuses a view whose elements share memory."""
+        dims = [d for d, (n, st) in enumerate(zip(view_val.shape, view_val.stride()))
+                if type(st) is int and st == 0 and not (type(n) is int and n <= 1)]
+        if not dims:
+            return src, view_val
+        with torch.no_grad():
+            for d in dims:
+                n = view_val.shape[d]
+                view_val = view_val.narrow(d, n - 1, 1)
+                src = self._call(aten.slice.Tensor, (src, d, n - 1, n), src.meta["val"].narrow(d, n - 1, 1))
+        return src, view_val
 
     def _sizes(self, args: Any) -> Any:
         """``args`` with each symbolic size an FX node computing it (``ember.autograd.symnodes``)."""

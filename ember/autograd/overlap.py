@@ -3,7 +3,8 @@
 Input: one ATen call (``OpOverload``, args, kwargs) whose tensors are meta or fake tensors laid out as eager's
 (views share their base's storage). Output of ``check_writes``: None when the call computes what its
 functional form computes; ``ORDER`` when eager's result depends on the order its loop visits elements (the
-destination overlaps a source but not element for element: ``x[:, 1:].add_(x[:, :1])``); or eager's own
+destination overlaps a source but not element for element: ``x[:, 1:].add_(x[:, :1])``, or an op other than a
+fill writes an expanded destination: ``t.expand(3, 4).masked_fill_(mask, 1)``); or eager's own
 ``RuntimeError`` raised ("unsupported operation: some elements of the input tensor and the written-to tensor
 refer to a single memory location", or "more than one element of the written-to tensor ...").
 
@@ -25,6 +26,11 @@ from torch.utils._python_dispatch import _disable_current_modes
 ORDER = "order"
 MAX_REPLAY_BYTES = 1 << 26       # storages larger than this are not replayed (no check: the functional result)
 _EAGER_MESSAGE = "unsupported operation"
+
+
+# ops that write the same value at every position, so a destination whose elements share memory (an expanded
+# tensor, which eager lets them fill) gets a result that does not depend on the order of eager's loop
+_UNIFORM_WRITES = frozenset({torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default})
 
 
 def _meta(t: torch.Tensor) -> torch.Tensor:
@@ -57,6 +63,24 @@ def _self_overlapping(t: torch.Tensor) -> bool:
     return any(s == 0 and n > 1 for n, s in zip(m.shape, m.stride()))
 
 
+def self_overlapping_layout(shape: Any, stride: Any) -> bool:
+    """Whether two elements of a tensor of this layout share a memory location (an expanded value: a stride-0
+    dim of size > 1, or strides that step inside another dim). Such a layout can be read, never stored into as
+    a whole, so a buffer that ember allocates or copies into (a tangent, a functional op's result) must not
+    take it. Symbolic layouts count only their literal 0 strides."""
+    dims = [(n, s) for n, s in zip(shape, stride) if not (type(n) is int and n == 1)]
+    if any(type(s) is int and s == 0 and not (type(n) is int and n == 0) for n, s in dims):
+        return True
+    if not all(type(n) is int and type(s) is int for n, s in dims) or any(n == 0 for n, _ in dims):
+        return False
+    extent = 1
+    for n, s in sorted(dims, key=lambda d: abs(d[1])):
+        if abs(s) < extent:
+            return True
+        extent = abs(s) * n
+    return False
+
+
 def may_overlap(tensors: list[torch.Tensor], written: list[torch.Tensor] | None = None) -> bool:
     """Cheap precheck: two of ``tensors`` share a storage, or one of ``written`` (default: any of
     ``tensors``) has a stride-0 dimension of size > 1."""
@@ -80,6 +104,8 @@ def check_writes(func: Any, args: tuple, kwargs: dict) -> str | None:
     if not may_overlap(tensors, written) or not all(map(_static, tensors)):
         return None
     _replay(func, args, kwargs, tensors)
+    if func not in _UNIFORM_WRITES and any(map(_self_overlapping, written)):
+        return ORDER        # e.g. masked_fill_ on an expanded tensor: each location keeps one of its writes
     for w in written:
         for r in tensors:
             if r is not w and _storage(r) == _storage(w) and _order_dependent(_meta(w), _meta(r)):

@@ -79,6 +79,7 @@ class CompiledGraphs:
     bwd_graph: Any = None
     compile_bwd: Callable[[Any], Any] | None = None
     bwd_variants: dict = field(default_factory=dict)    # frozenset of absent tangents -> (bwd, zero outputs)
+    multi_output_views: frozenset = frozenset()     # user outputs eager makes with split/unbind: kept views
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -119,6 +120,8 @@ class AotFunction(torch.autograd.Function):
         outs = _run(graphs.fwd, *primals)
         n = graphs.num_user_outputs + len(graphs.write_backs)
         fwd_outs, saved = list(outs[:n]), list(outs[n:])
+        if graphs.multi_output_views or any(isinstance(o, torch.Tensor) and o._is_view() for o in fwd_outs):
+            fwd_outs = _unviewed(fwd_outs, primals, graphs.multi_output_views)
         if graphs.write_backs:     # an input about to be overwritten: the backward needs its old value
             mutated = {id(primals[i]) for i, _ in graphs.write_backs}
             saved = [s.clone() if id(s) in mutated else s for s in saved]
@@ -137,6 +140,8 @@ class AotFunction(torch.autograd.Function):
             graphs.diff_meta = [(fwd_outs[i].shape, fwd_outs[i].dtype, fwd_outs[i].device)
                                 for i in graphs.diff_outputs]
         ctx.diff_meta = graphs.diff_meta
+        if graphs.dynamic:      # a gradient the backward knows to be zeros has its primal's (symbolic) shape
+            ctx.primal_shapes = [p.shape if isinstance(p, torch.Tensor) else None for p in primals]
         return tuple(fwd_outs)
 
     @staticmethod
@@ -179,8 +184,33 @@ class AotFunction(torch.autograd.Function):
             else:
                 grads = list(_run(bwd, *saved, *tangents))
         for j, (shape, dtype, device) in zeros.items():
+            if not all(type(d) is int for d in shape):      # symbolic sizes (sympy): this call's primal's
+                shapes = getattr(ctx, "primal_shapes", None)
+                shape = shapes[j] if shapes is not None else tuple(int(d) for d in shape)
             grads[j] = torch.zeros(shape, dtype=dtype, device=device)
         return (None, *_unreached(graphs, grad_outputs, grads))
+
+
+def _unviewed(outs: list, primals: tuple, keep: frozenset) -> list:
+    """Outputs that the compiled forward returns as views of its own buffers (``as_strided`` of a larger
+    value), detached: autograd marks a view returned by a custom Function with several outputs as one that
+    must not be modified in place ("Output 0 of AotFunction is a view and is being modified inplace"), while
+    eager's caller may update it (``t1[0] = 1`` after a graph break). ``detach`` keeps the memory and the
+    version counter (so a saved value sharing that memory still sees the update) and drops the view mark.
+    Views of the inputs are left as they are (rebuilt as such views by ``finish``). The outputs in ``keep``,
+    which eager makes with a multi-output view op (``aliasing.multi_output_views``), are returned as views, so
+    that autograd refuses their in-place update as eager's does."""
+    ins = {id(p) for p in primals if isinstance(p, torch.Tensor)}
+    ins |= {id(p._base) for p in primals if isinstance(p, torch.Tensor) and p._base is not None}
+    done: dict[int, torch.Tensor] = {}
+    out = []
+    for k, o in enumerate(outs):
+        if k in keep:
+            o = o if o._is_view() else o.view_as(o)
+        elif isinstance(o, torch.Tensor) and o._is_view() and id(o._base) not in ins:
+            o = done.setdefault(id(o), o.detach())
+        out.append(o)
+    return out
 
 
 def _backward_for(graphs: CompiledGraphs, grad_outputs: tuple) -> tuple[Any, dict]:
@@ -258,6 +288,8 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
         if src is dst or _same_memory(src, dst):       # the compiled graph stored the new value in place
             stored.append(dst)
             continue
+        if 0 in dst.stride():
+            dst, src = _unexpanded(dst, src)
         if dst.requires_grad and not src.requires_grad and dst.is_leaf:
             with torch.no_grad():        # eager mutates such a leaf under no_grad too (or fails before)
                 dst.copy_(src)
@@ -289,6 +321,16 @@ def _rebuild_output_view(a: AliasInfo, outs: list[Any]) -> None:
     if not a.requires_grad:
         base = base.detach()
     outs[a.output] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
+
+
+def _unexpanded(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An expanded input that the graph updated (``x.zero_()`` on ``y.expand(3, 4)``, which eager allows):
+    ``copy_`` into it raises, as several of its elements are one memory location. Each location is written
+    once, with ``src``'s last element along each stride-0 dim (the one eager's loop writes last)."""
+    for d, (n, st) in enumerate(zip(dst.shape, dst.stride())):
+        if st == 0 and n > 1:
+            dst, src = dst.narrow(d, n - 1, 1), src.narrow(d, n - 1, 1)
+    return dst, src
 
 
 def _same_memory(a: Any, b: Any) -> bool:

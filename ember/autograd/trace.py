@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from ember.autograd.fake import INPLACE_VIEW_OPS, FakeMode, FakeTensor
 from ember.autograd import regions
 from ember.autograd.symnodes import SymNodes
-from ember.autograd.overlap import ORDER, check_writes
+from ember.autograd.overlap import ORDER, check_writes, self_overlapping_layout
 from ember.errors import EmberError
 
 
@@ -183,7 +183,12 @@ def _trace_backward(rec: _Recorder, inputs: list[Any], flat_outs: list[Any]
     first_op = next((n for n in rec.graph.nodes if n.op != "placeholder"), None)   # None: outputs are inputs
     tangents = []
     for i, o in enumerate(diff_outs):
-        t = rec.fake_mode.fake_empty(tuple(o.shape), o.stride(), o.dtype, o.device)
+        # eager's gradient for an expanded output is any layout (often dense): a tangent traced with the
+        # output's stride-0 layout would make the backward restride it into memory it cannot hold
+        stride = o.stride()
+        if self_overlapping_layout(o.shape, stride):
+            stride = _contiguous_stride(tuple(o.shape))
+        t = rec.fake_mode.fake_empty(tuple(o.shape), stride, o.dtype, o.device)
         if first_op is None:
             rec.bind(t, rec.graph.placeholder(f"tangents_{i + 1}"))
         else:
@@ -193,6 +198,14 @@ def _trace_backward(rec: _Recorder, inputs: list[Any], flat_outs: list[Any]
     grads = torch.autograd.grad(diff_outs, [inputs[i] for i in grad_idx], grad_outputs=tangents,
                                 allow_unused=True)
     return list(grads), grad_idx, len(tangents)
+
+
+def _contiguous_stride(shape: tuple) -> tuple:
+    stride, acc = [], 1
+    for n in reversed(shape):
+        stride.append(acc)
+        acc = acc * (max(n, 1) if type(n) is int else n)
+    return tuple(reversed(stride))
 
 
 def run_traced(traced: TracedGraph, *args: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 
 from ..autograd.aot import aot_compile
-from ..codegen import compile_graph
+from ..codegen import compile_graph, kernel_backend
 from . import register_backend
 
 
@@ -30,6 +30,10 @@ def ember_factory(options: Any) -> Callable:
             return cudagraphify(fn, kind, options, pool)
 
     def ember(gm, example_inputs):
+        if any(isinstance(x, torch.Tensor) and kernel_backend(x.device, options) is None for x in example_inputs):
+            # meta, mps, ...: no kernel backend; ATen runs the graphs, as aot_eager (the prim graphs would
+            # broadcast a 0-dim CPU scalar into a CPU tensor that eager's ops refuse next to these devices)
+            return aot_compile(gm, example_inputs, options)
         if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
             from ..codegen.triton_pool import start
             start()       # workers import torch and triton while this graph is traced and lowered

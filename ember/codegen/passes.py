@@ -35,11 +35,32 @@ from ember import logs
 _COUNTER = itertools.count()
 
 
-def kernel_backend(device: torch.device, options: Any) -> str:
-    """The kernel language of a device's kernels: Triton on CUDA, ``options.cpu_backend`` (C++) otherwise."""
+def kernel_backend(device: torch.device, options: Any) -> str | None:
+    """The kernel backend for data on ``device``: Triton on CUDA, ``options.cpu_backend`` on CPU, None on any
+    other device (``meta``, ``mps``: their graphs run as FX graphs, ``loopir.lower.check_devices``)."""
     if device.type == "cuda":
         return "triton"
-    return getattr(options, "cpu_backend", None) or "cpp"
+    if device.type == "cpu":
+        return getattr(options, "cpu_backend", None) or "cpp"
+    return None
+
+
+def check_kernel_devices(graph: Any, bodies: list) -> None:
+    """Every buffer a kernel reads or writes is memory of the kernel's device (a C++ kernel: CPU memory), or a
+    0-dim CPU input that the wrapper copies to a GPU kernel's device. Checked once per compile from the fake
+    tensors' devices (``loopir.lower.check_devices`` sent every other graph to the FX path); the guards check
+    the inputs' devices on every call."""
+    from ember.errors import InternalError
+    nodes = {n.name: n for n in graph.nodes}
+    for b in bodies:
+        dev = b.kernel.device
+        for name in b.buffers:
+            n = nodes.get(name)
+            if n is None or n.device == dev or (n.device.type == "cpu" and len(n.layout.shape) == 0 and
+                                                dev.type != "cpu"):
+                continue
+            raise InternalError(f"ember.codegen: kernel {b.kernel.name} on {dev} was given buffer {name} on "
+                                f"{n.device}")
 
 
 def backend_module(name: str) -> Any:
@@ -86,10 +107,11 @@ def _check_prims(st: GraphCompile) -> None:
 
 
 def _lower(st: GraphCompile) -> None:
-    from ember.loopir.lower import LoweringError, lower
+    from ember.loopir.lower import LoweringError, check_devices, lower
     try:
         st.graph = lower(st.gm, st.name, align_matmuls=not getattr(st.options, "max_autotune", False),
                          hoists=lambda dev: kernel_backend(dev, st.options) == "triton")
+        check_devices(st.graph, lambda dev: kernel_backend(dev, st.options) is not None)
     except (LoweringError, NotImplementedError) as e:
         if st.gm.meta.get("ember_symbols") is not None and st.gm.meta["ember_symbols"].symbols:
             from ember.shapes import SymbolicUnsupported   # its FX graph holds symbolic constants: not runnable
@@ -181,6 +203,7 @@ def _generate_kernels(st: GraphCompile) -> None:
     for backend, steps in by_backend.items():
         mod = backend_module(backend)
         bodies = [_make_body(st, s, mod, backend == "triton") for s in steps]
+        check_kernel_devices(st.graph, bodies)
         kw = _sym_kw(st, backend)
         if hasattr(mod, "compile_kernels"):       # one build for all of a graph's kernels (C++: one TU)
             fns = mod.compile_kernels(bodies, st.options, st.name, **kw)

@@ -347,8 +347,20 @@ def _from_meta_tensor(x: Any, device: Any) -> Any:
     return x
 
 
+def _extern_device(args: tuple, kwargs: dict) -> torch.device:
+    """The device eager puts an ATen op's result on: its ``device=`` (``_to_copy(x, device="cuda")``), else its
+    first tensor's that is not a 0-dim CPU tensor (a scalar next to CUDA tensors), else its first tensor's."""
+    if kwargs.get("device") is not None:
+        return torch.device(kwargs["device"])
+    tensors = [a for a in args if is_tensorlike(a)]
+    for t in tensors:
+        if not (torch.device(t.device).type == "cpu" and len(t.shape) == 0):
+            return torch.device(t.device)
+    return torch.device(tensors[0].device) if tensors else torch.device("cpu")
+
+
 def _extern_meta(op: Any, args: tuple, kwargs: dict | None = None) -> Any:
-    device = next((a.device for a in args if is_tensorlike(a)), torch.device("cpu"))
+    device = _extern_device(args, kwargs or {})
     margs, mkwargs = _to_meta_tensor(tuple(args)), {k: _to_meta_tensor(v) for k, v in (kwargs or {}).items()}
     if active_table() is None:
         return _from_meta_tensor(op(*margs, **mkwargs), device)

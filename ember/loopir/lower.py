@@ -289,6 +289,7 @@ class Lowerer:
         if fn is not None and _complex(args, kwargs, meta):
             fn = None      # kernels compute real numbers; complex values stay with ATen
         if fn is not None:
+            _check_same_device(node)
             try:
                 return self._lowered_call(node, fn, args, kwargs, meta)
             except UseExtern as e:      # raised before the lowering adds any node
@@ -486,6 +487,9 @@ def _meta_call(target: Any, args: tuple, kwargs: dict) -> Any:
         raise LoweringError(f"ember.loopir: no metadata for {target} and no meta kernel ({e})") from e
     dev = next((a.layout.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, BufferRef)),
                torch.device("cpu"))
+    moved = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.device)]
+    if moved:       # a transfer or factory (``_to_copy(x, device="cuda")``): the device it puts data on
+        dev = moved[0]
 
     def fix(o: Any) -> Any:        # keep shapes and strides, report the real device
         if isinstance(o, torch.Tensor):
@@ -612,6 +616,64 @@ def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = 
             from .conv_layout import wants_channels_last
             channels_last = wants_channels_last(gm)
         return Lowerer(gm, name, channels_last, align_matmuls, hoists).run()
+
+
+# prims that pass a 0-dim CPU scalar on as a scalar (the decompositions broadcast ``x * torch.tensor(2.5)``'s
+# scalar to x's shape before the ``mul``; the kernel still loads the one CPU value, copied to x's device)
+_SCALAR_CARRIERS = frozenset({"broadcast_in_dim", "convert_element_type", "reshape", "squeeze", "unsqueeze",
+                              "expand", "permute"})
+
+
+def _cpu_scalar(node: fx.Node) -> bool:
+    """Whether ``node``'s value is a 0-dim CPU tensor, or one broadcast/cast to another shape or dtype."""
+    for _ in range(64):
+        v = node.meta.get("val")
+        if not isinstance(v, (torch.Tensor, TensorMeta)) or torch.device(v.device).type != "cpu":
+            return False
+        if len(v.shape) == 0:
+            return True
+        if node.op != "call_function" or prim_name(node) not in _SCALAR_CARRIERS or not node.all_input_nodes:
+            return False
+        node = node.all_input_nodes[0]
+    return False
+
+
+def _check_same_device(node: fx.Node) -> None:
+    """A prim that becomes kernel code takes its tensors on one device (0-dim CPU tensors are scalars): eager
+    refuses ``x_cuda * torch.ones(3, 3)``, and a constant operand (``torch.ones(3, 3, device="meta")``) folded
+    into the kernel's expression would hide the mismatch from ``check_devices``. Raises ``LoweringError``: the
+    graph then runs as an FX graph, whose ATen calls raise eager's error at call time."""
+    devs = set()
+    for a in node.all_input_nodes:
+        v = a.meta.get("val")
+        if isinstance(v, (torch.Tensor, TensorMeta)) and not _cpu_scalar(a):
+            devs.add(torch.device(v.device))
+    if len(devs) > 1:
+        raise LoweringError(f"ember.loopir: {node.name} ({node.target}) mixes tensors on devices "
+                            f"{sorted(map(str, devs))} (eager refuses such an op)")
+
+
+def check_devices(graph: LoopGraph, has_kernels: Callable[[torch.device], bool]) -> None:
+    """Raise ``LoweringError`` (the graph then runs as an FX graph, ATen checking devices as eager does) where a
+    kernel would compute on a device that has no kernel backend (``meta``, ``mps``: a C++ kernel handed their
+    memory crashes the process), or would read a buffer of another device: eager refuses such an op ("Expected
+    all tensors to be on the same device"), except a 0-dim CPU tensor, a scalar, which the wrapper copies to
+    the kernel's device (``wrapper._host_scalars``; graph inputs and constants only)."""
+    nodes = {n.name: n for n in graph.nodes}
+    for n in graph.nodes:
+        if not hasattr(n, "body"):          # inputs and ATen calls: no generated kernel
+            continue
+        if not has_kernels(n.device):
+            raise LoweringError(f"ember.loopir: {graph.name} computes {n.name} on device {n.device}, which has "
+                                "no kernel backend (cpu: C++, cuda: Triton)")
+        for r in sorted(n.reads()):
+            src = nodes.get(r)
+            if src is None or src.device == n.device:
+                continue
+            scalar = src.device.type == "cpu" and len(src.layout.shape) == 0 and isinstance(src, InputBuffer)
+            if not scalar:
+                raise LoweringError(f"ember.loopir: {graph.name}: {n.name} on {n.device} reads {r} on {src.device} "
+                                    "(an op mixing devices, which eager refuses)")
 
 
 @contextlib.contextmanager

@@ -65,3 +65,34 @@ def test_unused_outputs_do_not_reach_gradients(fn, backend):
             assert (c.grad is None) == (e.grad is None)
             if e.grad is not None:
                 torch.testing.assert_close(c.grad, e.grad, equal_nan=True)
+
+
+def zeroed_then_used(x, y):         # x reaches the used output (eager: x.grad is zeros), its gradient does not
+    t = x * 2
+    t.zero_()
+    return t + y, x.sin()
+
+
+DYNAMIC_CASES = [zeroed_then_used]
+
+
+@pytest.mark.parametrize("fn", DYNAMIC_CASES, ids=lambda f: f.__name__)
+def test_zero_gradients_with_dynamic_sizes(fn):
+    """Fuzz seed 341232: the loss uses the first output only, the backward knows a gradient to be zeros, and the
+    graph has symbolic sizes (recompiled dynamic at the second batch size): the zeros were made with the
+    gradient's symbolic shape (TypeError); they take the input's shape of the call."""
+    ember.reset()
+    f = ember.compile(fn)
+    for n in (3, 4, 5, 7):
+        g = torch.Generator().manual_seed(n)
+        x, y = torch.randn(n, 3, generator=g), torch.randn(n, 3, generator=g)
+        xe, ye = x.clone().requires_grad_(), y.clone().requires_grad_()
+        xc, yc = x.clone().requires_grad_(), y.clone().requires_grad_()
+        expected, got = fn(xe, ye)[0], f(xc, yc)[0]
+        w = torch.randn(expected.shape, generator=g)
+        (expected * w).sum().backward()
+        (got * w).sum().backward()
+        for c, e in ((xc, xe), (yc, ye)):
+            assert (c.grad is None) == (e.grad is None)
+            if e.grad is not None:
+                torch.testing.assert_close(c.grad, e.grad)

@@ -1,0 +1,99 @@
+"""Outputs of a compiled graph that are views of its intermediate values, modified in place by the code after a
+graph break. Fuzz seed 320314 raised "Output 0 of ... is a view and is being modified inplace. This view is the
+output of a function that returns multiple views" where eager runs: the compiled forward returned such outputs
+as views of its own buffers, and autograd forbids in-place updates of views that a custom Function (ember's
+``AotFunction``) returns. Eager forbids them only for views made by a multi-output view op (``split``,
+``chunk``, ``unbind``), and ember must raise there too.
+
+Differential: values, gradients and the exception (type) equal eager's, on ``aot_eager`` and ``ember``.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ember
+
+BACKENDS = ["aot_eager", "ember"]
+STATE: list = []
+
+
+def view_setitem_after_break(x):
+    t1 = (2 - x).view(3, -1)
+    t1[1].div_(2.0)
+    v2 = t1.unsqueeze(0)
+    STATE.append(float(v2.sum()))
+    t1[:1, 2:3] = 5.0
+    return t1 * 2, v2
+
+
+def slice_add_after_break(x):
+    t = (x * 2)[1:]
+    u = t.t()
+    STATE.append(float(u.sum()))
+    t.add_(1)
+    return t, u
+
+
+def transpose_mul_seen_by_other_view(x):
+    b = x + 1
+    t, u = b.t(), b.view(-1)
+    STATE.append(float(u.sum()))
+    t.mul_(2)
+    return t, u
+
+
+def narrow_index_put_after_break(x):
+    t1 = (x.exp() - 1).view(3, -1)
+    t1.narrow(0, 0, 3)[1].div_(2.0)
+    v2 = t1.unsqueeze(0)
+    if (v2 > 0.4).any():
+        t1[:2:3, 2:3] = torch.full([1, 1], -0.24)
+    else:
+        t1.unsqueeze(-3).squeeze(0).index_put_((torch.tensor([0, 1]),), torch.tensor(1.24))
+    return t1 * 1.5, v2
+
+
+def chunk_zero_after_break(x):          # eager raises: a multi-output view
+    a, b = (x * 3).chunk(2)
+    STATE.append(float(a.sum()))
+    a.zero_()
+    return a, b
+
+
+def unbind_view_add_after_break(x):     # eager raises: a view of a multi-output view
+    rows = (x * 3).unbind(0)
+    r = rows[1][1:]
+    STATE.append(float(r.sum()))
+    r.add_(1)
+    return r
+
+
+CASES = [view_setitem_after_break, slice_add_after_break, transpose_mul_seen_by_other_view,
+         narrow_index_put_after_break, chunk_zero_after_break, unbind_view_add_after_break]
+
+
+def _outcome(fn, x):
+    STATE.clear()
+    try:
+        outs = fn(x)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        sum((o * torch.arange(o.numel()).reshape(o.shape)).sum() for o in outs).backward()
+    except RuntimeError as e:
+        return ("raised", "is a view and is being modified inplace" in str(e))
+    return outs, x.grad, list(STATE)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", CASES, ids=lambda f: f.__name__)
+def test_view_outputs_modified_in_place(fn, backend):
+    ember.reset()
+    f = ember.compile(fn, backend=backend)
+    for seed in (0, 1):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(seed))
+        expected = _outcome(fn, x.clone().requires_grad_())
+        got = _outcome(f, x.clone().requires_grad_())
+        if expected[0] == "raised":
+            assert got == expected
+        else:
+            torch.testing.assert_close(got, expected)
