@@ -55,8 +55,14 @@ def aot_compile(ep: ExportedProgram, path: str | os.PathLike, device: str = "cpu
     gm, consts = _lifted(ep)
     prim, sym = _prim_graph(ep, gm, consts)
     from ..codegen import compile_graph
-    with torch.no_grad():
-        compiled = compile_graph(prim, "inference", opts)
+    from ..errors import Unsupported
+    from ..shapes import SymbolicUnsupported
+    try:
+        with torch.no_grad():
+            compiled = compile_graph(prim, "inference", opts)
+    except SymbolicUnsupported as e:     # ember.compile would compile static sizes; a package serves every size
+        raise Unsupported(f"ember.aot_compile: the kernel compiler cannot compile this program with dynamic sizes "
+                          f"yet: {e}", hint="export it without dynamic_shapes (or with fewer dynamic dims)") from None
     if not hasattr(compiled, "wrapper_globals"):
         raise PackageBuildError("ember.aot_compile: the program's graph cannot be lowered to kernels "
                                 "(EMBER_LOGS=perf_hints says why); run it with ep.module() or ember.compile")
@@ -92,14 +98,18 @@ def _merge(a: list, b: list) -> list:
 
 # the graph --------------------------------------------------------------------------------------------------
 def _lifted(ep: ExportedProgram) -> tuple[fx.GraphModule, list[torch.Tensor]]:
-    """A copy of the program's graph whose ``get_attr`` constants are placeholders after the user inputs."""
+    """A copy of the program's graph whose ``get_attr`` constants are placeholders after the user inputs, and
+    whose non-tensor user inputs are their exported values (the program is specialized on them; the package
+    checks each call's value and passes only the tensors)."""
     graph = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
+    env: dict[fx.Node, Any] = {}
     consts: list[torch.Tensor] = []
     nodes = list(ep.graph.nodes)
     phs = [n for n in nodes if n.op == "placeholder"]
-    for n in phs:
-        env[n] = graph.node_copy(n, lambda x: env[x])
+    values = iter(ep.user_inputs)
+    for n, spec in zip(phs, ep.input_specs):
+        meta = next(values) if spec.kind == "user_input" else None
+        env[n] = meta.value if meta is not None and meta.kind == "value" else graph.node_copy(n, lambda x: env[x])
     for n in nodes:
         if n.op == "get_attr":
             obj: Any = ep.graph_module
@@ -151,12 +161,14 @@ def _prim_graph(ep: ExportedProgram, gm: fx.GraphModule, consts: list[torch.Tens
     leaves: list[Any] = []
     for m in ep.user_inputs:
         if m.kind == "value":
-            leaves.append(m.value)
             continue
         shape = tuple(hints[s] if isinstance(s, str) else s for s in m.shape)
         leaves.append(torch.zeros(shape, dtype=m.dtype, device=m.device))
     state = list(ep.state.values())
     names = [s.name for s in ep.input_specs if s.kind == "user_input"]
+    tensor = [m.kind == "tensor" for m in ep.user_inputs]
+    dims = [d for d, t in zip(dims, tensor) if t]
+    names = [n for n, t in zip(names, tensor) if t]
     sym = symbolic_leaves(leaves, dims, names) if any(dims) else None
     with torch.no_grad():
         if sym is None:

@@ -170,7 +170,8 @@ class PackagedModule(torch.nn.Module):
                              f"  expected {spec.in_spec}\n  got      {tree}")
         check_inputs(spec, leaves)
         with torch.no_grad():
-            outs = list(self._fn(*self._state(), *leaves, *self._consts))
+            tensors = [x for x, m in zip(leaves, spec.user_inputs) if m.kind == "tensor"]   # values: specialized
+            outs = list(self._fn(*self._state(), *tensors, *self._consts))
             for s, new in zip(spec.output_specs[self._n_user:], outs[self._n_user:]):
                 dst = self.get_buffer(s.target) if s.kind == "buffer_mutation" else leaves[int(s.target)]
                 dst.copy_(new)
