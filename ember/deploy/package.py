@@ -52,6 +52,9 @@ def aot_compile(ep: ExportedProgram, path: str | os.PathLike, device: str = "cpu
                          "on the machine kind it will run on")
     _check_devices(ep, device)
     opts = options if isinstance(options, CompileOptions) else make_options(None, options)
+    if device == "cuda" and (opts.max_autotune or opts.cuda_graphs):
+        raise PackageBuildError("ember.aot_compile: CUDA packages do not hold autotuned matmul templates or CUDA "
+                                "graphs yet; build without max_autotune/cuda_graphs (mode='default')")
     gm, consts = _lifted(ep)
     prim, sym = _prim_graph(ep, gm, consts)
     from ..codegen import compile_graph
@@ -70,10 +73,14 @@ def aot_compile(ep: ExportedProgram, path: str | os.PathLike, device: str = "cpu
     if sym is not None:
         from .symbolic import relations_of
         relations = _merge(relations, relations_of(sym))
+    recorded: dict = {}
+    if device == "cuda":        # each Triton kernel's arguments, to compile the variants a call may need
+        from .package_cuda import record_launches
+        recorded = record_launches(compiled, list(ep.state.values()) + _example_leaves(ep) + consts)
     out = Path(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if str(out.parent) else "."))
     try:
-        _write(ep, consts, compiled, relations, device, opts, tmp)
+        _write(ep, consts, compiled, relations, device, opts, tmp, recorded)
         _replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -151,6 +158,17 @@ def _clamp(v: int, lo: int | None, hi: int | None) -> int:
     return min(v, hi) if hi is not None else v
 
 
+def _example_leaves(ep: ExportedProgram, hints: dict | None = None) -> list[torch.Tensor]:
+    """A tensor per tensor user input, each Dim at its compile-time size."""
+    hints = _dims(ep)[1] if hints is None else hints
+    out = []
+    for m in ep.user_inputs:
+        if m.kind == "tensor":
+            shape = tuple(hints[s] if isinstance(s, str) else s for s in m.shape)
+            out.append(torch.zeros(shape, dtype=m.dtype, device=m.device))
+    return out
+
+
 def _prim_graph(ep: ExportedProgram, gm: fx.GraphModule, consts: list[torch.Tensor]) -> tuple[fx.GraphModule, Any]:
     """The program traced on fake inputs (symbolic for Dims), functional and decomposed to ember's prims."""
     from ..autograd.aot import decompose_graph
@@ -158,12 +176,7 @@ def _prim_graph(ep: ExportedProgram, gm: fx.GraphModule, consts: list[torch.Tens
     from ..autograd.trace import trace_aten
     from .symbolic import symbolic_leaves
     dims, hints = _dims(ep)
-    leaves: list[Any] = []
-    for m in ep.user_inputs:
-        if m.kind == "value":
-            continue
-        shape = tuple(hints[s] if isinstance(s, str) else s for s in m.shape)
-        leaves.append(torch.zeros(shape, dtype=m.dtype, device=m.device))
+    leaves = _example_leaves(ep, hints)
     state = list(ep.state.values())
     names = [s.name for s in ep.input_specs if s.kind == "user_input"]
     tensor = [m.kind == "tensor" for m in ep.user_inputs]
@@ -188,11 +201,11 @@ def _prim_graph(ep: ExportedProgram, gm: fx.GraphModule, consts: list[torch.Tens
 
 # writing ----------------------------------------------------------------------------------------------------
 def _write(ep: ExportedProgram, consts: list[torch.Tensor], compiled: Any, relations: list, device: str,
-           opts: Any, d: Path) -> None:
+           opts: Any, d: Path, recorded: dict) -> None:
     blobs: list[bytes] = []
     offset = [0]
     (d / F.KERNELS).mkdir()
-    table = _Table(d, blobs, offset, device)
+    table = _Table(d, blobs, offset, device, recorded)
     bound = {name: table.describe(name, v, compiled.wrapper_origins) for name, v in compiled.wrapper_globals.items()}
     program = {
         "wrapper": {"name": _wrapper_name(compiled.source), "source": compiled.source, "globals": bound},
@@ -226,8 +239,8 @@ def _wrapper_name(source: str) -> str:
 class _Table:
     """Describes each name the wrapper's source uses as plain data (``package_load`` binds it again)."""
 
-    def __init__(self, d: Path, blobs: list[bytes], offset: list[int], device: str) -> None:
-        self.d, self.blobs, self.offset, self.device = d, blobs, offset, device
+    def __init__(self, d: Path, blobs: list[bytes], offset: list[int], device: str, recorded: dict) -> None:
+        self.d, self.blobs, self.offset, self.device, self.recorded = d, blobs, offset, device, recorded
         self.tensors: list[dict] = []
         self.files: dict[str, str] = {}
 
@@ -246,7 +259,7 @@ class _Table:
             return {"cpp": {**cpp, "so": self._copy(Path(cpp["so"]), ".so")}}
         if self.device == "cuda":
             from .package_cuda import describe_triton
-            desc = describe_triton(v, self._copy_bytes)
+            desc = describe_triton(v, self._copy_bytes, self.recorded)
             if desc is not None:
                 return desc
         try:
