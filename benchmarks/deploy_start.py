@@ -2,6 +2,7 @@
 ``ember.compile`` cold, ``torch.compile`` cold, and AOTInductor (``aoti_load_package``) where it works.
 
     python benchmarks/deploy_start.py [--models nanogpt,resnet] [--suite quick] [--runs 3] [--batch 4]
+    python benchmarks/deploy_start.py --steady [--models ...]    # per-call time: package vs ember.compile
 
 The parent exports each zoo model with a dynamic batch and builds the packages (ember's and AOTInductor's, not
 timed); each measurement is one fresh process. ``import torch`` is timed apart (every engine pays it); the
@@ -94,6 +95,36 @@ def measure(engine: str, model: str, suite: str, built: dict, d: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def steady(model: str, suite: str, batch: int, d: Path, calls: int = 50) -> dict:
+    """Per-call time of the package and of ``ember.compile`` on the same inputs, in this process, interleaved
+    (median of ``calls`` rounds after warm-up)."""
+    import time
+
+    import torch
+
+    import ember
+    from ember.bench.zoo import HANDWRITTEN
+    built = build(model, suite, batch, d) if not (d / f"{model}.ember-pkg").exists() else \
+        {"inputs": str(d / f"{model}.inputs.pt"), "package": str(d / f"{model}.ember-pkg")}
+    x = torch.load(built["inputs"])
+    entry = next(e for e in HANDWRITTEN if e.name == model)
+    runs = {"package": ember.load_package(built["package"]),
+            "ember": ember.compile(entry.build(suite, torch.device("cpu")).model.eval(), dynamic=True)}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    with torch.no_grad():
+        for fn in runs.values():
+            for _ in range(3):
+                fn(*x)
+        for _ in range(calls):
+            for k, fn in runs.items():
+                t = time.perf_counter()
+                fn(*x)
+                times[k].append(time.perf_counter() - t)
+    return {"model": model, "threads": torch.get_num_threads(),
+            **{f"{k}_ms_median": round(1e3 * statistics.median(v), 3) for k, v in times.items()},
+            **{f"{k}_ms_min": round(1e3 * min(v), 3) for k, v in times.items()}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="nanogpt,resnet")
@@ -101,10 +132,18 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--engines", default="package,ember,torch,aoti")
+    p.add_argument("--steady", action="store_true", help="per-call time, package vs ember.compile, one process")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads for --steady (0: torch's default)")
     a = p.parse_args()
+    if a.threads:
+        import torch
+        torch.set_num_threads(a.threads)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         for model in a.models.split(","):
+            if a.steady:
+                print(json.dumps(steady(model, a.suite, a.batch, d)), flush=True)
+                continue
             built = build(model, a.suite, a.batch, d)
             for engine in a.engines.split(","):
                 if engine == "aoti" and "aoti" not in built:

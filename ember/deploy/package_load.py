@@ -138,6 +138,7 @@ class PackagedModule(torch.nn.Module):
                 owner.register_buffer(leaf, t)
             self._names.append(name)
         self._params = params
+        self._state_list: list[torch.Tensor] | None = None
         self._consts = [_tensor_from(r, blob) for r in program["constants"]]
         self.spec = SimpleNamespace(
             input_specs=[InputSpec(k, n) for k, n in program["input_specs"]],
@@ -160,7 +161,17 @@ class PackagedModule(torch.nn.Module):
         return mod, leaf
 
     def _state(self) -> list[torch.Tensor]:
-        return [self.get_parameter(n) if n in self._params else self.get_buffer(n) for n in self._names]
+        """The parameters and buffers in the wrapper's order, looked up once (a lookup by dotted name costs
+        microseconds per tensor and call); ``load_state_dict`` copies in place, so the list stays right, and
+        ``_apply`` (``.to()``, ``.half()``) looks them up again."""
+        if self._state_list is None:
+            self._state_list = [self.get_parameter(n) if n in self._params else self.get_buffer(n)
+                                for n in self._names]
+        return self._state_list
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self._state_list = None
+        return super()._apply(fn, *args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         spec = self.spec

@@ -256,3 +256,15 @@ def test_stats_count_traces_and_kernel_compiles(tmp_path, monkeypatch):
     assert s["traces"] >= 1 and s["kernel_compiles"] >= 1, s
     ember.reset()
     assert ember.stats()["traces"] == ember.stats()["kernel_compiles"] == 0
+
+
+def test_package_sees_new_weights_loaded_in_place(tmp_path):
+    m = Pairs()
+    run = ember.load_package(_package(_export_pairs(m), tmp_path))
+    args = _pairs_inputs(5, 3)
+    run(*args)          # the state list is read, then the weights change under it
+    new = {k: torch.randn_like(v) for k, v in m.state_dict().items()}
+    m.load_state_dict(new)
+    run.load_state_dict(new)
+    with torch.no_grad():
+        _close(run(*args), m(*args))
