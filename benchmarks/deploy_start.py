@@ -154,6 +154,7 @@ def main() -> None:
                 row = {"model": model, "engine": engine, "runs": len(ok)}
                 if ok:
                     row["first_output_s_median"] = round(statistics.median(r["first_output_s"] for r in ok), 3)
+                    row["first_output_s_min"] = round(min(r["first_output_s"] for r in ok), 3)
                     row["import_torch_s_median"] = round(statistics.median(r["import_torch_s"] for r in ok), 3)
                     row["stats"] = ok[-1].get("stats")
                 if len(ok) < len(runs):

@@ -15,17 +15,20 @@ inspected, run, saved to one file of plain data and loaded back without capturin
 from .dims import Dim
 from .program import ExportedProgram, InputSpec, OutputSpec
 from .serialize import FORMAT_VERSION, load, save
-from .package import aot_compile
 from .package_load import load_package
 
 
 def __getattr__(name: str):
-    # ``export`` (trace.py) imports the symbolic machinery (sympy): loaded on first use, so that a process that
-    # only loads packages or saved programs does not pay for it
+    # ``export`` (trace.py) imports the symbolic machinery (sympy), ``aot_compile`` the compiler: loaded on first
+    # use, so that a process that only loads packages or saved programs does not pay for them
     if name == "export":
         from .trace import export
         return export
+    if name == "aot_compile":
+        from .package import aot_compile
+        return aot_compile
     raise AttributeError(f"module 'ember.deploy' has no attribute {name!r}")
+
 
 __all__ = ["Dim", "ExportedProgram", "InputSpec", "OutputSpec", "export", "save", "load", "FORMAT_VERSION", "aot_compile",
            "load_package"]

@@ -50,5 +50,16 @@ def target(device: str) -> str:
         import torch
         major, minor = torch.cuda.get_device_capability()
         return f"sm_{major}{minor}"
-    from ember.codegen.cpp_build import cpu_features
-    return "cpu-" + hashlib.sha256(cpu_features().encode()).hexdigest()[:16]
+    return "cpu-" + hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16]
+
+
+def _cpu_identity() -> str:
+    """The CPU's model and instruction-set flags (read here rather than through ``codegen.cpp_build``, so that
+    loading a package imports no compiler module)."""
+    import platform
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = {ln for ln in f.read().splitlines() if ln.startswith(("flags", "model name"))}
+        return "\n".join(sorted(lines))
+    except OSError:
+        return platform.processor() or platform.machine()

@@ -202,14 +202,14 @@ def _wrapper(root: Path, w: dict, tensors: list[torch.Tensor], data: dict[str, b
     if not isinstance(source, str) or not isinstance(table, dict):
         raise ProgramFormatError("bad wrapper record")
     try:
-        check_wrapper(source, name, set(table))
+        tree = check_wrapper(source, name, set(table))
     except WrapperRejected as e:
         raise _fail(root, f"its wrapper is not source ember generates ({e})", "do not load it") from None
     kernels = _Kernels(root, data, device)
     ns: dict[str, Any] = {"__builtins__": {"max": max, "min": min, "abs": abs}}
     for key, desc in table.items():
         ns[key] = _bind(desc, tensors, kernels)
-    exec(compile(source, f"<ember package wrapper {name}>", "exec"), ns)
+    exec(compile(tree, f"<ember package wrapper {name}>", "exec"), ns)
     return ns[name]
 
 

@@ -29,9 +29,9 @@ def _torch_attr_ok(attr: str) -> bool:
     return isinstance(getattr(torch, attr, None), (torch.dtype, torch.memory_format, torch.layout))
 
 
-def check_wrapper(source: str, name: str, bound: set[str]) -> None:
-    """Raise ``WrapperRejected`` unless ``source`` defines only ``name`` within the generated grammar, its free
-    names all in ``bound`` (or ``max``/``min``/``abs``)."""
+def check_wrapper(source: str, name: str, bound: set[str]) -> ast.Module:
+    """The parsed ``source`` (to compile, not parsed again); ``WrapperRejected`` unless it defines only ``name``
+    within the generated grammar, its free names all in ``bound`` (or ``max``/``min``/``abs``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -67,3 +67,4 @@ def check_wrapper(source: str, name: str, bound: set[str]) -> None:
                 raise WrapperRejected(f"line {node.lineno}: method {node.attr!r} is not one a wrapper calls")
         elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, bool, str, type(None))):
             raise WrapperRejected(f"line {node.lineno}: constant {node.value!r}")
+    return tree
