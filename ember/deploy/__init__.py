@@ -30,5 +30,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'ember.deploy' has no attribute {name!r}")
 
 
-__all__ = ["Dim", "ExportedProgram", "InputSpec", "OutputSpec", "export", "save", "load", "FORMAT_VERSION", "aot_compile",
-           "load_package"]
+__all__ = ["Dim", "ExportedProgram", "InputSpec", "OutputSpec", "export", "save", "load", "FORMAT_VERSION",
+           "aot_compile", "load_package"]

@@ -35,7 +35,8 @@ from . import package_format as F
 from .program import ExportedProgram
 from .serialize import _enc, _leaf_record, _target_name, _tensor_record
 
-_HINTS = (16, 32, 8, 64, 24, 48, 12, 6, 4)     # a Dim's size while compiling: decisions use it (docs/dynamic-contract.md)
+# a Dim's size while compiling (decisions use it: docs/dynamic-contract.md), the first the relations allow
+_HINTS = (16, 32, 8, 64, 24, 48, 12, 6, 4)
 
 
 class PackageBuildError(ValueError):

@@ -237,16 +237,14 @@ class CudaKernels:
 
 
 def _load_extension(name: str, data: bytes) -> Any:
-    """A C extension module from verified bytes (a memory file), never from a path that may change."""
+    """A C extension module from verified bytes (``memfile``), never from a path that may change."""
     import importlib.machinery
     import importlib.util
-    import os
-    fd = os.memfd_create(name, getattr(os, "MFD_CLOEXEC", 0))
-    with os.fdopen(fd, "wb", closefd=False) as f:
-        f.write(data)
-    from .package_load import _OPEN_FDS
-    _OPEN_FDS.append(fd)
-    path = f"/proc/self/fd/{fd}"
+
+    from .memfile import memory_file
+    path = memory_file(data, name)
+    if path is None:
+        raise RuntimeError("ember package: CUDA packages need memory files (Linux)")
     loader = importlib.machinery.ExtensionFileLoader(name, path)
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     mod = importlib.util.module_from_spec(spec)

@@ -297,24 +297,10 @@ class _Kernels:
 
 
 def _dlopen(data: bytes, path: Path) -> ctypes.CDLL:
-    """Load the verified bytes themselves (an anonymous in-memory file on Linux), not the file again: the file
-    may change between the hash check and the loader reading it. The descriptor stays open: the loader knows a
-    library by its path, and a reused ``/proc/self/fd/N`` would give back the library loaded before."""
-    if not hasattr(os, "memfd_create"):
-        return ctypes.CDLL(str(path))
-    fd = os.memfd_create("ember-kernel.so", getattr(os, "MFD_CLOEXEC", 0))
-    try:
-        with os.fdopen(fd, "wb", closefd=False) as f:
-            f.write(data)
-        lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
-    except BaseException:
-        os.close(fd)
-        raise
-    _OPEN_FDS.append(fd)
-    return lib
-
-
-_OPEN_FDS: list[int] = []
+    """Load the verified bytes themselves (``memfile``), not the file again."""
+    from .memfile import memory_file
+    mem = memory_file(data, "ember-kernel.so")
+    return ctypes.CDLL(mem if mem is not None else str(path))
 
 
 def _cpp_caller(fn: Any, n: int, parallel: bool, checked: bool, symbols: int) -> Callable[..., None]:
