@@ -19,6 +19,7 @@ _LAZY = {
     "CompileOptions": ("options", "CompileOptions"), "backend": ("backends", "ember_backend"),
     "export": ("deploy", "export"), "ExportedProgram": ("deploy", "ExportedProgram"), "Dim": ("deploy", "Dim"),
     "save": ("deploy", "save"), "load": ("deploy", "load"),
+    "aot_compile": ("deploy", "aot_compile"), "load_package": ("deploy", "load_package"),
 }
 
 

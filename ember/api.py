@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from . import logs
+from . import counters, logs
 from .backends import lookup_backend
 from .capture.frontend import STATS, FrameCache, compile_function, new_session
 from .capture.torch import plugins_factory
@@ -261,10 +261,12 @@ def reset() -> None:
         s.callees.clear()
     _ALL_SESSIONS.clear()
     STATS.reset()
+    counters.reset()
 
 
 def stats() -> dict[str, int]:
-    return STATS.snapshot()
+    """Capture's counts, cache hits, and the ATen traces and kernel compiles below capture (``ember.counters``)."""
+    return {**STATS.snapshot(), **counters.snapshot()}
 
 
 def mark_dynamic(t: torch.Tensor, dim: int | list[int], min: int | None = None, max: int | None = None) -> None:

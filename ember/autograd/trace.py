@@ -138,6 +138,8 @@ def _freeze_val(node: Any, t: FakeTensor) -> None:
 def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, training: bool,
                fake_mode: FakeMode | None = None) -> TracedGraph:
     """Trace ``fn(*example_inputs)`` to ATen ops; with ``training`` also its backward, into one joint graph."""
+    from ember import counters
+    counters.bump("traces")
     mode = fake_mode or FakeMode()
     graph = fx.Graph()
     rec = _Recorder(graph, mode)

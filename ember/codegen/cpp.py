@@ -569,7 +569,13 @@ def compile_kernels(bodies: list[KernelBody], options: Any, graph_name: str,
         fn.argtypes = [ctypes.c_void_p] * len(b.buffers) + [ctypes.c_int64] * n_sym + [ctypes.c_int]
         checked = bool(checked_indices(b))
         fn.restype = ctypes.c_int if checked else None
-        out.append(_caller(fn, len(b.buffers), b._cpp_parallel, checked, n_sym))  # type: ignore[attr-defined]
+        call = _caller(fn, len(b.buffers), b._cpp_parallel, checked, n_sym)  # type: ignore[attr-defined]
+        # where it came from, for ahead-of-time packages (ember.deploy.package)
+        build = lib_of[b.name]
+        call.ember_cpp = {"so": str(build.cache.store.entry(f"{build.key}.so")), "symbol": b.name,
+                          "buffers": len(b.buffers), "parallel": bool(b._cpp_parallel),  # type: ignore[attr-defined]
+                          "checked": checked, "symbols": n_sym}
+        out.append(call)
     return out
 
 

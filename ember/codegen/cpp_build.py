@@ -19,7 +19,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from ember import diskcache, logs
+from ember import counters, diskcache, logs
 from ember.errors import EmberError
 
 from .cpp_prelude import vector_math_decls
@@ -162,6 +162,7 @@ class CppCache:
             raise CppCompileError(f"ember.codegen.cpp: cannot run {cmd[0]!r} for graph {graph} ({e}); generated "
                                   f"source: {src}") from e
         self.compiler_runs += 1
+        counters.bump("kernel_compiles")
         return Build(self, key, source, graph, proc, tmp, cmd)
 
     def load(self, key: str) -> ctypes.CDLL | None:

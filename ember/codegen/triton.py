@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ember import diskcache
+from ember import counters, diskcache
 from ember.loopir.combo import ComboBody
 from ember.loopir.kernel import KernelBody
 from ember.loopir.schedule import Kernel
@@ -191,6 +191,7 @@ class TritonKernel:
                 if compiled is not None:
                     triton_pool.count_loaded()
         if compiled is None:        # warmup=True: compiled for these arguments, not launched (the caller launches)
+            counters.bump("kernel_compiles")
             compiled = self.fn.run(*args, grid=self.grid, warmup=True, **self.meta)
             if reply is not None and same:
                 triton_pool.check_hit(self, reply["hash"], compiled)
@@ -251,6 +252,7 @@ class SymbolicTritonKernel(TritonKernel):
         return self         # its ints' specialization is looked up per call
 
     def _first_symbolic_launch(self, args: tuple, grid: tuple) -> Callable[..., None]:
+        counters.bump("kernel_compiles")
         compiled = self.fn.run(*args, grid=grid, warmup=True, **self.meta)
         return _grid_launcher(compiled, args) or self._slow_grid
 

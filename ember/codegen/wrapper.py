@@ -98,6 +98,7 @@ class _Writer:
         self.aligned: set[str] = set()      # buffers this wrapper allocates (the allocator aligns them)
         self.launched: set[str] = set()     # buffers passed to kernels with an aligned launcher
         self.folded: set[str] = set()       # buffers whose alignment ``_aligned`` includes
+        self.origins: dict[str, Any] = {}   # extern global -> (target, prim name): ``_direct`` drops the OpOverload
 
     def bind(self, prefix: str, value: Any) -> str:
         name = f"{prefix}{len(self.globals)}"
@@ -285,6 +286,7 @@ class _Writer:
                 self.lines.append(f"    {self._launch_line(step, fn, names)}  # {step.fused()}")
             elif isinstance(step, Extern):
                 fn = self.bind("extern", _direct(step.target))
+                self.origins[fn] = (step.target, step.op)
                 args = ", ".join([self.arg(a) for a in step.args] +
                                  [f"{k}={self.arg(v)}" for k, v in step.kwargs.items()])
                 self.lines.append(f"    {step.name} = {fn}({args})")
@@ -467,6 +469,8 @@ def make_wrapper(schedule: Schedule, kernels: dict[str, tuple[Callable, KernelBo
             v.ns = ns
     fn = ns[schedule.graph.name]
     fn.source, fn.kernel_sources = src, kernel_sources
+    # what the source's free names are bound to, for ahead-of-time packages (ember.deploy.package)
+    fn.wrapper_globals, fn.wrapper_origins = w.globals, w.origins
     if steal:
         fn.call_list = ns[f"{schedule.graph.name}__list"]
     return fn

@@ -1,0 +1,30 @@
+"""Counts of the pipeline's expensive steps below capture, for ``ember.stats()``: ``traces`` (runs of AOT
+autograd's ATen tracer) and ``kernel_compiles`` (C++ compiler processes started; Triton JIT compiles, or loads
+from Triton's own cache, in this process).
+
+Torch-free and stage-free, so every stage may bump it (capture's own counts live in ``capture.frontend``). A
+process that only loads a package (``ember.load_package``) keeps both at zero.
+"""
+from __future__ import annotations
+
+import threading
+
+NAMES = ("traces", "kernel_compiles")
+_lock = threading.Lock()
+_counts = dict.fromkeys(NAMES, 0)
+
+
+def bump(name: str, n: int = 1) -> None:
+    with _lock:
+        _counts[name] += n
+
+
+def snapshot() -> dict[str, int]:
+    with _lock:
+        return dict(_counts)
+
+
+def reset() -> None:
+    with _lock:
+        for k in NAMES:
+            _counts[k] = 0

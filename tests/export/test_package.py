@@ -1,0 +1,270 @@
+"""ember.aot_compile / ember.load_package: compiled packages equal eager in a fresh process that captures,
+traces and compiles nothing; calls outside the constraints are refused; bad packages (other format or
+versions, another device or CPU, missing, truncated, altered or hostile files) are refused with a clear message."""
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ember
+from ember.bench.zoo import HANDWRITTEN
+from ember.deploy import package_format as F
+
+from .test_export import CASES, Mutates, _batch_dims, _close, _fresh_like, _with_batch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FRESH = """
+import sys, torch, ember
+cases, refs = torch.load(sys.argv[2])
+m = ember.load_package(sys.argv[1])
+with torch.no_grad():
+    for a, ref in zip(cases, refs):
+        torch.testing.assert_close(m(*a), ref)
+bad = [k for k in sys.modules if k.startswith(('ember.capture', 'ember.autograd', 'ember.loopir', 'ember.codegen.cpp.',
+                                               'ember.codegen.wrapper', 'ember.codegen.triton'))]
+assert not bad, bad
+s = ember.stats()
+assert not any(s.values()), s
+assert s['traces'] == 0 and s['kernel_compiles'] == 0 and s['frames_compiled'] == 0
+print('ok')
+"""
+
+
+def _package(ep, tmp_path, name="m.ember-pkg"):
+    path = tmp_path / name
+    assert ember.aot_compile(ep, path) == str(path)
+    return path
+
+
+@pytest.mark.parametrize("entry", HANDWRITTEN, ids=[e.name for e in HANDWRITTEN])
+def test_zoo_package_equals_eager_in_a_fresh_process_that_compiles_nothing(entry, tmp_path):
+    w = entry.build("quick", torch.device("cpu"))
+    w.model.eval()
+    inp = w.make_inputs(0, torch.device("cpu"))
+    ep = ember.export(w.model, inp.args, inp.kwargs, dynamic_shapes=_batch_dims(inp.args, ember.Dim("batch")))
+    path = _package(ep, tmp_path)
+    cases = [_with_batch(inp.args, b) for b in (2, 5, 9)]
+    with torch.no_grad():
+        refs = [w.model(*a) for a in cases]
+    torch.save((cases, refs), tmp_path / "io.pt")
+    out = subprocess.run([sys.executable, "-c", FRESH, str(path), str(tmp_path / "io.pt")], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name,make,inputs", CASES[:-1], ids=[c[0] for c in CASES[:-1]])
+def test_package_equals_eager_pytrees_constants_values(name, make, inputs, tmp_path):
+    m = make()
+    if isinstance(m, torch.nn.Module):
+        m.eval()
+    args, kwargs = inputs()
+    ep = ember.export(m, args, kwargs)
+    run = ember.load_package(_package(ep, tmp_path))
+    for trial in range(2):
+        a, k = (args, kwargs) if trial == 0 else _fresh_like(args, kwargs)
+        with torch.no_grad():
+            _close(run(*a, **k), m(*a, **k))
+
+
+def test_package_writes_mutated_buffers_and_inputs_back(tmp_path):
+    m, ref = Mutates(), Mutates()
+    x, y = torch.randn(3), torch.randn(3)
+    run = ember.load_package(_package(ember.export(m, (x, y.clone())), tmp_path))
+    for _ in range(2):
+        y1, y2 = y.clone(), y.clone()
+        _close(run(x, y1), ref(x, y2))
+        _close(y1, y2)
+        assert run.steps.item() == ref.steps.item()
+    assert ref.steps.item() == 2
+
+
+class Pairs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x, y, z):
+        return (self.lin(x).relu() + y).sum(1), torch.cat([x, z]).mean(0)
+
+
+def _pairs_inputs(b, n):
+    return torch.randn(b, 4), torch.randn(b, 3), torch.randn(n, 4)
+
+
+BAD_CALLS = [       # (x, y, z, the ValueError's message): each outside the exported constraints
+    (*_pairs_inputs(66, 3), r"dim 0 \(batch\) must be in \[2, 64\], got 66"),
+    (torch.randn(6, 4, dtype=torch.float64), *_pairs_inputs(6, 3)[1:], "must be float32"),
+    (torch.randn(6, 5), *_pairs_inputs(6, 3)[1:], "dim 1 must be 4"),
+    (*_pairs_inputs(6, 1), r"\(n\) must be in \[2, inf\], got 1"),
+    (torch.randn(6, 4), *_pairs_inputs(5, 3)[1:], "so they must be equal"),
+]
+
+
+def _export_pairs(m):
+    b = ember.Dim("batch", min=2, max=64)
+    return ember.export(m, _pairs_inputs(6, 3), dynamic_shapes={"x": {0: b}, "y": {0: b}, "z": {0: ember.Dim("n")}})
+
+
+def test_dynamic_package_serves_every_size_and_refuses_calls_outside_the_constraints(tmp_path):
+    m = Pairs()
+    run = ember.load_package(_package(_export_pairs(m), tmp_path))
+    for bs, ns in ((2, 2), (11, 7), (64, 3)):
+        args = _pairs_inputs(bs, ns)
+        with torch.no_grad():
+            _close(run(*args), m(*args))
+    for *args, msg in BAD_CALLS:
+        with pytest.raises(ValueError, match=msg):
+            run(*args)
+
+
+# bad packages ----------------------------------------------------------------------------------------------
+def _edit_manifest(path, **changes):
+    man = json.loads((path / F.MANIFEST).read_text())
+    man.update(changes)
+    (path / F.MANIFEST).write_text(json.dumps(man))
+
+
+def _rehash(path, rel):
+    import hashlib
+    man = json.loads((path / F.MANIFEST).read_text())
+    man["files"][rel] = hashlib.sha256((path / rel).read_bytes()).hexdigest()
+    (path / F.MANIFEST).write_text(json.dumps(man))
+
+
+def _kernel(path):
+    return next(p for p in sorted((path / F.KERNELS).iterdir()) if p.suffix == ".so")
+
+
+def _flip(p, at=None):
+    data = bytearray(p.read_bytes())
+    i = len(data) // 2 if at is None else at
+    data[i] ^= 0x40
+    p.write_bytes(bytes(data))
+
+
+def _truncate(p):
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def _hostile_wrapper(path, edit):
+    prog = json.loads((path / F.PROGRAM).read_text())
+    prog["wrapper"]["source"] = edit(prog["wrapper"]["source"], prog["wrapper"]["name"])
+    (path / F.PROGRAM).write_text(json.dumps(prog))
+    _rehash(path, F.PROGRAM)
+
+
+def _inject(line):
+    def edit(src, name):
+        head, rest = src.split("\n", 1)
+        return f"{head}\n    {line}\n{rest}"
+    return edit
+
+
+BAD_PACKAGES = [
+    ("future_format", lambda p: _edit_manifest(p, format_version=F.FORMAT_VERSION + 1), "format version 2"),
+    ("other_torch", lambda p: _edit_manifest(p, torch="1.0.0"), "built with torch 1.0.0"),
+    ("other_ember", lambda p: _edit_manifest(p, ember="0.0.1"), "built with ember 0.0.1"),
+    ("other_device_kind", lambda p: _edit_manifest(p, device="cuda", triton="0"),
+     "built for CUDA and this process has no CUDA device" if not torch.cuda.is_available() else "triton"),
+    ("other_cpu", lambda p: _edit_manifest(p, target="cpu-0000000000000000"), "built for another CPU"),
+    ("not_a_package", lambda p: (p / F.MANIFEST).unlink(), "manifest.json is missing"),
+    ("truncated_manifest", lambda p: _truncate(p / F.MANIFEST), "unreadable or truncated"),
+    ("truncated_weights", lambda p: _truncate(p / F.WEIGHTS), "weights.bin does not match its SHA-256"),
+    ("flipped_kernel_byte", lambda p: _flip(_kernel(p)), r"kernels/.*\.so does not match its SHA-256"),
+    ("missing_kernel", lambda p: _kernel(p).unlink(), r"kernels/.*\.so is missing"),
+    ("edited_program", lambda p: _flip(p / F.PROGRAM, 5), "program.json does not match its SHA-256"),
+    ("path_outside", lambda p: _edit_manifest(p, files={"../x": "0", **json.loads(
+        (p / F.MANIFEST).read_text())["files"]}), "outside the package"),
+    ("wrapper_imports", lambda p: _hostile_wrapper(p, _inject("import os")), "Import is not allowed"),
+    ("wrapper_dunder", lambda p: _hostile_wrapper(p, _inject("x = arg0.__class__")), "attribute '__class__'"),
+    ("wrapper_builtin", lambda p: _hostile_wrapper(p, _inject("open('/tmp/x', 'w')")), "unknown name 'open'"),
+    ("wrapper_eval", lambda p: _hostile_wrapper(p, _inject("torch.load('x')")), "torch.load is not a dtype"),
+    ("wrapper_method", lambda p: _hostile_wrapper(p, _inject("arg0.fill_(0)")), "method 'fill_'"),
+    ("wrapper_two_defs", lambda p: _hostile_wrapper(p, lambda s, n: s + "def other():\n    return 1\n"),
+     "exactly one function"),
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    torch.manual_seed(0)
+    m = Pairs()
+    return _package(_export_pairs(m), tmp_path_factory.mktemp("pkg")), m
+
+
+@pytest.mark.parametrize("name,spoil,msg", BAD_PACKAGES, ids=[c[0] for c in BAD_PACKAGES])
+def test_bad_packages_are_refused_with_a_clear_message(name, spoil, msg, built, tmp_path):
+    import shutil
+    src, m = built
+    path = tmp_path / "copy.ember-pkg"
+    shutil.copytree(src, path)
+    args = _pairs_inputs(4, 3)
+    _close(ember.load_package(path)(*args), m(*args))       # the copy loads before it is spoiled
+    spoil(path)
+    with pytest.raises(ember.deploy.package_load.PackageError, match=msg) as info:
+        ember.load_package(path)
+    assert str(path) in str(info.value)
+
+
+def test_aot_compile_replaces_a_package_but_not_other_files(built, tmp_path):
+    src, m = built
+    ep = ember.export(m, _pairs_inputs(6, 3))
+    target = tmp_path / "p"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="is not an ember package"):
+        ember.aot_compile(ep, target)
+    assert (target / "notes.txt").read_text() == "mine"
+    again = _package(ep, tmp_path, "twice")
+    _package(ep, tmp_path, "twice")
+    args = _pairs_inputs(6, 3)
+    _close(ember.load_package(again)(*args), m(*args))
+
+
+def test_aot_compile_refuses_a_device_it_cannot_build_for():
+    ep = ember.export(Pairs(), _pairs_inputs(6, 3))
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
+        ember.aot_compile(ep, "x", device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            ember.aot_compile(ep, "x", device="cuda")
+
+
+def test_prim_implementations_copied_for_loading_agree_with_ember_decomp():
+    from ember.decomp.core import PRIMS
+    from ember.deploy.package_load import PRIM_IMPLS
+    import ember.decomp  # noqa: F401
+    a, b, c = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5)
+    for name, impl in PRIM_IMPLS.items():
+        for extra in ((), (0.5, 2.0)):
+            torch.testing.assert_close(impl(c, a, b, *extra), PRIMS[name].impl(c, a, b, *extra))
+
+
+def test_stats_count_traces_and_kernel_compiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    ember.reset()
+    ep = ember.export(copy.deepcopy(Pairs()), _pairs_inputs(6, 3))
+    _package(ep, tmp_path)
+    s = ember.stats()
+    assert s["traces"] >= 1 and s["kernel_compiles"] >= 1, s
+    ember.reset()
+    assert ember.stats()["traces"] == ember.stats()["kernel_compiles"] == 0
+
+
+def test_package_sees_new_weights_loaded_in_place(tmp_path):
+    m = Pairs()
+    run = ember.load_package(_package(_export_pairs(m), tmp_path))
+    args = _pairs_inputs(5, 3)
+    run(*args)          # the state list is read, then the weights change under it
+    new = {k: torch.randn_like(v) for k, v in m.state_dict().items()}
+    m.load_state_dict(new)
+    run.load_state_dict(new)
+    with torch.no_grad():
+        _close(run(*args), m(*args))

@@ -1,0 +1,85 @@
+"""CUDA packages (issue 35 part 3): the handwritten zoo models exported on CUDA with a dynamic batch, compiled with
+``ember.aot_compile(..., device="cuda")`` (Triton kernels stored as cubins) and run by ``ember.load_package`` in a
+fresh process that captures, traces and compiles nothing: equal eager at three batch sizes, including sizes and
+views that need the kernels' unspecialized variants; a flipped byte in a cubin and a CPU-only load are refused."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ember
+from ember.bench.zoo import HANDWRITTEN
+from ember.deploy import package_format as F
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+
+FRESH = """
+import sys, torch, ember
+cases, refs = torch.load(sys.argv[2])
+m = ember.load_package(sys.argv[1])
+with torch.no_grad():
+    for a, ref in zip(cases, refs):
+        torch.testing.assert_close(m(*a), ref, atol=2e-3, rtol=2e-3)
+        # a view at an odd offset: the kernels' unaligned variant
+        odd = [torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape).copy_(t) for t in a]
+        torch.testing.assert_close(m(*odd), ref, atol=2e-3, rtol=2e-3)
+s = ember.stats()
+assert not any(s.values()), s
+print('ok')
+"""
+
+
+def _batch_dims(args):
+    return tuple({0: ember.Dim("batch", max=256)} if isinstance(a, torch.Tensor) else None for a in args)
+
+
+def _with_batch(args, b):
+    return tuple(a.repeat(-(-b // a.shape[0]), *([1] * (a.dim() - 1)))[:b] for a in args)
+
+
+def _build(entry, tmp_path):
+    dev = torch.device("cuda")
+    w = entry.build("quick", dev)
+    w.model.eval()
+    inp = w.make_inputs(0, dev)
+    ep = ember.export(w.model, inp.args, dynamic_shapes=_batch_dims(inp.args))
+    path = tmp_path / f"{entry.name}.ember-pkg"
+    ember.aot_compile(ep, path, device="cuda")
+    return w, inp, path
+
+
+@pytest.mark.parametrize("entry", HANDWRITTEN, ids=[e.name for e in HANDWRITTEN])
+def test_zoo_cuda_package_equals_eager_in_a_fresh_process(entry, tmp_path):
+    w, inp, path = _build(entry, tmp_path)
+    assert any(p.suffix == ".cubin" for p in (path / F.KERNELS).iterdir())
+    assert json.loads((path / F.MANIFEST).read_text())["device"] == "cuda"
+    cases = [_with_batch(inp.args, b) for b in (2, 5, 17)]
+    with torch.no_grad():
+        refs = [w.model(*a) for a in cases]
+    torch.save((cases, refs), tmp_path / "io.pt")
+    out = subprocess.run([sys.executable, "-c", FRESH, str(path), str(tmp_path / "io.pt")], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_cuda_package_refuses_a_flipped_cubin_byte_and_a_process_without_cuda(tmp_path):
+    _, _, path = _build(HANDWRITTEN[0], tmp_path)
+    bad = tmp_path / "bad.ember-pkg"
+    shutil.copytree(path, bad)
+    cubin = next(p for p in sorted((bad / F.KERNELS).iterdir()) if p.suffix == ".cubin")
+    data = bytearray(cubin.read_bytes())
+    data[len(data) // 2] ^= 1
+    cubin.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"\.cubin does not match its SHA-256"):
+        ember.load_package(bad)
+    code = "import ember, sys\ntry:\n    ember.load_package(sys.argv[1])\nexcept ValueError as e:\n    print(e)"
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
+                         env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert "built for CUDA and this process has no CUDA device" in out.stdout, out.stderr[-2000:]
