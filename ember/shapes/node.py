@@ -37,7 +37,14 @@ def _truediv(a, b):
 class SymNode:
     """One symbolic number: a sympy ``expr``, its Python type (int, float or bool) and its ``hint``."""
 
-    shape_env = None     # PyTorch helpers look for a ShapeEnv; ember's nodes answer through their table
+    @property
+    def shape_env(self):
+        """PyTorch helpers look for a ShapeEnv; ember's nodes answer through their table (None). A node over an
+        unbacked symbol has a minimal stand-in, so that ``guard_or_false``/``guard_or_true`` take their safe
+        default instead of asking ``guard_bool`` (which cannot answer without a hint)."""
+        if self.table.unbacked and getattr(self.expr, "free_symbols", set()) & self.table.unbacked:
+            return _UnbackedEnv(self.table)
+        return None
 
     def __init__(self, expr: Any, pytype: type, table: Any, hint: Any = None) -> None:
         self.expr = table.simplify(sympy.sympify(expr)) if not isinstance(expr, bool) else sympy.sympify(expr)
@@ -188,6 +195,23 @@ class SymNode:
     def floor(self) -> "SymNode": return self._new(sympy.floor(self.expr), int, math.floor(self.hint))
     def trunc(self) -> "SymNode": return self._new(sympy.floor(self.expr), int, math.trunc(self.hint))
     def is_integer(self) -> "SymNode": return self.wrap_bool(float(self.hint).is_integer())
+
+
+class _UnbackedEnv:
+    """What PyTorch's ``guard_or_false``/``guard_or_true`` call on a node's ShapeEnv: ``evaluate_sym_node``."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def evaluate_sym_node(self, node: "SymNode", size_oblivious: bool = False, fallback_value: Any = None) -> Any:
+        cond = node._cond()
+        got = self.table.size_oblivious(cond) if size_oblivious else self.table.maybe(cond)
+        if got is None:
+            if fallback_value is None:
+                from .table import DataDependent
+                raise DataDependent(self.table._undecidable(cond))
+            return fallback_value
+        return got
 
 
 def _e(s: Any):
