@@ -160,7 +160,10 @@ class _Writer:
         for n in g.nodes:
             exprs += [*n.layout.shape, *n.layout.stride, n.layout.offset]
             if isinstance(n, Extern):
-                exprs += [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, sympy.Basic)]
+                flat = tree_flatten((n.args, n.kwargs))[0]
+                exprs += [a for a in flat if isinstance(a, sympy.Basic)]
+                exprs += [x for a in flat if isinstance(a, BufferRef) and a.layout is not None
+                          for x in (*a.layout.shape, *a.layout.stride)]     # views passed to the call
         exprs += [a for a in tree_flatten(g.outputs)[0] if isinstance(a, sympy.Basic)]
         exprs += [x for o in g.outputs if isinstance(o, BufferRef) for x in (*o.layout.shape, *o.layout.stride)]
         sources: dict[Any, str] = {}

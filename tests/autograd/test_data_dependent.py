@@ -121,7 +121,6 @@ def test_program(prog, training):
 KERNEL_GAPS = {
     ("mask_set_values", False): "x[m] = y[m] * 3: index_put's C++ meta asks guard_bool(u != 1) on the values",
     ("mask_set_values", True): "x[m] = y[m] * 3: index_put's C++ meta asks guard_bool(u != 1) on the values",
-    ("masked_select_sum", True): "the backward's u is not carried by a saved tensor (symsave cannot save it)",
     ("item_checked_slice", False): "slice by an unbacked end: a decision (u > 0) in the AOT trace",
     ("item_checked_slice", True): "slice by an unbacked end: a decision (u > 0) in the AOT trace",
 }
