@@ -34,6 +34,12 @@ class Unsupported(EmberError):
         return "\n".join(lines)
 
 
+class DataDependent(EmberError):
+    """A decision on an unbacked size (``u0``: computed from tensor data inside the graph, ``ember.shapes``)
+    that its range does not settle. It has no hint to answer from and a static recompile cannot pin it: the
+    capture interpreter turns it into a graph break naming the condition and the op that produced the size."""
+
+
 class BackendCompilerFailed(EmberError):
     """A backend raised while compiling a captured graph."""
 

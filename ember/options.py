@@ -23,6 +23,8 @@ class CompileOptions:
     heuristics: Any = None               # ember.heuristics.Heuristics (or a dict of its fields); None: the defaults
     verify_ir: bool = False              # check each compile pass's output IR ($EMBER_VERIFY_IR=1; on in the tests)
     fallback_random: bool = False        # torch.compile's name; ember's random ops always match eager (see _doc)
+    capture_scalar_outputs: bool = False           # .item()/int(t) of an integer tensor: an unbacked int
+    capture_dynamic_output_shape_ops: bool = True  # nonzero, x[mask], masked_select, unique: unbacked sizes
 
     _doc = {
         "cache_size_limit": "compiled entries kept per function before it runs eagerly",
@@ -33,6 +35,13 @@ class CompileOptions:
         "coordinate_descent_tuning": "accepted for torch.compile compatibility; not implemented yet (no effect)",
         "epilogue_fusion": "max-autotune: fuse the pointwise kernel after a matmul into its Triton templates",
         "debug_graphs": "keep captured graphs on cache entries for inspection",
+        "capture_scalar_outputs": "capture .item() / int(t) of an integer tensor as an unbacked symbolic int "
+                                  "(u0) inside the graph (torch._dynamo.config's name; off by default, as in torch.compile: a captured int "
+                                  "that Python then uses as a number (range(n), print, a branch) only moves "
+                                  "the graph break to that use); off: a graph break at .item()",
+        "capture_dynamic_output_shape_ops": "capture ops whose output size depends on tensor data (nonzero, "
+                                            "x[mask], masked_select, unique) with an unbacked size (u0) read "
+                                            "at run time; off: a graph break",
         "aot_decompose": "aot_eager: decompose ATen ops into ember's primitives before running the graphs",
         "cudagraph_max_records": "CUDA graphs recorded per compiled graph (new shapes, input addresses, or "
                                  "outputs still waiting for backward) before it runs with plain launches",

@@ -435,13 +435,16 @@ def _decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
 
     from ember.decomp import MISSING, decomposition_graph, has_decomposition
 
+    from ember.autograd.unbacked import introduces_unbacked, table_with_unbacked
+
     graph = _copy_graph(gm.graph)
     traced = {n: n.meta.get("val") for n in graph.nodes}     # each value as eager lays it out
+    table = table_with_unbacked(gm)
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
         seeded = torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
-        if not has_decomposition(node.target):
+        if not has_decomposition(node.target) or introduces_unbacked(node, table):
             if isinstance(node.target, torch._ops.OpOverload):
                 MISSING[node.target] += 1      # stays an ATen call: ember.decomp.coverage_report() lists it
             if seeded or node.target in _STORAGE_OPS:
@@ -460,7 +463,10 @@ def _decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
         _keep_eager_strides(node, result, operands)
         _replace_result(graph, node, result, traced)
         _erase_replaced(graph, node)
-    graph.eliminate_dead_code(is_impure_node)
+    # an op that computes a data-dependent size stays, even where only sizes read it (prims take sizes as sympy
+    # expressions): the wrapper reads the size from its result
+    keep = {n for n in graph.nodes if n.op == "call_function" and introduces_unbacked(n, table)}
+    graph.eliminate_dead_code(lambda n: n in keep or is_impure_node(n))
     return fx.GraphModule(gm, graph)
 
 
@@ -532,8 +538,13 @@ def _keep_eager_strides(node: fx.Node, result: Any, operands: list) -> None:
         return
     for val, res in zip(vals, results):
         if isinstance(res, fx.Node) and res not in operands and isinstance(val, torch.Tensor) and \
-                tuple(val.shape) == tuple(getattr(res.meta.get("val"), "shape", ())):
+                _same_sizes(val.shape, getattr(res.meta.get("val"), "shape", ())):
             res.meta["ember_eager_stride"] = tuple(val.stride())
+
+
+def _same_sizes(a: Any, b: Any) -> bool:
+    """Structural equality of two shapes (symbolic sizes compared as expressions: no decision recorded)."""
+    return len(a) == len(b) and all(expr_of(x) == expr_of(y) for x, y in zip(a, b))
 
 
 def _erase_replaced(graph: fx.Graph, node: fx.Node) -> None:

@@ -109,6 +109,7 @@ class FakeMode(TorchDispatchMode):
         self._memo: dict[int, tuple[torch.Tensor, FakeTensor]] = {}
         self._storages: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
         self.symbolic = False       # inputs with symbolic sizes (ember.autograd.symbolic.symbolic_inputs)
+        self.table = None           # their SymbolTable: data-dependent ops get unbacked sizes in it (unbacked.py)
 
     def __enter__(self) -> "FakeMode":
         avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free): once
@@ -166,6 +167,12 @@ class FakeMode(TorchDispatchMode):
 
     def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run ``func`` on the meta tensors behind ``args``; wrap outputs as fake tensors."""
+        if self.table is not None and (func._schema.name in DATA_DEPENDENT_OPS or _bool_mask_index(func, args)):
+            from ember.autograd.unbacked import unbacked_meta
+            out = unbacked_meta(self.table, func, args, kwargs)
+            if out is not None:     # an output size read from the result at run time (an unbacked symbol)
+                device = _output_device(args, kwargs)
+                return tree_map(lambda o: self._wrap(o, device, {}), out)
         _check_supported(func, args)
         args, kwargs = tree_map(self._fakeify, (args, kwargs))
         device = _output_device(args, kwargs)

@@ -487,7 +487,11 @@ def _build_fwd(joint: fx.GraphModule, j: _Joint, saved: list[fx.Node]) -> fx.Gra
     env: dict[fx.Node, Any] = {}
     _copy_nodes(graph, env, j.primals)
     rng = [n for n in joint.graph.nodes if is_rng(n) and n not in j.tangent_dep]
-    need = _ancestors(list(j.fwd_outs) + saved + rng)
+    from ember.autograd.unbacked import introduces_unbacked, table_with_unbacked
+    table = table_with_unbacked(joint)      # data-dependent sizes: their op runs (the wrapper reads its result)
+    sized = [n for n in joint.graph.nodes if n.op == "call_function" and n not in j.tangent_dep and
+             introduces_unbacked(n, table)] if table is not None else []
+    need = _ancestors(list(j.fwd_outs) + saved + rng + sized)
     _copy_nodes(graph, env, (n for n in joint.graph.nodes if n in need and n.op != "placeholder"))
     graph.output(tuple(_map_out(env, v) for v in list(j.fwd_outs) + saved))
     return fx.GraphModule(joint, graph)

@@ -461,7 +461,8 @@ def symbol_binder(gm: Any, table: SymbolTable | None) -> Any:
             e = table.simplify(sympy.sympify(size))
             if isinstance(e, sympy.Symbol):
                 sources.setdefault(e, (i, d))
-    missing = [s for s in table.symbols if s not in sources and s not in table.replacements]
+    missing = [s for s in table.symbols if s not in sources and s not in table.replacements
+               and s not in table.unbacked]     # unbacked: computed inside the graph (ember.autograd.unbacked)
     if missing:
         raise SymbolicUnsupported(f"symbols {missing} are not a size of any graph input")
     return SymbolBinder(table, sources)
@@ -476,6 +477,7 @@ def symbolic_inputs(gm: Any, inputs: Any) -> tuple[Any, list]:
         return None, list(inputs)
     mode = FakeMode()
     mode.symbolic = True
+    mode.table = table
     out = []
     for ph, x in zip([n for n in gm.graph.nodes if n.op == "placeholder"], inputs):
         if "ember_shape" in ph.meta and isinstance(x, torch.Tensor):

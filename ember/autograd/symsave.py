@@ -58,6 +58,13 @@ def _source(fwd: fx.GraphModule, sym: sympy.Symbol) -> tuple | None:
                     return ph, d, v
         elif expr_of(val) == sym:
             return ph, None, val
+    if sym.name[:1] == "u":      # an unbacked size: read from the data-dependent op's result in the forward
+        for n in fwd.graph.nodes:
+            val = n.meta.get("val")
+            if n.op == "call_function" and isinstance(val, torch.Tensor):
+                for d, v in enumerate(val.shape):
+                    if expr_of(v) == sym:
+                        return n, d, v
     return None
 
 

@@ -119,6 +119,25 @@ class _Recorder(TorchDispatchMode):
                     self.bind(o, item)
                     if region is not None:
                         item.meta[regions.TAG] = region
+        if self.fake_mode.table is not None and self.fake_mode.table.unbacked:
+            self._unbacked_sources(out, node)
+
+
+    def _unbacked_sources(self, out: Any, node: fx.Node) -> None:
+        """A data-dependent op's result carries its unbacked sizes: later reads are ``sym_size`` of it (or the
+        ``item`` node itself), so the graph computes them at run time (ember.autograd.unbacked)."""
+        from ember.autograd.unbacked import unbacked_in
+        table = self.fake_mode.table
+        if unbacked_in(out, table) and not isinstance(out, torch.Tensor):
+            self.sym.add_source(node, out)
+        elif isinstance(out, torch.Tensor) and unbacked_in(out, table):
+            self.sym.add_source(node, out)
+        elif isinstance(out, (tuple, list)):
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor) and unbacked_in(o, table):
+                    item = next((u for u in node.users if u.target is operator.getitem and u.args[1] == i), None)
+                    if item is not None:
+                        self.sym.add_source(item, o)
 
 
 # in-place view ops that reshape their input (resize_ changes the storage too, and is functionalized as such)

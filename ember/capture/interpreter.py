@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import CodeType
 from typing import Any
 
-from ..errors import Unsupported
+from ..errors import DataDependent, Unsupported
 from .binding import bind_arguments  # noqa: F401  (re-exported: the domains bind calls through it)
 from .bytecode import PY, Decoded, Instr, decode
 from .registry import handler_table
@@ -193,6 +193,11 @@ class Frame:
                         set_context(ue.exc, self.handled_exception())
                 self._unwind(ue)
                 continue
+            except DataDependent as e:      # a decision on a size computed from tensor data: a graph break
+                raise self.unsupported(str(e).split("; add torch._check")[0],
+                                       "add torch._check(...) (or torch._check_is_size) to state what the "
+                                       "program relies on, or move the decision outside the compiled "
+                                       "function") from None
             if r is not None:
                 if type(r) is Return:
                     self.done = True

@@ -93,7 +93,7 @@ def index(e: Any) -> str:
         return index(int(e))
     if isinstance(e, sympy.Symbol):
         if e.name not in ("xindex", "rindex", "findex") and not e.name.startswith("tmp") and \
-                not (e.name[:1] in "si" and e.name[1:].isdigit()):      # a size symbol: a kernel argument
+                not (e.name[:1] in "siu" and e.name[1:].isdigit()):     # a size symbol: a kernel argument
             raise NotImplementedError(f"ember.codegen.cpp: symbol {e} in an index")
         return e.name
     if isinstance(e, sympy.Add):

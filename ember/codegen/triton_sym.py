@@ -27,12 +27,13 @@ from ember.loopir.indexing import RINDEX, XINDEX
 from ember.shapes import SymbolicUnsupported, to_python
 
 INT32_MAX = 2 ** 31 - 1
-_SIZE_NAME = re.compile(r"[si]\d+$")
+_SIZE_NAME = re.compile(r"[siu]\d+$")     # u<k>: an unbacked (data-dependent) size
 _UNBOUNDED = sympy.Integer(2 ** 63)     # the magnitude of a value nothing bounds (a loaded index)
 
 
 def is_size_symbol(s: Any) -> bool:
-    """A size (``s<k>``) or Python-int (``i<k>``) symbol of a ``SymbolTable``: a kernel parameter."""
+    """A size (``s<k>``, unbacked ``u<k>``) or Python-int (``i<k>``) symbol of a ``SymbolTable``: a kernel
+    parameter."""
     return isinstance(s, sympy.Symbol) and _SIZE_NAME.match(s.name) is not None
 
 
@@ -128,7 +129,10 @@ def needs_int64(exprs: list, numel: dict, table: Any) -> bool:
         return int(big) > INT32_MAX
     if hint(table, big) > INT32_MAX:
         return True             # 64-bit indexing is right for every size: nothing to guard
-    return not table.decide(sympy.Le(big, INT32_MAX))
+    fits = sympy.Le(big, INT32_MAX)
+    if getattr(table, "unbacked", None) and big.free_symbols & table.unbacked:
+        return table.maybe(fits) is not True    # a data-dependent size: 64 bits unless its range settles it
+    return not table.decide(fits)
 
 
 def grid_expr(xnumel: Any, xblock: int) -> Any:

@@ -94,6 +94,9 @@ class _Writer:
         self.bound = {n.name for n in schedule.graph.nodes if isinstance(n, (InputBuffer, Extern, ExternOutput))}
         self.bound |= set(inplace)
         self.reuse, self.kept = plan_reuse(schedule, inplace)
+        self.unbound: set = set()       # unbacked symbols (u<k>), bound after the extern that computes them
+        self._externs = {n.name: n for n in schedule.graph.nodes if isinstance(n, Extern)}
+        self.asserted: set = set()      # runtime assertions already written
         self.allocated = _allocation_layouts(schedule, inplace)
         self.aligned: set[str] = set()      # buffers this wrapper allocates (the allocator aligns them)
         self.launched: set[str] = set()     # buffers passed to kernels with an aligned launcher
@@ -159,7 +162,10 @@ class _Writer:
         for n in g.nodes:
             exprs += [*n.layout.shape, *n.layout.stride, n.layout.offset]
             if isinstance(n, Extern):
-                exprs += [a for a in tree_flatten((n.args, n.kwargs))[0] if isinstance(a, sympy.Basic)]
+                flat = tree_flatten((n.args, n.kwargs))[0]
+                exprs += [a for a in flat if isinstance(a, sympy.Basic)]
+                exprs += [x for a in flat if isinstance(a, BufferRef) and a.layout is not None
+                          for x in (*a.layout.shape, *a.layout.stride)]     # views passed to the call
         exprs += [a for a in tree_flatten(g.outputs)[0] if isinstance(a, sympy.Basic)]
         exprs += [x for o in g.outputs if isinstance(o, BufferRef) for x in (*o.layout.shape, *o.layout.stride)]
         sources: dict[Any, str] = {}
@@ -181,11 +187,42 @@ class _Writer:
                     if solved is not None and solved[0] not in sources:
                         sym, a, b = solved
                         sources[sym] = f"(({n.name}.size({d}) - {b}) // {a})"
+        for sym, buf in getattr(g, "items", {}).items():      # an unbacked int read from an input: t.item()
+            sources.setdefault(sym, f"{buf}.item()")
         for sym in size_symbols(*exprs):
+            if sym not in sources and sym.name[0] == "u":   # a data-dependent size: read from an extern's result
+                self.unbound.add(sym)
+                continue
             if sym not in sources:
                 raise SymbolicUnsupported(f"ember.codegen: the size symbol {sym} of graph {g.name} is not a size, "
                                           "stride or int of one of its inputs")
             self.lines.append(f"    {sym.name} = {sources[sym]}")
+        self.check_asserts()
+
+    def bind_unbacked(self, name: str, target: Any) -> None:
+        """``u0 = buf3.size(0)``: the unbacked sizes of a data-dependent ATen call's result (``nonzero``,
+        ``x[mask]``, ...), bound right after the call that computed them; kernels and allocations after it take
+        them as arguments. (Another extern's result of that size does not bind it: it comes after a use.)"""
+        if not self.unbound or getattr(getattr(target, "_schema", None), "name", "") not in _DATA_DEPENDENT:
+            return
+        for d, v in enumerate(self.layouts[name].shape):
+            if isinstance(v, sympy.Symbol) and v in self.unbound:
+                self.lines.append(f"    {v.name} = {name}.size({d})")
+                self.unbound.discard(v)
+        self.check_asserts()
+
+    def check_asserts(self) -> None:
+        """The facts the program relies on about unbacked sizes (``torch._check``, ``SymbolTable.asserts``),
+        checked as soon as their symbols are bound: a violation raises with the relation and the user line."""
+        table = self.s.graph.symbols
+        for r in getattr(table, "asserts", ()):
+            syms = r.expr.free_symbols
+            if r in self.asserted or not syms or syms & self.unbound or any(
+                    f"    {u.name} = " not in "\n".join(self.lines) for u in syms):
+                continue
+            self.asserted.add(r)
+            msg = self.bind("msg", f"ember: a check the compiled program relies on failed: {r}")
+            self.lines.append(f"    if not ({to_python(r.expr)}): raise RuntimeError({msg})")
 
     def check(self, name: str, maybe_none: bool = False) -> None:
         lay = self.layouts[name]
@@ -291,6 +328,7 @@ class _Writer:
                                  [f"{k}={self.arg(v)}" for k, v in step.kwargs.items()])
                 self.lines.append(f"    {step.name} = {fn}({args})")
                 if not step.multi:
+                    self.bind_unbacked(step.name, step.target)
                     self.check(step.name)
                     if step.fresh:      # a new tensor from the allocator (or restride): aligned
                         self.folded.add(step.name)
@@ -298,6 +336,7 @@ class _Writer:
                         self.fold(step.name)
             elif isinstance(step, ExternOutput):
                 self.lines.append(f"    {step.name} = {step.source}[{step.index}]")
+                self.bind_unbacked(step.name, self._externs[step.source].target)
                 self.check(step.name, maybe_none=True)
                 if step.name in self.launched:
                     self.fold(step.name, maybe_none=True)
@@ -308,12 +347,19 @@ class _Writer:
                 dead += [b for b in self.s.input_frees[i] if b not in host_inputs]
             if dead:
                 self.lines.append(f"    del {', '.join(dead)}")
+        if self.unbound:
+            raise SymbolicUnsupported(f"ember.codegen: the data-dependent sizes {sorted(map(str, self.unbound))} "
+                                      f"of graph {g.name} are not a size of an ATen call's result")
         outs = [self.ref(o) if isinstance(o, BufferRef) else self.arg(o) for o in g.outputs]
         self.lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         if steal:
             self.lines.append(f"def {g.name}({', '.join(g.inputs)}):")
             self.lines.append(f"    return {g.name}__list([{', '.join(g.inputs)}])")
         return "\n".join(self.lines) + "\n"
+
+
+_DATA_DEPENDENT = frozenset({"aten::nonzero", "aten::argwhere", "aten::index", "aten::masked_select",
+                             "aten::_unique2"})     # externs whose result sizes are unbacked symbols
 
 
 def _direct(target: Any) -> Any:

@@ -89,7 +89,7 @@ def _divmod_parts(term: sympy.Expr) -> tuple[str, Any, Any, Any] | None:
 
 
 def _is_size_symbol(s: sympy.Symbol) -> bool:
-    return s.name[:1] in "si" and s.name[1:].isdigit()
+    return s.name[:1] in "siu" and s.name[1:].isdigit()
 
 
 def _symbolic_divmod_parts(c: Any, f: sympy.Expr) -> tuple[str, Any, Any, Any] | None:

@@ -222,6 +222,7 @@ class LoopGraph:
     hoisted: set = field(default_factory=set)       # small values stored so large kernels load them (lower._hoist)
     symbols: Any = None             # the ember.shapes.SymbolTable of a graph with symbolic sizes, else None
     symbol_inputs: dict = field(default_factory=dict)   # int inputs: name -> the expression it holds
+    items: dict = field(default_factory=dict)   # unbacked int symbol -> input buffer it is the .item() of
 
     def node(self, name: str) -> Node:
         return self._by_name()[name]

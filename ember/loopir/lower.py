@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from ember import logs
 from ember.decomp.meta import TensorMeta, meta_of
 from ember.errors import EmberError
-from ember.shapes import expr_of, size_hint
+from ember.shapes import SymbolicUnsupported, expr_of, size_hint
 
 from .expr import COSTLY_OPS, EXPENSIVE_OPS, Load, Op, cast, size, walk, xvars
 from .indexing import steps_by_one
@@ -121,6 +121,7 @@ class Lowerer:
         table = gm.meta.get("ember_symbols")
         self.table = table if table is not None and table.symbols else None   # symbolic sizes (ember.shapes)
         self.symbol_inputs: dict[str, Any] = {}   # int graph inputs that are symbols: name -> expression
+        self.items: dict[Any, str] = {}            # unbacked int (``t.item()``) -> the input buffer it reads
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
@@ -233,6 +234,8 @@ class Lowerer:
             elif node.op == "call_function":
                 args, kwargs = fx.map_arg((node.args, node.kwargs), lambda n: env[n])
                 if self.table is not None:
+                    if node.target is torch.ops.aten._local_scalar_dense.default:
+                        self._item(node, args[0])
                     if _is_size_op(node):       # sym_size, int arithmetic: the value's sympy expression
                         env[node] = expr_of(node.meta["val"])
                         continue
@@ -263,7 +266,17 @@ class Lowerer:
             else:
                 raise LoweringError(f"ember.loopir: unsupported node {node.op} {node.target}")
         return LoopGraph(self.nodes, inputs, outputs, self.name, self.constants, self.hoisted,
-                         self.table, self.symbol_inputs)
+                         self.table, self.symbol_inputs, self.items)
+
+    def _item(self, node: fx.Node, tv: Any) -> None:
+        """``t.item()`` giving an unbacked int (a data-dependent size): the wrapper binds it from ``t``, a graph
+        input (a computed ``t`` is not supported yet: the graph then runs as captured)."""
+        e = expr_of(node.meta.get("val"))
+        ref = self.realize(tv) if isinstance(tv, TV) else None
+        if not isinstance(e, sympy.Symbol) or ref is None or not any(
+                isinstance(n, InputBuffer) and n.name == ref.name and n.position >= 0 for n in self.nodes):
+            raise SymbolicUnsupported(f"ember.loopir: .item() of a computed tensor as a size ({e})")
+        self.items[e] = ref.name
 
     def _output_layout(self, tv: TV, meta: Any) -> Layout | None:
         """The layout a graph output is stored in: eager's where its elements do not overlap (a padded matmul

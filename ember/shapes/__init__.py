@@ -15,9 +15,9 @@ for a call exactly when every recorded relation holds for that call's sizes.
 """
 from .node import SymNode, expr_of, hint_of, is_symbolic, size_symbols, symint
 from .printer import to_python
-from .table import (Relation, SymbolicUnsupported, SymbolTable, active_table, current_location, guard, located,
+from .table import (DataDependent, Relation, SymbolicUnsupported, SymbolTable, active_table, current_location, guard, located,
                     size_hint, using)
 
-__all__ = ["SymNode", "SymbolTable", "Relation", "SymbolicUnsupported", "expr_of", "hint_of", "is_symbolic",
+__all__ = ["SymNode", "SymbolTable", "Relation", "SymbolicUnsupported", "DataDependent", "expr_of", "hint_of", "is_symbolic",
            "symint", "size_symbols", "to_python", "located", "current_location",
            "using", "active_table", "guard", "size_hint"]

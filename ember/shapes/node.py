@@ -37,7 +37,14 @@ def _truediv(a, b):
 class SymNode:
     """One symbolic number: a sympy ``expr``, its Python type (int, float or bool) and its ``hint``."""
 
-    shape_env = None     # PyTorch helpers look for a ShapeEnv; ember's nodes answer through their table
+    @property
+    def shape_env(self):
+        """PyTorch helpers look for a ShapeEnv; ember's nodes answer through their table (None). A node over an
+        unbacked symbol has a minimal stand-in, so that ``guard_or_false``/``guard_or_true`` take their safe
+        default instead of asking ``guard_bool`` (which cannot answer without a hint)."""
+        if self.table.unbacked and getattr(self.expr, "free_symbols", set()) & self.table.unbacked:
+            return _UnbackedEnv(self.table)
+        return None
 
     def __init__(self, expr: Any, pytype: type, table: Any, hint: Any = None) -> None:
         self.expr = table.simplify(sympy.sympify(expr)) if not isinstance(expr, bool) else sympy.sympify(expr)
@@ -87,18 +94,40 @@ class SymNode:
             return self.table.decide(self.expr)
         return self.table.decide(sympy.Ne(self.expr, 0))
 
+    def _cond(self):
+        return self.expr if self.pytype is bool else sympy.Ne(self.expr, 0)
+
     def guard_bool(self, file: str = "", line: int = 0) -> bool: return self._decide()
-    def expect_true(self, file: str = "", line: int = 0) -> bool: return self._decide()
-    def expect_size(self, file: str = "", line: int = 0) -> bool: return True
-    def guard_or_false(self, file: str = "", line: int = 0) -> bool: return self._decide()
-    def guard_or_true(self, file: str = "", line: int = 0) -> bool: return self._decide()
-    def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool: return self._decide()
+
+    def expect_true(self, file: str = "", line: int = 0) -> bool:
+        """A check the program relies on (``torch._check``): a runtime assertion on unbacked sizes."""
+        return self.table.expect(self._cond())
+
+    def expect_size(self, file: str = "", line: int = 0) -> bool:
+        if self.is_symbolic():
+            self.table.expect(sympy.Ge(self.expr, 0))
+        return True
+
+    def guard_or_false(self, file: str = "", line: int = 0) -> bool:
+        got = self.table.maybe(self._cond())
+        return False if got is None else got
+
+    def guard_or_true(self, file: str = "", line: int = 0) -> bool:
+        got = self.table.maybe(self._cond())
+        return True if got is None else got
+
+    def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
+        return self.table.size_oblivious(self._cond())
 
     def statically_known_true(self, file: str = "", line: int = 0) -> bool:
         return self.pytype is bool and self.table.known(self.expr) is True
 
     def guard_int(self, file: str = "", line: int = 0) -> int:
         """A concrete int is needed (the size is specialized): record ``expr == hint``."""
+        if self.is_symbolic() and self.table.unbacked and self.expr.free_symbols & self.table.unbacked:
+            from .table import DataDependent
+            raise DataDependent(f"a Python constant is needed for {self.expr}: "
+                                + self.table._undecidable(sympy.Eq(self.expr, int(self.hint))))
         if self.is_symbolic():
             self.table.decide(sympy.Eq(self.expr, int(self.hint)))
         return int(self.hint)
@@ -166,6 +195,23 @@ class SymNode:
     def floor(self) -> "SymNode": return self._new(sympy.floor(self.expr), int, math.floor(self.hint))
     def trunc(self) -> "SymNode": return self._new(sympy.floor(self.expr), int, math.trunc(self.hint))
     def is_integer(self) -> "SymNode": return self.wrap_bool(float(self.hint).is_integer())
+
+
+class _UnbackedEnv:
+    """What PyTorch's ``guard_or_false``/``guard_or_true`` call on a node's ShapeEnv: ``evaluate_sym_node``."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def evaluate_sym_node(self, node: "SymNode", size_oblivious: bool = False, fallback_value: Any = None) -> Any:
+        cond = node._cond()
+        got = self.table.size_oblivious(cond) if size_oblivious else self.table.maybe(cond)
+        if got is None:
+            if fallback_value is None:
+                from .table import DataDependent
+                raise DataDependent(self.table._undecidable(cond))
+            return fallback_value
+        return got
 
 
 def _e(s: Any):
@@ -260,11 +306,11 @@ def hint_of(x: Any):
 
 
 def size_symbols(*exprs: Any) -> list:
-    """The size and int symbols (``s<k>``, ``i<k>``) in ``exprs``, sorted by name: a kernel's extra arguments
+    """The size and int symbols (``s<k>``, ``i<k>``, unbacked ``u<k>``) in ``exprs``, sorted by name: a kernel's extra arguments
     (docs/dynamic-contract.md). Loop variables and other index symbols are left out."""
     out = set()
     for e in exprs:
         for s in getattr(e, "free_symbols", ()):
-            if s.name[:1] in "si" and s.name[1:].isdigit():
+            if s.name[:1] in "siu" and s.name[1:].isdigit():
                 out.add(s)
     return sorted(out, key=lambda s: s.name)

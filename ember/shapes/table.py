@@ -9,7 +9,7 @@ from typing import Iterator
 
 import sympy
 
-from ..errors import EmberError
+from ..errors import DataDependent, EmberError
 from .printer import to_python
 
 _LOCATION: contextvars.ContextVar[str] = contextvars.ContextVar("ember_shapes_location", default="")
@@ -107,6 +107,8 @@ class SymbolTable:
         self.ranges: dict[sympy.Symbol, tuple[int | None, int | None]] = {}
         self.relations: list[Relation] = []
         self.replacements: dict[sympy.Symbol, sympy.Expr] = {}
+        self.unbacked: set[sympy.Symbol] = set()   # u0, u1...: sizes/ints read from tensor data in the graph
+        self.asserts: list[Relation] = []           # facts on unbacked symbols checked where they are computed
         self._lock = threading.RLock()
 
     # symbols ------------------------------------------------------------------------------------------------
@@ -120,6 +122,25 @@ class SymbolTable:
                    else sympy.Symbol(f"i{n}", integer=True))
             self.symbols.append(sym)
             self.hints[sym] = int(hint)
+            self.sources[sym] = source
+            self.ranges[sym] = (lo, hi)
+            return sym
+
+    def new_unbacked(self, source: str, *, lo: int | None = 0, hi: int | None = None) -> sympy.Symbol:
+        """A fresh unbacked symbol ``u<k>`` (a size or int computed from tensor data inside the graph).
+
+        It has no hint: its entry in ``hints`` is only a stand-in for performance decisions and for the meta
+        runs at the hints (``UNBACKED_HINT``, never a value any decision relies on: ``decide`` answers a
+        question on it from the ranges or raises ``DataDependent``)."""
+        with self._lock:
+            n = sum(1 for s in self.symbols if s.name[0] == "u")
+            sym = sympy.Symbol(f"u{n}", integer=True, nonnegative=True) if lo is not None and lo >= 0 \
+                else sympy.Symbol(f"u{n}", integer=True)
+            self.symbols.append(sym)
+            self.unbacked.add(sym)
+            # distinct stand-ins (two unbacked sizes never meet); an int of any sign (.item()) stands at 0, a
+            # valid index of any non-empty dim
+            self.hints[sym] = UNBACKED_HINT + 2 * n if lo is not None and lo >= 0 else 0
             self.sources[sym] = source
             self.ranges[sym] = (lo, hi)
             return sym
@@ -206,10 +227,13 @@ class SymbolTable:
         return None
 
     def decide(self, cond, *, record: bool = True) -> bool:
-        """Answer ``cond`` (a sympy boolean over the symbols) at the hints; record the answer as a relation."""
+        """Answer ``cond`` (a sympy boolean over the symbols) at the hints; record the answer as a relation.
+        A condition on unbacked symbols is answered from the ranges only (else ``DataDependent``)."""
         cond = self.simplify(cond)
         if isinstance(cond, (bool, sympy.logic.boolalg.BooleanAtom)):
             return bool(cond)
+        if self.unbacked and cond.free_symbols & self.unbacked:
+            return self._decide_unbacked(cond)
         value = bool(self.hint(cond))
         if self.known(cond) is not None or not record:
             return value
@@ -219,6 +243,97 @@ class SymbolTable:
                 self.relations.append(Relation(fact, current_location()))
                 self._learn(fact)
         return value
+
+    def _decide_unbacked(self, cond) -> bool:
+        known = self.known(cond)
+        if known is not None:
+            return known
+        raise DataDependent(self._undecidable(cond))
+
+    def _undecidable(self, cond) -> str:
+        syms = sorted(cond.free_symbols & self.unbacked, key=str)
+        srcs = "; ".join(f"{s} = {self.sources[s]}" for s in syms)
+        return (f"the condition {to_python(cond)} depends on a data-dependent size ({srcs}), whose value is "
+                f"only known when the graph runs; add torch._check(...) (or torch._check_is_size) to state "
+                f"what the program relies on, or move the decision outside the compiled function")
+
+    def maybe(self, cond) -> bool | None:
+        """``decide`` where the caller has a safe default (PyTorch's ``guard_or_false``): None when an unbacked
+        condition cannot be settled from the ranges (nothing recorded)."""
+        cond = self.simplify(cond)
+        if isinstance(cond, (bool, sympy.logic.boolalg.BooleanAtom)):
+            return bool(cond)
+        if self.unbacked and cond.free_symbols & self.unbacked:
+            return self.known(cond)
+        return self.decide(cond)
+
+    def size_oblivious(self, cond) -> bool:
+        """``decide`` treating unbacked sizes as >= 2 (PyTorch's size-oblivious reasoning: a broadcast or a
+        contiguity question answered as for a general size, never as for 0 or 1)."""
+        cond = self.simplify(cond)
+        if isinstance(cond, (bool, sympy.logic.boolalg.BooleanAtom)):
+            return bool(cond)
+        if not (self.unbacked and cond.free_symbols & self.unbacked):
+            return self.decide(cond)
+        saved = dict(self.ranges)
+        try:
+            for u in cond.free_symbols & self.unbacked:
+                lo, hi = self.ranges[u]
+                if lo is not None and lo >= 0:
+                    self.ranges[u] = (max(lo, 2), hi)
+            known = self.known(cond)
+        finally:
+            self.ranges = saved
+        if known is None:
+            raise DataDependent(self._undecidable(cond))
+        return known
+
+    def expect(self, cond) -> bool:
+        """A property the program relies on (``torch._check``, a meta kernel's check): a condition on unbacked
+        symbols that the ranges do not settle becomes a runtime assertion (``asserts``, checked where the
+        symbols are computed) and narrows the ranges; others are ``decide``d."""
+        cond = self.simplify(cond)
+        if isinstance(cond, (bool, sympy.logic.boolalg.BooleanAtom)):
+            return bool(cond)
+        if not (self.unbacked and cond.free_symbols & self.unbacked):
+            return self.decide(cond)
+        known = self.known(cond)
+        if known is not None:
+            return known
+        with self._lock:
+            if all(r.expr != cond for r in self.asserts):
+                self.asserts.append(Relation(cond, current_location()))
+            self._narrow(cond)
+        return True
+
+    def _narrow(self, cond) -> None:
+        """``u >= c`` / ``u > c`` / ``u <= c`` / ``u < c`` (either side) tightens ``u``'s range."""
+        if not isinstance(cond, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)):
+            return
+        diff = sympy.expand(cond.lhs - cond.rhs)       # relation: diff (>, >=, <, <=) 0
+        syms = diff.free_symbols
+        if len(syms) != 1:
+            return
+        u = next(iter(syms))
+        coeff = diff.coeff(u)
+        rest = diff - coeff * u
+        if coeff not in (1, -1) or rest.free_symbols or u not in self.ranges:
+            return
+        lower = isinstance(cond, (sympy.Ge, sympy.Gt)) == (coeff == 1)     # the fact bounds u from below
+        strict = isinstance(cond, (sympy.Gt, sympy.Lt))
+        bound = -rest * coeff
+        lo, hi = self.ranges[u]
+        if lower:
+            b = int(sympy.floor(bound)) + 1 if strict else int(sympy.ceiling(bound))
+            lo = b if lo is None else max(lo, b)
+        else:
+            b = int(sympy.ceiling(bound)) - 1 if strict else int(sympy.floor(bound))
+            hi = b if hi is None else min(hi, b)
+        self.ranges[u] = (lo, hi)
+        if u in self.unbacked:      # the stand-in stays inside the range (meta runs of later ops use it)
+            h = self.hints[u]
+            self.hints[u] = max(lo, min(h, hi)) if lo is not None and hi is not None else \
+                (max(lo, h) if lo is not None else min(h, hi) if hi is not None else h)
 
     def _learn(self, fact) -> None:
         """Equalities between a symbol and another expression become replacements (``s1 -> s0``)."""
@@ -253,7 +368,12 @@ class SymbolTable:
             lines.append(f"symbol {s} = {self.sources[s]} (hint {self.hints[s]}, range {rng})")
         for r in self.relations:
             lines.append(f"relation {r}")
+        for r in self.asserts:
+            lines.append(f"runtime assert {r}")
         return "\n".join(lines)
+
+
+UNBACKED_HINT = 8191     # the meta runs' stand-in size of an unbacked symbol (odd and large: never 0 or 1)
 
 
 def _add(a, b):

@@ -75,6 +75,8 @@ class TorchState:
         self.scalar_casts: dict = {}     # (scalar input node, dtype) -> its cast (ops.weak_floats)
         self.table = None                # the graph's ember.shapes.SymbolTable, once a size is symbolic
         self.size_nodes: dict = {}       # (tensor node, dim) -> the value of its symbolic size
+        self.options = None              # the compile's CompileOptions (unbacked.py reads its capture_* flags)
+        self.carriers: dict = {}         # unbacked symbol -> (TensorVar, dim or "item") that holds its value
 
     def placeholder(self, source: Source, real: torch.Tensor) -> fx.Node:
         hint = source.name_hint()

@@ -11,6 +11,7 @@ import torch
 from ..values import Const, Value
 from .symprop import final_sym, has_symbols, propagate
 from . import symrules  # noqa: F401  (registers the shape rules in symprop.RULES)
+from . import unbacked
 from .symsize import COMPARE_FNS
 from .graph import TensorVar, location_meta, meta_arg, node_arg, result_device, run_meta, tensors_in, wrap_result
 
@@ -114,10 +115,15 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
         mkwargs = {k: _cast_meta(x, dt) for k, x in mkwargs.items()}
     if meta_fn is None:
         meta_fn = (lambda s, *a, **k: getattr(s, target)(*a, **k)) if kind == "call_method" else target
-    out = run_meta(d, f, st, meta_fn, margs, mkwargs)
-    sym = None
-    if st.table is not None and has_symbols(args, kwargs):
-        sym = propagate(d, f, kind, target, meta_fn, args, kwargs, out)
+    dd = unbacked.lookup(kind, target)
+    dd = dd(d, f, args, kwargs) if dd is not None else None
+    if dd is not None:      # an output size that depends on tensor values: an unbacked symbol (unbacked.py)
+        out, sym = dd
+    else:
+        out = run_meta(d, f, st, meta_fn, margs, mkwargs)
+        sym = None
+        if st.table is not None and has_symbols(args, kwargs):
+            sym = propagate(d, f, kind, target, meta_fn, args, kwargs, out)
     if kind == "call_method":
         node = st.graph.call_method(target, nargs, nkwargs)
     else:
@@ -137,6 +143,8 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
     res = wrap_result(d, f, st, node, out, device)
     if sym is not None:
         _set_sym(res, sym)
+    if dd is not None:
+        unbacked.note_carriers(st, res)
     return res
 
 

@@ -65,6 +65,8 @@ def _constant_rules() -> dict[Any, Callable]:
     out[torch._C._set_grad_enabled] = _set_grad_call
     from .checkpoint import RULES as _checkpoint_rules
     out.update(_checkpoint_rules)
+    from .unbacked import RULES as _unbacked_rules     # torch._check / torch._check_is_size
+    out.update(_unbacked_rules)
     for fn, what in _GLOBAL_STATE.items():
         out[fn] = lambda d, f, a, k, fn=fn, what=what: _read_global_state(d, fn, what)
     return out
@@ -137,6 +139,7 @@ class TorchPlugin:
     def start(self, d) -> None:
         avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free): once
         d.torch = TorchState()
+        d.torch.options = self.options      # capture_scalar_outputs / capture_dynamic_output_shape_ops
         g, cg = d.guards, d.cg
         g.add(f"{cg.bind(torch.is_grad_enabled, 'is_grad_enabled')}() is {d.torch.grad_enabled}",
               f"grad mode is {'on' if d.torch.grad_enabled else 'off'}")
@@ -353,11 +356,20 @@ class TorchPlugin:
         grad = torch.is_grad_enabled()
         try:
             compiled = self.backend(gm, example_inputs) if self.backend is not None else gm.forward
-        except SymbolicUnsupported:
-            if symbolic:
+        except SymbolicUnsupported as e:
+            if symbolic and st.table.unbacked:
+                # sizes computed from tensor data cannot be made static: the graph runs as captured (its ops
+                # eagerly, one graph, no break), and the reason is a performance hint
+                from ... import logs as _logs
+                _logs.log("perf_hints", f"{self.backend_name}: a graph with data-dependent sizes runs as "
+                                        f"captured: {e}")
+                compiled = gm.forward
+            elif symbolic:
                 STATS.bump("graphs_compiled", -1)
                 raise
-            raise BackendCompilerFailed(self.backend_name, InternalError("SymbolicUnsupported on a static graph"))
+            else:
+                raise BackendCompilerFailed(self.backend_name,
+                                            InternalError("SymbolicUnsupported on a static graph"))
         except Exception as e:      # noqa: BLE001
             raise BackendCompilerFailed(self.backend_name, e) from e
         finally:        # a backend that runs the graph while compiling must not leave its grad mode behind

@@ -139,6 +139,10 @@ def _compare(d, f, op: str, a: Value, b: Value):
             va, vb = (x, other.value) if sv is a else (other.value, x)
             return Const(COMPARE_FNS[op](va, vb))
         return NotImplemented
+    if type(pa[0]) is torch.SymInt and pa[0].node.table.unbacked or \
+            type(pb[0]) is torch.SymInt and pb[0].node.table.unbacked:
+        from .unbacked import compare       # a condition on a size computed from tensor data
+        return compare(d, f, COMPARE_FNS[op], op, pa, pb)
     with located(where(f)):
         return Const(bool(COMPARE_FNS[op](pa[0], pb[0])))
 
@@ -163,7 +167,12 @@ def _truth(d, f, v: SymNumVar) -> bool:
 
 def _reconstruct(glue, v: SymNumVar) -> str:
     table = v.sym.node.table
-    return to_python(table.simplify(v.sym.node.expr), names(table))
+    expr = table.simplify(v.sym.node.expr)
+    nm = names(table)
+    if table.unbacked and expr.free_symbols & table.unbacked:     # read from the graph's outputs
+        from .unbacked import reconstruct_names
+        nm = reconstruct_names(glue, table, expr, nm)
+    return to_python(expr, nm)
 
 
 R.BINARY.register(SymNumVar)(_binary)

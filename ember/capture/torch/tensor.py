@@ -13,6 +13,7 @@ from ..values import Const, MethodOf, TupleVar
 from .graph import TensorVar
 from .ops import binary, compare, record, unary
 from . import symsize as S
+from . import unbacked as _unbacked
 
 # metadata attributes: constants derived from the meta tensor and the real device
 _META_ATTRS = {
@@ -118,6 +119,9 @@ def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
     if name == "get_device":
         return Const(t.device.index if t.device.type != "cpu" else -1)
     if name in _DATA_DEPENDENT:
+        v = _unbacked.item(d, f, t, name)
+        if v is not None:
+            return v
         raise data_dependent(d, f, _DATA_DEPENDENT[name])
     if name in _UNSUPPORTED_METHODS:
         raise d.unsupported(f, _UNSUPPORTED_METHODS[name], "call it outside the compiled function")
