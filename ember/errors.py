@@ -49,5 +49,9 @@ class BackendCompilerFailed(EmberError):
         super().__init__(f"backend {backend!r} failed to compile a graph: {type(error).__name__}: {error}")
 
 
+class AotError(EmberError):
+    """A graph AOT autograd cannot compile (the message says what and what to do)."""
+
+
 class InternalError(EmberError):
     """A bug in ember (never the user's fault): reported with the user location where it happened."""

@@ -46,20 +46,6 @@ KNOWN_CYCLES: dict[frozenset, str] = {
         "interpreter's generic call); to break: handlers register into a table in a module below them",
     frozenset({_C + "torch.hookguard", _C + "torch.modules"}):
         "module calls guard hooks and hook guards inline module calls; to break: move the shared helpers down",
-    frozenset({"ember.autograd.aliasing", "ember.autograd.aot"}):
-        "aliasing uses aot's graph helpers; to break: move _copy_graph/_val to a small graph-utils module",
-    frozenset("ember.loopir." + m for m in ("conv_patchify", "lower", "lowerings", "matmul_align", "scatter",
-                                             "welford")):
-        "lowerings register into lower's table and call its helpers; to break: the table and helpers below",
-    frozenset("ember.codegen." + m for m in ("triton", "triton_pool", "triton_worker")):
-        "the worker pool compiles with triton.py and triton.py submits to the pool; to break: a launcher "
-        "interface module both use",
-    frozenset("ember.codegen." + m for m in ("cpp", "cpp_colred", "cpp_vec")):
-        "the vectorizer and column-reduction emitters call back into cpp's expression printer; to break: the "
-        "printer in its own module",
-    frozenset("ember.bench." + m for m in ("zoo", "zoo_hf", "zoo_vision")):
-        "the zoo registry imports its families, which import the registry's dataclasses; to break: the "
-        "dataclasses in their own module",
 }
 
 

@@ -69,7 +69,7 @@ class SyntheticBases:
 
     @staticmethod
     def of(flat: Sequence[Any], groups: tuple[tuple[int, ...], ...]) -> "SyntheticBases":
-        from ember.autograd.aot import AotError
+        from ember.errors import AotError
 
         layouts = {}
         for g in groups:

@@ -37,6 +37,7 @@ from torch.utils._pytree import tree_unflatten
 from ember import logs
 from ember.autograd import regions
 from ember.autograd.aliasing import SyntheticBases, alias_groups, multi_output_views, output_views
+from ember.errors import AotError  # noqa: F401  (raised here; its home is ember.errors, below both modules)
 from ember.autograd.functionalize import functionalize
 from ember.autograd.symsave import save_symbols
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
@@ -49,10 +50,6 @@ from ember.errors import EmberError
 from ember.shapes import SymbolicUnsupported, expr_of, is_symbolic, located
 
 GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
-
-
-class AotError(EmberError):
-    """A graph AOT autograd cannot compile (the message says what and what to do)."""
 
 
 # -- partitioning --------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ import torch
 from . import measure
 from .engines import Engine
 from .measure import Verdict, compare, first_line, flatten, wall_time
-from .zoo import Inputs, Workload, ZooEntry
+from .workload import Inputs, Workload, ZooEntry
 
 TASKS = ("infer", "train")
 DTYPES = {"float32": None, "bf16": torch.bfloat16}

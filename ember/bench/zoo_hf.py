@@ -6,7 +6,7 @@ imported only when a model is built, so listing the zoo works without it.
 from __future__ import annotations
 
 from .models_handwritten import classify_loss, token_loss
-from .zoo import Inputs, Workload, ZooEntry, randint, randn
+from .workload import Inputs, Workload, ZooEntry, randint, randn
 
 _NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "hidden_dropout_prob": 0.0,
                    "attention_probs_dropout_prob": 0.0, "dropout_rate": 0.0, "attention_dropout": 0.0}

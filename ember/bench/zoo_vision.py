@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .models_handwritten import classify_loss
-from .zoo import Inputs, Workload, ZooEntry, probe, randint, randn
+from .workload import Inputs, Workload, ZooEntry, probe, randint, randn
 
 
 def _torchvision_vit_small(num_classes: int, res: int):

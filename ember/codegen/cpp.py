@@ -43,8 +43,7 @@ def vector_width() -> int:
     return 16 if "avx512f" in cpu_features() else 8
 
 
-def _cname(name: str) -> str:
-    return "p_" + re.sub(r"\W", "_", name)
+_cname = C.cname
 
 
 class _KernelWriter:

@@ -16,7 +16,7 @@ loop (gathers); here the vector lanes are the outer points instead:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sympy
 import torch
@@ -28,12 +28,11 @@ from . import cpp_ops as C
 from . import cpp_vec
 from ember.heuristics import heuristics
 
-if TYPE_CHECKING:
-    from .cpp import _KernelWriter
+# ``w`` below is cpp.py's ``_KernelWriter`` (not imported: cpp imports this module)
 
 
 class XVec:
-    def __init__(self, w: "_KernelWriter") -> None:
+    def __init__(self, w: Any) -> None:
         self.w = w
         body = w.body
         self.vec = cpp_vec.VecLoop(w, [st for sec in body.sections for st in sec.stmts], XINDEX, w.width,
@@ -78,7 +77,7 @@ class Flat:
     values (fewer than a vector) run one at a time. Sums only, and Welford as the sums of the values and of
     their squares, as in the scalar loops (ember.loopir.welford shifts the values by a row's first point)."""
 
-    def __init__(self, w: "_KernelWriter") -> None:
+    def __init__(self, w: Any) -> None:
         self.w = w
         self.sections: list = []        # (section, statements with flat indices, x vars the section reads)
         self.xvars = {st.var for sec in w.body.sections if sec.level == "x" for st in sec.stmts

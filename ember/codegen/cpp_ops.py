@@ -9,12 +9,18 @@ with glibc's vector math library (see ``cpp_prelude``).
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import sympy
 import torch
 
 from ember.emit import c_float, c_int
+
+def cname(name: str) -> str:
+    """A buffer's pointer name in C++ source (``p_<name>``, non-word characters replaced)."""
+    return "p_" + re.sub(r"\W", "_", name)
+
 
 # storage type (pointer element), compute type
 CTYPES: dict[torch.dtype, tuple[str, str]] = {

@@ -17,7 +17,7 @@ call for erf/tanh/log...). Values computed only from loop invariants stay scalar
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import sympy
 import torch
@@ -26,8 +26,7 @@ from ember.loopir.kernel import HEAVY_OPS, Accumulate, Assign, Store
 
 from . import cpp_ops as C
 
-if TYPE_CHECKING:
-    from .cpp import _KernelWriter
+# ``w`` below is cpp.py's ``_KernelWriter`` (not imported: cpp imports this module)
 
 VEC_DTYPES = (torch.float32, torch.bfloat16, torch.bool)
 FLOATS = (torch.float32, torch.bfloat16)     # vfloat lanes (bf16 values in float, rounded to bf16 after each op)
@@ -281,7 +280,7 @@ def _lanes(e: Any, var: sympy.Symbol, width: int, lane_vars: set[str]) -> tuple[
 class VecLoop:
     """One loop (the x loop of a pointwise kernel, or one ``r`` section) written with vector types."""
 
-    def __init__(self, w: "_KernelWriter", stmts: list, var: sympy.Symbol, width: int,
+    def __init__(self, w: Any, stmts: list, var: sympy.Symbol, width: int,
                  accumulators: list = (), per_lane: bool = False, vectors: frozenset = frozenset()) -> None:
         self.w, self.stmts, self.var, self.width = w, stmts, var, width
         self.accumulators = list(accumulators)
@@ -555,8 +554,7 @@ def _operands(st: Assign) -> tuple:
 
 
 def _ptr(buf: str) -> str:
-    from .cpp import _cname
-    return _cname(buf)
+    return C.cname(buf)
 
 
 def _bin(op: str) -> Callable[[list, list, torch.dtype], str | None]:

@@ -25,35 +25,25 @@ which is all Triton specializes on here).
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
-import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from ember import counters, diskcache
+from ember import counters
 from ember.loopir.combo import ComboBody
 from ember.loopir.kernel import KernelBody
 from ember.loopir.schedule import Kernel
 
 from . import triton_sym
+from .triton_modules import cache_dir, load_module  # noqa: F401  (part of this module's interface)
 from .triton_combo import generate_combo
 from .triton_gen import LaunchConfig, generate, inner_reduction, is_persistent, next_pow2, reduced_load_indices
 
-_MODULES: dict[str, Any] = {}
-
-
 def available() -> bool:
     return importlib.util.find_spec("triton") is not None
-
-
-def cache_dir() -> Path:
-    from . import cache_root
-    return cache_root() / "triton"
 
 
 def persistent(kernel: Kernel, options: Any = None, symbols: Any = None) -> bool:
@@ -75,29 +65,6 @@ def source(body: KernelBody | ComboBody, symbols: Any = None) -> str:
     if isinstance(body, ComboBody):
         return generate_combo(body, symbols)[0]
     return generate(body, persistent(body.kernel, None, symbols), table=symbols)[0]
-
-
-def load_module(src: str) -> Any:
-    """Import kernel source through the on-disk cache (a ``diskcache`` store: written once, atomically, signed).
-
-    The module runs ``src`` itself, not what the file holds (nor a ``__pycache__`` bytecode file): the file is
-    there for Triton, which reads a kernel's source back through ``inspect``, and it holds ``src`` (checked)."""
-    data = src.encode()
-    h = hashlib.sha256(data).hexdigest()[:32]
-    mod = _MODULES.get(h)
-    if mod is not None:
-        return mod
-    store = diskcache.store_at(cache_dir(), scope=diskcache.root())
-    fname = f"k{h}.py"
-    path = store.entry(fname) if store.read(fname) == data else store.write(fname, data)
-    name = f"ember_triton_k{h}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    exec(compile(src, str(path), "exec"), mod.__dict__)
-    _MODULES[h] = mod
-    return mod
 
 
 class TritonKernel:

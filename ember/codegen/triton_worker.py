@@ -3,7 +3,7 @@
 Requests come on stdin and replies go out on the process's original stdout (fd 1 is pointed at stderr at start,
 so that nothing Triton or ptxas prints can corrupt the stream); each message is a pickled object behind an
 8-byte little-endian length. A request compiles one kernel as the parent process would (its source imported
-through ``ember.codegen.triton.load_module``, then ``JITFunction.warmup`` with the argument dtypes and launch
+through ``ember.codegen.triton_modules.load_module``, then ``JITFunction.warmup`` with the argument dtypes and launch
 options), so the parent's own compile of it is a hit in Triton's disk cache; with ``launcher`` set it also
 builds the kernel's C launcher (one per argument signature), which Triton otherwise compiles with the C
 compiler at the kernel's first launch. The GPU target comes with the request: a worker never creates a CUDA
@@ -129,7 +129,7 @@ def compile_request(req: dict) -> dict:
     """Compile the request's kernel; what the parent loads it by (``compiled_info``)."""
     import torch
     apply_env(req)
-    from ember.codegen.triton import load_module
+    from ember.codegen.triton_modules import load_module
     fn = getattr(load_module(req["src"]), req["fname"])
     _use_target(req["target"])
     _pin_backend_hash(req["target"], req.get("backend_hash"))
@@ -174,7 +174,7 @@ def warm_up(target: tuple | None) -> None:
 
     import torch
 
-    from ember.codegen.triton import load_module
+    from ember.codegen.triton_modules import load_module
     from ember.codegen.triton_gen import HEADER
     if target is None:
         return

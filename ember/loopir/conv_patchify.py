@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .lower import LOWERINGS
+from .lowering_table import LOWERINGS
 from .values import TV
 from ember.heuristics import heuristics
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -31,12 +30,10 @@ from ember.shapes import SymbolicUnsupported, expr_of, size_hint
 from .expr import COSTLY_OPS, EXPENSIVE_OPS, Load, Op, cast, size, walk, xvars
 from .indexing import steps_by_one
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
+from .lowering_table import (LOWERINGS, MISSING_LOWERINGS, UseExtern, is_dense, layout_of, prim_name,  # noqa: F401
+                             register_lowering, traced_layout)
 from .values import TV, buffer_view, contiguous_layout
 from ember.heuristics import heuristics
-
-LOWERINGS: dict[str, Callable[..., Any]] = {}
-MISSING_LOWERINGS: Counter = Counter()
-
 
 @dataclass(frozen=True)
 class ReusePolicy:
@@ -60,42 +57,6 @@ REUSE_STORED = True
 
 class LoweringError(EmberError):
     """A graph the loop IR cannot represent (the caller runs it as an FX graph instead)."""
-
-
-class UseExtern(Exception):
-    """Raised by a lowering for arguments it does not handle (a dtype without atomic adds, a boolean mask):
-    the node runs as its ATen call instead, like a prim without a lowering."""
-
-
-def register_lowering(*names: str) -> Callable[[Callable], Callable]:
-    def wrap(fn: Callable) -> Callable:
-        for n in names:
-            if n in LOWERINGS:
-                raise ValueError(f"ember.loopir: prim {n!r} has two lowerings")
-            LOWERINGS[n] = fn
-        return fn
-    return wrap
-
-
-def layout_of(meta: Any) -> Layout:
-    """The layout of a buffer bound to a tensor (a graph input, an extern's result): offset 0, since kernels
-    get the tensor's data pointer, which already includes its storage offset. Symbolic sizes (``torch.SymInt``
-    of a fake tensor) become their sympy expressions."""
-    shape, stride = tuple(meta.shape), tuple(meta.stride() if callable(meta.stride) else meta.stride)
-    if any(isinstance(v, torch.SymInt) for v in shape + stride):
-        shape, stride = tuple(map(expr_of, shape)), tuple(map(expr_of, stride))
-    return Layout(shape, stride, meta.dtype, torch.device(meta.device), 0)
-
-
-def _is_dense(layout: Layout) -> bool:
-    """Non-overlapping and dense: some permutation of the dims is contiguous."""
-    dims = sorted((i for i, s in enumerate(layout.shape) if s != 1), key=lambda i: size_hint(layout.stride[i]))
-    expect = 1
-    for i in dims:
-        if layout.stride[i] != expect:
-            return False
-        expect *= layout.shape[i]
-    return layout.offset == 0
 
 
 def _on_gpu(device: Any) -> bool:
@@ -355,7 +316,7 @@ class Lowerer:
             if n_ops >= h.max_inline_ops or (len(node.users) > 1 and _realize_on_reuse(node, body, n_ops, out.shape)):
                 # stored in eager's layout (channels-last for a channels-last input's values), so that a view
                 # of it that the graph returns has eager's strides; the default layout in a convolution graph
-                eager = None if self.channels_last else _traced_layout(out, _eager_meta(node))
+                eager = None if self.channels_last else traced_layout(out, _eager_meta(node))
                 out = self.realized_narrow(out, body, eager)
             else:
                 out = self._hoisted(node, out, body)
@@ -415,7 +376,7 @@ def _unexpanded(layout: Layout) -> Layout:
 
 def _non_overlapping(layout: Layout) -> bool:
     """No two points of ``layout`` share an address (dense, or with gaps: each dim steps over the ones inside)."""
-    if _is_dense(layout):
+    if is_dense(layout):
         return True
     if not all(isinstance(s, int) for s in (*layout.stride, *layout.shape)):
         return False
@@ -465,20 +426,7 @@ def _operand_layout(op: str, tv: TV, meta: Any) -> Layout | None:
             a, b = tv.shape[-2:]
             stride = (1, a) if tv.ndim == 2 else (a * b, 1, a)
             return Layout(tuple(tv.shape), stride, tv.dtype, tv.device, 0)
-    return _traced_layout(tv, meta)
-
-
-def _traced_layout(tv: TV, meta: Any) -> Layout | None:
-    """The dense layout a computed extern argument had in the trace, or None (contiguous)."""
-    if tv.view is not None or not isinstance(meta, torch.Tensor) and not hasattr(meta, "stride"):
-        return None
-    try:
-        lay = layout_of(meta)
-    except Exception:       # noqa: BLE001 - metadata without strides: the default layout
-        return None
-    if tuple(lay.shape) != tuple(tv.shape) or lay.dtype != tv.dtype or not _is_dense(lay):
-        return None
-    return lay
+    return traced_layout(tv, meta)
 
 
 def _eager_meta(node: fx.Node) -> Any:
@@ -560,10 +508,7 @@ def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
     return False
 
 
-def prim_name(node: fx.Node) -> str | None:
-    """The name of the prim ``node`` calls (``"mm"``, ``"reshape"``...), or None when it calls something else."""
-    t = getattr(node, "target", None)
-    return getattr(t, "name", None) if type(t).__name__ == "Prim" else None
+
 
 
 _SHAPE_VIEWS = {"reshape", "view_of", "squeeze", "unsqueeze"}     # the same memory image, another shape

@@ -13,7 +13,7 @@ from ember.shapes import active_table, size_hint
 
 from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
-from .lower import Lowerer, UseExtern, register_lowering
+from .lowering_table import UseExtern, register_lowering  # ``Lowerer`` in annotations: lower.py's
 from .values import TV, buffer_view, constant, index_value, masked, pointwise, restride
 from ember.heuristics import heuristics
 

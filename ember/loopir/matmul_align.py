@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from .ir import BufferRef, Layout
-from .lower import LOWERINGS, _traced_layout, prim_name
+from .lowering_table import LOWERINGS, prim_name, traced_layout
 from .values import TV, buffer_view, contiguous_layout
 from ember.heuristics import heuristics
 
@@ -99,7 +99,7 @@ def _dense_like(lay: Layout, shape: tuple) -> Layout:
 def _current_layout(x: TV, meta: Any) -> Layout:
     if x.view is not None:
         return x.view[1]
-    return _traced_layout(x, meta) or contiguous_layout(x)
+    return traced_layout(x, meta) or contiguous_layout(x)
 
 
 def _pad_to(L: Any, x: TV, sizes: tuple) -> TV:

@@ -19,7 +19,7 @@ import torch
 
 from .expr import Const, Op, cast, indirect_symbol, xvars
 from .ir import Layout, Pointwise, Scatter
-from .lower import Lowerer, UseExtern, register_lowering
+from .lowering_table import UseExtern, register_lowering  # ``Lowerer`` in annotations: lower.py's
 from .lowerings import advanced_index
 from .values import TV, buffer_view
 

@@ -31,7 +31,7 @@ from ember.shapes import SymbolicUnsupported, guard
 from . import lowerings as LW
 from .expr import Const, Op, xvars
 from .ir import Layout, Reduction, prod
-from .lower import Lowerer, register_lowering
+from .lowering_table import register_lowering  # ``Lowerer`` in annotations: lower.py's
 from .values import TV, buffer_view, constant, pointwise
 from ember.heuristics import heuristics
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from ember.bench import zoo
+from ember.bench import workload, zoo
 
 CPU = torch.device("cpu")
 
@@ -60,12 +60,12 @@ def test_missing_package_skips_its_models_with_one_line(monkeypatch):
 
 
 def test_broken_package_is_a_skip_not_a_crash(monkeypatch):
-    real = zoo.importlib.import_module
+    real = workload.importlib.import_module
 
     def broken(name, *a, **k):
         if name == "transformers":
             raise RuntimeError("operator torchvision::nms does not exist\nmore")
         return real(name, *a, **k)
-    monkeypatch.setattr(zoo.importlib, "import_module", broken)
+    monkeypatch.setattr(workload.importlib, "import_module", broken)
     entries, skipped = zoo.select_models("quick", ["gpt2"])
     assert entries == [] and "RuntimeError: operator torchvision::nms does not exist" in skipped[0]

@@ -394,7 +394,7 @@ def test_index_printer_python_semantics_for_negative_dividends() -> None:
 
 
 def test_disk_cache_written_and_reused(tmp_path, monkeypatch) -> None:
-    from ember.codegen import triton as tb
+    from ember.codegen import triton_modules as tb
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     src = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
            f"def k(p):\n    tl.store(p + tl.arange(0, 4), tl.arange(0, 4) * {math.pi})\n")

@@ -23,7 +23,7 @@ import torch
 import ember
 from ember import diskcache
 from ember.codegen import autotune, cpp_build
-from ember.codegen import triton as triton_backend
+from ember.codegen import triton_modules as triton_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTS = {"cpu_backend": "cpp"}
