@@ -125,7 +125,7 @@ class SymNode:
     def guard_int(self, file: str = "", line: int = 0) -> int:
         """A concrete int is needed (the size is specialized): record ``expr == hint``."""
         if self.is_symbolic() and self.table.unbacked and self.expr.free_symbols & self.table.unbacked:
-            from .table import DataDependent
+            from ember.errors import DataDependent
             raise DataDependent(f"a Python constant is needed for {self.expr}: "
                                 + self.table._undecidable(sympy.Eq(self.expr, int(self.hint))))
         if self.is_symbolic():
@@ -208,7 +208,7 @@ class _UnbackedEnv:
         got = self.table.size_oblivious(cond) if size_oblivious else self.table.maybe(cond)
         if got is None:
             if fallback_value is None:
-                from .table import DataDependent
+                from ember.errors import DataDependent
                 raise DataDependent(self.table._undecidable(cond))
             return fallback_value
         return got

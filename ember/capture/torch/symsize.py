@@ -11,6 +11,7 @@ that needs a real Python constant specializes it (records ``s == hint``) and say
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import sympy
 import torch
@@ -141,8 +142,8 @@ def _compare(d, f, op: str, a: Value, b: Value):
         return NotImplemented
     if type(pa[0]) is torch.SymInt and pa[0].node.table.unbacked or \
             type(pb[0]) is torch.SymInt and pb[0].node.table.unbacked:
-        from .unbacked import compare       # a condition on a size computed from tensor data
-        return compare(d, f, COMPARE_FNS[op], op, pa, pb)
+        # a condition on a size computed from tensor data (unbacked.py registers the handler)
+        return UNBACKED["compare"](d, f, COMPARE_FNS[op], op, pa, pb)
     with located(where(f)):
         return Const(bool(COMPARE_FNS[op](pa[0], pb[0])))
 
@@ -170,10 +171,13 @@ def _reconstruct(glue, v: SymNumVar) -> str:
     expr = table.simplify(v.sym.node.expr)
     nm = names(table)
     if table.unbacked and expr.free_symbols & table.unbacked:     # read from the graph's outputs
-        from .unbacked import reconstruct_names
-        nm = reconstruct_names(glue, table, expr, nm)
+        nm = UNBACKED["reconstruct_names"](glue, table, expr, nm)
     return to_python(expr, nm)
 
+
+# Handlers for data-dependent (unbacked) sizes: ``unbacked.py`` (which imports this module) registers
+# ``compare`` and ``reconstruct_names`` here when it is imported (tensor.py and ops.py import it).
+UNBACKED: dict[str, Any] = {}
 
 R.BINARY.register(SymNumVar)(_binary)
 R.COMPARE.register(SymNumVar)(_compare)

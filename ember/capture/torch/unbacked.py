@@ -335,7 +335,9 @@ RULES = {torch._check: lambda d, f, a, k: _check(d, f, a, k),
 
 def _register() -> None:
     from .. import rules as R
+    from . import symsize
     R.TRUTH.register(SymCondVar)(_truth)
+    symsize.UNBACKED.update(compare=compare, reconstruct_names=reconstruct_names)
 
 
 _register()
