@@ -289,6 +289,10 @@ def _creation(value: Any) -> Any:
 
 register_decomposition(aten.zeros.default)(_creation(0))
 register_decomposition(aten.ones.default)(_creation(1))
+# torch.func's forward-mode AD (jacfwd, hessian, jvp) makes "efficient zero" tensors: ATen's result has no
+# storage (a null data pointer that only ATen's own ops know to skip), so it must never reach a compiled kernel
+# as an extern's result; its value is plain zeros
+register_decomposition(aten._efficientzerotensor.default)(_creation(0))
 
 
 @register_decomposition(aten.empty.memory_format)

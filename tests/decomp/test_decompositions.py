@@ -298,3 +298,12 @@ def test_norm_statistics_dtypes_follow_aten_on_cpu(params):
     ref = aten.native_layer_norm.default(x, (5,), lp, lp, 1e-5)
     assert [t.dtype for t in out] == [t.dtype for t in ref]
     assert_same(out, ref)
+
+
+def test_efficient_zero_tensor_decomposes_to_dense_zeros():
+    """torch.func's forward-mode AD makes ``_efficientzerotensor``s; ATen's has no storage (a null data pointer),
+    so as an extern result a compiled kernel reading it crashed (hessian/jacfwd under the ember backend)."""
+    assert D.has_decomposition(aten._efficientzerotensor.default)
+    out = D.run_decomposition(aten._efficientzerotensor.default, [3, 2], dtype=F32, device=torch.device("cpu"))
+    assert not out._is_zerotensor() and out.untyped_storage().nbytes() == 24
+    assert_same(out, torch.zeros(3, 2))
