@@ -65,6 +65,8 @@ def _constant_rules() -> dict[Any, Callable]:
     out[torch._C._set_grad_enabled] = _set_grad_call
     from .checkpoint import RULES as _checkpoint_rules
     out.update(_checkpoint_rules)
+    from .functorch_hop import RULES as _functorch_rules
+    out.update(_functorch_rules)
     for fn, what in _GLOBAL_STATE.items():
         out[fn] = lambda d, f, a, k, fn=fn, what=what: _read_global_state(d, fn, what)
     return out
@@ -340,7 +342,10 @@ class TorchPlugin:
         symbolic = st.table is not None and bool(st.table.symbols)
         if symbolic:
             _drop_unused_sizes(st.graph)
-        gm = fx.GraphModule(torch.nn.Module(), st.graph, class_name="EmberGraph")
+        root = torch.nn.Module()
+        for sub_name, sub in st.submodules.items():     # higher-order ops' subgraphs (subgraph.py)
+            root.add_module(sub_name, sub)
+        gm = fx.GraphModule(root, st.graph, class_name="EmberGraph")
         gm.graph.lint()
         if symbolic:
             gm.meta["ember_symbols"] = st.table
