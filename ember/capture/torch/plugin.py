@@ -67,6 +67,8 @@ def _constant_rules() -> dict[Any, Callable]:
     out.update(_checkpoint_rules)
     from .functorch_hop import RULES as _functorch_rules
     out.update(_functorch_rules)
+    from .control_flow import RULES as _control_flow_rules
+    out.update(_control_flow_rules)
     for fn, what in _GLOBAL_STATE.items():
         out[fn] = lambda d, f, a, k, fn=fn, what=what: _read_global_state(d, fn, what)
     return out
