@@ -71,7 +71,7 @@ def _call_cond(d, f, args, kwargs):
         raise d.unsupported(f, f"torch.cond with a predicate of shape {tuple(pred.meta.shape)} and dtype "
                                f"{pred.meta.dtype}", "pass a one-element bool tensor (or a Python bool)")
     leaves: list[TensorVar] = []
-    skel = flatten(d, f, TupleVar(operands), leaves, "torch.cond")
+    flatten(d, f, TupleVar(operands), leaves, "torch.cond")
     metas = [x.meta for x in leaves]
     true = trace_body(d, f, bound["true_fn"], operands, {}, metas, "torch.cond's true_fn")
     false = trace_body(d, f, bound["false_fn"], operands, {}, metas, "torch.cond's false_fn")
@@ -82,7 +82,6 @@ def _call_cond(d, f, args, kwargs):
     out = meta_call(d, f, apply_cond, [true.gm, false.gm, pred.meta] + metas + free_metas)
     outs = emit(d, f, apply_cond, [(true.gm, "cond_true"), (false.gm, "cond_false")],
                 [pred.node] + [x.node for x in leaves] + free, list(out), pred.device)
-    _ = skel
     return build_values(d, true.out_skel, outs)
 
 

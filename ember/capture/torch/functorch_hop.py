@@ -24,7 +24,7 @@ import torch
 import torch.func as tf
 
 from .. import rules as R
-from ..values import Const, DictVar, TupleVar, Value
+from ..values import DictVar, TupleVar, Value
 from .graph import TensorVar
 from .subgraph import Body, Slot, build, build_values, emit, flatten, meta_call, meta_skeleton, tensor_leaves, \
     trace_body
@@ -202,7 +202,7 @@ def _jvp(d, f, args, kwargs):
     fn, primals, tangents = args
     opts = {k: d.as_python(f, v) for k, v in kwargs.items()}
     if type(primals) is not TupleVar or type(tangents) is not TupleVar:
-        raise UserExceptionType("jvp: Expected primals and tangents to be tuples")
+        raise _user_error("jvp: Expected primals to be a tuple and tangents to be a tuple")
     leaves: list[TensorVar] = []
     skel = flatten(d, f, TupleVar([primals, tangents]), leaves, "torch.func.jvp")
     n_primal = len(_slots(skel[0]))
@@ -210,7 +210,8 @@ def _jvp(d, f, args, kwargs):
     return _apply(d, f, "jvp", opts, body, skel, leaves)
 
 
-def UserExceptionType(msg: str):     # noqa: N802 - eager's own error, raised in the program
+def _user_error(msg: str) -> Exception:
+    """Eager's own error for a misused transform, raised in the program."""
     from ..interpreter import UserException
     return UserException(RuntimeError(msg))
 
@@ -302,4 +303,3 @@ RULES: dict[Any, Callable] = {t: _make_transform(k) for k, (t, _) in RETURNS_FUN
 RULES.update({tf.jvp: _jvp, tf.vjp: _vjp, tf.functional_call: _functional_call})
 if torch.vmap is not tf.vmap:
     RULES[torch.vmap] = _make_transform("vmap")
-_ = Const
