@@ -145,6 +145,44 @@ def grad_of_grad():
     return lambda x: grad(lambda v: grad(lambda u: (u.sin() ** 2).sum())(v).sum())(x[0]) * x.sum()
 
 
+@program(lambda i: (_r(4, 3), _r(4, 2)))
+def vmap_out_dims_tuple_chunked():
+    def f(a, b):
+        return a.sin(), b * 2
+    return lambda x, y: vmap(f, in_dims=(0, 0), out_dims=(1, 0), chunk_size=2)(x, y)
+
+
+@program(lambda i: (_r(6, 4),))
+def ensemble_functional_call():
+    models = [nn.Linear(4, 3) for _ in range(3)]
+
+    def f(x):
+        stacked = {k: torch.stack([dict(m.named_parameters())[k] for m in models]) for k in ("weight", "bias")}
+        return vmap(lambda p, xx: functional_call(models[0], p, (xx,)), in_dims=(0, None))(stacked, x)
+    return f
+
+
+@program(lambda i: (_r(5, 4), torch.randn(5, 2)))
+def grad_wrt_params_dict():
+    model = nn.Linear(4, 2)
+
+    def f(x, t):
+        params = dict(model.named_parameters())
+        g = grad(lambda p: ((functional_call(model, p, (x,)) - t) ** 2).mean())(params)
+        return g["weight"].sum() * model.weight + g["bias"].unsqueeze(1)
+    return f
+
+
+@program(lambda i: (_r(3, 4),))
+def vmap_decorated_inner_def():
+    def f(x):
+        @torch.vmap
+        def row(r):
+            return (r - r.mean()) / (r.std() + 1)
+        return row(x)
+    return f
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "ember"])
 @pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_func_transform_equals_eager_in_one_graph(prog, backend):
