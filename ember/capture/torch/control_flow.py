@@ -185,11 +185,8 @@ def _call_while(d, f, args, kwargs):
     return build_values(d, skel, outs)
 
 
+# torch.while_loop is the public name (the same function as torch._higher_order_ops.while_loop, which the
+# pipeline does not import)
 RULES: dict[Any, Callable] = {torch.cond: _call_cond}
-try:
-    from torch._higher_order_ops import while_loop as _hop_while
-    RULES[_hop_while] = _call_while
-except ImportError:     # pragma: no cover - older torch
-    pass
 if getattr(torch, "while_loop", None) is not None:
     RULES[torch.while_loop] = _call_while
