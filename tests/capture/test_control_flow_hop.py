@@ -89,6 +89,12 @@ def cond_inside_vmap():
     return lambda x: torch.vmap(lambda r: torch.cond(r.sum() > 0, lambda a: a.sin(), lambda a: a.cos(), (r,)))(x)
 
 
+@program(lambda i: (_pos(i, 6),), calls=3)
+def cond_guards_a_domain():
+    # the branch not taken would be NaN (sqrt/log of negatives): its NaNs must reach neither values nor gradients
+    return lambda x: torch.cond(x.sum() > 0, lambda a: a.sqrt() + a.log(), lambda a: a * 2, (x,))
+
+
 @program(lambda i: (_r(4, 3, grad=False), _r(3, grad=False), torch.tensor(3 + i)), calls=3)
 def while_counter():
     def f(x, y, n):

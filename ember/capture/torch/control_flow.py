@@ -2,13 +2,14 @@
 subgraphs (``subgraph.trace_body``), never a graph break and never specialized on the predicate's value.
 
 ``cond(pred, true_fn, false_fn, operands)`` with a tensor predicate becomes ``apply_cond(true, false, pred,
-*operands, *free)``, which computes both branches and selects each output with ``torch.where``: the branches
-of ``torch.cond`` are functional and their outputs agree in shape and dtype, so the selection is the taken
-branch's value, the graph stays one straight-line graph that fuses like any other, and the backward is the
-taken branch's (``where`` routes the gradient). A flipped predicate takes the other branch with no recompile.
-The price: both branches run (and a non-finite gradient inside the branch not taken, such as ``sqrt`` at 0,
-still reaches the inputs as NaN, as with any ``where``). A Python ``bool`` predicate is a constant: its branch
-is inlined, as ``torch.cond`` itself does.
+*operands, *free)`` (the autograd function ``_Cond``), which computes both branches and selects each output with
+``torch.where``: the branches of ``torch.cond`` are functional and their outputs agree in shape and dtype, so the
+selection is the taken branch's value, and the graph stays one straight-line graph that fuses like any other.
+Its backward takes each branch's input gradients (``torch.func.vjp``) and selects those, so a non-finite value
+inside the branch not taken (``sqrt`` of a negative, the domain the predicate guards) never reaches a gradient.
+A flipped predicate takes the other branch with no recompile. The price: both branches run, in the forward and
+again in the backward. A Python ``bool`` predicate is a constant: its branch is inlined, as ``torch.cond``
+itself does.
 
 ``while_loop(cond_fn, body_fn, carried)`` becomes one call of the custom op ``ember_hop::while_loop`` (a real
 loop at run time, over the subgraphs run as FX graphs): the trip count depends on tensor values, so the loop
@@ -37,15 +38,57 @@ class CondSpec:
     n_free_true: int
 
 
-def apply_cond(true_gm: fx.GraphModule, false_gm: fx.GraphModule, pred: torch.Tensor, *tensors: torch.Tensor
-               ) -> tuple:
-    """The graph node of ``torch.cond``: both branches, each output selected by the predicate."""
+def _branches(true_gm: fx.GraphModule, false_gm: fx.GraphModule, tensors: tuple) -> tuple[tuple, tuple]:
     spec: CondSpec = true_gm.ember_cond
     ops, free = tensors[:spec.n_operands], tensors[spec.n_operands:]
-    a = true_gm(*ops, *free[:spec.n_free_true])
-    b = false_gm(*ops, *free[spec.n_free_true:])
-    p = pred.reshape(())
-    return tuple(torch.where(p, x, y) for x, y in zip(a, b))
+    return true_gm(*ops, *free[:spec.n_free_true]), false_gm(*ops, *free[spec.n_free_true:])
+
+
+class _Cond(torch.autograd.Function):
+    """Both branches forward, each output selected by the predicate; backward: each branch's input gradients,
+    selected by the predicate *after* its backward, so a non-finite value inside the branch not taken (``sqrt``
+    of a negative) never reaches a gradient (a ``where`` over the outputs would multiply it by zero: NaN)."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(true_gm, false_gm, pred, *tensors):
+        a, b = _branches(true_gm, false_gm, tensors)
+        p = pred.reshape(())
+        return tuple(torch.where(p, x, y) for x, y in zip(a, b))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.gms = inputs[:2]
+        ctx.save_for_backward(*inputs[2:])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        pred, *tensors = ctx.saved_tensors
+        diff = [i for i, t in enumerate(tensors) if ctx.needs_input_grad[3 + i]]
+        if not diff:
+            return (None,) * (3 + len(tensors))
+        p = pred.reshape(())
+        per = []
+        for which in (0, 1):        # torch.func.vjp, so that this also runs under torch.func transforms
+            def branch(*xs, which=which):
+                full = list(tensors)
+                for i, x in zip(diff, xs):
+                    full[i] = x
+                return _branches(*ctx.gms, tuple(full))[which]
+            outs, vjp_fn = torch.func.vjp(branch, *[tensors[i] for i in diff])
+            cot = tuple(torch.zeros_like(o) if g is None else g for o, g in zip(outs, grads))
+            per.append(vjp_fn(cot))
+        out = [None] * len(tensors)
+        for k, i in enumerate(diff):
+            out[i] = torch.where(p, per[0][k], per[1][k])
+        return (None, None, None, *out)
+
+
+def apply_cond(true_gm: fx.GraphModule, false_gm: fx.GraphModule, pred: torch.Tensor, *tensors: torch.Tensor
+               ) -> tuple:
+    """The graph node of ``torch.cond``: both branches, each output (and each input gradient) selected by the
+    predicate."""
+    return _Cond.apply(true_gm, false_gm, pred, *tensors)
 
 
 def _operand_list(d, f, operands: Value | None, what: str) -> list[Value]:
