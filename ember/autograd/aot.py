@@ -472,10 +472,13 @@ def _keep_region(node: fx.Node, env: dict, sub: fx.Graph) -> None:
     region = node.meta.get(regions.TAG)
     if region is None:
         return
+    save = node.meta.get(regions.SAVE_TAG)
     for n in sub.nodes:
         new = env.get(n)
         if isinstance(new, fx.Node) and n.op != "placeholder":
             new.meta[regions.TAG] = region
+            if save:        # a selective-checkpointing policy saves this op: its prims are not recomputed
+                new.meta[regions.SAVE_TAG] = True
 
 
 # ATen calls whose strides and offset address their input's memory: meaningful only on the traced layout

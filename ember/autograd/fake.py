@@ -203,6 +203,10 @@ class FakeMode(TorchDispatchMode):
         same = by_meta.get(id(out))
         if same is not None:
             return same
+        if out.device.type != "meta":
+            # an op applied to a Python number (torch hands wrapped scalars to dispatch modes as numbers, as in
+            # torch.func's batching rule for ``batched + 1``) made its result on the CPU: keep its metadata only
+            out = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device="meta")
         return FakeTensor(out, device, self)
 
 

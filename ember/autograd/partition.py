@@ -42,6 +42,7 @@ from ember.shapes import hint_of
 
 aten = torch.ops.aten
 REGION_TAG = "ember_recompute"     # ember.autograd.regions.TAG: the op ran inside torch.utils.checkpoint
+SAVE_TAG = "ember_ckpt_save"       # ember.autograd.regions.SAVE_TAG: a selective-checkpointing policy saves it
 
 # Cheap ops the backward may recompute from saved inputs: pointwise math, views/movement, casts, factories.
 RECOMPUTABLE: frozenset[str] = frozenset("""
@@ -156,8 +157,9 @@ def _copies(node: fx.Node) -> bool:
 
 def can_recompute(node: fx.Node) -> bool:
     """Whether the backward may recompute ``node`` instead of loading it from the saved set (every op of an
-    activation-checkpoint region may, as eager checkpointing recomputes them, except random ones and copies)."""
-    if node.op != "call_function" or is_rng(node) or _copies(node):
+    activation-checkpoint region may, as eager checkpointing recomputes them, except random ones, copies and
+    the ops a selective-checkpointing policy saves)."""
+    if node.op != "call_function" or is_rng(node) or _copies(node) or node.meta.get(SAVE_TAG):
         return False
     if REGION_TAG in node.meta:
         return True

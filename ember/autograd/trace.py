@@ -103,6 +103,9 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         node = self.graph.call_function(func, node_args, node_kwargs)
         self._bind_outputs(out, node)
+        if regions.current() is not None and regions.policy_saves(func, args, kwargs):
+            for n in [node, *node.users]:       # the op and its getitems: saved, never recomputed
+                n.meta[regions.SAVE_TAG] = True
         return out
 
     def _bind_outputs(self, out: Any, node: fx.Node) -> None:

@@ -618,5 +618,10 @@ def _user_saved_tensors_hooks_off():
     if torch is None or torch._C._autograd._saved_tensors_hooks_get_disabled_error_message() is not None:
         yield
         return
+    if torch._C._autograd._top_saved_tensors_default_hooks(True) is None:
+        # no user hooks to hide: push none (torch.func's grad transforms refuse to run under any hooks, so
+        # pushed ones would fail the meta and AOT runs of a captured torch.func.grad)
+        yield
+        return
     with torch.autograd.graph.saved_tensors_hooks(_same, _same):
         yield

@@ -10,7 +10,7 @@ import torch
 
 from . import prims as P
 from .decomp_reduce import reduce_sum
-from .helpers import broadcast_to, memory_order, opmath, to, where
+from .helpers import broadcast_all, broadcast_to, memory_order, opmath, to, where
 from .meta import canonical_dim, is_tensorlike, opmath_dtype, prod
 from .registry import decompose, register_decomposition
 
@@ -514,9 +514,10 @@ def _index_put(x: Any, indices: Sequence[Any], values: Any, accumulate: bool = F
 
 # backward ops of activations ------------------------------------------------------------------------------
 def _bwd(fn: Any) -> Any:
-    """fn(grad_f, other_f, *rest) in op-math dtype; result in grad's dtype."""
+    """fn(grad_f, other_f, *rest) in op-math dtype; result in grad's dtype. Both operands broadcast to their
+    common shape, as ATen's kernels do (torch.func's batching rules call ``tanh_backward(g[B, n], y[n])``)."""
     def wrapped(grad: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
-        g, o = broadcast_to(opmath(grad), tuple(other.shape)), opmath(other)
+        g, o = broadcast_all(opmath(grad), opmath(other))
         return to(fn(g, o, *args, **kwargs), grad.dtype)
     return wrapped
 

@@ -135,6 +135,11 @@ def _alias(x: Any) -> Any:
 @register_decomposition(aten._to_copy.default)
 def _to_copy(x: Any, *, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
              non_blocking: bool = False, memory_format: Any = None) -> Any:
+    if isinstance(x, (bool, int, float)):
+        # a Python number where eager had a wrapped scalar tensor (dispatch modes receive those as numbers:
+        # torch.func's batching rule for ``batched + 1`` converts one): a 0-dim tensor of it
+        dt = dtype or _dtype_of_value(x, None)
+        return P.full((), to(x, dt), dt, _dev(device))
     if device is not None and torch.device(device) != x.device:
         return P.aten_extern(aten._to_copy.default, (x,), {"dtype": dtype, "device": device})
     return P.clone(x) if dtype is None or dtype == x.dtype else P.convert_element_type(x, dtype)
@@ -289,6 +294,10 @@ def _creation(value: Any) -> Any:
 
 register_decomposition(aten.zeros.default)(_creation(0))
 register_decomposition(aten.ones.default)(_creation(1))
+# torch.func's forward-mode AD (jacfwd, hessian, jvp) makes "efficient zero" tensors: ATen's result has no
+# storage (a null data pointer that only ATen's own ops know to skip), so it must never reach a compiled kernel
+# as an extern's result; its value is plain zeros
+register_decomposition(aten._efficientzerotensor.default)(_creation(0))
 
 
 @register_decomposition(aten.empty.memory_format)

@@ -103,6 +103,15 @@ CASES += [(aten.gelu_backward.default, lambda dt, s, nc, a=a: ((rand(s, dt), ran
 CASES += [(aten.leaky_relu_backward.default, lambda dt, s, nc: ((rand(s, dt), rand(s, dt), 0.1, False), {}), FLOATS),
           (aten.hardtanh_backward.default, lambda dt, s, nc: ((rand(s, dt), rand(s, dt), -1.0, 1.0), {}), FLOATS),
           (aten.softplus_backward.default, lambda dt, s, nc: ((rand(s, dt), rand(s, dt), 1.0, 20.0), {}), FLOATS)]
+# ATen's backward kernels broadcast their operands (torch.func's batching rules rely on it): grad batched over
+# a leading dim with the saved value unbatched, and the other way round
+_BWD_EXTRA = {"threshold_backward": (0.0,), "gelu_backward": (), "leaky_relu_backward": (0.1, False),
+              "hardtanh_backward": (-1.0, 1.0), "softplus_backward": (1.0, 20.0), "tanh_backward": (),
+              "sigmoid_backward": (), "silu_backward": ()}
+for _lead in (0, 1):
+    CASES += [(getattr(aten, n).default, lambda dt, s, nc, rest=rest, lead=_lead: (
+        ((rand((2, *s), dt), rand(s, dt, -0.9, 0.9, nc)) if lead == 0 else
+         (rand(s, dt), rand((2, *s), dt, -0.9, 0.9))) + rest, {}), (F32,)) for n, rest in _BWD_EXTRA.items()]
 
 CASE_IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 
@@ -289,3 +298,12 @@ def test_norm_statistics_dtypes_follow_aten_on_cpu(params):
     ref = aten.native_layer_norm.default(x, (5,), lp, lp, 1e-5)
     assert [t.dtype for t in out] == [t.dtype for t in ref]
     assert_same(out, ref)
+
+
+def test_efficient_zero_tensor_decomposes_to_dense_zeros():
+    """torch.func's forward-mode AD makes ``_efficientzerotensor``s; ATen's has no storage (a null data pointer),
+    so as an extern result a compiled kernel reading it crashed (hessian/jacfwd under the ember backend)."""
+    assert D.has_decomposition(aten._efficientzerotensor.default)
+    out = D.run_decomposition(aten._efficientzerotensor.default, [3, 2], dtype=F32, device=torch.device("cpu"))
+    assert not out._is_zerotensor() and out.untyped_storage().nbytes() == 24
+    assert_same(out, torch.zeros(3, 2))

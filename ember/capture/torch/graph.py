@@ -60,6 +60,8 @@ class TorchState:
 
     def __init__(self) -> None:
         self.graph = fx.Graph()
+        self.root = self.graph           # the captured graph; ``graph`` is a subgraph's while one is traced
+        self.submodules: dict = {}       # get_attr name -> module of the graph being recorded (subgraph.py)
         self.inputs: list[tuple[Source, torch.Tensor, fx.Node]] = []
         self.grad_enabled = torch.is_grad_enabled()
         self.grad_observed = False      # the trace read or set a requires_grad (or what depends on it)
@@ -89,16 +91,17 @@ class TorchState:
         while name in self._names:
             name, i = f"{base}_{i}", i + 1
         self._names.add(name)
+        graph = self.root       # an input first read inside a subgraph is the root's (subgraph.py lifts it)
         if self.inputs:
-            with self.graph.inserting_after(self.inputs[-1][2]):
-                node = self.graph.placeholder(name)
+            with graph.inserting_after(self.inputs[-1][2]):
+                node = graph.placeholder(name)
         else:
-            first = next(iter(self.graph.nodes), None)
+            first = next(iter(graph.nodes), None)
             if first is not None:
-                with self.graph.inserting_before(first):
-                    node = self.graph.placeholder(name)
+                with graph.inserting_before(first):
+                    node = graph.placeholder(name)
             else:
-                node = self.graph.placeholder(name)
+                node = graph.placeholder(name)
         self.inputs.append((source, real, node))
         return node
 

@@ -82,8 +82,8 @@ def _float_as(d, v: Value, dt: torch.dtype) -> TensorVar:
     if hit is None:
         meta = node.meta["example_value"]
         if dt != meta.dtype:
-            with st.graph.inserting_after(node):
-                node = st.graph.call_method("to", (node, dt))
+            with node.graph.inserting_after(node):      # beside the root's input, also from a subgraph
+                node = node.graph.call_method("to", (node, dt))
             meta = torch.empty((), dtype=dt, device="meta")
             node.meta["example_value"] = meta
             node.meta["ember_device"] = torch.device("cpu")

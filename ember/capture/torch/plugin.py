@@ -67,6 +67,10 @@ def _constant_rules() -> dict[Any, Callable]:
     out.update(_checkpoint_rules)
     from .unbacked import RULES as _unbacked_rules     # torch._check / torch._check_is_size
     out.update(_unbacked_rules)
+    from .functorch_hop import RULES as _functorch_rules
+    out.update(_functorch_rules)
+    from .control_flow import RULES as _control_flow_rules
+    out.update(_control_flow_rules)
     for fn, what in _GLOBAL_STATE.items():
         out[fn] = lambda d, f, a, k, fn=fn, what=what: _read_global_state(d, fn, what)
     return out
@@ -343,7 +347,10 @@ class TorchPlugin:
         symbolic = st.table is not None and bool(st.table.symbols)
         if symbolic:
             _drop_unused_sizes(st.graph)
-        gm = fx.GraphModule(torch.nn.Module(), st.graph, class_name="EmberGraph")
+        root = torch.nn.Module()
+        for sub_name, sub in st.submodules.items():     # higher-order ops' subgraphs (subgraph.py)
+            root.add_module(sub_name, sub)
+        gm = fx.GraphModule(root, st.graph, class_name="EmberGraph")
         gm.graph.lint()
         if symbolic:
             gm.meta["ember_symbols"] = st.table
