@@ -284,7 +284,7 @@ class FrameCache:
         self.frame_state: dict = {}         # sizes and ints earlier compiles saw (automatic dynamic shapes)
         self.static_shapes = False          # symbolic sizes failed for this frame once: compile it static
         self.entries: list[Entry] = []
-        self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry.fn of each entry, MRU first
+        self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry fns, most recent first
         self._movable: set[Callable] = set()        # entries a hit moves to the front (``_to_front``)
         self.break_reasons: list[Unsupported] = []
         self._lock = threading.RLock()     # held while compiling an entry (reentrant: a compile may recurse)
@@ -365,7 +365,7 @@ class FrameCache:
         lock is per cache and held only while compiling: cached calls (the dispatcher) never take it, and no
         user code runs under it (an entry run under it could call a function whose compile another thread
         holds while waiting for this one)."""
-        checked: set = set()        # entries this call is known to fail (the dispatcher's walk is not counted)
+        checked: set = set()        # entries this call is known to fail (the dispatcher's walk not counted)
         while True:
             for fn in list(self._entry_fns):        # a snapshot: hits reorder the list (``_to_front``)
                 if fn in checked:
@@ -379,7 +379,7 @@ class FrameCache:
                 if all(fn in checked for fn in self._entry_fns):   # nothing new: this thread compiles
                     entry, run = self._compile_locked(args, kwargs)
                     break
-                # else another thread added an entry meanwhile (or ember.reset() emptied the cache): walk again
+                # else another thread added an entry (or ember.reset() emptied the cache): walk again
         if run is not None:
             return run()
         r = entry.fn(*args, **kwargs)
@@ -417,13 +417,13 @@ class FrameCache:
             self._movable.add(entry.fn)
 
     def _to_front(self, fn: Callable) -> None:
-        """The entry that matched goes first (most recently used first, as torch.compile's cache): a decode loop
-        whose later steps all hit the symbolic entry stops checking, on every token, the static entries of the
-        first steps, whose guards fail only after hundreds of checks (a KV cache's size comes late). Only
-        entries compiled to the return move: one that runs eagerly (the recompile limit's has no guards) would
-        take every call, and one that continues after a graph break would send calls that an older, more
-        specialized entry served into other continuations (new compiles there). One slice assignment: a
-        dispatcher walking the list meanwhile at worst checks an entry twice or misses one and takes ``_miss``."""
+        """The entry that matched goes first (most recently used first, as torch.compile's cache): a decode
+        loop whose later steps all hit the symbolic entry stops checking, on every token, the static entries
+        of the first steps, whose guards fail only after hundreds of checks (a KV cache's size comes late).
+        Only entries compiled to the return move: one that runs eagerly (the recompile limit's has no
+        guards) would take every call, and one that continues after a graph break would send calls that an
+        older, more specialized entry served into other continuations (new compiles there). One slice
+        assignment: a dispatcher walking the list meanwhile at worst checks an entry twice or misses one."""
         if fn in self._movable:
             self._entry_fns[:] = [fn] + [f for f in self._entry_fns if f is not fn]
 

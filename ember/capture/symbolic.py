@@ -144,8 +144,8 @@ class SymbolicDomain:
             if g:
                 g.equals(source, obj)
             return Const(obj, source)
-        if t is types.BuiltinMethodType and g and not isinstance(obj.__self__, type) and not is_plain_builtin(obj) \
-                and not is_immutable(obj.__self__):
+        if t is types.BuiltinMethodType and g and not isinstance(obj.__self__, type) \
+                and not is_plain_builtin(obj) and not is_immutable(obj.__self__):
             # a bound method of a container (``lst.append`` handed over at a graph break): calls mutate the
             # receiver, which must be the traced value
             e = source.expr(self.cg)

@@ -26,9 +26,9 @@ IDENTITY_TYPES: tuple[type, ...] = (types.FunctionType, types.BuiltinFunctionTyp
 
 
 def is_plain_builtin(fn: Any) -> bool:
-    """A builtin function that is not a bound method: its ``__self__`` is a module, None, or pybind11's record of
-    the function (a ``PyCapsule`` in older pybind11: ``torch._C._is_tracing``), which is no receiver at all and
-    has no attribute named like the function."""
+    """A builtin function that is not a bound method: its ``__self__`` is a module, None, or pybind11's record
+    of the function (a ``PyCapsule`` in older pybind11: ``torch._C._is_tracing``), which is no receiver at
+    all and has no attribute named like the function."""
     if type(fn) is not types.BuiltinFunctionType:
         return False
     self_ = fn.__self__

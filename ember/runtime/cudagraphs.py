@@ -546,8 +546,8 @@ def graph_on_cuda(gm: Any) -> bool | None:
 
 
 def graph_static_shapes(gm: Any) -> bool:
-    """Whether an FX graph is known to have static sizes: no symbol table with symbols, and no placeholder whose
-    value has a symbolic size. False where that is not known (not an FX graph)."""
+    """Whether an FX graph is known to have static sizes: no symbol table with symbols, and no placeholder
+    whose value has a symbolic size. False where that is not known (not an FX graph)."""
     nodes = getattr(getattr(gm, "graph", None), "nodes", None)
     if nodes is None:
         return False
@@ -566,11 +566,12 @@ def cudagraphify(fn: Callable[..., Any], kind: str, options: Any, pool_owner: Cu
     """Record ``fn`` (flat tensors -> tuple) into a CUDA graph in ``pool_owner``'s pool after a warm-up call,
     and replay it (see the module docstring). ``static_shapes``: the graph was compiled with static sizes
     (``graph_static_shapes``), so static inputs are recognized by address alone."""
-    return CudaGraphed(fn, kind, options, pool_owner, name or f"{kind} graph {getattr(fn, '__name__', '')}".strip(),
-                       static_shapes)
+    name = name or f"{kind} graph {getattr(fn, '__name__', '')}".strip()
+    return CudaGraphed(fn, kind, options, pool_owner, name, static_shapes)
 
 
-__all__ = ["cudagraphify", "graph_static_shapes", "note_cpu_graph", "CudaGraphPool", "CudaGraphed", "CudaOps", "Recording", "mark_step_begin",
+__all__ = ["cudagraphify", "graph_static_shapes", "note_cpu_graph",
+           "CudaGraphPool", "CudaGraphed", "CudaOps", "Recording", "mark_step_begin",
            "graph_on_cuda", "OVERWRITTEN_MSG", "OVERWRITTEN_GRAD_MSG"]
 
 

@@ -3,7 +3,8 @@ batch) have strides that follow the cache length (contiguous (1, h, s, d): dim 0
 
 Those strides were recorded as the compiling call's numbers: the generated wrapper then compared them on every
 call and copied the whole cache into the recorded layout (``restride``) at every new length, and a cache kept
-in a permuted layout failed its guard and recompiled at every step until the cache-size limit sent it to eager.
+in a permuted layout failed its guard and recompiled at every step until the cache-size limit sent it to
+eager.
 Each case runs 8 decode steps: outputs equal eager, at most 3 graphs, no fallback, and no input copied by the
 wrapper once the graph is symbolic.
 """

@@ -3,8 +3,8 @@
 A decode loop compiles a static entry for its first steps and then the symbolic one that serves every later
 step; checking the entries in compile order made every token run the static entries' guards first, which fail
 only at the KV cache's size, hundreds of checks in. Each case: outputs equal eager, the entry that served the
-last call is first, no extra compile, and an entry that runs eagerly (the recompile limit's catch-all) is never
-moved in front of the compiled ones.
+last call is first, no extra compile, and an entry that runs eagerly (the recompile limit's catch-all) is
+never moved in front of the compiled ones.
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def two_shapes(x):
 
 CASES = {
     # (function, the calls' arguments, options)
-    "growing_cache": (decode, lambda: [(torch.randn(1, 1, 8), torch.randn(1, n, 8)) for n in (4, 5, 6, 7, 8, 9)],
-                      {}),
+    "growing_cache": (decode, lambda: [(torch.randn(1, 1, 8), torch.randn(1, n, 8))
+                                       for n in (4, 5, 6, 7, 8, 9)], {}),
     "int_argument": (scale, lambda: [(torch.randn(3), n) for n in (2, 3, 4, 5, 6)], {}),
     "alternating_static": (two_shapes, lambda: [(torch.randn(n, 3),) for n in (2, 5, 2, 5, 2, 5)],
                            {"dynamic": False}),

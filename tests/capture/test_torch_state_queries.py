@@ -6,8 +6,8 @@ Two defects of one class: such a function bound by pybind11 (``__self__`` is pyb
 module) was taken for a bound method of that record, and the glue rebuilt it as ``record._is_tracing``
 (AttributeError in the user's program, or an internal error and an eager fallback); and every such query was
 recorded as a graph node whose answer the trace baked in without a guard (toggling the state later ran the
-branch of the old answer). Each case: compiled == eager, no graph break, no fallback, no ``torch._C`` node left
-in the graph, and a changed answer is a recompile, not a stale branch.
+branch of the old answer). Each case: compiled == eager, no graph break, no fallback, no ``torch._C`` node
+left in the graph, and a changed answer is a recompile, not a stale branch.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ QUERIES = [torch._C._is_tracing, torch._C._get_tracing_state, torch._C._are_func
            torch._C._get_cudnn_enabled, torch._C._get_mkldnn_enabled, torch._C._is_torch_function_enabled,
            torch._C._get_deterministic_algorithms]
 
-_alias = None       # a module global holding the query, as a library's ``is_jit_tracing = torch._C._is_tracing``
+_alias = None       # a module global holding the query (a library's ``is_jit = torch._C._is_tracing``)
 
 
 def _direct(fn):

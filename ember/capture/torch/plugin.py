@@ -101,17 +101,17 @@ _PLAIN = (bool, int, float, str)
 
 
 def _state_query(d, f, fn: Any, args, kwargs) -> Value | None:
-    """A function of ``torch._C`` itself (not its op namespaces ``_nn``, ``_special``...) called with constant
-    arguments reads process state (``_get_mkldnn_enabled()``, ``_is_tracing()``, ``_cuda_isCurrentStreamCapturing()``):
-    its answer is a constant of the trace and a guard of the entry, re-asked on every call, as
-    ``_GLOBAL_STATE``'s. Recorded as a graph node instead, its answer was baked in unguarded (toggling the state
-    later ran the other branch's code) and the node stayed in the graph. A result that is not a plain value
-    (None from a setter, an object) returns None: the call is recorded as before."""
+    """A function of ``torch._C`` itself (not its op namespaces ``_nn``, ``_special``...) called with
+    constant arguments reads process state (``_get_mkldnn_enabled()``, ``_is_tracing()``,
+    ``_cuda_isCurrentStreamCapturing()``): its answer is a constant of the trace and a guard of the entry,
+    re-asked on every call, as ``_GLOBAL_STATE``'s. Recorded as a graph node instead, its answer was baked in
+    unguarded (toggling the state later ran the other branch's code) and the node stayed in the graph. A
+    result that is not a plain value (None from a setter, an object) returns None: recorded as before."""
     if type(fn) is not types.BuiltinFunctionType or getattr(fn, "__module__", None) != "torch._C":
         return None
     vals = list(args) + list(kwargs.values())
-    if not all(type(v) is Const and (type(v.value) in _PLAIN or isinstance(v.value, (torch.dtype, torch.device)))
-               for v in vals):
+    plain = (lambda x: type(x) in _PLAIN or isinstance(x, (torch.dtype, torch.device)))  # noqa: E731
+    if not all(type(v) is Const and plain(v.value) for v in vals):
         return None
     pa, pk = [a.value for a in args], {k: v.value for k, v in kwargs.items()}
     try:
