@@ -164,7 +164,8 @@ def generate(a) -> None:
     ref = None
     for engine in ["eager"] + a.engines.split(","):
         _reset(engine)
-        model.forward = _compile(engine, model.forward) if engine != "eager" else type(model).forward.__get__(model)
+        plain = type(model).forward.__get__(model)      # each engine compiles the model's own forward, never
+        model.forward = _compile(engine, plain) if engine != "eager" else plain     # the previous engine's
         kw = dict(max_new_tokens=a.tokens, do_sample=False, use_cache=True, pad_token_id=0)
         with torch.no_grad():
             toks = model.generate(prompt, **kw)

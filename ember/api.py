@@ -256,6 +256,7 @@ def reset() -> None:
         for c in s.caches:
             c.entries.clear()
             c._entry_fns.clear()
+            c._movable.clear()
             c.native = False
         s.resumes.clear()
         s.callees.clear()

@@ -18,7 +18,8 @@ def ember_factory(options: Any) -> Callable:
     if getattr(options, "cuda_graphs", False):
         # mode reduce-overhead: one CudaGraphPool per ember.compile call (this factory runs once per call), shared
         # by every graph compiled for it: inference, forward, backward, graphs between breaks, recompiles
-        from ..runtime.cudagraphs import CudaGraphPool, cudagraphify, graph_on_cuda, note_cpu_graph
+        from ..runtime.cudagraphs import (CudaGraphPool, cudagraphify, graph_on_cuda, graph_static_shapes,
+                                          note_cpu_graph)
         pool = CudaGraphPool()
 
         def compile_one(g, kind):
@@ -27,7 +28,7 @@ def ember_factory(options: Any) -> Callable:
             if on_cuda is False:
                 note_cpu_graph(kind)
                 return fn
-            return cudagraphify(fn, kind, options, pool)
+            return cudagraphify(fn, kind, options, pool, static_shapes=graph_static_shapes(g))
 
     def ember(gm, example_inputs):
         if any(isinstance(x, torch.Tensor) and kernel_backend(x.device, options) is None for x in example_inputs):

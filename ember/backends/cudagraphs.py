@@ -11,14 +11,15 @@ from . import register_backend
 
 
 def _make(options: Any) -> Callable:
-    from ..runtime.cudagraphs import CudaGraphPool, cudagraphify, graph_on_cuda, note_cpu_graph
+    from ..runtime.cudagraphs import (CudaGraphPool, cudagraphify, graph_on_cuda, graph_static_shapes,
+                                      note_cpu_graph)
     pool = CudaGraphPool()
 
     def compile_one(g, kind):
         if graph_on_cuda(g) is False:
             note_cpu_graph(kind)
             return g
-        return cudagraphify(g, kind, options, pool)
+        return cudagraphify(g, kind, options, pool, static_shapes=graph_static_shapes(g))
 
     def cudagraphs(gm, example_inputs):
         return aot_compile(gm, example_inputs, options, compile_graph=compile_one)

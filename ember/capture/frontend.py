@@ -85,6 +85,7 @@ class Entry:
     guards: list = field(default_factory=list)
     bindings: dict = field(default_factory=dict)
     eager: bool = False                # runs the original function natively
+    whole: bool = False                # compiled to the return: no graph break, no continuation
     reason: str = ""
     graphs: list = field(default_factory=list)
     compile_time: float = 0.0
@@ -283,7 +284,8 @@ class FrameCache:
         self.frame_state: dict = {}         # sizes and ints earlier compiles saw (automatic dynamic shapes)
         self.static_shapes = False          # symbolic sizes failed for this frame once: compile it static
         self.entries: list[Entry] = []
-        self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry.fn of each entry
+        self._entry_fns: list[Callable] = []        # what the dispatcher walks: entry fns, most recent first
+        self._movable: set[Callable] = set()        # entries a hit moves to the front (``_to_front``)
         self.break_reasons: list[Unsupported] = []
         self._lock = threading.RLock()     # held while compiling an entry (reentrant: a compile may recurse)
         if resume is not None:
@@ -317,6 +319,8 @@ class FrameCache:
                f"        for __e in __entries:\n"
                f"            __r = __e({self.call_args})\n"
                f"            if __r is not __MISS:\n"
+               f"                if __e is not __entries[0]:\n"
+               f"                    __front(__e)\n"
                f"                __hit()\n"
                f"                return __r\n"
                f"        return __miss({self.call_args})\n"
@@ -326,7 +330,7 @@ class FrameCache:
                f"        __trim(__x)\n"
                f"        raise\n")
         ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hit=STATS.hit,
-                  __EmberError=EmberError, __trim=trim_if_user)
+                  __EmberError=EmberError, __trim=trim_if_user, __front=self._to_front)
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
         return self._named(ns["__dispatch"])
 
@@ -361,22 +365,21 @@ class FrameCache:
         lock is per cache and held only while compiling: cached calls (the dispatcher) never take it, and no
         user code runs under it (an entry run under it could call a function whose compile another thread
         holds while waiting for this one)."""
-        checked = 0         # entries this call is known to fail (the dispatcher's walk is not counted: re-check)
+        checked: set = set()        # entries this call is known to fail (the dispatcher's walk not counted)
         while True:
-            fns = self._entry_fns
-            while checked < len(fns):
-                r = fns[checked](*args, **kwargs)
+            for fn in list(self._entry_fns):        # a snapshot: hits reorder the list (``_to_front``)
+                if fn in checked:
+                    continue
+                r = fn(*args, **kwargs)
                 if r is not MISS:
                     STATS.hit()
                     return r
-                checked += 1
+                checked.add(fn)
             with self._lock:
-                n = len(self._entry_fns)
-                if n == checked:            # nothing new since the walk: this thread compiles
+                if all(fn in checked for fn in self._entry_fns):   # nothing new: this thread compiles
                     entry, run = self._compile_locked(args, kwargs)
                     break
-                if n < checked:             # ember.reset() emptied the cache meanwhile
-                    checked = 0
+                # else another thread added an entry (or ember.reset() emptied the cache): walk again
         if run is not None:
             return run()
         r = entry.fn(*args, **kwargs)
@@ -410,6 +413,19 @@ class FrameCache:
     def _add(self, entry: Entry) -> None:
         self.entries.append(entry)
         self._entry_fns.append(entry.fn)
+        if entry.whole and not entry.eager:
+            self._movable.add(entry.fn)
+
+    def _to_front(self, fn: Callable) -> None:
+        """The entry that matched goes first (most recently used first, as torch.compile's cache): a decode
+        loop whose later steps all hit the symbolic entry stops checking, on every token, the static entries
+        of the first steps, whose guards fail only after hundreds of checks (a KV cache's size comes late).
+        Only entries compiled to the return move: one that runs eagerly (the recompile limit's has no
+        guards) would take every call, and one that continues after a graph break would send calls that an
+        older, more specialized entry served into other continuations (new compiles there). One slice
+        assignment: a dispatcher walking the list meanwhile at worst checks an entry twice or misses one."""
+        if fn in self._movable:
+            self._entry_fns[:] = [fn] + [f for f in self._entry_fns if f is not fn]
 
     def _where(self) -> str:
         c = self.code
@@ -548,7 +564,7 @@ class FrameCache:
             self.session.note_graphs(self.name, graphs)
         fname = self.fn.__name__ if self.fn is not None else "resume"
         entry = Entry(fn, d.guards.source(fname, self.params), source, list(d.guards.guards), bindings,
-                      graphs=graphs, compile_time=time.perf_counter() - t0)
+                      graphs=graphs, compile_time=time.perf_counter() - t0, whole=not isinstance(ret, Frame))
         if logs.enabled("guards"):
             logs.log("guards", f"{self.name} entry #{len(self.entries)} ({self._where()}):\n"
                      + "\n".join(f"  {g.expr:<70}  # {g.reason}" for g in d.guards.guards))

@@ -24,8 +24,8 @@ from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
-                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, make_mapping,
-                     make_tuple)
+                     ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, is_plain_builtin,
+                     make_mapping, make_tuple)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
 _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
@@ -59,7 +59,7 @@ def is_pure_callable(fn: Any) -> bool:
     t = type(fn)
     if t is types.BuiltinFunctionType:
         self_ = fn.__self__
-        if isinstance(self_, types.ModuleType) or self_ is None:
+        if is_plain_builtin(fn):
             return (getattr(fn, "__module__", None) or getattr(self_, "__name__", "")) in _PURE_MODULES
         return is_immutable(self_) or isinstance(self_, type) and self_ in (str, bytes, int, float, dict, tuple)
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType):
@@ -404,7 +404,7 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
             return r
     if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls), list.__new__(list)
         return subclasses.new_instance(d, f, fn.__self__, d.as_python(f, args[0]), args[1:], kwargs)
-    if t is types.BuiltinFunctionType and fn.__self__ is not None and not isinstance(fn.__self__, types.ModuleType):
+    if t is types.BuiltinFunctionType and not is_plain_builtin(fn):
         recv = d.wrap(fn.__self__, None)
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method
             return d.call_method(f, recv, fn.__name__, args, kwargs)

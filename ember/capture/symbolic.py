@@ -22,7 +22,7 @@ from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_argument
 from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
 from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
-                     is_immutable)
+                     is_immutable, is_plain_builtin)
 
 
 def _cell_is_empty(cell) -> bool:
@@ -144,8 +144,8 @@ class SymbolicDomain:
             if g:
                 g.equals(source, obj)
             return Const(obj, source)
-        if t is types.BuiltinMethodType and g and not isinstance(obj.__self__, (types.ModuleType, type)) \
-                and obj.__self__ is not None and not is_immutable(obj.__self__):
+        if t is types.BuiltinMethodType and g and not isinstance(obj.__self__, type) \
+                and not is_plain_builtin(obj) and not is_immutable(obj.__self__):
             # a bound method of a container (``lst.append`` handed over at a graph break): calls mutate the
             # receiver, which must be the traced value
             e = source.expr(self.cg)

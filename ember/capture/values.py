@@ -25,6 +25,19 @@ IDENTITY_TYPES: tuple[type, ...] = (types.FunctionType, types.BuiltinFunctionTyp
                                     types.GetSetDescriptorType, types.MemberDescriptorType)
 
 
+def is_plain_builtin(fn: Any) -> bool:
+    """A builtin function that is not a bound method: its ``__self__`` is a module, None, or pybind11's record
+    of the function (a ``PyCapsule`` in older pybind11: ``torch._C._is_tracing``), which is no receiver at
+    all and has no attribute named like the function."""
+    if type(fn) is not types.BuiltinFunctionType:
+        return False
+    self_ = fn.__self__
+    if self_ is None or isinstance(self_, types.ModuleType):
+        return True
+    name = type(self_).__name__
+    return name.startswith("pybind11_detail_function_record") or name == "PyCapsule"
+
+
 def is_immutable(v: Any) -> bool:
     t = type(v)
     return (t in IMMUTABLE_TYPES or isinstance(v, enum.Enum)

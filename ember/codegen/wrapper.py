@@ -227,10 +227,21 @@ class _Writer:
     def check(self, name: str, maybe_none: bool = False) -> None:
         lay = self.layouts[name]
         none = f"{name} is not None and " if maybe_none else ""     # an extern's optional output
-        # a contiguous layout: is_contiguous() is the cheaper test (70 ns against 100 for the stride tuple, per
-        # tensor and call); the strides it lets differ (of dims of size 1) are never multiplied by a nonzero index
-        test = f"not {name}.is_contiguous()" if tuple(lay.stride) == contiguous_stride(lay.shape) else \
-            f"{name}.stride() != {_size(lay.stride)}"
+        # Strides of dims of size 1 are never multiplied by a nonzero index, so they are not compared: an
+        # input's stride there may follow sizes the layout does not hold (a KV cache (1, h, s0, d) has 64*s0
+        # at dim 0 on each call, recorded as the hint's number), and comparing it copied the whole cache on
+        # every call. A contiguous layout: is_contiguous() is the cheaper test (70 ns against 100 for the
+        # stride tuple, per tensor and call), and it ignores those strides too.
+        keep = [i for i, n in enumerate(lay.shape) if n != 1]
+        dense = contiguous_stride(lay.shape)
+        if all(lay.stride[i] == dense[i] for i in keep):
+            test = f"not {name}.is_contiguous()"
+        elif len(keep) == len(lay.shape):
+            test = f"{name}.stride() != {_size(lay.stride)}"
+        else:
+            got = ", ".join((f"(__st := {name}.stride())[{i}]" if j == 0 else f"__st[{i}]")
+                            for j, i in enumerate(keep))
+            test = f"({got},) != {_size([lay.stride[i] for i in keep])}"
         self.lines.append(f"    if {none}{test}: {name} = restride({name}, {_size(lay.shape)}, {_size(lay.stride)})")
 
     def fold(self, name: str, maybe_none: bool = False) -> None:

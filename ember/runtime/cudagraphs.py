@@ -248,8 +248,14 @@ def _meta(t: torch.Tensor, base_offset: int = 0) -> tuple:
 class CudaGraphed:
     """``cudagraphify``'s result: see the module docstring."""
 
-    def __init__(self, fn: Callable[..., Any], kind: str, options: Any, pool: CudaGraphPool, name: str) -> None:
+    def __init__(self, fn: Callable[..., Any], kind: str, options: Any, pool: CudaGraphPool, name: str,
+                 static_shapes: bool = False) -> None:
         self.fn, self.kind, self.pool, self.name = fn, kind, pool, name
+        # a graph compiled with static sizes only runs with the sizes it was compiled for (the frame's guards
+        # check them): an input at a recorded static address then has the recorded shape too. A symbolic graph
+        # takes every size: a pool output or a reused tensor can come back at the same address with another
+        # shape (a slice of a preallocated cache), and the replay of the other size's recording is wrong.
+        self.static_shapes = static_shapes
         limit = getattr(options, "cudagraph_max_records", None)
         self.max_records = 8 if limit is None else int(limit)
         self.warm: dict[tuple, list] = {}            # signature -> weak refs of the warm-up call's inputs
@@ -440,8 +446,11 @@ class CudaGraphed:
         pool.ops.replay(rec.graph)
         rec.replays += 1
         if (self.last is None or self.last[0] is not rec) and self.records[rec.sig][0] is rec:
-            self.last = (rec, _same_addresses(rec.static_ptrs, len(rec.sig)),
-                         [i for i in range(len(rec.sig)) if i not in rec.static_ptrs])
+            # the inputs whose signature entries the fast path compares: the copied ones, and, unless the
+            # sizes are static, the static ones that are not parameters (their shape may change in place)
+            keyed = [i for i in range(len(rec.sig)) if i not in rec.static_ptrs or not (
+                self.static_shapes or isinstance(args[i], torch.nn.Parameter))]
+            self.last = (rec, _same_addresses(rec.static_ptrs, len(rec.sig)), keyed)
         fresh = [s for s in rec.storages] if pool.copy_out else [pool.ops.alias_storage(s) for s in rec.storages]
         result: list[Any] = []
         for entry in rec.out_plan:
@@ -536,14 +545,33 @@ def graph_on_cuda(gm: Any) -> bool | None:
     return "cuda" in devices
 
 
+def graph_static_shapes(gm: Any) -> bool:
+    """Whether an FX graph is known to have static sizes: no symbol table with symbols, and no placeholder
+    whose value has a symbolic size. False where that is not known (not an FX graph)."""
+    nodes = getattr(getattr(gm, "graph", None), "nodes", None)
+    if nodes is None:
+        return False
+    if getattr(getattr(gm, "meta", {}).get("ember_symbols"), "symbols", None):
+        return False
+    for n in nodes:
+        v = n.meta.get("val") if n.op == "placeholder" else None
+        if isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and any(
+                isinstance(x, torch.SymInt) for x in (*v.shape, *v.stride()))):
+            return False
+    return True
+
+
 def cudagraphify(fn: Callable[..., Any], kind: str, options: Any, pool_owner: CudaGraphPool,
-                 name: str | None = None) -> CudaGraphed:
+                 name: str | None = None, static_shapes: bool = False) -> CudaGraphed:
     """Record ``fn`` (flat tensors -> tuple) into a CUDA graph in ``pool_owner``'s pool after a warm-up call,
-    and replay it (see the module docstring)."""
-    return CudaGraphed(fn, kind, options, pool_owner, name or f"{kind} graph {getattr(fn, '__name__', '')}".strip())
+    and replay it (see the module docstring). ``static_shapes``: the graph was compiled with static sizes
+    (``graph_static_shapes``), so static inputs are recognized by address alone."""
+    name = name or f"{kind} graph {getattr(fn, '__name__', '')}".strip()
+    return CudaGraphed(fn, kind, options, pool_owner, name, static_shapes)
 
 
-__all__ = ["cudagraphify", "note_cpu_graph", "CudaGraphPool", "CudaGraphed", "CudaOps", "Recording", "mark_step_begin",
+__all__ = ["cudagraphify", "graph_static_shapes", "note_cpu_graph",
+           "CudaGraphPool", "CudaGraphed", "CudaOps", "Recording", "mark_step_begin",
            "graph_on_cuda", "OVERWRITTEN_MSG", "OVERWRITTEN_GRAD_MSG"]
 
 

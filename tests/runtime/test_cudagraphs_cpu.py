@@ -450,3 +450,64 @@ def test_host_tensors_that_are_not_scalars_still_fall_back(hints):
     for _ in range(3):
         g(w, torch.randn(2, 4))
     assert ops.records == 0 and g.disabled and "output 1 is a cpu tensor" in g.disabled
+
+
+# A symbolic graph (dynamic shapes) takes every size, so a static input (read in place) can come back at the
+# recorded address with another shape: each way here, a new size must record (or replay its own recording),
+# never replay the recording of another size. Before, the fast path compared static inputs by address only.
+def _pool_output_sliced(pool, n):
+    """A producer graph's output (pool memory) read through a growing slice: same address, new shape."""
+    if not hasattr(pool, "_src"):
+        make = cg.cudagraphify(lambda x: (x * 2,), "inference", None, pool)
+        for _ in range(3):
+            pool._src = make(torch.arange(40.0).reshape(4, 10))[0]
+    return pool._src[:, :n]
+
+
+def _pool_output_reshaped(pool, n):
+    """The same pool output viewed with other shapes of the same elements."""
+    if not hasattr(pool, "_src"):
+        make = cg.cudagraphify(lambda x: (x + 1,), "inference", None, pool)
+        for _ in range(3):
+            pool._src = make(torch.arange(24.0))[0]
+    return pool._src.view({2: (2, 12), 3: (3, 8), 4: (4, 6), 6: (6, 4)}[n])
+
+
+_BUF = torch.arange(60.0)
+
+
+def _same_object_restrided(pool, n):
+    """One tensor object (a buffer: static by identity) whose shape is changed in place between calls."""
+    return _BUF.as_strided_((3, n), (n, 1))
+
+
+SAME_ADDRESS = {"pool_output_sliced": (_pool_output_sliced, [3, 3, 3, 4, 4, 5, 3, 5, 6, 6]),
+                "pool_output_reshaped": (_pool_output_reshaped, [2, 2, 2, 3, 3, 4, 2, 6, 6, 3]),
+                "same_object_restrided": (_same_object_restrided, [3, 3, 3, 4, 4, 5, 3, 5, 6, 6])}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_ADDRESS))
+def test_a_static_input_with_another_shape_never_replays_another_sizes_recording(name):
+    make_input, sizes = SAME_ADDRESS[name]
+    ops = FakeOps()
+    pool = cg.CudaGraphPool(ops)
+    use = cg.cudagraphify(lambda c: (c.sum(1), c * 3), "inference", None, pool)
+    ptrs, shapes = set(), []
+    for n in sizes:
+        c = make_input(pool, n)
+        ptrs.add(c.data_ptr())
+        shapes.append(tuple(c.shape))
+        want = (c.sum(1), c * 3)
+        got = use(c)
+        assert got[0].shape == want[0].shape and got[1].shape == want[1].shape, (n, got[1].shape)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), n
+    assert len(ptrs) == 1                       # the premise: one address for every size
+    # one recording per size seen twice (the first call of a size is its warm-up), each for its own size
+    assert use.count == sum(shapes.count(sh) >= 2 for sh in set(shapes))
+    assert all(r.sig[0][2] == sig[0][2] for sig, rs in use.records.items() for r in rs)
+
+
+def test_a_graph_compiled_with_static_sizes_keys_static_inputs_by_address():
+    g = torch.fx.symbolic_trace(lambda x: x * 2)
+    assert cg.graph_static_shapes(g)
+    assert not cg.graph_static_shapes(lambda x: x)      # not an FX graph: not known to be static

@@ -13,7 +13,7 @@ from ...errors import BackendCompilerFailed, InternalError
 from ...shapes import SymbolicUnsupported
 from ..objects import lookup_type_attr
 from ..sources import AttrSource, ConstSource, ItemSource, Source
-from ..values import IMMUTABLE_TYPES, Const, MethodOf
+from ..values import IMMUTABLE_TYPES, Const, MethodOf, Value
 from . import ctx as _ctx
 from .autograd_fn import APPLY as _APPLY, call_function_apply, function_apply_class
 from . import fastguard
@@ -100,6 +100,38 @@ def _unwrapped(fn: Any, table: Any) -> Any:
 def _read_global_state(d, fn: Callable, what: str):
     value = fn()
     d.guards.add(f"{d.cg.bind(fn, fn.__name__)}() is {d.cg.bind(value, 'state')}", f"{what}: {value}")
+    return Const(value)
+
+
+_PLAIN = (bool, int, float, str)
+
+
+def _state_query(d, f, fn: Any, args, kwargs) -> Value | None:
+    """A function of ``torch._C`` itself (not its op namespaces ``_nn``, ``_special``...) called with
+    constant arguments reads process state (``_get_mkldnn_enabled()``, ``_is_tracing()``,
+    ``_cuda_isCurrentStreamCapturing()``): its answer is a constant of the trace and a guard of the entry,
+    re-asked on every call, as ``_GLOBAL_STATE``'s. Recorded as a graph node instead, its answer was baked in
+    unguarded (toggling the state later ran the other branch's code) and the node stayed in the graph. A
+    result that is not a plain value (None from a setter, an object) returns None: recorded as before."""
+    if type(fn) is not types.BuiltinFunctionType or getattr(fn, "__module__", None) != "torch._C":
+        return None
+    vals = list(args) + list(kwargs.values())
+    plain = (lambda x: type(x) in _PLAIN or isinstance(x, (torch.dtype, torch.device)))  # noqa: E731
+    if not all(type(v) is Const and plain(v.value) for v in vals):
+        return None
+    pa, pk = [a.value for a in args], {k: v.value for k, v in kwargs.items()}
+    try:
+        value = fn(*pa, **pk)
+    except Exception as e:      # noqa: BLE001 - eager raises it here too
+        from ..interpreter import UserException
+        raise UserException(e) from None
+    if type(value) not in _PLAIN and not isinstance(value, (torch.dtype, torch.device)):
+        return None
+    cg = d.cg
+    call_args = [cg.bind(a, "arg") for a in pa] + [f"{k}={cg.bind(v, 'arg')}" for k, v in pk.items()]
+    op = "is" if type(value) is bool else "=="
+    d.guards.add(f"{cg.bind(fn, fn.__name__)}({', '.join(call_args)}) {op} {cg.bind(value, 'state')}",
+                 f"torch._C.{fn.__name__}() is {value!r}")
     return Const(value)
 
 
@@ -325,6 +357,9 @@ class TorchPlugin:
         if base in _RNG_STATE:
             raise d.unsupported(f, f"torch.{fn.__name__} reads or sets the random generator's state",
                                 "call it outside the compiled function (it runs eagerly at this graph break)")
+        state = _state_query(d, f, fn, args, kwargs)
+        if state is not None:
+            return state
         return record(d, f, "call_function", fn, list(args), dict(kwargs))
 
     # -- the graph -------------------------------------------------------------------------------------

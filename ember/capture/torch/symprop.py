@@ -188,7 +188,10 @@ def _contiguous_strides(sizes: tuple) -> tuple:
 
 
 def sym_strides(table, meta: torch.Tensor, sizes: tuple) -> tuple:
-    """The strides of ``meta`` as expressions of ``sizes``: dense in the order of its strides; 0 stays 0."""
+    """The strides of ``meta`` as expressions of ``sizes``: dense in the order of its strides; 0 stays 0. A
+    dim of size 1 whose stride is the dense one at its place (a contiguous KV cache (1, h, s0, d): h*s0*d at
+    dim 0) gets that expression, not the hint's number; any other stride there is kept (it is never
+    multiplied by a nonzero index, and guards and the wrapper do not compare it)."""
     order = sorted(range(meta.dim()), key=lambda i: (meta.stride(i), meta.shape[i]))
     out: list = [0] * meta.dim()
     expected: Any = sympy.Integer(1)
@@ -198,7 +201,7 @@ def sym_strides(table, meta: torch.Tensor, sizes: tuple) -> tuple:
             out[i] = 0
             continue
         if meta.shape[i] == 1:
-            out[i] = st if isinstance(sizes[i], int) else expected
+            out[i] = expected if not isinstance(sizes[i], int) or table.hint(expected) == st else st
             continue
         if table.hint(expected) != st:
             raise Unknown()
