@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 
 from . import dunders
 from . import rules as R
@@ -162,15 +163,9 @@ def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
     if name == "append":
         items.append(_args(d, f, name, args, 1, 1)[0])
     elif name == "extend":
-        if isinstance(args[0], IterVar):        # appended as read: the iterator may look at the list
-            while True:
-                ok, x = d.next(f, args[0])
-                if not ok:
-                    break
-                items.append(x)
-                d.mark_mutated(v)
-        else:
-            items.extend(d.unpack_all(f, args[0]))
+        for x in d.each(f, args[0]):            # appended as read: the iterator may look at the list
+            items.append(x)
+            d.mark_mutated(v)
     elif name == "insert":
         i, x = _args(d, f, name, args, 2, 2)
         items.insert(d.as_python(f, i), x)
@@ -286,33 +281,36 @@ def _dict_popitem(d, f, v, args, kwargs):
     return r
 
 
-def _update_pairs(d, f, src) -> list[tuple[Value, Value]]:
-    """``dict.update``'s argument as (key, value) pairs: a mapping (``keys()``) or an iterable of pairs."""
+def _update_pairs(d, f, src):
+    """``dict.update``'s argument as (key, value) pairs, produced lazily (the caller stores each pair before
+    the next is read, as CPython does): a mapping (``keys()``) or an iterable of pairs."""
     if isinstance(src, DictVar):
-        return [(src.keys[k], x) for k, x in src.items.items()]
+        yield from [(src.keys[k], x) for k, x in src.items.items()]
+        return
     from .objects import lookup_type_attr
     t = src.python_type()
     if t is not list and lookup_type_attr(t, "keys") is not NULL and type(src) is not Const:
-        return [(k, d.getitem(f, src, k)) for k in d.unpack_all(f, d.call_method(f, src, "keys", [], {}))]
-    pairs = []
-    for i, p in enumerate(d.unpack_all(f, src)):
+        for k in d.unpack_all(f, d.call_method(f, src, "keys", [], {})):    # PyMapping_Keys makes a list
+            yield k, d.getitem(f, src, k)
+        return
+    for i, p in enumerate(d.each(f, src)):
         kv = d.unpack_all(f, p)
         if len(kv) != 2:
             raise UserException(ValueError(f"dictionary update sequence element #{i} has length {len(kv)}; 2 "
                                            "is required"))
-        pairs.append(tuple(kv))
-    return pairs
+        yield tuple(kv)
 
 
 def _dict_update(d, f, v, args, kwargs):
     if len(args) > 1:
         raise UserException(TypeError(f"update expected at most 1 argument, got {len(args)}"))
-    pairs = _update_pairs(d, f, args[0]) if args else []
-    pairs += [(Const(k), x) for k, x in kwargs.items()]
+    pairs = itertools.chain(_update_pairs(d, f, args[0]) if args else (),
+                            [(Const(k), x) for k, x in kwargs.items()])
     for k, x in pairs:
         hk = d.hash_key(f, k)
         v.items[hk] = x
         v.keys.setdefault(hk, k)
+        d.mark_mutated(v)
     d.mark_mutated(v)
     return Const(None)
 
@@ -446,6 +444,13 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
         return dunders.call(d, f, v, name, args)
     _check_arity(_SET_ARITY, "frozenset" if v.frozen else "set", name, args)
     items = v.items
+    if name == "difference_update" and not v.frozen and not any(isinstance(a, (SetVar, DictVar)) for a in args):
+        for a in args:                          # CPython discards each item as read from a plain iterable
+            for x in d.each(f, a):
+                items.pop(d.hash_key(f, x), None)
+                d.mark_mutated(v)
+        d.mark_mutated(v)
+        return Const(None)
     if name in ("difference_update", "intersection_update", "symmetric_difference_update") and not v.frozen:
         v.items = _set_method(d, f, v, name[:-len("_update")], args, kwargs).items
         d.mark_mutated(v)
@@ -459,8 +464,9 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
         items.pop(hk, None)
     elif name == "update":
         for a in args:
-            for x in d.unpack_all(f, a):
+            for x in d.each(f, a):              # added as read: the iterator may look at the set
                 items[d.hash_key(f, x)] = x
+                d.mark_mutated(v)
     elif name == "clear":
         items.clear()
     elif name == "pop":

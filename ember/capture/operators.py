@@ -102,7 +102,9 @@ def _container_binary(d, f, op, inplace, a, b):
             return a
         return ListVar(a.items + b.items) if ta is ListVar else TupleVar(a.items + b.items)
     if op == "+" and inplace and ta is ListVar:
-        a.items.extend(d.unpack_all(f, b))
+        for x in d.each(f, b):                  # list.__iadd__ is list.extend: appended as read
+            a.items.append(x)
+            d.mark_mutated(a)
         d.mark_mutated(a)
         return a
     if op == "*" and (ta in (ListVar, TupleVar) and tb is Const or tb in (ListVar, TupleVar) and ta is Const):

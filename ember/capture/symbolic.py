@@ -545,15 +545,22 @@ class SymbolicDomain:
         self.call_method(f, d, "update", [v], {})
 
     def unpack_all(self, f, v) -> list[Value]:
+        return list(self.each(f, v))
+
+    def each(self, f, v):
+        """The items of iterable ``v``, one at a time, as CPython's C loops (``list.extend``, ``set.update``,
+        ``dict.update``, ``deque.extendleft``) consume them: the caller acts on each item before the next is
+        produced, so an iterator that reads the container being filled sees the items already added. A list
+        or tuple is read as a snapshot (no user code runs between its items)."""
         if isinstance(v, (TupleVar, ListVar)):
-            return list(v.items)
+            yield from list(v.items)
+            return
         it = self.iter(f, v)
-        out = []
         while True:
             ok, x = self.next(f, it)
             if not ok:
-                return out
-            out.append(x)
+                return
+            yield x
 
     def unpack(self, f, v, n):
         return self._unpack(f, v, n, -1)
