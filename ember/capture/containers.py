@@ -275,7 +275,8 @@ def _dict_pop(d, f, v, args, kwargs):
 def _dict_popitem(d, f, v, args, kwargs):
     if not v.items:
         raise UserException(KeyError("popitem(): dictionary is empty"))
-    hk = next(reversed(v.items))
+    last = d.as_python(f, args[0] if args else kwargs.get("last", Const(True)))    # OrderedDict's `last`
+    hk = next(reversed(v.items)) if last else next(iter(v.items))
     r = TupleVar([v.keys.pop(hk), v.items.pop(hk)])
     d.mark_mutated(v)
     return r
@@ -380,8 +381,35 @@ _DICT_METHODS = {
 _DICT_DUNDERS = {"__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__"}
 
 
+# (fewest, most) positional arguments of the dict methods above, checked before they run: a wrong count is
+# eager's TypeError (d.clear(1) and d.pop() were accepted or an internal error). Only update takes any keyword
+# and OrderedDict's popitem/move_to_end take `last`.
+_DICT_ARITY = {"get": (1, 2), "setdefault": (1, 2), "pop": (1, 2), "popitem": (0, 0), "update": (0, 1),
+               "clear": (0, 0), "keys": (0, 0), "values": (0, 0), "items": (0, 0), "copy": (0, 0),
+               "__getitem__": (1, 1), "__setitem__": (2, 2), "__delitem__": (1, 1), "__contains__": (1, 1),
+               "__len__": (0, 0), "__iter__": (0, 0)}
+_ODICT_ARITY = {**_DICT_ARITY, "popitem": (0, 1), "move_to_end": (1, 2)}
+
+
+def _check_dict_call(v: DictVar, name: str, args, kwargs) -> None:
+    ordered = issubclass(v.cls, collections.OrderedDict)
+    owner = v.cls.__name__
+    if name == "move_to_end" and not ordered:
+        raise UserException(AttributeError(f"'{owner}' object has no attribute 'move_to_end'"))
+    table = _ODICT_ARITY if ordered else _DICT_ARITY
+    if name not in table or name == "update":
+        _check_arity(table, owner, name, args)
+        return
+    allowed = ("last",) if ordered and name in ("popitem", "move_to_end") else ()
+    extra = [k for k in kwargs if k not in allowed]
+    if extra:
+        raise UserException(TypeError(f"{owner}.{name}() takes no keyword arguments"))
+    _check_arity(table, owner, name, list(args) + list(kwargs.values()))
+
+
 @R.METHOD.register(DictVar)
 def _dict_method(d: SymbolicDomain, f, v: DictVar, name, args, kwargs):
+    _check_dict_call(v, name, args, kwargs)
     fn = _DICT_METHODS.get(name)
     if fn is not None:
         return fn(d, f, v, args, kwargs)

@@ -370,9 +370,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         r = p.call(d, f, fn, args, kwargs)
         if r is not None:
             return r
-    from .builtins_sym import BUILTIN_RULES
+    from .builtins_sym import BUILTIN_RULES, classmethod_rule
     try:
-        rule = BUILTIN_RULES.get(fn)
+        rule = BUILTIN_RULES.get(fn) or classmethod_rule(fn)
     except TypeError:
         rule = None
     if rule is not None:
