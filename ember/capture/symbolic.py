@@ -43,6 +43,7 @@ class SymbolicDomain:
         self.options = options
         self.by_source: dict[Source, Value] = {}
         self.by_id: dict[int, Value] = {}
+        self.real_of: dict[int, Any] = {}      # id(value) -> the existing object it wraps (a tensor input too)
         self.keepalive: list[Any] = []
         self.side_effects: list[Value] = []          # mutated existing values, in first-mutation order
         self.global_writes: dict[tuple[int, str], tuple[dict, str, Any]] = {}
@@ -117,6 +118,7 @@ class SymbolicDomain:
             self.by_source[source] = v
         if not is_immutable(obj):
             self.by_id[id(obj)] = v
+            self.real_of[id(v)] = obj
             self.keepalive.append(obj)
         return v
 
@@ -496,6 +498,12 @@ class SymbolicDomain:
         if part is not None and type(k.obj).__hash__ in (None, frozenset.__hash__):
             k = part        # a new dict/set/frozenset-subclass object hashes as its base type does
         ro = k.real_object()
+        if ro is NULL and id(k) in self.real_of:
+            # an existing object whose value has no real_object (a tensor input): its identity is the key, as
+            # in the existing dicts it may be looked up in; the trace then holds only for that same object
+            ro = self.real_of[id(k)]
+            if k.source is not None:
+                self.guards.id_match(k.source, ro)
         if ro is not NULL and not isinstance(k, (ListVar, DictVar, SetVar)):
             return ro
         if isinstance(k, TupleVar):

@@ -241,3 +241,45 @@ def test_dict_view_set_operators(fresh_ember, fn):
     torch.testing.assert_close(got[0], want[0])
     assert got[1] == want[1]
     assert [type(v) for v in got[1]] == [type(v) for v in want[1]]
+
+
+# An input tensor or module used as a key of an input dict/set is the same key inside the trace: the dict holds
+# the real object, so the argument is looked up by that object's identity (and the trace is guarded on it).
+# Before, d[x] raised KeyError in the trace (test_dicts.py::test_dict_order_keys_tensors/_modules).
+def _tensor_key_getitem(d, x):
+    return d[x] + 3
+
+
+def _tensor_key_get_and_in(d, x):
+    return d.get(x, x) * 2, x in d, 3 in d
+
+
+def _module_key_call(d, m):
+    return d[m](torch.ones(2, 2))
+
+
+def _tensor_in_set(s, x):
+    return x * (2 if x in s else 3)
+
+
+def _make_key_inputs(kind):
+    x, y, z = torch.randn(3), torch.randn(3), torch.randn(3)
+    if kind == "module":
+        m1, m2 = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+        return {m1: m2, 3: m1}, m1, {m2: m1}, m2
+    if kind == "set":
+        return {x, z}, x, {z}, y
+    return {x: y, 3: z}, x, {y: z}, y
+
+
+KEY_CASES = [(_tensor_key_getitem, "tensor"), (_tensor_key_get_and_in, "tensor"), (_module_key_call, "module"),
+             (_tensor_in_set, "set")]
+
+
+@pytest.mark.parametrize("fn,kind", KEY_CASES, ids=[c.__name__ for c, _ in KEY_CASES])
+def test_input_objects_as_keys_of_input_containers(fresh_ember, fn, kind):
+    d, k, d2, k2 = _make_key_inputs(kind)
+    cf = ember.compile(fn, backend="eager")
+    for args in ((d, k), (d2, k2), (d, k)):     # another object as key: a new trace, not the first one's answer
+        got, want = cf(*args), fn(*args)
+        torch.testing.assert_close(got, want)
