@@ -326,6 +326,8 @@ def _dict_clear(d, f, v, args, kwargs):
 def _dict_move_to_end(d, f, v, args, kwargs):
     hk = d.hash_key(f, args[0])
     last = d.as_python(f, args[1]) if len(args) > 1 else d.as_python(f, kwargs.get("last", Const(True)))
+    if hk not in v.items:
+        raise UserException(KeyError(hk))
     x, k = v.items.pop(hk), v.keys.pop(hk)
     if last:
         v.items[hk], v.keys[hk] = x, k

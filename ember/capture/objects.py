@@ -188,9 +188,7 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
             raise _attr_error(t.__name__, name)
         if v.is_new:
             return _attrs_dict(v)
-        if v.overlay or v.source is None:
-            raise d.unsupported(f, "reading __dict__ of an object changed or made in compiled code")
-        return d.wrap(v.obj.__dict__, AttrSource(v.source, "__dict__"))
+        return _existing_attrs_dict(d, f, v)
     cattr = lookup_type_attr(t, name)
     if cattr is not NULL and type(cattr) is types.MemberDescriptorType and (v.is_new or name in v.overlay):
         x = v.overlay.get(name, NULL)
@@ -200,7 +198,11 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
     class_lookup(d, t, name, cattr)     # the outcome below rests on what the class holds (and lacks)
     if cattr is not NULL and _is_data_descriptor(cattr):
         return _descriptor_get(d, f, v, cattr, name, t)
-    if name in v.overlay:
+    if v.attrs is not None and not v.is_new:      # its __dict__ was read: that dict holds its attributes now
+        x = v.attrs.items.get(name, NULL)
+        if x is not NULL:
+            return x
+    elif name in v.overlay:
         x = v.overlay[name]
         if x is not NULL:
             return x
@@ -228,6 +230,30 @@ def _attrs_dict(v: ObjectVar) -> DictVar:
         v.attrs = DictVar({}, {k: Const(k) for k in v.overlay})
         v.attrs.items = v.overlay
     return v.attrs
+
+
+def _existing_attrs_dict(d: SymbolicDomain, f, v: ObjectVar) -> DictVar:
+    """The ``__dict__`` of an object that existed before the call: its real dict, wrapped once, with the
+    trace's pending attribute writes applied. From then on it is the object's attribute store: attribute
+    writes also go into it (setattrs.generic_setattr) and attribute reads come from it, so ``d = o.__dict__;
+    o.c = 1; d['c']`` and ``o.__dict__['a'] = 1; o.a`` see each other as in CPython."""
+    if v.attrs is not None:
+        return v.attrs
+    if v.source is None:
+        raise d.unsupported(f, "reading __dict__ of an object reached without a source")
+    dv = d.wrap(v.obj.__dict__, AttrSource(v.source, "__dict__"))
+    if type(dv) is not DictVar:
+        raise d.unsupported(f, f"reading __dict__ of a {type(v.obj).__name__} object")
+    for name, x in v.overlay.items():
+        if x is NULL:
+            dv.items.pop(name, None)
+            dv.keys.pop(name, None)
+        else:
+            dv.items[name] = x
+            dv.keys.setdefault(name, Const(name))
+        d.mark_mutated(dv)
+    v.attrs = dv
+    return dv
 
 
 def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner: type) -> Value:

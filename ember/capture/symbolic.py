@@ -498,6 +498,11 @@ class SymbolicDomain:
         if part is not None and type(k.obj).__hash__ in (None, frozenset.__hash__):
             k = part        # a new dict/set/frozenset-subclass object hashes as its base type does
         ro = k.real_object()
+        if getattr(k, "is_new", False) and type(ro).__hash__ not in (object.__hash__, None):
+            # an object made in the trace whose class hashes by value (a frozen dataclass): its real object is
+            # a bare instance whose fields live in the trace, so neither its real hash nor identity is right
+            raise self.unsupported(f, f"using a new {type(ro).__name__} object (its class defines __hash__) as "
+                                      "a dict key or set member")
         if ro is NULL and id(k) in self.real_of:
             # an existing object whose value has no real_object (a tensor input): its identity is the key, as
             # in the existing dicts it may be looked up in; the trace then holds only for that same object
@@ -517,6 +522,10 @@ class SymbolicDomain:
                 return k.as_python()
             except NotConst:
                 pass
+        if k.python_type() in _HASHED_BY_VALUE:
+            # a str/float/... whose value the trace does not know (a resumed frame's opaque stack entry): an
+            # identity key would never match the equal key already in the container
+            raise self.unsupported(f, f"using a {k.describe()} as a dict key or set member")
         return _Identity(k)
 
     def set_key(self, f, k: Value) -> Any:
@@ -707,6 +716,9 @@ class SliceVar(Value):
 
     def python_type(self):
         return slice
+
+
+_HASHED_BY_VALUE = frozenset({str, bytes, int, float, complex, bool, tuple, frozenset, type(None), range, slice})
 
 
 class _Identity:

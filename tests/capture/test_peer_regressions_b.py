@@ -3,11 +3,13 @@ under fullgraph and compared with eager on fresh inputs (values and the containe
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 import torch
 
 import ember
+from ember.errors import Unsupported
 
 
 # A C method that fills a container from an iterable consumes it one item at a time, storing each item before
@@ -283,3 +285,123 @@ def test_input_objects_as_keys_of_input_containers(fresh_ember, fn, kind):
     for args in ((d, k), (d2, k2), (d, k)):     # another object as key: a new trace, not the first one's answer
         got, want = cf(*args), fn(*args)
         torch.testing.assert_close(got, want)
+
+
+# An existing object's __dict__ and its attributes are one store: a dict read before an attribute write sees
+# the write, a write through __dict__ is what the attribute reads, and deletions show in both. Before, the
+# wrapped __dict__ went stale (wrong values), and __dict__ after a write was a graph break
+# (test_dicts.py::test_contains_dunder_dict, test_update_dunder_dict, DunderDictVariableTests).
+class _Attrs:
+    def __init__(self):
+        self.a = 3
+        self.b = 5
+
+
+def _dict_read_before_write(x, o):
+    d = o.__dict__
+    o.c = 7
+    return x + len(d) + d.get("c", 100)
+
+
+def _dict_read_after_write(x, o):
+    y = x * len(o.__dict__)
+    o.c = 7
+    return y + ("c" in o.__dict__) + len(o.__dict__)
+
+
+def _write_through_dict(x, o):
+    o.__dict__["a"] = 10
+    return x * o.a + o.__dict__["a"]
+
+
+def _delete_then_len(x, o):
+    del o.a
+    return x * len(o.__dict__) + ("a" in o.__dict__)
+
+
+def _mixed(x, o):
+    d = o.__dict__
+    d["z"] = 4
+    del o.a
+    o.q = 1
+    return x + o.z + len(d) + ("a" in d) + d["q"] + len(sorted(d.items()))
+
+
+def _items_after_writes(x, o):
+    o.c = 3
+    o.b = 20
+    return x + sum(v for _, v in o.__dict__.items()) + 100 * sorted(o.__dict__.keys()).index("c")
+
+
+DUNDER_DICT_CASES = [_dict_read_before_write, _dict_read_after_write, _write_through_dict, _delete_then_len,
+                     _mixed, _items_after_writes]
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+@pytest.mark.parametrize("fn", DUNDER_DICT_CASES, ids=[c.__name__ for c in DUNDER_DICT_CASES])
+def test_existing_object_dunder_dict_tracks_attributes(fresh_ember, fn, fullgraph):
+    x = torch.randn(3)
+    o_eager, o_comp = _Attrs(), _Attrs()
+    want = fn(x, o_eager)
+    got = ember.compile(fn, backend="eager", fullgraph=fullgraph)(x, o_comp)
+    torch.testing.assert_close(got, want)
+    assert vars(o_comp) == vars(o_eager)
+
+
+# A string, float or other value-hashed object on the stack of a resumed frame is opaque (its value is not
+# guarded): used as a dict key or set member it must not be looked up by identity, which found nothing
+# (`"c" in obj.__dict__` after a graph break was False).
+def _dict_after_a_break(o):
+    print("", end="")           # a graph break inside the call: it runs natively, with "c" already stacked
+    return o.__dict__
+
+
+def _str_on_resumed_stack(x, o):
+    y = x * 2
+    o.c = 7
+    return y + ("c" in _dict_after_a_break(o)) + 10 * ("zz" in _dict_after_a_break(o))
+
+
+def test_opaque_resume_values_are_not_identity_keys(fresh_ember):
+    x = torch.randn(3)
+    o_eager, o_comp = _Attrs(), _Attrs()
+    want = _str_on_resumed_stack(x, o_eager)
+    got = ember.compile(_str_on_resumed_stack, backend="eager")(x, o_comp)
+    torch.testing.assert_close(got, want)
+
+
+# Internal errors turned into eager's behaviour (test_dicts.py): OrderedDict.move_to_end of a missing key is
+# eager's KeyError (it was an InternalError: KeyError inside ember), and a new object whose class hashes by
+# value (a frozen dataclass) used as a key is a graph break (hashing its bare real instance raised inside
+# ember); without fullgraph the function then runs eagerly and gives eager's answer.
+@dataclasses.dataclass(frozen=True)
+class _Point:
+    x: int
+    y: int
+
+
+def _move_missing_key(x):
+    d = collections.OrderedDict.fromkeys("abc")
+    try:
+        d.move_to_end("zz")
+    except KeyError:
+        return x + 1
+    return x
+
+
+def _frozen_dataclass_key(x):
+    d = {_Point(1, 2): x * 2, _Point(3, 4): x * 3}
+    return d[_Point(1, 2)] + d[_Point(3, 4)] + (_Point(3, 4) in {_Point(3, 4)})
+
+
+def test_move_to_end_of_missing_key_is_keyerror(fresh_ember):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(_move_missing_key, backend="eager", fullgraph=True)(x),
+                               _move_missing_key(x))
+
+
+def test_new_value_hashed_object_as_key_is_a_graph_break(fresh_ember):
+    x = torch.randn(3)
+    with pytest.raises(Unsupported, match="defines __hash__"):
+        ember.compile(_frozen_dataclass_key, backend="eager", fullgraph=True)(x)
+    torch.testing.assert_close(ember.compile(_frozen_dataclass_key, backend="eager")(x), _frozen_dataclass_key(x))
