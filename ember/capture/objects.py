@@ -12,6 +12,7 @@ import enum
 import logging
 import math
 import operator
+import re
 import types
 from typing import Any
 
@@ -36,6 +37,8 @@ PURE_BUILTINS = {getattr(builtins, n) for n in dir(builtins)
 _MUTATING = {getattr(operator, n) for n in ("setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv",
                                             "ilshift", "imod", "imul", "imatmul", "ior", "ipow", "irshift",
                                             "isub", "itruediv", "ixor")}
+_PURE_PATTERN_METHODS = {"search", "match", "fullmatch", "findall", "split"}
+_CMETHOD = type(re.compile("").search)      # builtin_method: a C method bound to its object (METH_METHOD)
 _MUTATING_DICT_METHODS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__",
                           "__init__", "__ior__"}
 
@@ -57,10 +60,12 @@ def is_pure_callable(fn: Any) -> bool:
     except TypeError:
         pass
     t = type(fn)
-    if t is types.BuiltinFunctionType:
+    if t is types.BuiltinFunctionType or t is _CMETHOD:
         self_ = fn.__self__
         if isinstance(self_, types.ModuleType) or self_ is None:
             return (getattr(fn, "__module__", None) or getattr(self_, "__name__", "")) in _PURE_MODULES
+        if isinstance(self_, re.Pattern) and fn.__name__ not in _PURE_PATTERN_METHODS:
+            return False        # sub/subn may call a user function with each match
         return is_immutable(self_) or isinstance(self_, type) and self_ in (str, bytes, int, float, dict, tuple)
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType):
         if fn.__objclass__ is dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
+import unittest
 
 import pytest
 import torch
@@ -405,3 +407,62 @@ def test_new_value_hashed_object_as_key_is_a_graph_break(fresh_ember):
     with pytest.raises(Unsupported, match="defines __hash__"):
         ember.compile(_frozen_dataclass_key, backend="eager", fullgraph=True)(x)
     torch.testing.assert_close(ember.compile(_frozen_dataclass_key, backend="eager")(x), _frozen_dataclass_key(x))
+
+
+# Regular expressions on constant strings run for real: re.compile/search/match/... and the compiled pattern's
+# search/match/fullmatch/findall/split (a C method bound to the pattern, type builtin_method, which the pure
+# check did not know). unittest's assertRaisesRegex (used by PyTorch's make_dynamo_test tests) needs it; it
+# was a graph break ("calling Pattern.search (a method written in C)").
+_TC = unittest.TestCase()
+
+
+def _regex_calls(x):
+    p = re.compile(r"(\d+)-(\w)")
+    m = p.search("ab 12-x")
+    return x + len(m.group(1)), [m.groups(), m.start(), p.findall("1-a 2-b"), p.split("q1-aq"),
+                                 re.match("a+", "aab").end(), re.fullmatch("b", "b") is not None,
+                                 re.escape("a.b"), bool(p.match("zz"))]
+
+
+def _assert_raises_regex(x):
+    def bad():
+        raise ValueError("boom 7")
+
+    _TC.assertRaisesRegex(ValueError, r"boom \d", bad)
+    try:
+        _TC.assertRaisesRegex(ValueError, "nomatch", bad)
+    except AssertionError:
+        return x + 1, ["mismatch seen"]
+    return x, []
+
+
+def _exception_text_search(x):
+    try:
+        raise KeyError("missing key k3")
+    except KeyError as e:
+        s = str(e)
+    return x + 1, [re.search(r"k(\d)", s).group(1), s]
+
+
+REGEX_CASES = [_regex_calls, _assert_raises_regex, _exception_text_search]
+
+
+@pytest.mark.parametrize("fn", REGEX_CASES, ids=[c.__name__ for c in REGEX_CASES])
+def test_regex_on_constants_runs_in_the_trace(fresh_ember, fn):
+    x = torch.randn(3)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(x)
+    want = fn(x)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1]
+
+
+def test_regex_sub_with_a_function_still_matches_eager(fresh_ember):
+    seen = []
+
+    def fn(x):
+        return x + len(re.sub("a", lambda m: seen.append(m.group(0)) or "bb", "aca"))
+
+    x = torch.randn(3)
+    want = fn(x)
+    torch.testing.assert_close(ember.compile(fn, backend="eager")(x), want)
+    assert seen == ["a", "a", "a", "a"]
