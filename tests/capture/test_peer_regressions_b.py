@@ -466,3 +466,66 @@ def test_regex_sub_with_a_function_still_matches_eager(fresh_ember):
     want = fn(x)
     torch.testing.assert_close(ember.compile(fn, backend="eager")(x), want)
     assert seen == ["a", "a", "a", "a"]
+
+
+# torch.no_grad() / enable_grad() / set_grad_enabled(b) used as a decorator on a function defined or reached
+# in the trace (issue 32: "@torch.no_grad() used as decorators on nested functions" was a graph break,
+# "calling on a no_grad value"): the function runs under that grad mode and the mode is restored after, also
+# when it raises; set_grad_enabled(b)(fn) undoes the mode its construction set.
+def _nograd_nested(x):
+    @torch.no_grad()
+    def g(y):
+        return y * 2
+
+    z = g(x)
+    return z + x, z.requires_grad, torch.is_grad_enabled()
+
+
+def _enable_grad_inside_no_grad(x):
+    with torch.no_grad():
+        @torch.enable_grad()
+        def g(y):
+            return y * 2
+
+        z = g(x)
+        w = x * 3
+    return z, w, z.requires_grad, w.requires_grad
+
+
+def _set_grad_enabled_as_decorator(x):
+    def g(y):
+        return y * 3
+
+    h = torch.set_grad_enabled(False)(g)
+    mode_after_wrapping = torch.is_grad_enabled()
+    z = h(x)
+    return z + x, mode_after_wrapping, z.requires_grad
+
+
+def _decorated_function_raises(x):
+    def boom(y):
+        raise ValueError("no")
+
+    try:
+        torch.no_grad()(boom)(x)
+    except ValueError:
+        pass
+    return x * 2, torch.is_grad_enabled()
+
+
+GRAD_DECORATOR_CASES = [_nograd_nested, _enable_grad_inside_no_grad, _set_grad_enabled_as_decorator,
+                        _decorated_function_raises]
+
+
+@pytest.mark.parametrize("fn", GRAD_DECORATOR_CASES, ids=[c.__name__ for c in GRAD_DECORATOR_CASES])
+def test_grad_mode_decorators_in_the_trace(fresh_ember, fn):
+    x = torch.randn(3, requires_grad=True)
+    want = fn(x)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(x)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if isinstance(w, torch.Tensor):
+            torch.testing.assert_close(g, w)
+            assert g.requires_grad == w.requires_grad
+        else:
+            assert g == w
