@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import re
 import unittest
 
@@ -529,3 +530,32 @@ def test_grad_mode_decorators_in_the_trace(fresh_ember, fn):
             assert g.requires_grad == w.requires_grad
         else:
             assert g == w
+
+
+# Attributes of functools.partial objects (issue 32: "hasattr(p, '__name__')" was a graph break): a name the
+# partial type does not define is an instance attribute of the real partial or absent (AttributeError, so
+# hasattr is False and getattr's default is used), and that absence is guarded.
+_P_ADD = functools.partial(torch.add, alpha=2)
+_P_TAGGED = functools.partial(torch.mul, 3)
+_P_TAGGED.tag = 5
+
+
+def _partial_attrs(x):
+    local = functools.partial(torch.sub, x)
+    return (_P_ADD.func(x, x, **_P_ADD.keywords) + local(x), [
+        hasattr(_P_ADD, "__name__"), getattr(_P_TAGGED, "tag", 0), hasattr(local, "__qualname__"),
+        getattr(local, "__wrapped__", None) is None, len(_P_TAGGED.args), sorted(_P_ADD.keywords)])
+
+
+def test_partial_attributes(fresh_ember):
+    x = torch.randn(3)
+    cf = ember.compile(_partial_attrs, backend="eager", fullgraph=True)
+    for tag in (5, 9, None):        # the instance attribute changes, then goes away: traced again each time
+        if tag is None:
+            del _P_TAGGED.tag
+        else:
+            _P_TAGGED.tag = tag
+        got, want = cf(x), _partial_attrs(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    _P_TAGGED.tag = 5
