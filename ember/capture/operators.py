@@ -155,7 +155,12 @@ def _container_binary(d, f, op, inplace, a, b):
             d.call_method(f, a, "update", [b], {})
             return a
         from .containers import copy_class
-        r = DictVar(a.items, a.keys, copy_class(d, f, a.cls), default_factory=a.default_factory)
+        # a right operand of a proper subclass with its own __ror__ (OrderedDict, defaultdict) goes first and
+        # makes its own class: dict(od1) | od2 is an OrderedDict, {} | defaultdict(int) a defaultdict
+        right = b.cls is not a.cls and issubclass(b.cls, a.cls) and \
+            any("__ror__" in vars(k) for k in b.cls.__mro__[:b.cls.__mro__.index(a.cls)])
+        owner = b if right else a
+        r = DictVar(a.items, a.keys, copy_class(d, f, owner.cls), default_factory=owner.default_factory)
         d.call_method(f, r, "update", [b], {})
         return r
     if ta is SetVar and tb is SetVar and op in ("|", "&", "-", "^"):

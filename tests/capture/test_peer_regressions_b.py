@@ -559,3 +559,22 @@ def test_partial_attributes(fresh_ember):
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
     _P_TAGGED.tag = 5
+
+
+# dict | mapping: a right operand of a proper dict subclass with its own __ror__ (OrderedDict, defaultdict) is
+# tried first and makes a value of its class. Before, dict(od1) | od2 was a plain dict and {} | defaultdict a
+# plain dict without default factory (test_dicts.py::OrderedDictMethodsTests::test_binop_or_return_type).
+def _dict_or_result_types(x):
+    od1 = collections.OrderedDict({"a": 1, "b": 2})
+    od2 = collections.OrderedDict({"b": 3, "c": 4})
+    dd = collections.defaultdict(int, {1: 1})
+    rs = [dict(od1) | od2, od1 | dict(od2), {5: 5} | dd, dd | {5: 5}, od1 | od2, {1: 2} | {3: 4}]
+    return x + 1, [(type(v).__name__, list(v.items()), getattr(v, "default_factory", None)) for v in rs]
+
+
+def test_dict_or_result_class(fresh_ember):
+    x = torch.randn(3)
+    got = ember.compile(_dict_or_result_types, backend="eager", fullgraph=True)(x)
+    want = _dict_or_result_types(x)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1]
