@@ -49,6 +49,19 @@ def test_counts_differ_under_ember():
 def test_crashes_under_ember():
     if UNDER_EMBER:
         raise KeyError("boom")
+
+
+def test_expected_refusal():
+    import unittest
+    from torch._dynamo.exc import Unsupported
+
+    def f(x):
+        print("refused")                    # a graph break for both: refused under fullgraph
+        return x + 1
+
+    g = torch.compile(f, backend="eager", fullgraph=True)
+    with unittest.TestCase().assertRaises(Unsupported):
+        g(torch.ones(2))
 '''
 
 
@@ -64,8 +77,9 @@ def test_compare_classes_synthetic_file(tmp_path):
     assert by_name["test_values_differ_under_ember"]["class"] == "wrong"
     assert by_name["test_counts_differ_under_ember"]["class"] == "count"
     assert by_name["test_crashes_under_ember"]["class"] == "crash"
+    assert by_name["test_expected_refusal"]["ember"] == "passed"
     table = compare.summarize({"test_synthetic.py": rows})
-    assert "ember passes 2 of the 5" in table
+    assert "ember passes 3 of the 6" in table
 
 
 def test_classify_break():
@@ -88,6 +102,9 @@ CLASSIFY_CASES = [
     ("self.assertEqual(len(backend.graphs), 1)", "AssertionError: Scalars are not equal!", "count"),
     ("self.assertGreater(len(records), 0)", "AssertionError: 0 not greater than 0", "count"),
     ("fn(t, ctx)", "AssertionError: Unsupported not raised", "count"),
+    ('with self.assertRaisesRegex(Unsupported, "Observed exception"):',
+     'AssertionError: "Observed exception" does not match "the traced code raised StopIteration"', "count"),
+    ('with self.assertRaisesRegex(ValueError, "7"):', 'AssertionError: "7" does not match "8"', "wrong"),
     ("fn(x)", "KeyError: 'a'", "crash"),
     ("fn(x)", "ember.errors.Unsupported: reading attribute '__name__' of a list.append", "break"),
     ("except Unsupported as e:  # ember's compile_entry, quoted in the traceback",

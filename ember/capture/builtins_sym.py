@@ -450,14 +450,36 @@ def _tuple_new(d, f, args, kwargs):
 
 
 @rule(dict.fromkeys)
-def _dict_fromkeys(d, f, args, kwargs):
-    r = DictVar({}, {})
+def _dict_fromkeys(d, f, args, kwargs, cls: type = dict):
+    """``cls.fromkeys(iterable, value=None)``: CPython builds a plain dict directly; for a subclass it calls
+    ``cls()`` and stores each key with ``r[key] = value`` (an overridden ``__setitem__`` runs)."""
+    if kwargs:
+        raise UserException(TypeError("fromkeys() takes no keyword arguments"))
+    if not 1 <= len(args) <= 2:
+        raise UserException(TypeError(f"fromkeys expected at {'least 1 argument' if not args else 'most 2 arguments'}"
+                                      f", got {len(args)}"))
     val = args[1] if len(args) > 1 else Const(None)
+    if cls is not dict:
+        r = d.call(f, Const(cls), [], {})
+        for k in d.each(f, args[0]):
+            d.setitem(f, r, k, val)
+        return r
+    r = DictVar({}, {})
     for k in _items(d, f, args[0]):
         hk = d.hash_key(f, k)
         r.items[hk] = val
         r.keys.setdefault(hk, k)
     return r
+
+
+def classmethod_rule(fn):
+    """The rule of a C classmethod bound to a subclass (``OrderedDict.fromkeys``, ``MyDict.fromkeys``), which
+    is a different object from the one bound to the base that BUILTIN_RULES holds; None if there is none."""
+    owner = getattr(fn, "__self__", None)
+    if type(fn) is types.BuiltinMethodType and fn.__name__ == "fromkeys" and isinstance(owner, type) \
+            and issubclass(owner, dict):
+        return lambda d, f, args, kwargs: _dict_fromkeys(d, f, args, kwargs, owner)
+    return None
 
 
 @rule(functools.partial)

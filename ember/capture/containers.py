@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 
 from . import dunders
 from . import rules as R
@@ -162,15 +163,9 @@ def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
     if name == "append":
         items.append(_args(d, f, name, args, 1, 1)[0])
     elif name == "extend":
-        if isinstance(args[0], IterVar):        # appended as read: the iterator may look at the list
-            while True:
-                ok, x = d.next(f, args[0])
-                if not ok:
-                    break
-                items.append(x)
-                d.mark_mutated(v)
-        else:
-            items.extend(d.unpack_all(f, args[0]))
+        for x in d.each(f, args[0]):            # appended as read: the iterator may look at the list
+            items.append(x)
+            d.mark_mutated(v)
     elif name == "insert":
         i, x = _args(d, f, name, args, 2, 2)
         items.insert(d.as_python(f, i), x)
@@ -280,39 +275,43 @@ def _dict_pop(d, f, v, args, kwargs):
 def _dict_popitem(d, f, v, args, kwargs):
     if not v.items:
         raise UserException(KeyError("popitem(): dictionary is empty"))
-    hk = next(reversed(v.items))
+    last = d.as_python(f, args[0] if args else kwargs.get("last", Const(True)))    # OrderedDict's `last`
+    hk = next(reversed(v.items)) if last else next(iter(v.items))
     r = TupleVar([v.keys.pop(hk), v.items.pop(hk)])
     d.mark_mutated(v)
     return r
 
 
-def _update_pairs(d, f, src) -> list[tuple[Value, Value]]:
-    """``dict.update``'s argument as (key, value) pairs: a mapping (``keys()``) or an iterable of pairs."""
+def _update_pairs(d, f, src):
+    """``dict.update``'s argument as (key, value) pairs, produced lazily (the caller stores each pair before
+    the next is read, as CPython does): a mapping (``keys()``) or an iterable of pairs."""
     if isinstance(src, DictVar):
-        return [(src.keys[k], x) for k, x in src.items.items()]
+        yield from [(src.keys[k], x) for k, x in src.items.items()]
+        return
     from .objects import lookup_type_attr
     t = src.python_type()
     if t is not list and lookup_type_attr(t, "keys") is not NULL and type(src) is not Const:
-        return [(k, d.getitem(f, src, k)) for k in d.unpack_all(f, d.call_method(f, src, "keys", [], {}))]
-    pairs = []
-    for i, p in enumerate(d.unpack_all(f, src)):
+        for k in d.unpack_all(f, d.call_method(f, src, "keys", [], {})):    # PyMapping_Keys makes a list
+            yield k, d.getitem(f, src, k)
+        return
+    for i, p in enumerate(d.each(f, src)):
         kv = d.unpack_all(f, p)
         if len(kv) != 2:
             raise UserException(ValueError(f"dictionary update sequence element #{i} has length {len(kv)}; 2 "
                                            "is required"))
-        pairs.append(tuple(kv))
-    return pairs
+        yield tuple(kv)
 
 
 def _dict_update(d, f, v, args, kwargs):
     if len(args) > 1:
         raise UserException(TypeError(f"update expected at most 1 argument, got {len(args)}"))
-    pairs = _update_pairs(d, f, args[0]) if args else []
-    pairs += [(Const(k), x) for k, x in kwargs.items()]
+    pairs = itertools.chain(_update_pairs(d, f, args[0]) if args else (),
+                            [(Const(k), x) for k, x in kwargs.items()])
     for k, x in pairs:
         hk = d.hash_key(f, k)
         v.items[hk] = x
         v.keys.setdefault(hk, k)
+        d.mark_mutated(v)
     d.mark_mutated(v)
     return Const(None)
 
@@ -327,6 +326,8 @@ def _dict_clear(d, f, v, args, kwargs):
 def _dict_move_to_end(d, f, v, args, kwargs):
     hk = d.hash_key(f, args[0])
     last = d.as_python(f, args[1]) if len(args) > 1 else d.as_python(f, kwargs.get("last", Const(True)))
+    if hk not in v.items:
+        raise UserException(KeyError(hk))
     x, k = v.items.pop(hk), v.keys.pop(hk)
     if last:
         v.items[hk], v.keys[hk] = x, k
@@ -382,8 +383,35 @@ _DICT_METHODS = {
 _DICT_DUNDERS = {"__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__"}
 
 
+# (fewest, most) positional arguments of the dict methods above, checked before they run: a wrong count is
+# eager's TypeError (d.clear(1) and d.pop() were accepted or an internal error). Only update takes any keyword
+# and OrderedDict's popitem/move_to_end take `last`.
+_DICT_ARITY = {"get": (1, 2), "setdefault": (1, 2), "pop": (1, 2), "popitem": (0, 0), "update": (0, 1),
+               "clear": (0, 0), "keys": (0, 0), "values": (0, 0), "items": (0, 0), "copy": (0, 0),
+               "__getitem__": (1, 1), "__setitem__": (2, 2), "__delitem__": (1, 1), "__contains__": (1, 1),
+               "__len__": (0, 0), "__iter__": (0, 0)}
+_ODICT_ARITY = {**_DICT_ARITY, "popitem": (0, 1), "move_to_end": (1, 2)}
+
+
+def _check_dict_call(v: DictVar, name: str, args, kwargs) -> None:
+    ordered = issubclass(v.cls, collections.OrderedDict)
+    owner = v.cls.__name__
+    if name == "move_to_end" and not ordered:
+        raise UserException(AttributeError(f"'{owner}' object has no attribute 'move_to_end'"))
+    table = _ODICT_ARITY if ordered else _DICT_ARITY
+    if name not in table or name == "update":
+        _check_arity(table, owner, name, args)
+        return
+    allowed = ("last",) if ordered and name in ("popitem", "move_to_end") else ()
+    extra = [k for k in kwargs if k not in allowed]
+    if extra:
+        raise UserException(TypeError(f"{owner}.{name}() takes no keyword arguments"))
+    _check_arity(table, owner, name, list(args) + list(kwargs.values()))
+
+
 @R.METHOD.register(DictVar)
 def _dict_method(d: SymbolicDomain, f, v: DictVar, name, args, kwargs):
+    _check_dict_call(v, name, args, kwargs)
     fn = _DICT_METHODS.get(name)
     if fn is not None:
         return fn(d, f, v, args, kwargs)
@@ -446,6 +474,13 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
         return dunders.call(d, f, v, name, args)
     _check_arity(_SET_ARITY, "frozenset" if v.frozen else "set", name, args)
     items = v.items
+    if name == "difference_update" and not v.frozen and not any(isinstance(a, (SetVar, DictVar)) for a in args):
+        for a in args:                          # CPython discards each item as read from a plain iterable
+            for x in d.each(f, a):
+                items.pop(d.hash_key(f, x), None)
+                d.mark_mutated(v)
+        d.mark_mutated(v)
+        return Const(None)
     if name in ("difference_update", "intersection_update", "symmetric_difference_update") and not v.frozen:
         v.items = _set_method(d, f, v, name[:-len("_update")], args, kwargs).items
         d.mark_mutated(v)
@@ -459,8 +494,9 @@ def _set_method(d: SymbolicDomain, f, v: SetVar, name, args, kwargs):
         items.pop(hk, None)
     elif name == "update":
         for a in args:
-            for x in d.unpack_all(f, a):
+            for x in d.each(f, a):              # added as read: the iterator may look at the set
                 items[d.hash_key(f, x)] = x
+                d.mark_mutated(v)
     elif name == "clear":
         items.clear()
     elif name == "pop":

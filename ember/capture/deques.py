@@ -68,7 +68,10 @@ def _mutate(d, f, v: DequeVar, name: str, args) -> Value:
     if name in ("append", "appendleft"):
         _grow(d, f, v, [args[0]], name == "appendleft")
     elif name in ("extend", "extendleft"):
-        _grow(d, f, v, list(d.unpack_all(f, args[0])), name == "extendleft")
+        src = list(v.items) if args[0] is v else d.each(f, args[0])     # CPython copies a deque extended by itself
+        for x in src:                           # added as read: the iterator may look at the deque
+            _grow(d, f, v, [x], name == "extendleft")
+            d.mark_mutated(v)
     elif name in ("pop", "popleft"):
         if not items:
             raise UserException(IndexError(f"{name} from an empty deque"))

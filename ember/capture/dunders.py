@@ -5,7 +5,7 @@ other operand is not a set/frozenset, a comparison between a list, tuple or dict
 a non-dict."""
 from __future__ import annotations
 
-from .values import Const, Value
+from .values import Const, DictVar, Value
 
 _OPS = {"add": "+", "sub": "-", "mul": "*", "and": "&", "or": "|", "xor": "^"}
 BINARY = {f"__{n}__": op for n, op in _OPS.items()}
@@ -47,6 +47,10 @@ def call(d, f, v: Value, name: str, args: list[Value]) -> Value:
             and not issubclass(other.python_type(), int):     # the slot wrapper's own index conversion
         raise UserException(TypeError(f"'{other.python_type().__name__}' object cannot be interpreted as an "
                                       "integer"))
+    if name == "__ior__" and type(v) is DictVar:       # dict |= merges any mapping or iterable of pairs
+        from . import rules as R
+        R.METHOD.find(DictVar)(d, f, v, "update", [other], {})
+        return v
     if name in INPLACE:
         op = INPLACE[name]
         if _kind(v.python_type()) in (set, dict) and _not_implemented(op[:-1], v.python_type(), other.python_type()):

@@ -52,6 +52,24 @@ def _method_attr(v: MethodOf, name: str):
     return Const(v.name if name == "__name__" else f"{owner.__qualname__}.{v.name}")
 
 
+def _partial_instance_attr(d, v: PartialVar, name: str):
+    """A name that ``functools.partial`` itself does not define is an instance attribute or absent
+    (``hasattr(p, "__name__")`` is False): read from the real partial's ``__dict__``, or AttributeError with
+    the absence guarded. NULL for the type's own attributes (left to the caller)."""
+    import functools
+
+    from .objects import lookup_type_attr
+    if lookup_type_attr(functools.partial, name) is not NULL:
+        return NULL
+    real = d.real_of.get(id(v), NULL) if v.source is not None else NULL
+    inst = getattr(real, "__dict__", None) if real is not NULL else None
+    if inst and name in inst:
+        return d.wrap(inst[name], AttrSource(v.source, name))
+    if real is not NULL:
+        not_in_instance(d, v.source, real, name)
+    raise attr_error("functools.partial", name)
+
+
 @R.GETATTR.register(IterVar, PartialVar, MethodOf, CellVar, RealCellVar)
 def _misc_getattr(d, f, v, name):
     if isinstance(v, PartialVar):
@@ -61,6 +79,9 @@ def _misc_getattr(d, f, v, name):
             return TupleVar(v.args)
         if name == "keywords":
             return d._kwargs_dict(v.kwargs)
+        r = _partial_instance_attr(d, v, name)
+        if r is not NULL:
+            return r
     if isinstance(v, MethodOf) and _method_attr(v, name) is not NULL:
         return _method_attr(v, name)
     if isinstance(v, IterVar) and (name in ("__next__", "__iter__")

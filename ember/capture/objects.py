@@ -12,6 +12,7 @@ import enum
 import logging
 import math
 import operator
+import re
 import types
 from typing import Any
 
@@ -36,6 +37,8 @@ PURE_BUILTINS = {getattr(builtins, n) for n in dir(builtins)
 _MUTATING = {getattr(operator, n) for n in ("setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv",
                                             "ilshift", "imod", "imul", "imatmul", "ior", "ipow", "irshift",
                                             "isub", "itruediv", "ixor")}
+_PURE_PATTERN_METHODS = {"search", "match", "fullmatch", "findall", "split"}
+_CMETHOD = type(re.compile("").search)      # builtin_method: a C method bound to its object (METH_METHOD)
 _MUTATING_DICT_METHODS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__",
                           "__init__", "__ior__"}
 
@@ -57,10 +60,12 @@ def is_pure_callable(fn: Any) -> bool:
     except TypeError:
         pass
     t = type(fn)
-    if t is types.BuiltinFunctionType:
+    if t is types.BuiltinFunctionType or t is _CMETHOD:
         self_ = fn.__self__
         if is_plain_builtin(fn):
             return (getattr(fn, "__module__", None) or getattr(self_, "__name__", "")) in _PURE_MODULES
+        if isinstance(self_, re.Pattern) and fn.__name__ not in _PURE_PATTERN_METHODS:
+            return False        # sub/subn may call a user function with each match
         return is_immutable(self_) or isinstance(self_, type) and self_ in (str, bytes, int, float, dict, tuple)
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType):
         if fn.__objclass__ is dict:
@@ -188,9 +193,7 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
             raise _attr_error(t.__name__, name)
         if v.is_new:
             return _attrs_dict(v)
-        if v.overlay or v.source is None:
-            raise d.unsupported(f, "reading __dict__ of an object changed or made in compiled code")
-        return d.wrap(v.obj.__dict__, AttrSource(v.source, "__dict__"))
+        return _existing_attrs_dict(d, f, v)
     cattr = lookup_type_attr(t, name)
     if cattr is not NULL and type(cattr) is types.MemberDescriptorType and (v.is_new or name in v.overlay):
         x = v.overlay.get(name, NULL)
@@ -200,7 +203,11 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
     class_lookup(d, t, name, cattr)     # the outcome below rests on what the class holds (and lacks)
     if cattr is not NULL and _is_data_descriptor(cattr):
         return _descriptor_get(d, f, v, cattr, name, t)
-    if name in v.overlay:
+    if v.attrs is not None and not v.is_new:      # its __dict__ was read: that dict holds its attributes now
+        x = v.attrs.items.get(name, NULL)
+        if x is not NULL:
+            return x
+    elif name in v.overlay:
         x = v.overlay[name]
         if x is not NULL:
             return x
@@ -228,6 +235,30 @@ def _attrs_dict(v: ObjectVar) -> DictVar:
         v.attrs = DictVar({}, {k: Const(k) for k in v.overlay})
         v.attrs.items = v.overlay
     return v.attrs
+
+
+def _existing_attrs_dict(d: SymbolicDomain, f, v: ObjectVar) -> DictVar:
+    """The ``__dict__`` of an object that existed before the call: its real dict, wrapped once, with the
+    trace's pending attribute writes applied. From then on it is the object's attribute store: attribute
+    writes also go into it (setattrs.generic_setattr) and attribute reads come from it, so ``d = o.__dict__;
+    o.c = 1; d['c']`` and ``o.__dict__['a'] = 1; o.a`` see each other as in CPython."""
+    if v.attrs is not None:
+        return v.attrs
+    if v.source is None:
+        raise d.unsupported(f, "reading __dict__ of an object reached without a source")
+    dv = d.wrap(v.obj.__dict__, AttrSource(v.source, "__dict__"))
+    if type(dv) is not DictVar:
+        raise d.unsupported(f, f"reading __dict__ of a {type(v.obj).__name__} object")
+    for name, x in v.overlay.items():
+        if x is NULL:
+            dv.items.pop(name, None)
+            dv.keys.pop(name, None)
+        else:
+            dv.items[name] = x
+            dv.keys.setdefault(name, Const(name))
+        d.mark_mutated(dv)
+    v.attrs = dv
+    return dv
 
 
 def _descriptor_get(d: SymbolicDomain, f, v: Value, cattr: Any, name: str, owner: type) -> Value:
@@ -370,9 +401,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         r = p.call(d, f, fn, args, kwargs)
         if r is not None:
             return r
-    from .builtins_sym import BUILTIN_RULES
+    from .builtins_sym import BUILTIN_RULES, classmethod_rule
     try:
-        rule = BUILTIN_RULES.get(fn)
+        rule = BUILTIN_RULES.get(fn) or classmethod_rule(fn)
     except TypeError:
         rule = None
     if rule is not None:

@@ -93,7 +93,37 @@ def binary(d, f, op: str, a: Value, b: Value) -> Value:
                                   f"and '{b.python_type().__name__}'"))
 
 
+def _view_set_op(d, f, op, a, b):
+    """``&``, ``|``, ``-``, ``^`` with a dict keys/items view on either side: CPython's view slots make a new
+    set of the left operand's items and update it from the right one (``set(a).difference_update(b)``), so the
+    result is a plain set and neither operand changes, even for ``s |= d.keys()``."""
+    from .containers import DictView
+    if op not in _VIEW_SET_OPS or not any(type(x) is DictView and x.kind != "values" for x in (a, b)):
+        return NotImplemented
+    for x in (a, b):
+        if not _is_iterable(x):
+            raise UserException(TypeError(f"unsupported operand type(s) for {op}: '{a.python_type().__name__}' "
+                                          f"and '{b.python_type().__name__}'"))
+    r = SetVar({})
+    R.METHOD.find(SetVar)(d, f, r, "update", [a], {})
+    R.METHOD.find(SetVar)(d, f, r, _VIEW_SET_OPS[op], [b], {})
+    return r
+
+
+_VIEW_SET_OPS = {"&": "intersection_update", "|": "update", "-": "difference_update",
+                 "^": "symmetric_difference_update"}
+
+
+def _is_iterable(v) -> bool:
+    from .objects import lookup_type_attr as attr
+    t = v.python_type()
+    return attr(t, "__iter__") is not NULL or attr(t, "__getitem__") is not NULL
+
+
 def _container_binary(d, f, op, inplace, a, b):
+    r = _view_set_op(d, f, op, a, b)
+    if r is not NotImplemented:
+        return r
     ta, tb = type(a), type(b)
     if op == "+" and ta is tb and ta in (ListVar, TupleVar) and (ta is ListVar or a.cls is None):
         if inplace and ta is ListVar:
@@ -102,7 +132,9 @@ def _container_binary(d, f, op, inplace, a, b):
             return a
         return ListVar(a.items + b.items) if ta is ListVar else TupleVar(a.items + b.items)
     if op == "+" and inplace and ta is ListVar:
-        a.items.extend(d.unpack_all(f, b))
+        for x in d.each(f, b):                  # list.__iadd__ is list.extend: appended as read
+            a.items.append(x)
+            d.mark_mutated(a)
         d.mark_mutated(a)
         return a
     if op == "*" and (ta in (ListVar, TupleVar) and tb is Const or tb in (ListVar, TupleVar) and ta is Const):
@@ -115,12 +147,20 @@ def _container_binary(d, f, op, inplace, a, b):
             d.mark_mutated(a)
             return a
         return ListVar(items) if type(seq) is ListVar else TupleVar(items)
+    if op == "|" and inplace and ta is DictVar:     # dict.__ior__ is update: any mapping or iterable of pairs
+        R.METHOD.find(DictVar)(d, f, a, "update", [b], {})
+        return a
     if op == "|" and ta is DictVar and tb is DictVar:
         if inplace:
             d.call_method(f, a, "update", [b], {})
             return a
         from .containers import copy_class
-        r = DictVar(a.items, a.keys, copy_class(d, f, a.cls), default_factory=a.default_factory)
+        # a right operand of a proper subclass with its own __ror__ (OrderedDict, defaultdict) goes first and
+        # makes its own class: dict(od1) | od2 is an OrderedDict, {} | defaultdict(int) a defaultdict
+        right = b.cls is not a.cls and issubclass(b.cls, a.cls) and \
+            any("__ror__" in vars(k) for k in b.cls.__mro__[:b.cls.__mro__.index(a.cls)])
+        owner = b if right else a
+        r = DictVar(a.items, a.keys, copy_class(d, f, owner.cls), default_factory=owner.default_factory)
         d.call_method(f, r, "update", [b], {})
         return r
     if ta is SetVar and tb is SetVar and op in ("|", "&", "-", "^"):

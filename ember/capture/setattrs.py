@@ -50,8 +50,16 @@ def generic_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -
             del v.attrs.keys[name]
     else:
         v.overlay[name] = value
-        if v.attrs is not None:
+        if v.attrs is not None and v.is_new:
             v.attrs.keys.setdefault(name, Const(name))
+    if v.attrs is not None and not v.is_new:      # an existing object's __dict__ was read: keep it in step
+        if value is NULL:
+            v.attrs.items.pop(name, None)
+            v.attrs.keys.pop(name, None)
+        else:
+            v.attrs.items[name] = value
+            v.attrs.keys.setdefault(name, Const(name))
+        d.mark_mutated(v.attrs)
     d.mark_mutated(v)
 
 
@@ -65,6 +73,8 @@ def _no_dict_message(t: type, name: str, py: tuple[int, int]) -> str:
 
 def _has_own_attr(d: SymbolicDomain, f, v: ObjectVar, name: str, is_slot: bool) -> bool:
     """Whether the instance itself (not its class) holds ``name``: what ``del obj.name`` needs."""
+    if v.attrs is not None and not v.is_new and not is_slot:
+        return name in v.attrs.items
     if name in v.overlay:
         return v.overlay[name] is not NULL
     if v.is_new:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import collections
 import inspect
 import itertools
+import re
 import types
 
 from . import deques
 from .builtins_sym import BUILTIN_RULES, _gen
+from .interpreter import UserException
 from .values import BoundMethod, Const, DictVar, TupleVar
 
 
@@ -216,3 +218,23 @@ def _signature(d, f, args, kwargs):
 
 
 BUILTIN_RULES[inspect.signature] = _signature
+
+
+def _regex(fn):
+    """``re.compile``/``re.search``/... on constant patterns and strings: run for real (the compiled pattern
+    and the match are immutable values); anything else (a repl function, a traced string) is left to the
+    general rules."""
+    def rule(d, f, args, kwargs):
+        vals = list(args) + list(kwargs.values())
+        if not all(type(v) is Const and not callable(v.value) for v in vals):
+            return NotImplemented
+        try:
+            r = fn(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+        except (re.error, TypeError, ValueError) as e:
+            raise UserException(e) from None
+        return d.from_python(r)
+    return rule
+
+
+for _fn in (re.compile, re.search, re.match, re.fullmatch, re.findall, re.split, re.escape):
+    BUILTIN_RULES[_fn] = _regex(_fn)

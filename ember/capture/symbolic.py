@@ -43,6 +43,7 @@ class SymbolicDomain:
         self.options = options
         self.by_source: dict[Source, Value] = {}
         self.by_id: dict[int, Value] = {}
+        self.real_of: dict[int, Any] = {}      # id(value) -> the existing object it wraps (a tensor input too)
         self.keepalive: list[Any] = []
         self.side_effects: list[Value] = []          # mutated existing values, in first-mutation order
         self.global_writes: dict[tuple[int, str], tuple[dict, str, Any]] = {}
@@ -117,6 +118,7 @@ class SymbolicDomain:
             self.by_source[source] = v
         if not is_immutable(obj):
             self.by_id[id(obj)] = v
+            self.real_of[id(v)] = obj
             self.keepalive.append(obj)
         return v
 
@@ -496,6 +498,17 @@ class SymbolicDomain:
         if part is not None and type(k.obj).__hash__ in (None, frozenset.__hash__):
             k = part        # a new dict/set/frozenset-subclass object hashes as its base type does
         ro = k.real_object()
+        if getattr(k, "is_new", False) and type(ro).__hash__ not in (object.__hash__, None):
+            # an object made in the trace whose class hashes by value (a frozen dataclass): its real object is
+            # a bare instance whose fields live in the trace, so neither its real hash nor identity is right
+            raise self.unsupported(f, f"using a new {type(ro).__name__} object (its class defines __hash__) as "
+                                      "a dict key or set member")
+        if ro is NULL and id(k) in self.real_of:
+            # an existing object whose value has no real_object (a tensor input): its identity is the key, as
+            # in the existing dicts it may be looked up in; the trace then holds only for that same object
+            ro = self.real_of[id(k)]
+            if k.source is not None:
+                self.guards.id_match(k.source, ro)
         if ro is not NULL and not isinstance(k, (ListVar, DictVar, SetVar)):
             return ro
         if isinstance(k, TupleVar):
@@ -509,6 +522,10 @@ class SymbolicDomain:
                 return k.as_python()
             except NotConst:
                 pass
+        if k.python_type() in _HASHED_BY_VALUE:
+            # a str/float/... whose value the trace does not know (a resumed frame's opaque stack entry): an
+            # identity key would never match the equal key already in the container
+            raise self.unsupported(f, f"using a {k.describe()} as a dict key or set member")
         return _Identity(k)
 
     def set_key(self, f, k: Value) -> Any:
@@ -545,15 +562,22 @@ class SymbolicDomain:
         self.call_method(f, d, "update", [v], {})
 
     def unpack_all(self, f, v) -> list[Value]:
+        return list(self.each(f, v))
+
+    def each(self, f, v):
+        """The items of iterable ``v``, one at a time, as CPython's C loops (``list.extend``, ``set.update``,
+        ``dict.update``, ``deque.extendleft``) consume them: the caller acts on each item before the next is
+        produced, so an iterator that reads the container being filled sees the items already added. A list
+        or tuple is read as a snapshot (no user code runs between its items)."""
         if isinstance(v, (TupleVar, ListVar)):
-            return list(v.items)
+            yield from list(v.items)
+            return
         it = self.iter(f, v)
-        out = []
         while True:
             ok, x = self.next(f, it)
             if not ok:
-                return out
-            out.append(x)
+                return
+            yield x
 
     def unpack(self, f, v, n):
         return self._unpack(f, v, n, -1)
@@ -692,6 +716,9 @@ class SliceVar(Value):
 
     def python_type(self):
         return slice
+
+
+_HASHED_BY_VALUE = frozenset({str, bytes, int, float, complex, bool, tuple, frozenset, type(None), range, slice})
 
 
 class _Identity:

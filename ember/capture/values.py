@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import re
 import types
 from typing import Any
 
@@ -18,7 +19,7 @@ from .sources import Codegen, Source
 
 IMMUTABLE_TYPES: set[type] = {int, float, bool, complex, str, bytes, type(None), type(Ellipsis),
                               type(NotImplemented), range, slice, frozenset, types.CodeType,
-                              inspect.Signature, inspect.Parameter}
+                              inspect.Signature, inspect.Parameter, re.Pattern, re.Match}
 IDENTITY_TYPES: tuple[type, ...] = (types.FunctionType, types.BuiltinFunctionType, types.BuiltinMethodType,
                                     types.MethodDescriptorType, types.WrapperDescriptorType, types.ModuleType,
                                     types.MethodWrapperType, types.ClassMethodDescriptorType, type,

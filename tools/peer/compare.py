@@ -9,7 +9,7 @@ and never committed: put them, with the helper modules they import, in an ignore
 ``-p tools.peer.plugin`` (ember). Among the tests torch.compile passes, ember's failures are classed as
 - ``wrong``: an assertion about values failed (the worst: ember computed something else);
 - ``count``: an assertion about frame/op/graph counts, Dynamo's counters, a recording backend's graphs or log
-  records failed, or an expected ``Unsupported`` was not raised (the values were right);
+  records failed, or an expected ``Unsupported`` was not raised or had other words (the values were right);
 - ``break``: ``ember.Unsupported`` (a graph break under fullgraph/nopython);
 - ``crash``: any other exception, a timeout included.
 Prints a table per file and writes ``results.json`` (every test: both outcomes, the class, the error's first
@@ -35,6 +35,9 @@ _COUNT = re.compile(r"frame_count|op_count|graph_count|counters\[|\.frame_count|
                     r"\.graphs\b|_graphs\b|len\(records\)|RecompileError")
 # An expectation that Dynamo itself breaks (``with self.assertRaises(Unsupported)``) failed: not a value.
 _EXPECTED_BREAK = re.compile(r"Unsupported not raised")
+# ...or Dynamo's refusal message was expected (``assertRaisesRegex(Unsupported, "Observed exception")``) and
+# ember refused with its own words.
+_EXPECTED_MESSAGE = re.compile(r"assertRaisesRegex\(\s*(?:torch\._dynamo\.exc\.)?Unsupported\b")
 
 
 def _run(path: Path, engine: str, out: Path, extra: list[str], timeout: int) -> Path:
@@ -75,6 +78,9 @@ def classify(text: str) -> str:
     if "Unsupported" in first and ("ember" in text or "graph break" in text):
         return "break"
     if _EXPECTED_BREAK.search(first):
+        return "count"
+    failing = [ln for ln in lines if ln.startswith(">")]
+    if "does not match" in first and any(_EXPECTED_MESSAGE.search(ln) for ln in failing):
         return "count"
     if "AssertionError" in first or first.startswith(("assert", "AssertionError")) or "AssertionError" in text[-400:]:
         failing = [ln for ln in lines if ln.startswith(">") or ln.strip().startswith("self.assert")]

@@ -10,7 +10,11 @@ patches, before the test modules are imported:
 - ``torch._dynamo.optimize(backend, nopython=...)`` and ``optimize_assert`` -> a decorator compiling with ember
   (``nopython`` is ``fullgraph``); used as a context manager it compiles nothing (the block runs eagerly);
 - ``torch._dynamo.reset()`` / ``torch.compiler.reset()`` also reset ember;
-- ``torch._dynamo.disable`` / ``torch.compiler.disable`` -> ``ember.disable``.
+- ``torch._dynamo.disable`` / ``torch.compiler.disable`` -> ``ember.disable``;
+- ``torch._dynamo.exc.Unsupported`` -> a subclass whose ``issubclass``/``isinstance`` also accept
+  ``ember.Unsupported``: a test that expects the compiler to refuse (``assertRaises(Unsupported)``) passes
+  when ember refuses (a plain ``except Unsupported:`` still matches only Dynamo's class; an expected message,
+  ``assertRaisesRegex(Unsupported, "Observed exception")``, still has to match).
 Time limits per test come from ``tools.peer.timeout``, loaded for both runs by compare.py.
 """
 from __future__ import annotations
@@ -70,6 +74,7 @@ def _install() -> None:
     def disable(fn=None, recursive=True, **_ignored):
         return ember.disable(fn, recursive) if fn is not None else (lambda f: ember.disable(f, recursive))
 
+    _alias_unsupported(torch._dynamo.exc, ember.Unsupported)
     torch.compile = compile
     for mod in (torch._dynamo, ef):
         mod.optimize = optimize
@@ -84,6 +89,19 @@ def _install() -> None:
         testing.reset = reset
     except ImportError:
         pass
+
+
+def _alias_unsupported(exc_module, ember_unsupported) -> None:
+    orig = exc_module.Unsupported
+
+    class _Meta(type(orig)):
+        def __subclasscheck__(cls, sub):
+            return type.__subclasscheck__(cls, sub) or issubclass(sub, (orig, ember_unsupported))
+
+        def __instancecheck__(cls, obj):
+            return cls.__subclasscheck__(type(obj))
+
+    exc_module.Unsupported = _Meta("Unsupported", (orig,), {"__module__": orig.__module__, "__doc__": orig.__doc__})
 
 
 def pytest_configure(config):

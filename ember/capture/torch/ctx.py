@@ -81,6 +81,48 @@ def _grad_method(d, f, v: GradModeCtx, name, args, kwargs):
     return GradModeCtx(v.mode, v.cls)
 
 
+class GradModeFn(Value):
+    """``torch.no_grad()(fn)`` / ``@torch.enable_grad()`` on a function made or reached in the trace: calling
+    it runs ``fn`` under the context's grad mode and restores the mode after, as torch's decorator does."""
+    __slots__ = ("ctx", "fn")
+
+    def __init__(self, ctx: GradModeCtx, fn: Value):
+        super().__init__(None)
+        self.ctx = ctx
+        self.fn = fn
+
+    def python_type(self):
+        return type(_make_grad_fn_example)
+
+
+def _make_grad_fn_example():
+    pass
+
+
+@R.CALL.register(GradModeCtx)
+def _grad_ctx_call(d, f, v: GradModeCtx, args, kwargs):
+    import inspect
+    if len(args) != 1 or kwargs:
+        raise d.unsupported(f, f"calling a {v.cls.__name__} object with {len(args)} arguments")
+    fn = args[0]
+    real = fn.as_python() if type(fn) is Const else None
+    if inspect.isgeneratorfunction(real) or getattr(getattr(fn, "code", None), "co_flags", 0) & 0x20:
+        raise d.unsupported(f, f"a {v.cls.__name__} decorator on a generator function")
+    if v.cls is torch.set_grad_enabled and v.prev is not None:
+        set_grad(d, f, v.prev)      # set_grad_enabled(m)(fn): the mode set at construction is undone
+    return GradModeFn(GradModeCtx(v.mode, v.cls), fn)
+
+
+@R.CALL.register(GradModeFn)
+def _grad_fn_call(d, f, v: GradModeFn, args, kwargs):
+    prev = d.torch.grad_enabled
+    set_grad(d, f, v.ctx.mode)
+    try:
+        return d.call(f, v.fn, list(args), dict(kwargs))
+    finally:
+        set_grad(d, f, prev)
+
+
 @R.METHOD.register(AutocastCtx)
 def _autocast_method(d, f, v: AutocastCtx, name, args, kwargs):
     st = d.torch
