@@ -52,13 +52,20 @@ def _method_attr(v: MethodOf, name: str):
     return Const(v.name if name == "__name__" else f"{owner.__qualname__}.{v.name}")
 
 
+def lookup_type_attr(t: type, name: str) -> Any:
+    """``name`` in the ``__dict__`` of ``t`` or a class of its MRO (no descriptor protocol), else NULL."""
+    for k in t.__mro__:
+        d = k.__dict__
+        if name in d:
+            return d[name]
+    return NULL
+
+
 def _partial_instance_attr(d, v: PartialVar, name: str):
     """A name that ``functools.partial`` itself does not define is an instance attribute or absent
     (``hasattr(p, "__name__")`` is False): read from the real partial's ``__dict__``, or AttributeError with
     the absence guarded. NULL for the type's own attributes (left to the caller)."""
     import functools
-
-    from .objects import lookup_type_attr
     if lookup_type_attr(functools.partial, name) is not NULL:
         return NULL
     real = d.real_of.get(id(v), NULL) if v.source is not None else NULL

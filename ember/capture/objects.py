@@ -19,7 +19,7 @@ from typing import Any
 from . import rules as R
 from . import dunders, subclasses
 from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
-from .instance_attrs import real_instance_attr
+from .instance_attrs import lookup_type_attr, real_instance_attr  # noqa: F401  (lookup_type_attr: part of this module's interface)
 from .interpreter import NULL, UserException
 from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource
@@ -41,14 +41,6 @@ _PURE_PATTERN_METHODS = {"search", "match", "fullmatch", "findall", "split"}
 _CMETHOD = type(re.compile("").search)      # builtin_method: a C method bound to its object (METH_METHOD)
 _MUTATING_DICT_METHODS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__",
                           "__init__", "__ior__"}
-
-
-def lookup_type_attr(t: type, name: str) -> Any:
-    for k in t.__mro__:
-        d = k.__dict__
-        if name in d:
-            return d[name]
-    return NULL
 
 
 def is_pure_callable(fn: Any) -> bool:
