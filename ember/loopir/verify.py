@@ -3,7 +3,7 @@
 
 ``verify_graph(graph)`` checks a ``LoopGraph``:
 - node names are unique, and a node reads only buffers defined before it (inputs, constants, earlier nodes);
-- the graph's inputs are its ``InputBuffer``s, at distinct positions;
+- the graph's inputs are its ``InputBuffer``s, at distinct positions, or its int inputs (``symbol_inputs``);
 - a layout has one stride per dimension; a pointwise, reduction or scatter node has one range per dimension of
   its layout, and its loads index with its own loop variables (``x0..``, ``r0..``) only;
 - a reduction names a known reduction type; a scatter writes into an earlier buffer;
@@ -98,8 +98,9 @@ def verify_graph(graph: LoopGraph, where: str = "lower") -> None:
             _check_node(node, defined, where)
         defined.add(node.name)
     named_inputs = {n.name for n in graph.nodes if isinstance(n, InputBuffer) and n.position >= 0}
-    if set(graph.inputs) - named_inputs - set(graph.constants):
-        _fail(where, f"graph inputs {sorted(set(graph.inputs) - named_inputs)} are not input buffers")
+    others = set(graph.inputs) - named_inputs - set(graph.constants) - set(graph.symbol_inputs)
+    if others:
+        _fail(where, f"graph inputs {sorted(others)} are neither input buffers nor int (size) inputs")
     for o in graph.outputs:
         if isinstance(o, BufferRef) and o.name not in defined:
             _fail(where, f"output {o.name!r} is not a buffer of the graph")
