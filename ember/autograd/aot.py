@@ -433,6 +433,7 @@ def _decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     from torch.utils._pytree import tree_flatten
 
     from ember.decomp import MISSING, decomposition_graph, has_decomposition
+    from ember.decomp.meta import TensorMeta
 
     graph = _copy_graph(gm.graph)
     traced = {n: n.meta.get("val") for n in graph.nodes}     # each value as eager lays it out
@@ -446,12 +447,15 @@ def _decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
             if seeded or node.target in _STORAGE_OPS:
                 _give_traced_layouts(graph, node, traced)
             continue
-        args, kwargs = fx.map_arg((node.args, node.kwargs),
-                                  lambda a: traced.get(a) if seeded and a in traced else a.meta.get("val"))
+        value = lambda a: traced.get(a) if seeded and a in traced else a.meta.get("val")  # noqa: E731
+        args, kwargs = fx.map_arg((node.args, node.kwargs), value)
         if seeded:
             args = _filled_layout(node, args, traced)
         sub = decomposition_graph(node.target, *args, **kwargs)
-        operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
+        # the decomposition's placeholders are its tensor operands; a size operand (a SymInt node in
+        # layer_norm's normalized_shape) is a sympy constant inside it, not a placeholder
+        operands = [a for a in tree_flatten((node.args, node.kwargs))[0]
+                    if isinstance(a, fx.Node) and isinstance(value(a), (torch.Tensor, TensorMeta))]
         env = dict(zip([n for n in sub.nodes if n.op == "placeholder"], operands))
         with graph.inserting_before(node):
             result = graph.graph_copy(sub, env)
