@@ -43,6 +43,7 @@ from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
 from ember.autograd.symbolic import graph_table, symbol_binder, symbolic_inputs
+from ember.autograd.symcompose import SymbolicCompositions
 from ember.autograd.trace import TracedGraph, trace_aten
 from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
@@ -256,7 +257,11 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
     after: list[bool] = []
 
     def fn(*args: Any) -> Any:
-        out = _Located(gm).run(*args) if symbolic else gm(*args)
+        if symbolic:
+            with SymbolicCompositions():        # not ATen's C++ compositions, which may read plain sizes
+                out = _Located(gm).run(*args)
+        else:
+            out = gm(*args)
         after.append(torch.is_grad_enabled())
         return out
 
