@@ -389,6 +389,166 @@ def split_attention_reads():
     return _seeded(_SplitAttention)
 
 
+# -- batched operands through ATen's composite ops (matmul, linear, sdpa): some PyTorch releases (2.11) read
+# their sizes as plain ints there; ember traces its own compositions (ember/autograd/symcompose.py) ----------
+@program(B, lambda n: (_r(2, n, 16),))
+def linear_no_bias_seq():
+    return _seeded(lambda: nn.Sequential(nn.Linear(16, 8, bias=False), nn.Tanh(), nn.Linear(8, 4, bias=False)))
+
+
+@program(B, lambda n: (_r(n, 3, 8), _r(8, 5)))
+def matmul_3d_by_2d():
+    return lambda x, w: (x @ w).relu() + torch.matmul(x, w[:, 0])[..., None]
+
+
+@program(B, lambda n: (_r(2, n, 4), _r(2, 4, n * 3 % 7 + 2)))
+def bmm_two_symbolic_dims():
+    return lambda a, b: torch.bmm(a, b).softmax(-1) @ b.transpose(1, 2)
+
+
+class _MaskedSdpa(nn.Module):
+    """BERT's self-attention: heads by view/transpose, an additive mask from a (batch, seq) attention mask."""
+
+    def __init__(self, d=16, h=4):
+        super().__init__()
+        self.h = h
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x, keep):
+        b, t, c = x.shape
+        heads = [p(x).view(b, t, self.h, c // self.h).transpose(1, 2) for p in (self.q, self.k, self.v)]
+        mask = (1.0 - keep[:, None, None, :].to(x.dtype)) * -10000.0
+        y = F.scaled_dot_product_attention(*heads, attn_mask=mask, scale=0.5)
+        return y.transpose(1, 2).reshape(b, t, c)
+
+
+@program(B, lambda n: (_r(n, 6, 16), (torch.rand(n, 6) > 0.2).long()))
+def sdpa_additive_mask():
+    return _seeded(_MaskedSdpa)
+
+
+@program(B, lambda n: (_r(2, 2, n, 8), _r(2, 2, n, 8), _r(2, 2, n, 8)))
+def sdpa_bool_size_mask():
+    def f(q, k, v):
+        t = q.shape[-2]
+        band = (torch.arange(t)[:, None] - torch.arange(t)[None, :]).abs() <= t // 2
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=band)
+    return f
+
+
+class _GPTBlock(nn.Module):
+    """nanoGPT's block: a causal mask buffer sliced to the length, tanh GELU, a bias-free head."""
+
+    def __init__(self, d=16, h=2, block=32):
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.head = nn.Linear(d, 10, bias=False)
+        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.attn(self.ln1(x)).split(c, dim=2)
+        q, k, v = (y.view(b, t, self.h, c // self.h).transpose(1, 2) for y in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (k.size(-1) ** 0.5))
+        att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).contiguous().view(b, t, c))
+        x = x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        return self.head(x)
+
+
+@program(B, lambda n: (_r(2, n, 16),))
+def nanogpt_block():
+    return _seeded(_GPTBlock)
+
+
+# -- more of the issue's categories -------------------------------------------------------------------------
+@program((6, 8, 10, 12), lambda n: (_r(2, 3, n, n),))
+def conv_maxpool_spatial():
+    return _seeded(lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                         nn.Conv2d(4, 4, 1), nn.AdaptiveAvgPool2d((2, 2)), nn.Flatten(1)))
+
+
+class _SdpaCache(nn.Module):
+    """A decode step attending over a KV cache that grows by one token per call."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.k, self.v = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, kc, vc, x):
+        kc = torch.cat([kc, self.k(x)], dim=2)
+        vc = torch.cat([vc, self.v(x)], dim=2)
+        return F.scaled_dot_product_attention(x, kc, vc), kc, vc
+
+
+@program(tuple(range(2, 10)), lambda n: (_r(1, 2, n, 8), _r(1, 2, n, 8), _r(1, 2, 1, 8)))
+def sdpa_kv_cache_grows():
+    return _seeded(_SdpaCache)
+
+
+@program(B, lambda n: (_r(12, 4), n))
+def int_arg_slice_arange():
+    return lambda x, n: x[:n] * torch.arange(n).unsqueeze(1) + x[n:].sum()
+
+
+@program(B, lambda n: (_r(3, n), _r(n), _r(n)))
+def layer_norm_dynamic_dim():
+    return lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+class _PosEmbedding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(20, 8), nn.Embedding(32, 8)
+
+    def forward(self, idx):
+        return self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+
+
+@program(B, lambda n: (torch.randint(0, 20, (2, n)),))
+def embedding_positions():
+    return _seeded(_PosEmbedding)
+
+
+@program(B, lambda n: (_r(n, 3),))
+def masked_fill_size_mask():
+    return lambda x: x.masked_fill(torch.arange(x.shape[0])[:, None] >= x.shape[0] - 1, 0.0) * 2
+
+
+@program(B, lambda n: (_r(n, 2),))
+def repeat_tile_by_size():
+    return lambda x: x.repeat(2, x.shape[1]).sum(1) + x.tile((1, 3)).mean(0).sum()
+
+
+@program(B, lambda n: (_r(7, 4), torch.randint(0, 7, (n,))))
+def index_select_gather():
+    return lambda x, i: x.index_select(0, i) * 2 + torch.gather(x, 0, i[:, None].expand(i.shape[0], 4))
+
+
+class _BranchBatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            return self.lin(x) - self.lin(x).mean(0)
+        return self.lin(x)
+
+
+@program((1, 3, 5, 8, 6), lambda n: (_r(n, 4),))
+def branch_batch_gt_one():
+    return _seeded(_BranchBatch)
+
+
+@program(B, lambda n: (_r(n, 5), torch.randint(0, 5, (n,))))
+def mean_loss_dynamic_batch():
+    return lambda x, y: F.cross_entropy(x * 2, y) + (x ** 2).mean()
+
+
 # -- helpers the tests of every stage share -----------------------------------------------------------------
 def same(a, b, **tol) -> None:
     """``a`` equals ``b``: tensors within ``tol`` (torch's defaults otherwise), containers item by item, other

@@ -44,6 +44,7 @@ from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
 from ember.autograd.symbolic import graph_table, symbol_binder, symbolic_inputs
+from ember.autograd.symcompose import SymbolicCompositions
 from ember.autograd.trace import TracedGraph, trace_aten
 from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
@@ -253,7 +254,11 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
     after: list[bool] = []
 
     def fn(*args: Any) -> Any:
-        out = _Located(gm).run(*args) if symbolic else gm(*args)
+        if symbolic:
+            with SymbolicCompositions():        # not ATen's C++ compositions, which may read plain sizes
+                out = _Located(gm).run(*args)
+        else:
+            out = gm(*args)
         after.append(torch.is_grad_enabled())
         return out
 
@@ -431,6 +436,7 @@ def _decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     from torch.utils._pytree import tree_flatten
 
     from ember.decomp import MISSING, decomposition_graph, has_decomposition
+    from ember.decomp.meta import TensorMeta
 
     from ember.autograd.unbacked import introduces_unbacked, table_with_unbacked
 
@@ -447,12 +453,15 @@ def _decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
             if seeded or node.target in _STORAGE_OPS:
                 _give_traced_layouts(graph, node, traced)
             continue
-        args, kwargs = fx.map_arg((node.args, node.kwargs),
-                                  lambda a: traced.get(a) if seeded and a in traced else a.meta.get("val"))
+        value = lambda a: traced.get(a) if seeded and a in traced else a.meta.get("val")  # noqa: E731
+        args, kwargs = fx.map_arg((node.args, node.kwargs), value)
         if seeded:
             args = _filled_layout(node, args, traced)
         sub = decomposition_graph(node.target, *args, **kwargs)
-        operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, fx.Node)]
+        # the decomposition's placeholders are its tensor operands; a size operand (a SymInt node in
+        # layer_norm's normalized_shape) is a sympy constant inside it, not a placeholder
+        operands = [a for a in tree_flatten((node.args, node.kwargs))[0]
+                    if isinstance(a, fx.Node) and isinstance(value(a), (torch.Tensor, TensorMeta))]
         env = dict(zip([n for n in sub.nodes if n.op == "placeholder"], operands))
         with graph.inserting_before(node):
             result = graph.graph_copy(sub, env)

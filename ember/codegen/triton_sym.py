@@ -87,6 +87,31 @@ def magnitude(e: Any, numel: dict) -> sympy.Expr:
     """An upper bound (a sympy expression over the size symbols) of ``|v|`` for ``e`` and for every value
     computed on the way to it, over every point of the kernel; ``numel`` maps ``xindex``/``rindex`` to their
     extents and a loaded index's symbol to its extent (absent: unbounded)."""
+    seen: list = []
+    _value_bound(e, numel, seen)
+    return sympy.Max(*seen) if len(seen) > 1 else seen[0]
+
+
+def _value_bound(e: Any, numel: dict, seen: list) -> sympy.Expr:
+    """A bound of ``|e|`` alone; the bound of ``e`` and of each of its sub-expressions go to ``seen``. A parent
+    combines its operands' own bounds (``100352 * (x // 2048)`` is bounded by ``100352 * xnumel / 2048``, not by
+    ``100352 * xnumel``: the latter, ResNet-50's pooling index, split the batch sizes at 10 into two graphs),
+    while ``x`` itself, computed on the way, is still checked through ``seen``."""
+    b = _bound(e, numel, seen)
+    seen.append(b)
+    return b
+
+
+def _positive_size(e: Any) -> bool:
+    """A product of positive integers and (powers of) size symbols: at least 1 wherever a kernel divides by it."""
+    def factor(f: Any) -> bool:
+        if isinstance(f, sympy.Pow):
+            return f.exp.is_Integer and f.exp > 0 and factor(f.base)
+        return (f.is_Integer and f > 0) or (isinstance(f, sympy.Symbol) and is_size_symbol(f) and f.name[0] == "s")
+    return all(factor(f) for f in sympy.Mul.make_args(e))
+
+
+def _bound(e: Any, numel: dict, seen: list) -> sympy.Expr:
     if isinstance(e, (bool, int)):
         return sympy.Integer(abs(int(e)))
     if e is sympy.true or e is sympy.false:
@@ -101,15 +126,27 @@ def magnitude(e: Any, numel: dict) -> sympy.Expr:
     if e.is_Number:
         return sympy.Integer(abs(int(e))) if e.is_Integer else _UNBOUNDED
     if isinstance(e, sympy.Add):
-        return sympy.Add(*[magnitude(a, numel) for a in e.args])
+        return sympy.Add(*[_value_bound(a, numel, seen) for a in e.args])
     if isinstance(e, sympy.Mul):
-        return sympy.Mul(*[magnitude(a, numel) for a in e.args])
+        return sympy.Mul(*[_value_bound(a, numel, seen) for a in e.args])
     if isinstance(e, sympy.floor):
-        num, _ = sympy.fraction(sympy.together(e.args[0]))
-        return magnitude(num, numel)
-    if isinstance(e, (sympy.Mod, sympy.Min, sympy.Max)) or isinstance(e, sympy.core.relational.Relational) \
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        top = _value_bound(num, numel, seen)
+        if den.is_Integer and den != 0:
+            return sympy.floor(top / abs(den))       # |floor(n / d)| <= |n| // |d| for integers n, d
+        _value_bound(den, numel, seen)
+        if _positive_size(den):
+            return sympy.floor(top / den)
+        return top                                   # a nonzero integer divisor: |floor(n / d)| <= |n|
+    if isinstance(e, sympy.Mod):
+        a, b = e.args
+        _value_bound(a, numel, seen)
+        if b.is_Integer and b != 0:
+            return sympy.Integer(abs(int(b)) - 1)    # |a mod b| < |b|
+        return _value_bound(b, numel, seen)
+    if isinstance(e, (sympy.Min, sympy.Max)) or isinstance(e, sympy.core.relational.Relational) \
             or isinstance(e, sympy.logic.boolalg.BooleanFunction):
-        return sympy.Max(*[magnitude(a, numel) for a in e.args], 1)
+        return sympy.Max(*[_value_bound(a, numel, seen) for a in e.args], 1)
     return _UNBOUNDED
 
 

@@ -144,7 +144,8 @@ def _native_layer_norm_backward(grad: Any, x: Any, normalized_shape: Sequence, m
     g, xf = opmath(grad), opmath(x)
     axis = x.ndim - len(normalized_shape)
     inner, outer = tuple(range(axis, x.ndim)), tuple(range(axis))
-    n = float(prod(x.shape[axis:]))
+    n = prod(x.shape[axis:])
+    n = float(n) if isinstance(n, int) else n       # a symbolic row length stays a size expression
     x_hat = P.mul(P.sub(xf, _bk(opmath(mean), xf)), _bk(opmath(rstd), xf))
     gw = P.mul(g, _trail(opmath(weight), g)) if weight is not None else g
     a = P.sum(gw, inner, True)

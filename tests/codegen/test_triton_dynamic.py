@@ -326,6 +326,37 @@ def test_64_bit_indexing_only_where_the_hints_need_it(n0: int, int64: bool) -> N
     assert table.check({s0: 2 ** 31 - 2}) == int64 and table.check({s0: 2 ** 30 - 1})
 
 
+# (index over the flat point x and the row point r, extents, a size whose indices fit, the first that does not)
+_QUOTIENT_INDICES = {
+    # ResNet-50's global pooling of channels-last (s0, 2048, 7, 7) features: true top 100352*s0 - 1
+    "pool_channels_last": (lambda x, r, s0, s1: 100352 * sympy.floor(x / 2048) + sympy.Mod(x, 2048) + 2048 * r,
+                           lambda s0, s1: (2048 * s0, 49), 21399, 21400),
+    # a transposed read of (64 * s0, 64): 64 * (x % 64) + x // 64; the flat extent bounds it (2 * 4096 * s0)
+    "transpose_by_mod": (lambda x, r, s0, s1: 64 * sympy.Mod(x, 64) + sympy.floor(x / 64),
+                         lambda s0, s1: (4096 * s0, 1), 262143, 262144),
+    # a row of s1 points read by x // s1 and x % s1 (a symbolic divisor): bounded by the flat extent
+    "symbolic_divisor": (lambda x, r, s0, s1: 3 * s1 * sympy.floor(x / s1) + sympy.Mod(x, s1),
+                         lambda s0, s1: (s0 * s1, 1), 2 ** 19, 2 ** 20),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_QUOTIENT_INDICES))
+def test_int64_class_of_a_quotient_index_is_its_value_range(name: str) -> None:
+    """The 32-bit class recorded for an index with ``x // c`` or ``x % c`` bounds the index's own values: a
+    quotient is bounded by its dividend over the divisor and a remainder by the divisor (before, each by the
+    dividend, so ResNet-50's pooling index at batch 11 passed 2**31 on paper and compiled a third graph)."""
+    from ember.codegen.triton_sym import needs_int64
+    from ember.loopir.indexing import RINDEX, XINDEX
+    expr, extents, fits, too_big = _QUOTIENT_INDICES[name]
+    table, syms = _table(s0=2, s1=8)
+    s0, s1 = syms["s0"], syms["s1"]
+    xn, rn = extents(s0, s1)
+    assert not needs_int64([expr(XINDEX, RINDEX, s0, s1)], {XINDEX: xn, RINDEX: rn}, table)
+    at = {"symbolic_divisor": lambda v: {s0: v, s1: 1024}}.get(name, lambda v: {s0: v, s1: 8})
+    assert table.check(at(fits)), table.describe()
+    assert not table.check(at(too_big)), table.describe()
+
+
 def test_block_sizes_come_from_the_hints_and_the_source_holds_no_hint() -> None:
     """Two hints of one block class give one source (one cache entry, one Triton compile); a hint of another
     class picks other block sizes."""

@@ -18,7 +18,10 @@ pytestmark = pytest.mark.gpu
 # the programs run on the H100 so far (programs that make a CPU tensor inside, such as a causal mask from
 # torch.ones(t, t), mix devices on CUDA inputs, which eager rejects)
 NAMES = ["elementwise", "row_sum", "half_slice", "view_by_size", "cat_two_dynamic", "square_matmul",
-         "broadcasting", "softmax_dynamic_dim", "mlp_two_layers", "layernorm_module", "conv_dynamic_batch"]
+         "broadcasting", "softmax_dynamic_dim", "mlp_two_layers", "layernorm_module", "conv_dynamic_batch",
+         # ATen's composite matmul, linear and attention read plain sizes on the H100's torch 2.11: one graph per
+         # size before ember traced its own compositions (ember/autograd/symcompose.py)
+         "linear_no_bias_seq", "matmul_3d_by_2d", "bmm_two_symbolic_dims", "sdpa_additive_mask", "nanogpt_block"]
 BY_NAME = {p.name: p for p in PROGRAMS}
 
 
