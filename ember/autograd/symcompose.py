@@ -92,9 +92,20 @@ def _matmul_args(a: Any, b: Any) -> Any:
     return _matmul(a, b) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
 
 
+def _release() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+# matmul and linear compose into the mm/bmm ATen itself calls (no cost); attention's composition replaces a
+# fused kernel (flash, memory-efficient) by the math path, so it applies only where ATen's own sdpa reads plain
+# sizes: releases before 2.13 (2.11 on the H100 machine; 2.13 keeps the sizes symbolic).
+SDPA_COMPOSED = _release() < (2, 13)
+
 COMPOSITIONS: dict[Any, Callable[..., Any]] = {
     torch.matmul: _matmul_args, torch.Tensor.matmul: _matmul_args, torch.Tensor.__matmul__: _matmul_args,
-    F.linear: _linear, torch._C._nn.linear: _linear, F.scaled_dot_product_attention: _sdpa,
+    F.linear: _linear, torch._C._nn.linear: _linear,
+    **({F.scaled_dot_product_attention: _sdpa} if SDPA_COMPOSED else {}),
 }
 
 
