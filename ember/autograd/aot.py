@@ -360,6 +360,9 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, num_saved, diff, non_diff, contiguous, aliases,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
                             bwd_graph=bwd_graph, compile_bwd=compile_bwd)
+    graphs.version_inputs = [i for i in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
+    viewing = {a.output for a in aliases if a.base_layout is None}     # checked through their input
+    graphs.version_outputs = [k for k in traced.saved_outputs if k < n_user and k not in viewing]
     return graphs, traced.out_spec
 
 
