@@ -148,11 +148,13 @@ def _copy_graph(g: fx.Graph) -> fx.Graph:
     return new
 
 
-def _alias_info(k: int, i: int, v: torch.Tensor, binder: SymbolBinder | None) -> AliasInfo:
+def _alias_info(k: int, i: int, v: torch.Tensor, binder: SymbolBinder | None, base: Any = None) -> AliasInfo:
     if binder is None:
         return AliasInfo(k, i, tuple(v.shape), tuple(v.stride()), v.storage_offset(), bool(v.requires_grad))
-    # symbolic layout: evaluated per call (a symbolic input's fake starts at offset 0 of its storage)
-    exprs = [expr_of(d) for d in (*v.shape, *v.stride(), v.storage_offset())]
+    # symbolic layout: evaluated per call, the offset from the input's start (the runtime adds the real input's
+    # own offset): an input that is itself a view (x1[2] across a graph break) has a fake at that offset too
+    offset = v.storage_offset() - base.storage_offset() if isinstance(base, torch.Tensor) else v.storage_offset()
+    exprs = [expr_of(d) for d in (*v.shape, *v.stride(), offset)]
     evaluate, n = binder.evaluator(exprs), v.ndim
 
     def layout(args: Sequence[Any]) -> tuple:
@@ -180,7 +182,7 @@ def _aliases(traced: TracedGraph, binder: SymbolBinder | None = None) -> list[Al
             if i is None:
                 i = storages.get(v._meta.untyped_storage()._cdata)
             if i is not None and _val(phs[i]).dtype == v.dtype:
-                found.append(_alias_info(k, i, v, binder))
+                found.append(_alias_info(k, i, v, binder, _val(phs[i])))
     return found + output_views(_user_output_vals(traced), set(storages))
 
 
@@ -363,6 +365,9 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
                             bwd_graph=bwd_graph, compile_bwd=compile_bwd,
                             multi_output_views=multi_output_views(traced.gm, n_user) & frozenset(diff))
+    graphs.version_inputs = [i for i in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
+    viewing = {a.output for a in aliases if a.base_layout is None}     # checked through their input
+    graphs.version_outputs = [k for k in traced.saved_outputs if k < n_user and k not in viewing]
     return graphs, traced.out_spec
 
 

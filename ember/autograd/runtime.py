@@ -80,6 +80,10 @@ class CompiledGraphs:
     compile_bwd: Callable[[Any], Any] | None = None
     bwd_variants: dict = field(default_factory=dict)    # frozenset of absent tangents -> (bwd, zero outputs)
     multi_output_views: frozenset = frozenset()     # user outputs eager makes with split/unbind: kept views
+    # inputs and user outputs sharing memory with a tensor eager's autograd would have saved: their versions
+    # at the end of the call are checked before the backward (``check_versions``)
+    version_inputs: list[int] = field(default_factory=list)
+    version_outputs: list[int] = field(default_factory=list)
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -147,6 +151,9 @@ class AotFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
         graphs: CompiledGraphs = ctx.graphs
+        versions = getattr(ctx, "versions", None)
+        if versions:
+            check_versions(versions)
         saved = list(ctx.saved_other)
         for pos, t in zip(ctx.tensor_pos, ctx.saved_tensors):
             saved[pos] = t
@@ -275,8 +282,52 @@ def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
     else:       # the graph enables grad itself: which outputs are differentiable was decided by the trace
         with torch.enable_grad():
             outs = list(AotFunction.apply(graphs, *args))
+    node = _node_of(graphs, outs) if graphs.version_inputs or graphs.version_outputs else None
     finish(graphs.write_backs, graphs.aliases, args, outs)
+    if node is not None:
+        _record_versions(node, graphs, args, outs)
     return outs[:graphs.num_user_outputs]
+
+
+# -- version checks -------------------------------------------------------------------------------------------
+# Eager's autograd raises at backward when a tensor it saved was modified in place after it was saved. The
+# compiled forward saves other values (the partitioner recomputes, the kernels return fresh buffers), so the
+# inputs and outputs that share memory with what eager saved (``trace.SavedVersions``) are checked here: their
+# versions at the end of the call (after write-backs, as eager's at the end of the function) must be unchanged
+# when the backward runs. A modification inside the function itself fails the trace the same way, and that
+# graph runs with eager autograd.
+MODIFIED_MSG = ("one of the variables needed for gradient computation has been modified by an inplace "
+                "operation: [{what}] is at version {now}; expected version {expected} instead. Hint: a tensor "
+                "that the compiled function's backward needs (an input or output of it) was modified in place "
+                "after the call; modify a clone instead, or call backward before modifying it.")
+
+
+def modified_error(t: torch.Tensor, expected: int) -> RuntimeError:
+    """The error eager's autograd raises for a saved tensor ``t`` modified in place since version ``expected``."""
+    what = f"{t.dtype} {list(t.shape)}"
+    return RuntimeError(MODIFIED_MSG.format(what=what, now=t._version, expected=expected))
+
+
+def check_versions(versions: Sequence[tuple[torch.Tensor, int]]) -> None:
+    for t, v in versions:
+        if t._version != v:
+            raise modified_error(t, v)
+
+
+def _node_of(graphs: CompiledGraphs, outs: list[Any]) -> Any:
+    """The ``AotFunction`` node (its ctx) of this call, from an output it made (none: no backward will run)."""
+    for i in graphs.diff_outputs:
+        node = getattr(outs[i], "grad_fn", None)
+        if getattr(node, "graphs", None) is graphs:
+            return node
+    return None
+
+
+def _record_versions(node: Any, graphs: CompiledGraphs, args: Sequence[Any], outs: list[Any]) -> None:
+    # outputs through ``detach()`` (same version counter): the node holding its own output is a cycle
+    node.versions = ([(args[i], args[i]._version) for i in graphs.version_inputs]
+                     + [(o.detach(), o._version) for o in (outs[k] for k in graphs.version_outputs)
+                        if isinstance(o, torch.Tensor)])
 
 
 def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo], args: Sequence[Any],

@@ -21,6 +21,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -34,6 +35,7 @@ from ember.autograd.fake import INPLACE_VIEW_OPS, FakeMode, FakeTensor
 from ember.autograd import regions
 from ember.autograd.symnodes import SymNodes
 from ember.autograd.overlap import ORDER, check_writes, self_overlapping_layout
+from ember.autograd.runtime import modified_error
 from ember.errors import EmberError
 
 
@@ -52,6 +54,10 @@ class TracedGraph:
     grad_input_indices: list[int] = field(default_factory=list)
     num_tangents: int = 0
     write_backs: list[tuple[int, int]] = field(default_factory=list)  # (input index, output index)
+    # tensors eager's autograd saved for backward that the caller can reach (``SavedVersions``): the inputs
+    # and forward outputs that share their storage, whose versions the runtime checks before the backward
+    saved_inputs: list[int] = field(default_factory=list)
+    saved_outputs: list[int] = field(default_factory=list)
 
 
 class _Recorder(TorchDispatchMode):
@@ -157,6 +163,53 @@ def _freeze_val(node: Any, t: FakeTensor) -> None:
     node.meta["val"] = FakeTensor(m, t.device, t.fake_mode)
 
 
+class SavedVersions:
+    """Saved-tensor hooks for the training trace: eager's autograd checks, when the backward unpacks a tensor it
+    saved, that no in-place op changed it since (its version counter), and raises otherwise. Hooks turn that
+    check off (the frontend pushes identity hooks while compiling so that user hooks do not see the trace), so
+    these do it themselves: a trace whose function modifies a saved tensor after saving it raises as eager's
+    backward would, and the graph then runs as captured, with eager autograd, which raises at backward.
+    They also record what was saved: the inputs and outputs sharing those storages, the tensors a caller can
+    still modify in place after the call (``runtime.AotFunction`` checks their versions before the backward)."""
+
+    def __init__(self) -> None:
+        self.saved: list[torch.Tensor] = []
+        self._hooks: Any = None
+
+    def __enter__(self) -> "SavedVersions":
+        if torch._C._autograd._saved_tensors_hooks_get_disabled_error_message() is None:
+            self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._hooks is not None:
+            self._hooks.__exit__(*exc)
+            self._hooks = None
+
+    def _pack(self, t: torch.Tensor) -> tuple[torch.Tensor, int]:
+        self.saved.append(t)
+        return t, t._version
+
+    @staticmethod
+    def _unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+        t, version = packed
+        if t._version != version:
+            raise modified_error(t, version)
+        return t
+
+    def reachable(self, values: Sequence[Any]) -> list[int]:
+        """Indices of ``values`` (fake tensors) that share a storage with a saved tensor."""
+        storages = {_storage_key(t) for t in self.saved}
+        storages.discard(None)
+        return [i for i, v in enumerate(values) if _storage_key(v) in storages] if storages else []
+
+
+def _storage_key(t: Any) -> int | None:
+    meta = getattr(t, "_meta", None)
+    return meta.untyped_storage()._cdata if isinstance(meta, torch.Tensor) else None
+
+
 def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, training: bool,
                fake_mode: FakeMode | None = None) -> TracedGraph:
     """Trace ``fn(*example_inputs)`` to ATen ops; with ``training`` also its backward, into one joint graph."""
@@ -178,13 +231,15 @@ def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, trainin
     # with the cache on, the casts made while tracing would hand fake tensors to the caller's eager code
     torch.set_autocast_cache_enabled(False)
     regions.clear()
+    saved = SavedVersions()
     try:
         with mode, rec:
-            outs = fn(*fakes)
-            flat_outs, spec = tree_flatten(outs)
-            grads, grad_idx, n_tan = [], [], 0
-            if training:
-                grads, grad_idx, n_tan = _trace_backward(rec, fakes, flat_outs)
+            with saved if training else contextlib.nullcontext():
+                outs = fn(*fakes)
+                flat_outs, spec = tree_flatten(outs)
+                grads, grad_idx, n_tan = [], [], 0
+                if training:
+                    grads, grad_idx, n_tan = _trace_backward(rec, fakes, flat_outs)
     finally:
         torch.set_autocast_cache_enabled(cache)
         regions.clear()
@@ -194,7 +249,8 @@ def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, trainin
     for name, value in rec.constants.items():
         setattr(root, name, value)
     gm = fx.GraphModule(root, graph)
-    return TracedGraph(gm, len(fakes), len(flat_outs), spec, grad_idx, n_tan)
+    return TracedGraph(gm, len(fakes), len(flat_outs), spec, grad_idx, n_tan,
+                       saved_inputs=saved.reachable(fakes), saved_outputs=saved.reachable(flat_outs))
 
 
 def _trace_backward(rec: _Recorder, inputs: list[Any], flat_outs: list[Any]

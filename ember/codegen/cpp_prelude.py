@@ -51,8 +51,12 @@ template <typename T> static inline ember_wf<T> ember_wf_combine(ember_wf<T> a, 
   const int64_t n = a.n + b.n; const T d = b.mean - a.mean; const T w = (T)b.n / (T)n;
   return ember_wf<T>{a.mean + d * w, a.m2 + b.m2 + d * d * (T)a.n * w, n};
 }
-template <typename T> static inline T ember_m2_from_sums(T s2, T s1, T n) {  // NaN stays NaN; rounding: >= 0
-  const T m2 = s2 - s1 * s1 / n; return m2 < 0 ? (T)0 : m2;
+/* M2 from the sums of the shifted points and of their squares; NaN stays NaN; rounding: >= 0. Finite points
+   whose squares overflowed (s2 = inf, s1 finite) have an M2 of +inf, not inf - inf = NaN (eager's M2, in float64
+   on CPU, is finite there: its float variance is inf or near it); an infinite point makes s1 inf or NaN: NaN. */
+template <typename T> static inline T ember_m2_from_sums(T s2, T s1, T n) {
+  if (s2 == std::numeric_limits<T>::infinity() && s1 - s1 == (T)0) return s2;
+  const T m2 = s2 - s1 * (s1 / n); return m2 < 0 ? (T)0 : m2;   // s1 * s1 alone overflows first
 }
 #pragma omp declare reduction(ember_wf_float : ember_wf<float> : omp_out = ember_wf_combine(omp_out, omp_in)) \
   initializer(omp_priv = ember_wf<float>{0, 0, 0})

@@ -117,5 +117,6 @@ def _shifted_squares(L: Lowerer, c: TV, d: Sequence[int], n: int) -> tuple[TV, T
     mean itself). Both sums split into partials over padded chunks, and run in one kernel."""
     s1 = LW._reduce(L, c, d, False, "sum", None)
     s2 = LW._reduce(L, pointwise("mul", [c, c], c.dtype), d, False, "sum", None)
-    sq_mean = pointwise("div", [pointwise("mul", [s1, s1], c.dtype), n], c.dtype)       # s1**2 / n
+    # s1 * (s1 / n): s1 * s1 overflows first (a var of 1e19s was 0: s2 - inf, clamped)
+    sq_mean = pointwise("mul", [s1, pointwise("div", [s1, n], c.dtype)], c.dtype)
     return s1, pointwise("maximum", [pointwise("sub", [s2, sq_mean], c.dtype), 0.0], c.dtype)  # not below 0

@@ -50,9 +50,10 @@ def write_reproducers(classes: dict, out: str) -> list[str]:
             for _lines, seed, _detail, text in items if text]
 
 
-def format_summary(n: int, summary: dict, soft: int, elapsed: float, raised: int = 0) -> str:
+def format_summary(n: int, summary: dict, soft: int, elapsed: float, raised: int = 0, ill: int = 0) -> str:
     lines = [f"programs: {n}   raised in eager (compared by exception type): {raised}   "
-             f"stride differences (soft, not failures): {soft}   time: {elapsed:.0f}s"]
+             f"stride differences (soft, not failures): {soft}   ill-conditioned (soft: eager moves as much "
+             f"under a 2-ulp input change): {ill}   time: {elapsed:.0f}s"]
     for b, c in summary["table"].items():
         rest = "  ".join(f"{k}={v}" for k, v in sorted(c.items()) if k != "passed")
         lines.append(f"  {b:>10}: passed={c['passed']}  {rest}")
@@ -97,7 +98,8 @@ def main(argv=None) -> int:
     summary = summarize(done, backends)
     soft = sum(1 for r in done.values() if r.get("soft"))
     raised = sum(1 for r in done.values() if r.get("eager_raised"))
-    print(format_summary(len(done), summary, soft, time.monotonic() - t0, raised))
+    ill = sum(1 for r in done.values() if r.get("ill"))
+    print(format_summary(len(done), summary, soft, time.monotonic() - t0, raised, ill))
     if a.out:
         paths = [p for v in summary["classes"].values() for p in v if p[3]]
         os.makedirs(a.out, exist_ok=True)           # a clean run wrote no reproducer there

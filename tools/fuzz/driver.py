@@ -37,7 +37,8 @@ def _work_one(seed: int, cfg: Config, minimize_ok: bool, report, skip=frozenset(
     from .run import check
     prog = generate(seed)
     res = check(prog, cfg.backends, cfg.timeout)
-    out = {"seed": seed, "failures": [], "soft": sum(bool(v) for v in res["soft"].values()),
+    ill = sum(1 for v in res["soft"].values() if v and str(v[0]).startswith("ill-conditioned"))
+    out = {"seed": seed, "failures": [], "soft": sum(bool(v) for v in res["soft"].values()) - ill, "ill": ill,
            "eager_timeout": res["eager_timeout"], "eager_raised": res["eager_raised"]}
     for backend, f in res["failures"].items():
         if f is None:

@@ -38,12 +38,18 @@ class CallResult:
     stage: str = ""
 
 
-def make_inputs(specs, seed: int) -> list:
+# relative change of every input value for the conditioning check (``ill_conditioned``): about 2 ulp of float32
+PERTURB = 2.0 ** -22
+
+
+def make_inputs(specs, seed: int, perturb: float = 0.0) -> list:
     vals = []
     for i, spec in enumerate(specs):
         if spec[0] == "tensor":
             gen = torch.Generator().manual_seed(seed * 1009 + i)
             t = torch.randn(spec[2], generator=gen)
+            if perturb:
+                t = t * (1 + perturb * torch.randn(spec[2], generator=gen).sign())
             vals.append(t.requires_grad_(spec[3]))
         else:
             vals.append(spec[2])
@@ -129,8 +135,9 @@ def _call(fn, ns, inputs, grad: bool) -> CallResult:
     return res
 
 
-def run_program(prog, backend=None) -> list[CallResult]:
-    """``backend=None`` runs eagerly; else ``ember.compile(fn, backend=backend)`` after ``ember.reset()``."""
+def run_program(prog, backend=None, perturb: float = 0.0) -> list[CallResult]:
+    """``backend=None`` runs eagerly; else ``ember.compile(fn, backend=backend)`` after ``ember.reset()``.
+    ``perturb``: every input value changed by that relative amount (``ill_conditioned``)."""
     ns = load(prog.source)
     fn = ns["fn"]
     if backend is not None:
@@ -139,7 +146,7 @@ def run_program(prog, backend=None) -> list[CallResult]:
         fn = ember.compile(fn, backend=resolve_backend(backend))
     results = []
     for c in range(CALLS):
-        r = _call(fn, ns, make_inputs(prog.inputs, prog.seed * 7 + c), prog.grad)
+        r = _call(fn, ns, make_inputs(prog.inputs, prog.seed * 7 + c, perturb), prog.grad)
         results.append(r)
         if r.exc is not None:
             break
@@ -159,6 +166,26 @@ def alarm(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
+def ill_conditioned(prog, ref, failure, memo: dict) -> bool:
+    """Whether a wrong value is one eager shows itself when every input changes by about 2 ulp: the program's
+    result is then ill-conditioned at the comparison's tolerance (fuzz seed 307386 iterates ``t * tanh(sin(t))``
+    at t ~ 1e3, which turns a 1-ulp difference of sin into 0.27; eager float32 is 640 away from float64 there),
+    and a compiled kernel's rounding, no less accurate than eager's, cannot be judged against eager's. Such
+    a program counts as soft, not as a failure. A changed branch, print or exception is as much ill-conditioning
+    as a changed value (the perturbed eager run differs in the same aspect)."""
+    if failure is None or failure.kind != "wrong" or failure.aspect == "call count":
+        return False
+    if "run" not in memo:
+        try:
+            memo["run"] = run_program(prog, None, PERTURB)
+        except Exception:           # the harness's own failure: no verdict, the failure stands
+            memo["run"] = None
+    if memo["run"] is None:
+        return False
+    moved, _ = compare_calls(ref, memo["run"])
+    return moved is not None and moved.kind == "wrong" and moved.aspect == failure.aspect
+
+
 def check(prog, backends, timeout: float = 60.0) -> dict:
     """Compare each backend with eager. Returns ``{backend: Failure | None}`` and the soft (stride) notes."""
     failures, soft = {}, {}
@@ -167,11 +194,15 @@ def check(prog, backends, timeout: float = 60.0) -> dict:
             ref = run_program(prog)
     except FuzzTimeout:
         return {"failures": {}, "soft": {}, "eager_timeout": True, "eager_raised": "timeout"}
+    ill: dict = {}
     for b in backends:
         try:
             with alarm(timeout):
                 got = run_program(prog, b)
-            failures[str(b)], soft[str(b)] = compare_calls(ref, got)
+                failures[str(b)], soft[str(b)] = compare_calls(ref, got)
+                if ill_conditioned(prog, ref, failures[str(b)], ill):
+                    soft[str(b)] = [f"ill-conditioned: {failures[str(b)].detail}"]
+                    failures[str(b)] = None
         except FuzzTimeout:
             from .compare import Failure
             failures[str(b)] = Failure("timeout", "timeout", f"over {timeout}s")
