@@ -137,6 +137,9 @@ class Lowerer:
             traced = [None] * len(leaves)
         refs = [self.realize(a, _operand_layout(op, a, m)) if isinstance(a, TV) else a
                 for a, m in zip(leaves, traced)]
+        pos = _ALIGNED_BIAS.get(target)
+        if pos is not None and pos < len(leaves) and isinstance(leaves[pos], TV):
+            refs[pos] = self._aligned_rows(leaves[pos], refs[pos])
         args, kwargs = tree_unflatten(refs, spec)
         if meta is None:      # a node traced without metadata: run the op on meta tensors to get it
             meta = _meta_call(target, args, kwargs)
@@ -160,6 +163,26 @@ class Lowerer:
         lay = layout_of(meta)
         self.nodes.append(Extern(name, lay, target, args, kwargs, fresh=fresh, op=op))
         return buffer_view(name, lay)
+
+    def _aligned_rows(self, tv: TV, ref: BufferRef) -> BufferRef:
+        """A CUDA attention kernel's bias with rows padded to ``ATTENTION_BIAS_ALIGN`` elements, as eager's
+        ``scaled_dot_product_attention`` pads it (``pad_bias``) before the memory-efficient kernel, which
+        refuses other row strides: the trace's pad-then-slice is index arithmetic here, so a bias of 6 keys
+        would reach the kernel with rows of 6. Only the first ``keys`` points of each row are written."""
+        lay = ref.layout
+        if lay is None or lay.device.type != "cuda" or len(lay.shape) < 2:
+            return ref
+        a = ATTENTION_BIAS_ALIGN
+        if all(_multiple_of(st, a) or sz == 1 for st, sz in zip(lay.stride[:-1], lay.shape[:-1])) and \
+                lay.stride[-1] == 1:
+            return ref
+        keys = tv.shape[-1]
+        row = (keys + a - 1) // a * a if isinstance(keys, int) else sympy.floor((keys + a - 1) / a) * a
+        stride: list = [1, row]
+        for d in reversed(tv.shape[1:-1]):
+            stride.append(stride[-1] * d)
+        lay = Layout(tuple(tv.shape), tuple(reversed(stride)), tv.dtype, lay.device, 0)
+        return self.realize(tv, lay, share=False)
 
     # -- the graph -----------------------------------------------------------------------------------------
     def run(self) -> LoopGraph:
@@ -348,6 +371,16 @@ class Lowerer:
 
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+# CUDA attention kernels that take an additive bias whose rows must be aligned: the bias's argument position
+ATTENTION_BIAS_ALIGN = 16
+_ALIGNED_BIAS = {torch.ops.aten._scaled_dot_product_efficient_attention.default: 3,
+                 torch.ops.aten._scaled_dot_product_efficient_attention_backward.default: 4}
+
+
+def _multiple_of(v: Any, a: int) -> bool:
+    if isinstance(v, int):
+        return v % a == 0
+    return sympy.Mod(v, a) == 0
 _FRESH_EXTERNS = {"mm", "bmm", "addmm", "convolution"}       # prims whose result is a new tensor
 _EXPECTED_EXTERNS = {"mm", "bmm", "addmm", "convolution", "sdpa", "aten_extern", "uniform", "normal", "rng_seed"}
 
