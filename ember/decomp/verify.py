@@ -3,7 +3,8 @@
 ``verify_prim_graph(gm)`` checks that
 - the FX graph is well formed (``Graph.lint``: every node defined before use, one output);
 - every ``call_function`` calls a registered prim (``PRIMS``), picks an item of a multi-output node
-  (``operator.getitem``) or calls an ATen ``OpOverload`` the prims leave as an extern call;
+  (``operator.getitem``), computes on sizes (``operator`` arithmetic, ``sym_*``, in a graph with symbolic
+  sizes) or calls an ATen ``OpOverload`` the prims leave as an extern call;
 - no prim call mutates: the closed set is functional (a prim's tags never say ``inplace``), and no node is a
   ``call_method`` or ``call_module`` (decomposed graphs are flat function calls).
 
@@ -27,6 +28,12 @@ def _is_getitem(target: Any) -> bool:
     return target is operator.getitem or getattr(target, "__name__", "") == "_getitem"
 
 
+def _is_size_arithmetic(target: Any) -> bool:
+    """Arithmetic on sizes in a graph with symbolic sizes (``operator.mul`` of two SymInts, ``torch.sym_max``)."""
+    return getattr(target, "__module__", None) in ("_operator", "operator") or \
+        getattr(target, "__name__", "").startswith("sym_")
+
+
 def verify_prim_graph(gm: fx.GraphModule, where: str = "decompose") -> None:
     """Check ``gm`` against the prim IR's invariants (module docstring); raise ``PrimGraphError`` if broken."""
     try:
@@ -48,6 +55,6 @@ def verify_prim_graph(gm: fx.GraphModule, where: str = "decompose") -> None:
             if "inplace" in t.tags:
                 raise PrimGraphError(f"ember.decomp.verify: after {where}: {node.name} calls in-place prim "
                                      f"{t.name}")
-        elif not (_is_getitem(t) or isinstance(t, torch._ops.OpOverload)):
+        elif not (_is_getitem(t) or _is_size_arithmetic(t) or isinstance(t, torch._ops.OpOverload)):
             raise PrimGraphError(f"ember.decomp.verify: after {where}: {node.name} calls {t!r}, which is not a "
                                  "prim, a getitem or an ATen extern")

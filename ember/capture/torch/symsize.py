@@ -59,8 +59,17 @@ class SymNumVar(Value):
 
 
 def specialize(v: SymNumVar, why: str, f=None) -> int:
-    """The hint of ``v``, recorded as a relation (``expr == hint``): the entry is valid for this value only."""
+    """The hint of ``v``, recorded as a relation (``expr == hint``): the entry is valid for this value only.
+    A data-dependent size (an unbacked ``u<k>``) has no hint to specialize to: its value is known only when the
+    graph runs, so needing it as a plain number is ``DataDependent`` (a graph break), never its stand-in."""
     expr, hint = v.sym.node.expr, hint_of(v.sym)
+    table = v.sym.node.table
+    if table.unbacked and sympy.sympify(expr).free_symbols & table.unbacked:
+        from ember.errors import DataDependent
+        syms = sorted(sympy.sympify(expr).free_symbols & table.unbacked, key=str)
+        srcs = "; ".join(f"{s} = {table.sources.get(s, '?')}" for s in syms)
+        raise DataDependent(f"the int {to_python(expr)} is needed as a plain number ({why}), but it depends on "
+                            f"a data-dependent size ({srcs}) known only when the graph runs")
     loc = where(f)
     with located(loc) if loc else _nothing():
         v.sym.node.table.decide(sympy.Eq(expr, hint))
