@@ -26,7 +26,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten, treespec_loads
 
 from . import package_format as F
-from .program import InputSpec, OutputSpec, check_inputs
+from .program import InputSpec, OutputSpec, check_inputs, lookup_state, state_owner
 from .serialize import ProgramFormatError, _dec, _leaf_from, _resolve, _tensor_from
 
 
@@ -131,7 +131,7 @@ class PackagedModule(torch.nn.Module):
         self._names: list[str] = []
         for name, rec in program["state"]:
             t = _tensor_from(rec, blob)
-            owner, leaf = self._owner(name)
+            owner, leaf = state_owner(self, name)
             if name in params:
                 owner.register_parameter(leaf, torch.nn.Parameter(t, requires_grad=False))
             else:
@@ -151,22 +151,12 @@ class PackagedModule(torch.nn.Module):
         tensors = [_tensor_from(r, blob) for r in program["tensors"]]
         self._fn = _wrapper(root, program["wrapper"], tensors, data, device)
 
-    def _owner(self, path: str) -> tuple[torch.nn.Module, str]:
-        mod: torch.nn.Module = self
-        *parents, leaf = path.split(".")
-        for p in parents:
-            if not hasattr(mod, p):
-                mod.add_module(p, torch.nn.Module())
-            mod = getattr(mod, p)
-        return mod, leaf
-
     def _state(self) -> list[torch.Tensor]:
         """The parameters and buffers in the wrapper's order, looked up once (a lookup by dotted name costs
         microseconds per tensor and call); ``load_state_dict`` copies in place, so the list stays right, and
         ``_apply`` (``.to()``, ``.half()``) looks them up again."""
         if self._state_list is None:
-            self._state_list = [self.get_parameter(n) if n in self._params else self.get_buffer(n)
-                                for n in self._names]
+            self._state_list = lookup_state(self, self._names, self._params)
         return self._state_list
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:

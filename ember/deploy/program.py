@@ -125,6 +125,24 @@ def _retrace(ep: ExportedProgram) -> fx.GraphModule:
     return traced.gm
 
 
+def state_owner(root: torch.nn.Module, path: str) -> tuple[torch.nn.Module, str]:
+    """The submodule of ``root`` that holds the parameter or buffer ``path`` (``"layer.0.weight"``), made as empty
+    modules where missing, and the attribute name in it."""
+    mod = root
+    *parents, leaf = path.split(".")
+    for p in parents:
+        if not hasattr(mod, p):
+            mod.add_module(p, torch.nn.Module())
+        mod = getattr(mod, p)
+    return mod, leaf
+
+
+def lookup_state(root: torch.nn.Module, names: list[str], params: Any) -> list[torch.Tensor]:
+    """``root``'s parameters (names in ``params``) and buffers ``names``, in that order: a program's lifted
+    state as its graph takes it."""
+    return [root.get_parameter(n) if n in params else root.get_buffer(n) for n in names]
+
+
 class ExportedModule(torch.nn.Module):
     """Runs an ``ExportedProgram``: checks the inputs against the exported specs, runs the graph with the
     program's parameters and buffers (registered here under their original names), writes mutated buffers and
@@ -134,7 +152,7 @@ class ExportedModule(torch.nn.Module):
         super().__init__()
         object.__setattr__(self, "_ep", ep)
         for name, t in ep.state.items():
-            owner, leaf = self._owner(name)
+            owner, leaf = state_owner(self, name)
             if name in ep.parameter_names:
                 owner.register_parameter(leaf, t if isinstance(t, torch.nn.Parameter)
                                          else torch.nn.Parameter(t, requires_grad=t.requires_grad))
@@ -142,18 +160,8 @@ class ExportedModule(torch.nn.Module):
                 owner.register_buffer(leaf, t)
         self._names = [s.name for s in ep.input_specs if s.kind != "user_input"]
 
-    def _owner(self, path: str) -> tuple[torch.nn.Module, str]:
-        mod: torch.nn.Module = self
-        *parents, leaf = path.split(".")
-        for p in parents:
-            if not hasattr(mod, p):
-                mod.add_module(p, torch.nn.Module())
-            mod = getattr(mod, p)
-        return mod, leaf
-
     def _state(self) -> list[torch.Tensor]:
-        return [self.get_parameter(n) if n in self._ep.parameter_names else self.get_buffer(n)
-                for n in self._names]
+        return lookup_state(self, self._names, self._ep.parameter_names)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         ep = self._ep

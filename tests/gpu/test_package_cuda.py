@@ -17,6 +17,9 @@ import ember
 from ember.bench.zoo import HANDWRITTEN
 from ember.deploy import package_format as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.export.test_export import _batch_dims, _with_batch  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,20 +39,12 @@ print('ok')
 """
 
 
-def _batch_dims(args):
-    return tuple({0: ember.Dim("batch", max=256)} if isinstance(a, torch.Tensor) else None for a in args)
-
-
-def _with_batch(args, b):
-    return tuple(a.repeat(-(-b // a.shape[0]), *([1] * (a.dim() - 1)))[:b] for a in args)
-
-
 def _build(entry, tmp_path):
     dev = torch.device("cuda")
     w = entry.build("quick", dev)
     w.model.eval()
     inp = w.make_inputs(0, dev)
-    ep = ember.export(w.model, inp.args, dynamic_shapes=_batch_dims(inp.args))
+    ep = ember.export(w.model, inp.args, dynamic_shapes=_batch_dims(inp.args, ember.Dim("batch", max=256)))
     path = tmp_path / f"{entry.name}.ember-pkg"
     ember.aot_compile(ep, path, device="cuda")
     return w, inp, path
