@@ -64,9 +64,9 @@ def specialize(v: SymNumVar, why: str, f=None) -> int:
     graph runs, so needing it as a plain number is ``DataDependent`` (a graph break), never its stand-in."""
     expr, hint = v.sym.node.expr, hint_of(v.sym)
     table = v.sym.node.table
-    if table.unbacked and sympy.sympify(expr).free_symbols & table.unbacked:
+    syms = sorted(sympy.sympify(expr).free_symbols & table.unbacked, key=str) if table.unbacked else ()
+    if syms:
         from ember.errors import DataDependent
-        syms = sorted(sympy.sympify(expr).free_symbols & table.unbacked, key=str)
         srcs = "; ".join(f"{s} = {table.sources.get(s, '?')}" for s in syms)
         raise DataDependent(f"the int {to_python(expr)} is needed as a plain number ({why}), but it depends on "
                             f"a data-dependent size ({srcs}) known only when the graph runs")
