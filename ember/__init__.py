@@ -20,6 +20,8 @@ _LAZY = {
     "export": ("deploy", "export"), "ExportedProgram": ("deploy", "ExportedProgram"), "Dim": ("deploy", "Dim"),
     "save": ("deploy", "save"), "load": ("deploy", "load"),
     "aot_compile": ("deploy", "aot_compile"), "load_package": ("deploy", "load_package"),
+    "save_cache_artifacts": ("cache_artifacts", "save_cache_artifacts"),
+    "load_cache_artifacts": ("cache_artifacts", "load_cache_artifacts"),
 }
 
 

@@ -24,10 +24,8 @@ HERE = Path(__file__).name
 NAMES = ["compile", "OptimizedModule", "backend", "register_backend", "list_backends", "list_mode_options",
          "list_options", "disable", "reset", "explain", "ExplainOutput", "mark_dynamic", "mark_static",
          "Unsupported", "BackendCompilerFailed", "EmberError", "set_logs", "stats", "CompileOptions",
-         "export", "ExportedProgram", "Dim", "save", "load", "aot_compile", "load_package"]
-NOT_YET = {       # the export and cache-artifact parts of the contract (docs/api.md: upcoming work)
-    "save_cache_artifacts": "portable caches", "load_cache_artifacts": "portable caches",
-}
+         "export", "ExportedProgram", "Dim", "save", "load", "aot_compile", "load_package",
+         "save_cache_artifacts", "load_cache_artifacts"]
 
 
 def _f(x, y):
@@ -62,13 +60,6 @@ def _fresh():
 def test_name_is_importable(name):
     assert getattr(ember, name) is not None
     assert name in dir(ember)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, raises=AttributeError, reason=f"not implemented yet ({why}; docs/api.md)"))
-    for n, why in NOT_YET.items()])
-def test_contract_name_not_yet_importable(name):
-    assert getattr(ember, name) is not None
 
 
 def test_import_is_cheap():
@@ -382,8 +373,6 @@ def test_ember_logs_environment_variable(kinds, tmp_path):
     assert "[ember" in out.stderr and "unknown EMBER_LOGS" not in out.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="EMBER_LOGS=cache is accepted but nothing logs under it yet "
-                   "(docs/api.md, Logging)")
 def test_cache_log_kind_reports_hits_and_misses(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text("import torch, ember\nember.compile(lambda x: x.sin() + 1)(torch.randn(3))\n")

@@ -1,0 +1,245 @@
+"""The whole-graph cache: what AOT autograd, lowering and codegen made of a captured graph, kept on disk so that
+a new process compiling the same model runs only capture and guards (``ember.compile``'s warm start).
+
+Key: a SHA-256 over a text form of everything the result depends on: the captured graph's code, its
+placeholders' symbolic-size metadata and symbol table, the call's input metadata (type, dtype, device, sizes,
+strides, storage offset, ``requires_grad``, which inputs share memory, non-tensor values), the variant (training
+or inference, grad mode), the ambient state tracing reads (autocast, default dtype, inference mode, threads),
+the ``CompileOptions``, ``EMBER_*`` settings, and the versions (this format, ember, torch, Python, the C++
+compiler, the processor identity; Triton's and the GPU's where a CUDA tensor is involved).
+
+Value (store ``graphs``, one signed entry ``<key>.graph`` per variant, ``ember.diskcache``): plain data, no
+pickle: a JSON header with each compiled graph's wrapper source and the table of its free names
+(``ember.deploy.package``'s describe/bind), the runtime metadata the autograd runtime needs (outputs, write
+backs, saved values, differentiable outputs, aliases, grad mode, output structure), the relations about sizes
+tracing added to the symbol table, followed by the raw bytes of the wrapper's constant tensors. C++ kernels
+are referenced by their entry in the kernel store (read and checked there when the graph is loaded).
+
+What is not cached (each logged under ``EMBER_LOGS=cache`` with the reason, and compiled as before): a graph
+that calls submodules, reads module attributes, holds an argument that is not plain data, or calls a function
+outside torch/operator/math/ember; inputs that are tensor subclasses or not strided; a compiled graph that is
+not a generated wrapper of C++ kernels (Triton kernels, the Python fallback); output views with symbolic
+layouts; a build that added symbols or runtime assertions to the table. A hit never trusts its entry beyond
+its signature: anything unreadable is a miss (the entry is rebuilt and rewritten).
+
+Import order: a backend module (backends may import every stage), used by the ``ember`` backend only.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import struct
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .. import counters, diskcache, logs
+
+FORMAT_VERSION = 1
+STORE = "graphs"
+MAGIC = b"EMBER-GRAPH\0"
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+_MODULES = ("torch", "operator", "_operator", "math", "builtins", "ember.")
+# settings that change what is compiled are part of the key; these only where output goes or how much is kept
+_ENV_IGNORED = ("EMBER_LOGS", "EMBER_CACHE_DIR", "EMBER_CACHE_MAX_BYTES", "EMBER_GRAPH_CACHE")
+
+
+class NotCacheable(Exception):
+    """Why a graph is not put in (or read from) the whole-graph cache."""
+
+
+def enabled() -> bool:
+    return os.environ.get("EMBER_GRAPH_CACHE", "1").strip() not in ("0", "false", "no", "off")
+
+
+class GraphCache:
+    """The cache for one captured graph (one ``ember`` backend call). ``compiler`` wraps the backend's kernel
+    compiler so that the raw compiled graphs of a build are recorded; ``build`` is AOT autograd's hook."""
+
+    def __init__(self, gm: Any, options: Any, finish: Callable[[Any, str, Any], Any]) -> None:
+        self.gm, self.options, self.finish = gm, options, finish
+        self._static: str | NotCacheable | None = None
+        self.recorded: list | None = None
+
+    def compiler(self, compile_one: Callable[[Any, str], tuple]) -> Callable[[Any, str], Any]:
+        """``compile_graph(g, kind)`` for AOT autograd: ``compile_one`` gives (raw callable, info), recorded
+        while a build runs, and ``finish`` makes what runs (CUDA graphs, where on)."""
+        def compile_graph(g: Any, kind: str) -> Any:
+            fn, info = compile_one(g, kind)
+            if self.recorded is not None:
+                self.recorded.append((kind, fn, info))
+            return self.finish(fn, kind, info)
+        return compile_graph
+
+    # the hook ---------------------------------------------------------------------------------------------
+    def build(self, variant: Any, training: bool, args: Sequence[Any], binder: Any,
+              real: Callable[[], tuple]) -> tuple:
+        """``real()`` (AOT autograd's build of one variant: ``(built, out_spec)``), or its result from disk."""
+        try:
+            key = self.key(variant, training, args)
+        except NotCacheable as e:
+            logs.log("cache", f"ember graph cache: {self.gm.__class__.__name__} not cached: {e}")
+            return real()
+        name = f"{key}.graph"
+        store = diskcache.store(STORE)
+        data = store.read(name)
+        if data is not None:
+            from .graphcache_io import load_entry
+            try:
+                hit = load_entry(data, binder, self.finish)
+            except NotCacheable as e:
+                logs.log("cache", f"ember graph cache: {store.entry(name)} cannot be used ({e}); rebuilding it")
+                hit = None
+            if hit is not None:
+                counters.bump("graph_cache_hits")
+                logs.log("cache", f"ember graph cache: hit {name} (AOT autograd, lowering and codegen skipped)")
+                return hit
+        counters.bump("graph_cache_misses")
+        snap = _table_snapshot(binder)
+        self.recorded = []
+        try:
+            built, spec = real()
+        finally:
+            recorded, self.recorded = self.recorded, None
+        try:
+            from .graphcache_io import dump_entry
+            store.write(name, dump_entry(built, spec, recorded, binder, snap, training))
+            logs.log("cache", f"ember graph cache: miss, stored {name}")
+        except NotCacheable as e:
+            logs.log("cache", f"ember graph cache: miss, not stored: {e}")
+        except OSError as e:
+            logs.log("cache", f"ember graph cache: miss, cannot store {name} ({e})")
+        return built, spec
+
+    # the key --------------------------------------------------------------------------------------------------
+    def key(self, variant: Any, training: bool, args: Sequence[Any]) -> str:
+        if self._static is None:
+            try:
+                self._static = static_text(self.gm, self.options)
+            except NotCacheable as e:
+                self._static = e
+        if isinstance(self._static, NotCacheable):
+            raise self._static
+        root = diskcache.root()
+        if diskcache.store("cpp").path != root / "cpp":
+            # the kernels went to a private temporary store: a graph referring to them is of no use later
+            raise NotCacheable(f"the kernel store under {root} is not usable, so neither is a cached graph")
+        text = "\n".join([self._static, f"training {training}", f"variant {variant!r}", args_text(args),
+                          ambient_text(args)])
+        return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def static_text(gm: Any, options: Any) -> str:
+    """The part of the key that depends on the graph and the process, not on the call."""
+    lines = [f"ember-graph-cache {FORMAT_VERSION}", *_versions(), f"options {options!r}"]
+    lines += [f"env {k}={v}" for k, v in sorted(os.environ.items())
+              if k.startswith(("EMBER_", "TRITON_")) and k not in _ENV_IGNORED]
+    for n in gm.graph.nodes:
+        if n.op in ("call_module", "get_attr"):
+            raise NotCacheable(f"the graph {'calls a submodule' if n.op == 'call_module' else 'reads a module attribute'}"
+                               f" ({n.target}), whose value the graph's code does not show")
+        if n.op == "call_function":
+            mod = getattr(n.target, "__module__", None) or ""
+            if not (mod.split(".")[0] in _MODULES or mod.startswith(_MODULES)):
+                raise NotCacheable(f"the graph calls {getattr(n.target, '__qualname__', n.target)!r} of module {mod!r}")
+        _check_plain((n.args, n.kwargs), n)
+        if n.op == "placeholder":
+            meta = {k: repr(v) for k, v in sorted(n.meta.items()) if k in ("ember_shape", "ember_stride", "ember_int")}
+            lines.append(f"placeholder {n.name} {meta}")
+    lines.append(gm.code)
+    table = gm.meta.get("ember_symbols") if hasattr(gm, "meta") else None
+    if table is not None and table.symbols:
+        lines.append(table.describe())
+    return "\n".join(lines)
+
+
+def _check_plain(v: Any, node: Any) -> None:
+    import torch.fx as fx
+    if isinstance(v, (fx.Node, slice, type(Ellipsis), *_PLAIN)):
+        if isinstance(v, slice):
+            _check_plain((v.start, v.stop, v.step), node)
+        return
+    if isinstance(v, (tuple, list, torch.Size)):
+        for x in v:
+            _check_plain(x, node)
+        return
+    if isinstance(v, dict):
+        for k, x in v.items():
+            _check_plain(k, node)
+            _check_plain(x, node)
+        return
+    raise NotCacheable(f"node {node.name} has an argument of type {type(v).__name__}, which the key cannot show")
+
+
+def _versions() -> list[str]:
+    import ember
+    from ember.deploy import package_format as F
+    out = [f"ember {ember.__version__}", f"torch {torch.__version__}", f"python {sys.version}",
+           f"machine {platform.machine()}", f"cpu {F.target('cpu')}"]
+    from ember.codegen.cpp_build import compiler, compiler_identity
+    try:
+        out.append(f"cxx {compiler_identity(compiler())}")
+    except Exception as e:      # noqa: BLE001 - no compiler: the graph is compiled (and fails) as before
+        raise NotCacheable(f"the C++ compiler's version is unknown ({e})") from None
+    return out
+
+
+def args_text(args: Sequence[Any]) -> str:
+    from ember.autograd.aliasing import alias_groups
+    lines = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            if type(a) not in (torch.Tensor, torch.nn.Parameter) or a.layout != torch.strided or a.is_quantized:
+                raise NotCacheable(f"input {i} is a {type(a).__name__} ({a.layout})")
+            lines.append(f"T{i} {type(a).__name__} {a.dtype} {a.device} {tuple(a.shape)} {a.stride()} "
+                         f"{a.storage_offset()} rg={a.requires_grad} leaf={a.is_leaf} view={a._is_view()} "
+                         f"conj={a.is_conj()} neg={a.is_neg()}")
+        elif isinstance(a, _PLAIN):
+            lines.append(f"V{i} {type(a).__name__} {a!r}")
+        else:
+            raise NotCacheable(f"input {i} is a {type(a).__name__}")
+    lines.append(f"aliases {alias_groups(list(args))}")
+    return "\n".join(lines)
+
+
+def ambient_text(args: Sequence[Any]) -> str:
+    """The process state tracing and code generation read."""
+    ac = [(d, torch.is_autocast_enabled(d), str(torch.get_autocast_dtype(d))) for d in ("cpu", "cuda")]
+    out = [f"grad {torch.is_grad_enabled()} inference {torch.is_inference_mode_enabled()}", f"autocast {ac}",
+           f"default dtype {torch.get_default_dtype()}", f"threads {torch.get_num_threads()}",
+           f"deterministic {torch.are_deterministic_algorithms_enabled()}"]
+    if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
+        import triton
+        from ember.deploy import package_format as F
+        out.append(f"triton {triton.__version__} gpu {F.target('cuda')}")
+    return "\n".join(out)
+
+
+# the symbol table (graphs with symbolic sizes) --------------------------------------------------------------
+def _table_snapshot(binder: Any) -> tuple | None:
+    if binder is None:
+        return None
+    t = binder.table
+    return (len(t.symbols), len(t.relations), len(t.asserts), dict(t.ranges))
+
+
+def table_delta(binder: Any, snap: tuple | None) -> list:
+    """The relations a build added to the table; ``NotCacheable`` when it changed anything else."""
+    if binder is None:
+        return []
+    t = binder.table
+    n_sym, n_rel, n_assert, ranges = snap
+    if len(t.symbols) != n_sym or len(t.asserts) != n_assert or dict(t.ranges) != ranges:
+        raise NotCacheable("the build added symbols, runtime assertions or ranges to the symbol table")
+    return [r.expr for r in t.relations[n_rel:]]
+
+
+def entry_path(key: str) -> Path:
+    return diskcache.store(STORE).entry(f"{key}.graph")
+
+
+__all__ = ["GraphCache", "NotCacheable", "enabled", "FORMAT_VERSION", "STORE", "MAGIC"]

@@ -1,0 +1,249 @@
+"""The whole-graph cache (``ember.backends.graphcache``) and the cache artifacts (``ember.cache_artifacts``).
+
+Fresh processes (``graph_cache_child.py``: inference, training, a dynamic batch, a size relation, an output view,
+buffer mutation, each checked against eager on fresh random inputs): a cold process fills the cache, a warm one
+runs no AOT autograd and compiles no kernel, and neither does a process whose empty cache was filled from the
+cold one's ``save_cache_artifacts()``; two processes filling one cache at once both succeed. In this process:
+a damaged entry (flipped byte, cut short, swapped, signed but malformed, another format version) is rebuilt,
+and artifacts that are another format version or carry a damaged entry are refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import ember
+from ember import diskcache
+from ember.backends import graphcache
+from ember.cache_artifacts import MAGIC, CacheArtifactsError
+from ember.codegen import cpp_build
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).with_name("graph_cache_child.py")
+
+
+def _start(cache: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, EMBER_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+    env.pop("EMBER_GRAPH_CACHE", None)
+    return subprocess.Popen([sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT)
+
+
+def _result(p: subprocess.Popen) -> dict:
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-3000:]
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["failed"] == [], err[-3000:]
+    return res["stats"]
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    """A cold process's cache, its artifacts and its counters."""
+    d = tmp_path_factory.mktemp("graph-cache")
+    stats = _result(_start(d / "cache", "--save", str(d / "artifacts.bin")))
+    return d / "cache", d / "artifacts.bin", stats
+
+
+def _compiled_nothing(stats: dict, cold_stats: dict) -> None:
+    assert stats["graph_cache_hits"] == cold_stats["graph_cache_misses"] > 0, stats
+    assert stats["graph_cache_misses"] == 0 and stats["traces"] == 0 and stats["kernel_compiles"] == 0, stats
+
+
+def test_cold_process_fills_the_whole_graph_cache(cold):
+    _, _, stats = cold
+    assert stats["graph_cache_misses"] >= 6 and stats["graph_cache_hits"] == 0 and stats["traces"] > 0, stats
+    assert list((cold[0] / graphcache.STORE).glob("*.graph"))
+
+
+def test_warm_process_equals_eager_and_skips_aot_lowering_and_codegen(cold):
+    _compiled_nothing(_result(_start(cold[0])), cold[2])
+
+
+def test_artifacts_warm_an_empty_cache_in_a_fresh_process(cold, tmp_path):
+    _compiled_nothing(_result(_start(tmp_path / "empty", "--load", str(cold[1]))), cold[2])
+
+
+def test_two_processes_filling_one_cache_at_once_both_succeed(tmp_path):
+    procs = [_start(tmp_path / "cache", "--cases", "mlp_train,size_relation") for _ in range(2)]
+    stats = [_result(p) for p in procs]
+    assert all(s["graph_cache_hits"] + s["graph_cache_misses"] >= 3 for s in stats), stats
+    _compiled_nothing(_result(_start(tmp_path / "cache", "--cases", "mlp_train,size_relation")),
+                      {"graph_cache_misses": stats[0]["graph_cache_hits"] + stats[0]["graph_cache_misses"]})
+
+
+# in this process -------------------------------------------------------------------------------------------
+def _fresh() -> None:
+    ember.reset()
+    cpp_build._CACHES.clear()
+    diskcache.reset()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("EMBER_GRAPH_CACHE", raising=False)
+    _fresh()
+    yield tmp_path / "cache"
+    _fresh()
+
+
+def _program(scale: float):
+    def f(x, w):
+        return ((x @ w).tanh() * scale).sum(0)
+    return f
+
+
+def _run(scale: float = 2.0) -> dict:
+    """Compile and train-step ``_program(scale)`` as a new process would; check it against eager."""
+    _fresh()
+    f = _program(scale)
+    x, w = torch.randn(5, 4), torch.randn(4, 3, requires_grad=True)
+    w2 = w.detach().clone().requires_grad_()
+    out, ref = ember.compile(f)(x, w), f(x, w2)
+    out.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(w.grad, w2.grad)
+    return ember.stats()
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted((cache / graphcache.STORE).glob("*.graph"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def _flip(p: Path, cache: Path) -> None:
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    p.write_bytes(bytes(data))
+
+
+def _truncate(p: Path, cache: Path) -> None:
+    p.write_bytes(p.read_bytes()[:100])
+
+
+def _swap(p: Path, cache: Path) -> None:
+    _run(3.0)                   # another program's entry, valid under its own name
+    other = [q for q in _entries(cache) if q != p][0]
+    p.write_bytes(other.read_bytes())
+
+
+def _signed_garbage(p: Path, cache: Path) -> None:
+    diskcache.store(graphcache.STORE).write(p.name, graphcache.MAGIC + struct.pack("<Q", 2) + b"{]")
+
+
+def _other_version(p: Path, cache: Path) -> None:
+    data = p.read_bytes()
+    start = len(graphcache.MAGIC) + 8
+    (n,) = struct.unpack_from("<Q", data, len(graphcache.MAGIC))
+    header = json.loads(data[start:start + n])
+    header["version"] = graphcache.FORMAT_VERSION + 1
+    head = json.dumps(header).encode()
+    diskcache.store(graphcache.STORE).write(p.name, graphcache.MAGIC + struct.pack("<Q", len(head)) + head +
+                                            data[start + n:])
+
+
+DAMAGE = {"flipped_byte": _flip, "truncated": _truncate, "swapped": _swap, "signed_but_malformed": _signed_garbage,
+          "other_format_version": _other_version}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_graph_entry_is_rebuilt_never_loaded(damage, cache):
+    first = _run()
+    assert first["graph_cache_misses"] == 1 and first["graph_cache_hits"] == 0
+    (entry,) = _entries(cache)
+    assert _run()["graph_cache_hits"] == 1          # valid: used
+    DAMAGE[damage](entry, cache)
+    again = _run()
+    assert again["graph_cache_hits"] == 0 and again["graph_cache_misses"] == 1 and again["traces"] > 0, again
+    after = _run()                                   # rebuilt and stored again
+    assert after["graph_cache_hits"] == 1 and after["traces"] == 0, after
+
+
+def test_graph_cache_off(cache, monkeypatch):
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    for _ in range(2):
+        s = _run()
+        assert s["graph_cache_hits"] == s["graph_cache_misses"] == 0 and s["traces"] > 0
+    assert not _entries(cache)
+
+
+# artifacts --------------------------------------------------------------------------------------------------
+def _header(data: bytes) -> tuple[dict, int]:
+    (n,) = struct.unpack_from("<Q", data, len(MAGIC))
+    start = len(MAGIC) + 8
+    return json.loads(data[start:start + n]), start + n
+
+
+def _with_header(header: dict, blob: bytes) -> bytes:
+    head = json.dumps(header).encode()
+    return MAGIC + struct.pack("<Q", len(head)) + head + blob
+
+
+def _saved(cache: Path) -> bytes:
+    _run()
+    return ember.save_cache_artifacts()
+
+
+def _load_elsewhere(tmp_path: Path, monkeypatch, data: bytes) -> tuple[dict, list]:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "elsewhere"))
+    _fresh()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ember.load_cache_artifacts(data)
+    return out, [w for w in caught if issubclass(w.category, diskcache.CacheWarning)]
+
+
+def test_artifacts_round_trip_in_process(cache, tmp_path, monkeypatch):
+    data = _saved(cache)
+    out, warned = _load_elsewhere(tmp_path, monkeypatch, data)
+    assert out["rejected"] == 0 and out["loaded"] >= 2 and not warned       # a graph and its kernel
+    s = _run()
+    assert s["graph_cache_hits"] == 1 and s["traces"] == 0 and s["kernel_compiles"] == 0, s
+
+
+@pytest.mark.parametrize("where", ["graph", "kernel"])
+def test_artifacts_with_a_flipped_byte_reject_that_entry(where, cache, tmp_path, monkeypatch):
+    data = _saved(cache)
+    header, start = _header(data)
+    e = [e for e in header["entries"] if e["name"].endswith(".graph" if where == "graph" else ".so")][0]
+    bad = bytearray(data)
+    bad[start + e["offset"] + e["nbytes"] // 2] ^= 0x01
+    out, warned = _load_elsewhere(tmp_path, monkeypatch, bytes(bad))
+    assert out["rejected"] == 1 and len(warned) == 1 and e["name"] in str(warned[0].message)
+    assert "SHA-256" in str(warned[0].message)
+    assert not (tmp_path / "elsewhere" / e["store"] / e["name"]).exists()
+    s = _run()                                      # compiled again where needed, equal to eager
+    assert s["graph_cache_hits"] == 0 and s["traces"] > 0
+
+
+def test_truncated_artifacts_load_only_whole_entries(cache, tmp_path, monkeypatch):
+    data = _saved(cache)
+    out, warned = _load_elsewhere(tmp_path, monkeypatch, data[:-10])
+    assert out["rejected"] >= 1 and len(warned) == out["rejected"]
+    with pytest.raises(CacheArtifactsError, match="truncated"):
+        ember.load_cache_artifacts(data[:len(MAGIC) + 20])
+
+
+@pytest.mark.parametrize("version", [2, 0, "1"])
+def test_artifacts_of_another_format_version_are_refused(version, cache):
+    data = _saved(cache)
+    header, start = _header(data)
+    header["format_version"] = version
+    with pytest.raises(CacheArtifactsError, match=f"format version {version!r}.*this ember reads version 1"):
+        ember.load_cache_artifacts(_with_header(header, data[start:]))
+
+
+def test_not_artifacts_are_refused(cache):
+    with pytest.raises(CacheArtifactsError, match="not ember cache artifacts"):
+        ember.load_cache_artifacts(b"PK\x03\x04 something else")
+    with pytest.raises(TypeError):
+        ember.load_cache_artifacts("a path")       # type: ignore[arg-type]
