@@ -2,7 +2,13 @@
 process compiles cold, the next ones should find every kernel on disk), each with its own string hash seed as
 Python gives it. Prints each process's first-call time and how many kernel files it added to the cache.
 
-    python benchmarks/warm_start.py --model nanogpt --task train [--device cpu] [--runs 3] [--engine ember]
+    python benchmarks/warm_start.py --model nanogpt --task train [--device cpu] [--runs 3] [--engine ember,inductor]
+
+For ember the warm processes find whole compiled graphs on disk too (``ember.backends.graphcache``: capture
+and guards run, AOT autograd, lowering and codegen do not); each row shows ``ember.stats()``'s
+``graph_cache_hits``, ``traces`` and ``kernel_compiles``. ``--engine`` takes a comma list: each engine gets its
+own cache folder (torch.compile's warm runs use Inductor's FX-graph and kernel caches,
+``TORCHINDUCTOR_CACHE_DIR``), all in the same run.
 
 Before the nineteenth session a kernel's stored buffers came in a set's order, so its source, and its cache key,
 changed with the hash seed: warm processes recompiled every kernel storing two or more buffers. The
@@ -29,11 +35,16 @@ dev = torch.device(a["device"])
 torch.set_num_threads(a["threads"]) if a["threads"] else None
 w, model, inputs = zoo_case(a["model"], a["suite"], dev, a["task"])
 step = make_step(parse_engine(a["engine"]), model, w, inputs, a["task"], a["dtype"], dev)
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 step()
 if dev.type == "cuda":
     torch.cuda.synchronize()
-print(json.dumps({"first_call_s": round(time.perf_counter() - t0, 3), "dynamo": "torch._dynamo" in sys.modules}))
+row = {"first_call_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
+       "dynamo": "torch._dynamo" in sys.modules}
+if "ember" in sys.modules and "ember.counters" in sys.modules:
+    from ember import counters
+    row |= {k: v for k, v in counters.snapshot().items() if k in ("graph_cache_hits", "traces", "kernel_compiles")}
+print(json.dumps(row))
 """
 
 
@@ -54,6 +65,11 @@ def main() -> None:
     ap.add_argument("--dynamo-import", action="store_true",
                     help="let torch's meta kernels import torch._dynamo (ember.dynamo_free off), as before")
     a = ap.parse_args()
+    for engine in a.engine.split(","):
+        run_engine(argparse.Namespace(**(vars(a) | {"engine": engine.strip()})))
+
+
+def run_engine(a: argparse.Namespace) -> None:
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as d:
         cache = Path(d)

@@ -143,9 +143,7 @@ def static_text(gm: Any, options: Any) -> str:
             raise NotCacheable(f"the graph {'calls a submodule' if n.op == 'call_module' else 'reads a module attribute'}"
                                f" ({n.target}), whose value the graph's code does not show")
         if n.op == "call_function":
-            mod = getattr(n.target, "__module__", None) or ""
-            if not (mod.split(".")[0] in _MODULES or mod.startswith(_MODULES)):
-                raise NotCacheable(f"the graph calls {getattr(n.target, '__qualname__', n.target)!r} of module {mod!r}")
+            _check_target(n.target)
         _check_plain((n.args, n.kwargs), n)
         if n.op == "placeholder":
             meta = {k: repr(v) for k, v in sorted(n.meta.items()) if k in ("ember_shape", "ember_stride", "ember_int")}
@@ -155,6 +153,23 @@ def static_text(gm: Any, options: Any) -> str:
     if table is not None and table.symbols:
         lines.append(table.describe())
     return "\n".join(lines)
+
+
+def _check_target(target: Any) -> None:
+    """A call the graph's code names completely: a torch op overload, or a module-level function of torch,
+    operator, math, builtins or ember (not a closure or an object made at capture time, whose behaviour the
+    code does not show)."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return
+    mod, qual = getattr(target, "__module__", None) or "", getattr(target, "__qualname__", "") or ""
+    if not (mod.split(".")[0] in _MODULES or mod.startswith(_MODULES)) or "<" in qual or not qual:
+        raise NotCacheable(f"the graph calls {qual or target!r} of module {mod!r}")
+    obj: Any = sys.modules.get(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    by_name = getattr(sys.modules.get(mod), getattr(target, "__name__", "") or "", None)
+    if obj is not target and getattr(obj, "__func__", None) is not target and by_name is not target:
+        raise NotCacheable(f"the graph calls {mod}.{qual}, which is not that module's own function")
 
 
 def _check_plain(v: Any, node: Any) -> None:
