@@ -81,8 +81,8 @@ class GraphCache:
         """``real()`` (AOT autograd's build of one variant: ``(built, out_spec)``), or its result from disk."""
         try:
             key = self.key(variant, training, args)
-        except NotCacheable as e:
-            logs.log("cache", f"ember graph cache: {self.gm.__class__.__name__} not cached: {e}")
+        except Exception as e:      # noqa: BLE001 - NotCacheable, or anything odd about the inputs: compile
+            logs.log("cache", f"ember graph cache: {self.gm.__class__.__name__} not cached: {_why(e)}")
             return real()
         name = f"{key}.graph"
         store = diskcache.store(STORE)
@@ -109,10 +109,8 @@ class GraphCache:
             from .graphcache_io import dump_entry
             store.write(name, dump_entry(built, spec, recorded, binder, snap, training))
             logs.log("cache", f"ember graph cache: miss, stored {name}")
-        except NotCacheable as e:
-            logs.log("cache", f"ember graph cache: miss, not stored: {e}")
-        except OSError as e:
-            logs.log("cache", f"ember graph cache: miss, cannot store {name} ({e})")
+        except Exception as e:      # noqa: BLE001 - a result that cannot be written is only not cached
+            logs.log("cache", f"ember graph cache: miss, not stored: {_why(e)}")
         return built, spec
 
     # the key --------------------------------------------------------------------------------------------------
@@ -131,6 +129,10 @@ class GraphCache:
         text = "\n".join([self._static, f"training {training}", f"variant {variant!r}", args_text(args),
                           ambient_text(args)])
         return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _why(e: Exception) -> str:
+    return str(e) if isinstance(e, NotCacheable) else f"{type(e).__name__}: {e}"
 
 
 def static_text(gm: Any, options: Any) -> str:

@@ -125,9 +125,11 @@ def load_entry(data: bytes, binder: Any, finish: Callable[[Any, str, Any], Any])
         raise
     except Exception as e:      # noqa: BLE001 - a malformed entry (or a kernel gone) is a miss, never a crash
         raise NotCacheable(f"{type(e).__name__}: {e}") from None
-    for fact in relations:      # the guards of a symbolic graph check what its compile relied on
-        if not binder.table.decide(fact):
+    for fact in relations:
+        if not bool(binder.table.hint(fact)):
             raise NotCacheable(f"the relation {fact} does not hold at this call's sizes")
+    for fact in relations:      # the guards of a symbolic graph check what its compile relied on
+        binder.table.decide(fact)
     return built, spec
 
 

@@ -102,13 +102,13 @@ def _program(scale: float):
     return f
 
 
-def _run(scale: float = 2.0) -> dict:
+def _run(scale: float = 2.0, mode: str | None = None) -> dict:
     """Compile and train-step ``_program(scale)`` as a new process would; check it against eager."""
     _fresh()
     f = _program(scale)
     x, w = torch.randn(5, 4), torch.randn(4, 3, requires_grad=True)
     w2 = w.detach().clone().requires_grad_()
-    out, ref = ember.compile(f)(x, w), f(x, w2)
+    out, ref = ember.compile(f, mode=mode)(x, w), f(x, w2)
     out.sum().backward()
     ref.sum().backward()
     torch.testing.assert_close(out, ref)
@@ -166,6 +166,17 @@ def test_damaged_graph_entry_is_rebuilt_never_loaded(damage, cache):
     assert again["graph_cache_hits"] == 0 and again["graph_cache_misses"] == 1 and again["traces"] > 0, again
     after = _run()                                   # rebuilt and stored again
     assert after["graph_cache_hits"] == 1 and after["traces"] == 0, after
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune"])
+def test_modes_are_cached_apart_and_hit(mode, cache):
+    """CUDA graphs on (reduce-overhead): a cached CPU graph goes through the same finishing step as a compiled
+    one; each mode has its own entries (the options are in the key)."""
+    assert _run(mode=mode)["graph_cache_misses"] == 1
+    s = _run(mode=mode)
+    assert s["graph_cache_hits"] == 1 and s["traces"] == 0 and s["kernel_compiles"] == 0, s
+    other = "default" if mode != "default" else "reduce-overhead"
+    assert _run(mode=other)["graph_cache_misses"] == 1
 
 
 def test_graph_cache_off(cache, monkeypatch):
