@@ -4,7 +4,7 @@ Python gives it. Prints each process's first-call time and how many kernel files
 
     python benchmarks/warm_start.py --model nanogpt --task train [--device cpu] [--runs 3] [--engine ember,inductor]
 
-For ember the warm processes find whole compiled graphs on disk too (``ember.backends.graphcache``: capture
+For ember the warm processes find whole compiled graphs on disk too (``ember.graphcache``: capture
 and guards run, AOT autograd, lowering and codegen do not); each row shows ``ember.stats()``'s
 ``graph_cache_hits``, ``traces`` and ``kernel_compiles``. ``--engine`` takes a comma list: each engine gets its
 own cache folder (torch.compile's warm runs use Inductor's FX-graph and kernel caches,

@@ -16,7 +16,10 @@ from .backends import lookup_backend
 from .capture.frontend import STATS, FrameCache, compile_function, new_session
 from .capture.torch import plugins_factory
 from .errors import Unsupported
+from .graphcache import register as _register_graph_cache
 from .options import CompileOptions, make_options
+
+_register_graph_cache()      # the ember backend's whole-graph cache (ember.backends.GRAPH_CACHE)
 
 # every live compile session, for ``reset()``; weak, so that a compiled function the user drops is freed with
 # the tensors and objects its entries captured

@@ -26,13 +26,13 @@ SIZED = ("ember", "tools", "benchmarks")
 # lowest first; a package may import the packages of earlier layers (and the stand-alone base modules)
 LAYERS: list[set[str]] = [
     {"errors", "logs", "options", "heuristics", "emit", "dynamo_free", "diskcache", "shapes", "counters",
-     "__init__"},
+     "cache_artifacts", "__init__"},
     {"decomp"},
     {"autograd", "loopir"},
     {"codegen"},
     {"runtime"},
     {"backends", "capture"},
-    {"api", "explain", "deploy", "demo", "bench"},
+    {"api", "explain", "deploy", "graphcache", "demo", "bench"},
 ]
 
 FLAT = {0, len(LAYERS) - 1}     # layers whose members may import each other (base utilities, entry points)

@@ -700,14 +700,19 @@ def _run_built(built: Any, spec: Any, flat: list[Any], sets_grad: bool | None) -
     return tree_unflatten(outs, spec)
 
 
+def _build(training: bool, fn: Callable[..., Any], args: Sequence[Any], decompose: bool, recompute: bool,
+           compile_graph: GraphCompiler | None, binder: SymbolBinder | None) -> tuple[Any, Any]:
+    return (_build_training(fn, args, decompose, recompute, compile_graph, binder) if training
+            else _build_inference(fn, args, decompose, compile_graph, binder))
+
+
 def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
                 decompose: bool | None = None, recompute: bool = True,
                 compile_graph: GraphCompiler | None = None, graph_cache: Any = None) -> Callable[..., Any]:
     """Compile ``gm`` with AOT autograd (see the module docstring); runs with ATen kernels unless
     ``decompose`` (or ``options.aot_decompose``) asks for ember prims. ``compile_graph(gm, kind)`` (kind is
     "inference", "forward" or "backward") turns each final graph into the callable that runs it (the kernel
-    compiler); by default the graph module itself runs. ``graph_cache`` (``ember.backends.graphcache``) may
-    give a variant's build from disk instead of tracing and compiling it."""
+    compiler); by default the graph module itself runs. ``graph_cache``: ``ember.graphcache``."""
     if decompose is None:
         decompose = bool(getattr(options, "aot_decompose", False))
     lifted, paths = _lift_params(gm)
@@ -729,12 +734,8 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         return (key, alias_groups(flat)) if mutates[0] else key
 
     def build(training: bool, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, Any]:
-        def real() -> tuple[Any, Any]:
-            return (_build_training(fn, args, decompose, recompute, compile_graph, binder) if training
-                    else _build_inference(fn, args, decompose, compile_graph, binder))
-        if graph_cache is None or fn is not lifted:     # a synthetic-base wrapper: not cached
-            return real()
-        return graph_cache.build(_grad_key(args, sets_grad), training, args, binder, real)
+        real = functools.partial(_build, training, fn, args, decompose, recompute, compile_graph, binder)
+        return graph_cache.build(training, args, binder, real) if graph_cache is not None and fn is lifted else real()
 
     eager_only = _eager_only_reason(gm)
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 _REGISTRY: dict[str, Callable[[Any], Callable]] = {}
+# the whole-graph cache (``ember.graphcache``, a layer above the backends) registers its factory here when
+# ``ember.compile`` is first used: ``factory(gm, options, finish)`` -> a GraphCache, or None when it is off
+GRAPH_CACHE: list[Callable[[Any, Any, Callable], Any]] = []
 
 
 def register_backend(name: str | None = None, *, factory: bool = False):

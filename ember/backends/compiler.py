@@ -3,8 +3,8 @@ fusion scheduler, Triton kernels for CUDA tensors and C++/OpenMP kernels for CPU
 Python wrapper per graph).
 
 Each final graph is compiled in two steps: the kernel compiler's callable (what the whole-graph cache,
-``graphcache``, records and stores), then ``finish`` (CUDA graphs in mode reduce-overhead), which a graph read
-from the cache goes through as well."""
+``ember.graphcache`` through ``GRAPH_CACHE``, records and stores), then ``finish`` (CUDA graphs in mode
+reduce-overhead), which a graph read from the cache goes through as well."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -13,7 +13,7 @@ import torch
 
 from ..autograd.aot import aot_compile
 from ..codegen import compile_graph, kernel_backend
-from . import register_backend
+from . import GRAPH_CACHE, register_backend
 
 
 def _finisher(options: Any) -> tuple[Callable[[Any], Any], Callable[[Any, str, Any], Any]]:
@@ -41,7 +41,6 @@ def _finisher(options: Any) -> tuple[Callable[[Any], Any], Callable[[Any, str, A
 
 @register_backend("ember", factory=True)
 def ember_factory(options: Any) -> Callable:
-    from . import graphcache
     info, finish = _finisher(options)
 
     def compile_one(g: Any, kind: str) -> tuple[Any, Any]:
@@ -59,7 +58,7 @@ def ember_factory(options: Any) -> Callable:
         if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
             from ..codegen.triton_pool import start
             start()       # workers import torch and triton while this graph is traced and lowered
-        cache = graphcache.GraphCache(gm, options, finish) if graphcache.enabled() else None
+        cache = GRAPH_CACHE[0](gm, options, finish) if GRAPH_CACHE else None
         compile_fn = cache.compiler(compile_one) if cache is not None else compile_finished
         return aot_compile(gm, example_inputs, options, decompose=True, compile_graph=compile_fn,
                            graph_cache=cache)

@@ -1,4 +1,4 @@
-"""The whole-graph cache (``ember.backends.graphcache``) and the cache artifacts (``ember.cache_artifacts``).
+"""The whole-graph cache (``ember.graphcache``) and the cache artifacts (``ember.cache_artifacts``).
 
 Fresh processes (``graph_cache_child.py``: inference, training, a dynamic batch, a size relation, an output view,
 buffer mutation, each checked against eager on fresh random inputs): a cold process fills the cache, a warm one
@@ -22,7 +22,7 @@ import torch
 
 import ember
 from ember import diskcache
-from ember.backends import graphcache
+from ember import graphcache
 from ember.cache_artifacts import MAGIC, CacheArtifactsError
 from ember.codegen import cpp_build
 

@@ -22,7 +22,9 @@ not a generated wrapper of C++ kernels (Triton kernels, the Python fallback); ou
 layouts; a build that added symbols or runtime assertions to the table. A hit never trusts its entry beyond
 its signature: anything unreadable is a miss (the entry is rebuilt and rewritten).
 
-Import order: a backend module (backends may import every stage), used by the ``ember`` backend only.
+Import order: this package sits in the top layer, with ``ember.deploy`` whose wrapper description it reuses; the
+``ember`` backend (a layer below) reaches it through ``ember.backends.GRAPH_CACHE``, where importing
+``ember.api`` registers ``make``.
 """
 from __future__ import annotations
 
@@ -76,11 +78,13 @@ class GraphCache:
         return compile_graph
 
     # the hook ---------------------------------------------------------------------------------------------
-    def build(self, variant: Any, training: bool, args: Sequence[Any], binder: Any,
-              real: Callable[[], tuple]) -> tuple:
-        """``real()`` (AOT autograd's build of one variant: ``(built, out_spec)``), or its result from disk."""
+    def build(self, training: bool, args: Sequence[Any], binder: Any, real: Callable[[], tuple]) -> tuple:
+        """``real()`` (AOT autograd's build of one variant: ``(built, out_spec)``), or its result from disk.
+        AOT autograd asks only for builds of the captured graph itself (not of a synthetic-base wrapper); the
+        variant (training or not, which inputs require grad, grad mode) is in the key through ``args`` and
+        the ambient state."""
         try:
-            key = self.key(variant, training, args)
+            key = self.key(training, args)
         except Exception as e:      # noqa: BLE001 - NotCacheable, or anything odd about the inputs: compile
             logs.log("cache", f"ember graph cache: {self.gm.__class__.__name__} not cached: {_why(e)}")
             return real()
@@ -88,7 +92,7 @@ class GraphCache:
         store = diskcache.store(STORE)
         data = store.read(name)
         if data is not None:
-            from .graphcache_io import load_entry
+            from .entry import load_entry
             try:
                 hit = load_entry(data, binder, self.finish)
             except NotCacheable as e:
@@ -106,7 +110,7 @@ class GraphCache:
         finally:
             recorded, self.recorded = self.recorded, None
         try:
-            from .graphcache_io import dump_entry
+            from .entry import dump_entry
             store.write(name, dump_entry(built, spec, recorded, binder, snap, training))
             logs.log("cache", f"ember graph cache: miss, stored {name}")
         except Exception as e:      # noqa: BLE001 - a result that cannot be written is only not cached
@@ -114,7 +118,7 @@ class GraphCache:
         return built, spec
 
     # the key --------------------------------------------------------------------------------------------------
-    def key(self, variant: Any, training: bool, args: Sequence[Any]) -> str:
+    def key(self, training: bool, args: Sequence[Any]) -> str:
         if self._static is None:
             try:
                 self._static = static_text(self.gm, self.options)
@@ -126,8 +130,7 @@ class GraphCache:
         if diskcache.store("cpp").path != root / "cpp":
             # the kernels went to a private temporary store: a graph referring to them is of no use later
             raise NotCacheable(f"the kernel store under {root} is not usable, so neither is a cached graph")
-        text = "\n".join([self._static, f"training {training}", f"variant {variant!r}", args_text(args),
-                          ambient_text(args)])
+        text = "\n".join([self._static, f"training {training}", args_text(args), ambient_text(args)])
         return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -142,8 +145,8 @@ def static_text(gm: Any, options: Any) -> str:
               if k.startswith(("EMBER_", "TRITON_")) and k not in _ENV_IGNORED]
     for n in gm.graph.nodes:
         if n.op in ("call_module", "get_attr"):
-            raise NotCacheable(f"the graph {'calls a submodule' if n.op == 'call_module' else 'reads a module attribute'}"
-                               f" ({n.target}), whose value the graph's code does not show")
+            what = "calls a submodule" if n.op == "call_module" else "reads a module attribute"
+            raise NotCacheable(f"the graph {what} ({n.target}), whose value the graph's code does not show")
         if n.op == "call_function":
             _check_target(n.target)
         _check_plain((n.args, n.kwargs), n)
@@ -228,7 +231,11 @@ def ambient_text(args: Sequence[Any]) -> str:
     ac = [(d, torch.is_autocast_enabled(d), str(torch.get_autocast_dtype(d))) for d in ("cpu", "cuda")]
     out = [f"grad {torch.is_grad_enabled()} inference {torch.is_inference_mode_enabled()}", f"autocast {ac}",
            f"default dtype {torch.get_default_dtype()}", f"threads {torch.get_num_threads()}",
-           f"deterministic {torch.are_deterministic_algorithms_enabled()}"]
+           f"deterministic {torch.are_deterministic_algorithms_enabled()}",
+           f"matmul precision {torch.get_float32_matmul_precision()} cudnn {torch.backends.cudnn.enabled} "
+           f"{torch.backends.cudnn.deterministic} {torch.backends.cudnn.allow_tf32}",
+           f"sdp {torch.backends.cuda.flash_sdp_enabled()} {torch.backends.cuda.mem_efficient_sdp_enabled()} "
+           f"{torch.backends.cuda.math_sdp_enabled()}"]
     if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args):
         import triton
         from ember.deploy import package_format as F
@@ -259,4 +266,15 @@ def entry_path(key: str) -> Path:
     return diskcache.store(STORE).entry(f"{key}.graph")
 
 
-__all__ = ["GraphCache", "NotCacheable", "enabled", "FORMAT_VERSION", "STORE", "MAGIC"]
+def make(gm: Any, options: Any, finish: Callable[[Any, str, Any], Any]) -> GraphCache | None:
+    """The ``ember`` backend's whole-graph cache for one captured graph (None when ``EMBER_GRAPH_CACHE=0``)."""
+    return GraphCache(gm, options, finish) if enabled() else None
+
+
+def register() -> None:
+    from ember.backends import GRAPH_CACHE
+    if make not in GRAPH_CACHE:
+        GRAPH_CACHE.append(make)
+
+
+__all__ = ["GraphCache", "make", "register", "NotCacheable", "enabled", "FORMAT_VERSION", "STORE", "MAGIC"]

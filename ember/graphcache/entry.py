@@ -19,7 +19,7 @@ import torch
 
 from .. import diskcache
 from ..deploy.package import _Table
-from .graphcache import MAGIC, FORMAT_VERSION, NotCacheable, table_delta
+from . import MAGIC, FORMAT_VERSION, NotCacheable, table_delta
 
 _KINDS = {"inference": ("fwd",), "training": ("fwd", "bwd")}
 _RAW = {"inference": "inference", "forward": "fwd", "backward": "bwd"}
