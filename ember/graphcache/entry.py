@@ -33,6 +33,11 @@ def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, tr
     kind = "training" if training else "inference"
     if training != isinstance(built, CompiledGraphs):
         raise NotCacheable("the build is not of the expected kind")
+    if training and len(built.diff_outputs) > 1:
+        # a call whose loss leaves some of them unused runs a backward variant compiled from the backward's
+        # FX graph (autograd.tangents), which an entry does not hold; the full backward with zero tangents is
+        # not the same (0 * inf = nan where eager never computes that branch)
+        raise NotCacheable(f"the training graph has {len(built.diff_outputs)} differentiable outputs")
     raw = {}
     for k, fn, info in recorded:
         slot = "fwd" if k in ("inference", "forward") else "bwd"

@@ -179,6 +179,26 @@ def test_modes_are_cached_apart_and_hit(mode, cache):
     assert _run(mode=other)["graph_cache_misses"] == 1
 
 
+def _two_outputs(x, y):
+    return y / x, x * y * 2
+
+
+def test_training_graph_with_an_unused_differentiable_output_stays_right(cache):
+    """A loss that leaves ``y / x`` unused: eager never computes its gradient (``0 * (1/0)`` would be nan), and
+    the compiled backward drops it; a warm process must do the same (such graphs are not cached)."""
+    for _ in range(2):
+        _fresh()
+        x = torch.randn(4, 5)
+        x[0] = 0.0
+        ins = [x.clone().requires_grad_(), torch.randn(4, 5, requires_grad=True)]
+        ref = [t.detach().clone().requires_grad_() for t in ins]
+        ember.compile(_two_outputs)(*ins)[1].sum().backward()
+        _two_outputs(*ref)[1].sum().backward()
+        for a, b in zip(ins, ref):
+            torch.testing.assert_close(a.grad, b.grad)
+    assert ember.stats()["graph_cache_hits"] == 0
+
+
 def test_graph_cache_off(cache, monkeypatch):
     monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
     for _ in range(2):
