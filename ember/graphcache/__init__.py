@@ -97,6 +97,7 @@ class GraphCache:
                 hit = load_entry(data, binder, self.finish)
             except NotCacheable as e:
                 logs.log("cache", f"ember graph cache: {store.entry(name)} cannot be used ({e}); rebuilding it")
+                store.discard(name)
                 hit = None
             if hit is not None:
                 counters.bump("graph_cache_hits")
