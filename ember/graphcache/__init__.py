@@ -5,8 +5,8 @@ Key: a SHA-256 over a text form of everything the result depends on: the capture
 placeholders' symbolic-size metadata and symbol table, the call's input metadata (type, dtype, device, sizes,
 strides, storage offset, ``requires_grad``, which inputs share memory, non-tensor values), the variant (training
 or inference, grad mode), the ambient state tracing reads (autocast, default dtype, inference mode, threads),
-the ``CompileOptions``, ``EMBER_*`` settings, and the versions (this format, ember, torch, Python, the C++
-compiler, the processor identity; Triton's and the GPU's where a CUDA tensor is involved).
+the ``CompileOptions``, ``EMBER_*`` settings, and the versions (this format, ember and a hash of its source,
+torch, Python, the C++ compiler, the processor identity; Triton's and the GPU's where a CUDA tensor is involved).
 
 Value (store ``graphs``, one signed entry ``<key>.graph`` per variant, ``ember.diskcache``): plain data, no
 pickle: a JSON header with each compiled graph's wrapper source and the table of its free names
@@ -28,6 +28,7 @@ Import order: this package sits in the top layer, with ``ember.deploy`` whose wr
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -196,10 +197,21 @@ def _check_plain(v: Any, node: Any) -> None:
     raise NotCacheable(f"node {node.name} has an argument of type {type(v).__name__}, which the key cannot show")
 
 
+@functools.lru_cache(maxsize=None)
+def source_hash() -> str:
+    """A hash of ember's own source (every ``.py`` of the package): an entry made by other code, a development
+    checkout one edit ago, is never used (the version string alone does not change with each edit)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _versions() -> list[str]:
     import ember
     from ember.deploy import package_format as F
-    out = [f"ember {ember.__version__}", f"torch {torch.__version__}", f"python {sys.version}",
+    out = [f"ember {ember.__version__} source {source_hash()}", f"torch {torch.__version__}", f"python {sys.version}",
            f"machine {platform.machine()}", f"cpu {F.target('cpu')}"]
     from ember.codegen.cpp_build import compiler, compiler_identity
     try:

@@ -204,6 +204,14 @@ def test_training_graph_with_an_unused_differentiable_output_stays_right(cache):
     assert ember.stats()["graph_cache_hits"] == 0
 
 
+def test_an_entry_made_by_other_ember_source_is_not_used(cache, monkeypatch):
+    """The key holds a hash of ember's source: a checkout one edit later compiles again."""
+    assert _run()["graph_cache_misses"] == 1
+    monkeypatch.setattr(graphcache, "source_hash", lambda: "ember after an edit")
+    s = _run()
+    assert s["graph_cache_misses"] == 1 and s["graph_cache_hits"] == 0, s
+
+
 def test_graph_cache_off(cache, monkeypatch):
     monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
     for _ in range(2):
