@@ -19,7 +19,8 @@ What is not cached (each logged under ``EMBER_LOGS=cache`` with the reason, and 
 that calls submodules, reads module attributes, holds an argument that is not plain data, or calls a function
 outside torch/operator/math/ember; inputs that are tensor subclasses or not strided; a compiled graph that is
 not a generated wrapper of C++ kernels (Triton kernels, the Python fallback); output views with symbolic
-layouts; a build that added symbols or runtime assertions to the table. A hit never trusts its entry beyond
+layouts; a build that added symbols or runtime assertions to the table; a training graph with several
+differentiable outputs (``entry.dump_entry`` says why). A hit never trusts its entry beyond
 its signature: anything unreadable is a miss (the entry is rebuilt and rewritten).
 
 Import order: this package sits in the top layer, with ``ember.deploy`` whose wrapper description it reuses; the
