@@ -323,6 +323,8 @@ def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
             outs = list(AotFunction.apply(graphs, *args))
     node = _node_of(graphs, outs) if graphs.version_inputs or graphs.version_outputs else None
     finish(graphs.write_backs, graphs.aliases, args, outs)
+    if graphs.multi_output_views and graphs.aliases:
+        _mark_multi_output_views(graphs, outs)
     if node is not None:
         _record_versions(node, graphs, args, outs)
     return outs[:graphs.num_user_outputs]
@@ -407,6 +409,21 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
             outs[a.output] = base
         else:
             outs[a.output] = base.as_strided(a.size, a.stride, a.offset)
+
+
+_MULTI_OUTPUT = torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE
+
+
+def _mark_multi_output_views(graphs: CompiledGraphs, outs: list[Any]) -> None:
+    """An output that eager makes with a multi-output view op (``split(x)[0]``) and ``finish`` rebuilt as a view
+    of an input or of another output (``as_strided``, an ordinary view) is marked as such a view again, so
+    that autograd refuses its in-place update as eager's does ("Output 0 of ... is a view and is being modified
+    inplace. This view is the output of a function that returns multiple views"), also after a graph break."""
+    for a in graphs.aliases:
+        o = outs[a.output] if a.output < len(outs) else None
+        if a.output in graphs.multi_output_views and isinstance(o, torch.Tensor) and o.requires_grad \
+                and o._is_view() and torch._C._autograd._get_creation_meta(o) != _MULTI_OUTPUT:
+            torch._C._autograd._set_creation_meta(o, _MULTI_OUTPUT)
 
 
 def _rebuild_output_view(a: AliasInfo, outs: list[Any]) -> None:
