@@ -277,20 +277,27 @@ class _Writer:
         return f"{kname}({args})"
 
     def _host_scalars(self, kernels: dict[str, tuple[Callable, KernelBody]]) -> dict[tuple, str]:
-        """0-dim CPU inputs read by kernels on another device (``x * torch.tensor(2.5)`` with ``x`` on CUDA):
-        the kernels get a device copy (externs keep the CPU tensor, as ATen expects)."""
+        """0-dim CPU tensors read by kernels on another device (``x * torch.tensor(2.5)`` with ``x`` on CUDA,
+        or ``x * y_cpu.sum()``): the kernels get a device copy (externs keep the CPU tensor, as ATen expects).
+        An input's copy is made here, at the start; a computed one's just before the first kernel that reads
+        it (``self.late_copies``: step index -> lines), after the CPU step that computed it."""
         out: dict[tuple, str] = {}
-        inputs = {n.name: n for n in self.s.graph.nodes if isinstance(n, InputBuffer)}
-        for step in self.s.steps:
+        scalars = {n.name: n for n in self.s.graph.nodes
+                   if getattr(n, "layout", None) is not None and n.device.type == "cpu" and len(n.layout.shape) == 0}
+        self.late_copies: dict[int, list[str]] = {}
+        for i, step in enumerate(self.s.steps):
             if not isinstance(step, Kernel) or step.device.type == "cpu":
                 continue
             for b in kernels[step.name][1].buffers:
-                n = inputs.get(b)
-                if n is not None and n.device.type == "cpu" and len(n.layout.shape) == 0 and \
-                        (b, step.device) not in out:
+                n = scalars.get(b)
+                if n is not None and (b, step.device) not in out:
                     name = out[(b, step.device)] = f"{b}_on_{step.device.type}{step.device.index or 0}"
                     dev = self.bind("dev", step.device)
-                    self.lines.append(f"    {name} = {b}.to({dev}, non_blocking=True)")
+                    line = f"    {name} = {b}.to({dev}, non_blocking=True)"
+                    if isinstance(n, InputBuffer):
+                        self.lines.append(line)
+                    else:
+                        self.late_copies.setdefault(i, []).append(line)
         return out
 
     def write(self, kernels: dict[str, tuple[Callable, KernelBody]], steal: bool = False) -> str:
@@ -320,11 +327,15 @@ class _Writer:
         for step in self.s.steps:
             if isinstance(step, Kernel) and hasattr(kernels[step.name][0], "aligned_launcher"):
                 self.launched.update(host.get((b, step.device), b) for b in kernels[step.name][1].buffers)
+        late = {line.split(" = ")[0].strip() for lines in self.late_copies.values() for line in lines}
         if self.launched:
-            self._fold_inputs([n.name for n in g.nodes if isinstance(n, InputBuffer)] + list(host.values()))
+            self._fold_inputs([n.name for n in g.nodes if isinstance(n, InputBuffer)] +
+                              [h for h in host.values() if h not in late])
+        self.folded.update(late)        # fresh device tensors: aligned
         for i, step in enumerate(self.s.steps):
             if isinstance(step, Kernel):
                 fn, body = kernels[step.name]
+                self.lines.extend(self.late_copies.get(i, ()))
                 for b, (_, role) in body.buffers.items():
                     if role == "out":
                         self.alloc(b)

@@ -83,6 +83,7 @@ class Lowerer:
         self.table = table if table is not None and table.symbols else None   # symbolic sizes (ember.shapes)
         self.symbol_inputs: dict[str, Any] = {}   # int graph inputs that are symbols: name -> expression
         self.items: dict[Any, str] = {}            # unbacked int (``t.item()``) -> the input buffer it reads
+        self.mixed = _mixes_devices(gm)            # CPU next to another device: 0-dim CPU values are stored
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
@@ -288,7 +289,8 @@ class Lowerer:
         if fn is not None:
             _check_same_device(node)
             try:
-                return self._lowered_call(node, fn, args, kwargs, meta)
+                out = self._lowered_call(node, fn, args, kwargs, meta)
+                return self._host_scalar(out) if self.mixed else out
             except UseExtern as e:      # raised before the lowering adds any node
                 MISSING_LOWERINGS[f"prims.{name}"] += 1
                 logs.log("perf_hints", f"ember.loopir: prims.{name} runs as an extern ATen call: {e}")
@@ -344,6 +346,23 @@ class Lowerer:
             else:
                 out = self._hoisted(node, out, body)
         return out
+
+    def _host_scalar(self, tv: Any) -> Any:
+        """A 0-dim CPU value in a graph that also computes on another device: stored in its own 0-dim CPU buffer
+        (one element, by a CPU kernel), which a kernel of the other device then reads as a scalar (the wrapper
+        gives it a device copy: ``wrapper._host_scalars``), as eager takes ``x_cuda * cpu_scalar`` for any 0-dim
+        CPU tensor. Inlined into that kernel instead, its expression would read CPU memory on the device (a
+        view of a larger CPU tensor, ``y_cpu[1, 2]``, is copied for the same reason)."""
+        if not isinstance(tv, TV) or tv.ndim != 0 or torch.device(tv.device).type != "cpu":
+            return tv
+        reads = {n.buf for n in walk(tv.loader(())) if isinstance(n, Load)}
+        scalars = {n.name for n in self.nodes if n.name in reads and n.device.type == "cpu" and not n.layout.shape}
+        if reads <= scalars:
+            return tv       # reads 0-dim CPU buffers only (``s.float()``): inlined, each of them copied
+        if tv.view is not None:
+            tv = TV(tv.shape, tv.dtype, tv.device, tv.loader)
+        ref = self.realize(tv, share=False)
+        return buffer_view(ref.name, ref.layout)
 
     def _hoisted(self, node: fx.Node, tv: TV, body: Any = None) -> TV:
         """``tv`` realized when it is a small value with a costly op that a user broadcasts over many more
@@ -629,6 +648,12 @@ def _cpu_scalar(node: fx.Node) -> bool:
     return False
 
 
+def _mixes_devices(gm: fx.GraphModule) -> bool:
+    devs = {torch.device(v.device).type for v in (n.meta.get("val") for n in gm.graph.nodes)
+            if isinstance(v, (torch.Tensor, TensorMeta))}
+    return "cpu" in devs and len(devs) > 1
+
+
 def _check_same_device(node: fx.Node) -> None:
     """A prim that becomes kernel code takes its tensors on one device (0-dim CPU tensors are scalars): eager
     refuses ``x_cuda * torch.ones(3, 3)``, and a constant operand (``torch.ones(3, 3, device="meta")``) folded
@@ -649,7 +674,8 @@ def check_devices(graph: LoopGraph, has_kernels: Callable[[torch.device], bool])
     kernel would compute on a device that has no kernel backend (``meta``, ``mps``: a C++ kernel handed their
     memory crashes the process), or would read a buffer of another device: eager refuses such an op ("Expected
     all tensors to be on the same device"), except a 0-dim CPU tensor, a scalar, which the wrapper copies to
-    the kernel's device (``wrapper._host_scalars``; graph inputs and constants only)."""
+    the kernel's device (``wrapper._host_scalars``: a graph input or constant, or a 0-dim value computed on the
+    CPU, which ``Lowerer._host_scalar`` stores in its own buffer)."""
     nodes = {n.name: n for n in graph.nodes}
     for n in graph.nodes:
         if not hasattr(n, "body"):          # inputs and ATen calls: no generated kernel
@@ -661,7 +687,7 @@ def check_devices(graph: LoopGraph, has_kernels: Callable[[torch.device], bool])
             src = nodes.get(r)
             if src is None or src.device == n.device:
                 continue
-            scalar = src.device.type == "cpu" and len(src.layout.shape) == 0 and isinstance(src, InputBuffer)
+            scalar = src.device.type == "cpu" and len(src.layout.shape) == 0     # an input or a stored value
             if not scalar:
                 raise LoweringError(f"ember.loopir: {graph.name}: {n.name} on {n.device} reads {r} on {src.device} "
                                     "(an op mixing devices, which eager refuses)")

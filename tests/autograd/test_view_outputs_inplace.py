@@ -69,8 +69,45 @@ def unbind_view_add_after_break(x):     # eager raises: a view of a multi-output
     return r
 
 
+# A multi-output view that the graph also returns the base of: the runtime rebuilds it as a view of that
+# output (``as_strided``), which lost its multi-output mark, so its update after the break ran where eager
+# raises (fuzz seed 360163: ``v2 = torch.split(x1, 3)[0]``, a break, ``v2.unsqueeze(0).copy_(...)``).
+def split_of_returned_value_after_break(x):     # eager raises
+    t = x * 2
+    v = torch.split(t, 2, dim=0)[0]
+    STATE.append(float(v.sum()))
+    v.unsqueeze(0).copy_(x[:1, :1])
+    return t
+
+
+def chunk_of_returned_value_after_break(x):     # eager raises
+    t = x * 3
+    a, b = t.chunk(2, dim=1)
+    STATE.append(float(a.sum()))
+    a.zero_()
+    return t, b
+
+
+def unbind_row_of_returned_value_after_break(x):    # eager raises
+    t = x + 1
+    r = t.unbind(0)[1]
+    STATE.append(float(r.sum()))
+    r.mul_(2)
+    return t, r
+
+
+def slice_of_returned_value_after_break(x):     # eager runs: a view of one output
+    t = x * 2
+    v = t[:2]
+    STATE.append(float(v.sum()))
+    v.unsqueeze(0).add_(1)
+    return t, v
+
+
 CASES = [view_setitem_after_break, slice_add_after_break, transpose_mul_seen_by_other_view,
-         narrow_index_put_after_break, chunk_zero_after_break, unbind_view_add_after_break]
+         narrow_index_put_after_break, chunk_zero_after_break, unbind_view_add_after_break,
+         split_of_returned_value_after_break, chunk_of_returned_value_after_break,
+         unbind_row_of_returned_value_after_break, slice_of_returned_value_after_break]
 
 
 def _outcome(fn, x):

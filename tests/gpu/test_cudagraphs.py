@@ -173,6 +173,22 @@ def test_cpu_scalar_input_under_reduce_overhead(counts):
         torch.testing.assert_close(f(x, s), x * s + 1)
 
 
+_TABLE = torch.tensor([0.5, -1.5, 2.0])
+
+
+@pytest.mark.parametrize("fn", [lambda x, y: x * y.sum() + 1,            # from a CPU input: plain launches
+                                lambda x, y: x * y[1, 2],
+                                lambda x, y: x * _TABLE.sum() - 1])     # from a CPU constant only: may record
+def test_computed_cpu_scalar_under_reduce_overhead(fn, counts):
+    """A 0-dim CPU value computed in the graph feeding a Triton kernel (a CPU kernel computes it, the CUDA kernel
+    reads a device copy made after it): values equal eager's on every call, recorded or not (a replay must never
+    reuse a host value computed while recording from inputs that changed)."""
+    f = ember.compile(fn, mode="reduce-overhead")
+    for _ in range(5):
+        x, y = torch.randn(32, device="cuda"), torch.randn(3, 3)
+        torch.testing.assert_close(f(x, y), fn(x, y))
+
+
 def test_cpu_scalar_inputs_key_recordings(counts):
     """backend="cudagraphs" (ATen ops read a CPU scalar on the host while recording): the scalar's value is part
     of the signature, so a new value records again and an old one replays its recording."""

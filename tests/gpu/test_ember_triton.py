@@ -129,6 +129,33 @@ def test_cpu_scalar_tensor_feeding_a_kernel() -> None:
             torch.testing.assert_close(got, want)
 
 
+def _computed_scalar_cases():
+    return [
+        ("sum", lambda x, y: x * y.sum() + 1),
+        ("element", lambda x, y: x * y[1, 2]),
+        ("exp_of_element", lambda x, y: (x - y[0, 0].exp()).relu()),
+        ("two_kernels", lambda x, y: (x * y.mean()).sum(1, keepdim=True) + y.amax()),
+        ("cast_input_scalar", lambda x, y: x * y[0, 0].double().float()),
+    ]
+
+
+@pytest.mark.parametrize("name,fn", _computed_scalar_cases(), ids=[c[0] for c in _computed_scalar_cases()])
+def test_computed_cpu_scalar_feeding_a_kernel(name, fn) -> None:
+    """A 0-dim CPU value computed in the graph from a CPU tensor (a sum, an element, a function of one) as an
+    operand of CUDA kernels, as eager allows: every graph compiles to kernels (it ran as an FX graph), the CUDA
+    kernels get a device copy made after the CPU kernel computing it, and values equal eager's (CPU-side
+    checks: tests/loopir/test_device_checks.py::test_computed_cpu_scalar_is_a_kernel_operand)."""
+    from ember.codegen.wrapper import CompiledGraph
+    x, y = torch.randn(33, 5, device="cuda"), torch.randn(3, 3)
+    compiled, built = compile_case(fn, [x, y], opts=None)
+    assert built and all(isinstance(b, CompiledGraph) for b in built), built
+    for _ in range(2):
+        x, y = torch.randn(33, 5, device="cuda"), torch.randn(3, 3)
+        got, want = compiled(x, y), fn(x, y)
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        torch.testing.assert_close(got, want)
+
+
 def test_cross_entropy_over_odd_vocab_is_row_tiled_and_padded() -> None:
     check_odd_vocab_cross_entropy(512, 5001, "cuda")
 

@@ -198,3 +198,78 @@ def _outcome(fn, args):
 def test_meta_next_to_cpu_like_eager(fn, make):
     ember.reset()
     assert _outcome(ember.compile(fn), make()) == _outcome(fn, make())
+
+
+# -- a 0-dim CPU value computed in the graph, read by a CUDA kernel --------------------------------------------
+# Eager takes any 0-dim CPU tensor as a scalar operand of a CUDA op (``x_cuda * y_cpu.sum()``,
+# ``x_cuda * y_cpu[1, 2]``), not only a graph input: such a graph used to run as an FX graph (``check_devices``
+# refused a CUDA kernel reading a computed CPU buffer; a CPU view inlined into the CUDA kernel read a whole CPU
+# matrix). Now the value is stored in its own 0-dim CPU buffer by a CPU kernel, and the wrapper hands the CUDA
+# kernel a device copy made after that step. No GPU here: the whole pipeline runs on the fake tensors' metadata
+# (C++ builds the CPU kernel, Triton's interpreter the CUDA one), the wrapper's source is checked, and it runs
+# with its CUDA device bound to the CPU; running it on CUDA is
+# tests/gpu/test_ember_triton.py::test_computed_cpu_scalar_feeding_a_kernel.
+def _scalar(g, n):
+    return _call(g, "broadcast_in_dim", (n, (3, 3), ()), (3, 3), CPU)
+
+
+def mul_by_cpu_sum(g, p):           # x_cuda * y_cpu.sum()
+    s = _call(g, "sum", (p[1], (0, 1)), (), CPU)
+    return _call(g, "mul", (p[0], _scalar(g, s)), (3, 3), CUDA)
+
+
+def mul_by_cpu_element(g, p):       # x_cuda * y_cpu[1, 2]: a view of a CPU matrix
+    a = _call(g, "slice", (p[1], 0, 1, 2), (1, 3), CPU)
+    b = _call(g, "slice", (a, 1, 2, 3), (1, 1), CPU)
+    e = _call(g, "reshape", (b, ()), (), CPU)
+    return _call(g, "mul", (p[0], _scalar(g, e)), (3, 3), CUDA)
+
+
+def mul_by_exp_of_cpu_element(g, p):    # x_cuda * y_cpu[0, 0].exp()
+    a = _call(g, "slice", (p[1], 0, 0, 1), (1, 3), CPU)
+    b = _call(g, "slice", (a, 1, 0, 1), (1, 1), CPU)
+    e = _call(g, "exp", (_call(g, "reshape", (b, ()), (), CPU),), (), CPU)
+    return _call(g, "mul", (p[0], _scalar(g, e)), (3, 3), CUDA)
+
+
+def add_cpu_mean_twice(g, p):       # the CPU sum feeds two CUDA kernels' expressions (one copy)
+    s = _call(g, "sum", (p[1], (0, 1)), (), CPU)
+    m = _call(g, "mul", (p[0], _scalar(g, s)), (3, 3), CUDA)
+    r = _call(g, "sum", (m, (1,)), (3,), CUDA)
+    t = _call(g, "broadcast_in_dim", (r, (3, 3), (0,)), (3, 3), CUDA)
+    return _call(g, "add", (t, _scalar(g, s)), (3, 3), CUDA)
+
+
+COMPUTED_SCALARS = [mul_by_cpu_sum, mul_by_cpu_element, mul_by_exp_of_cpu_element, add_cpu_mean_twice]
+
+
+@pytest.mark.parametrize("body", COMPUTED_SCALARS, ids=[f.__name__ for f in COMPUTED_SCALARS])
+def test_computed_cpu_scalar_is_a_kernel_operand(body):
+    from ember.codegen.passes import GraphCompile, run_pipeline
+    from ember.codegen.wrapper import CompiledGraph
+    from ember.options import CompileOptions
+    gm = _graph([("x", (3, 3), CUDA), ("y", (3, 3), CPU)], body)
+    graph = lower(gm, body.__name__)
+    check_devices(graph, _has_kernels)      # raised LoweringError: the graph ran as an FX graph
+    names = {n.name: n for n in graph.nodes}
+    for n in graph.nodes:
+        if hasattr(n, "body") and n.device == CUDA:     # a CUDA kernel reads CUDA memory or a 0-dim CPU buffer
+            for r in n.reads():
+                assert names[r].device == CUDA or (names[r].device == CPU and not names[r].layout.shape), (n, r)
+    st = GraphCompile(gm, "inference", CompileOptions())
+    result = run_pipeline(st)
+    assert isinstance(result, CompiledGraph), "ran as an FX graph"
+    lines = result.source.splitlines()
+    copies = [i for i, ln in enumerate(lines) if "_on_cuda0 = " in ln and ".to(" in ln]
+    assert len(copies) == 1, result.source
+    copied = lines[copies[0]].split("=")[1].split(".to(")[0].strip()
+    made = next(i for i, ln in enumerate(lines) if f"# {copied}=" in ln)    # the CPU kernel storing it
+    launches = [i for i, ln in enumerate(lines) if f"{copied}_on_cuda0" in ln and i != copies[0]]
+    assert launches and made < copies[0] < min(launches), result.source
+    # run it with the wrapper's CUDA device bound to the CPU (the Triton kernel runs in the interpreter):
+    # the values of the prim graph run by ATen
+    for k, v in list(result.__globals__.items()):
+        if isinstance(v, torch.device) and v.type == "cuda":
+            result.__globals__[k] = CPU
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    torch.testing.assert_close(result(x, y)[0], gm(x, y)[0])
