@@ -103,6 +103,21 @@ def _read_global_state(d, fn: Callable, what: str):
     return Const(value)
 
 
+def _explicit_break(fn: Any) -> str | None:
+    """Why a call is a graph break the user asked for, or None: ``torch._dynamo.graph_break()``, and a function
+    wrapped by ``torch.compiler.disable`` / ``torch._dynamo.disable`` (it must run eagerly). Inlined as plain
+    Python, both were silently traced through: no break, and no error under ``fullgraph=True``."""
+    if type(fn) is not types.FunctionType:
+        return None
+    if fn.__name__ == "graph_break" and fn.__module__ == "torch._dynamo.decorators":
+        return "torch._dynamo.graph_break() forces a graph break"
+    if fn.__dict__.get("_torchdynamo_disable") is True:
+        inner = fn.__dict__.get("_torchdynamo_orig_callable", fn)
+        name = getattr(inner, "__qualname__", None) or repr(inner)
+        return f"call to {name}, which is marked torch.compiler.disable"
+    return None
+
+
 _PLAIN = (bool, int, float, str)
 
 
@@ -321,6 +336,10 @@ class TorchPlugin:
         cache = getattr(fn, "__ember_cache__", None)
         if cache is not None and type(fn) is types.FunctionType:
             return d.call(f, Const(cache.fn), args, kwargs)
+        why = _explicit_break(fn)
+        if why is not None:
+            raise d.unsupported(f, why, "it runs eagerly at this graph break (fullgraph=True allows none: move the "
+                                         "call out of the compiled function)")
         try:
             special = _CTX.get(fn) or _CONST_RULES.get(fn) or _CONST_RULES.get(_unwrapped(fn, _CONST_RULES))
         except TypeError:
