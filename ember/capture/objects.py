@@ -444,6 +444,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
                                f"{type(args[0].obj).__name__} object")
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and type(args[0]) is not Const:
         return d.call_method(f, args[0], fn.__name__, args[1:], kwargs)
+    inner = cache_wrapped(fn)
+    if inner is not None:
+        return d.inline(f, inner, args, kwargs)
     declined = dunders.number_slot_declines(fn, args, kwargs)
     if declined is not None:
         return declined
@@ -572,8 +575,23 @@ def _partial_call(d, f, v, args, kwargs):
     return d.call(f, v.func, v.args + args, {**v.kwargs, **kwargs})
 
 
+def cache_wrapped(fn: Any) -> types.FunctionType | None:
+    """The Python function under a ``functools.lru_cache`` / ``functools.cache`` wrapper, or None. The trace
+    calls it directly: its result depends only on the arguments, which the trace has; the cache itself (a C
+    object) is neither read nor filled, so a program whose cached function has side effects differs."""
+    t = type(fn)
+    if t.__name__ == "_lru_cache_wrapper" and t.__module__ == "functools":
+        inner = getattr(fn, "__wrapped__", None)
+        if type(inner) is types.FunctionType:
+            return inner
+    return None
+
+
 @R.CALL.register(ObjectVar)
 def _object_call(d, f, v, args, kwargs):
+    inner = cache_wrapped(v.obj)
+    if inner is not None:
+        return d.inline(f, inner, args, kwargs)
     call = lookup_type_attr(type(v.obj), "__call__")
     if call is NULL:
         raise UserException(TypeError(f"'{type(v.obj).__name__}' object is not callable"))

@@ -2,6 +2,7 @@
 compiled and compared with eager on fresh inputs."""
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -104,3 +105,66 @@ def test_requested_break_runs_eagerly(fresh_ember, fn):
     torch.testing.assert_close(got, expected)
     assert _SEEN == seen_eager        # the disabled function ran eagerly, once per eager call
     assert ember.stats()["graph_breaks"] > before
+
+
+# -- functools.lru_cache / functools.cache wrappers -----------------------------------------------------------
+# The trace calls the wrapped Python function (the C cache object cannot be traced); each case's value must be
+# eager's, whatever the cache held before.
+@functools.lru_cache
+def _cached_default_args(x, y, _=None):
+    return torch.sin(x * y)
+
+
+@functools.cache
+def _cached_scale(n):
+    return n * 3 + 1
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_table(k):
+    return {"a": 1.5, "b": -2.0}[k]
+
+
+class _WithCachedMethod:
+    def __init__(self):
+        self.w = 2.0
+
+    @functools.lru_cache(maxsize=None)
+    def factor(self, k):
+        return self.w * k
+
+
+_CM = _WithCachedMethod()
+
+
+def _lru_tensor_args(x):
+    return _cached_default_args(x, 2, x)
+
+
+def _cache_python_number(x):
+    return x * _cached_scale(x.shape[0])
+
+
+def _lru_string_key(x):
+    return x + _cached_table("b")
+
+
+def _lru_method(x):
+    return x * _CM.factor(3)
+
+
+def _lru_passed_in(x, fn=_cached_scale):
+    return x - fn(4)
+
+
+_LRU = [_lru_tensor_args, _cache_python_number, _lru_string_key, _lru_method, _lru_passed_in]
+
+
+@pytest.mark.parametrize("fn", _LRU, ids=lambda f: f.__name__)
+def test_lru_cache_wrapped_callee(fresh_ember, fn):
+    x = torch.randn(5)
+    expected = fn(x)
+    got = ember.compile(fn, fullgraph=True, backend="eager")(x)
+    torch.testing.assert_close(got, expected)
+    x2 = torch.randn(5)
+    torch.testing.assert_close(ember.compile(fn, fullgraph=True, backend="eager")(x2), fn(x2))
