@@ -13,6 +13,7 @@ import logging
 import math
 import operator
 import re
+import sys
 import types
 from typing import Any
 
@@ -33,6 +34,7 @@ _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, g
                     next, help, breakpoint, __import__, id}
 PURE_BUILTINS = {getattr(builtins, n) for n in dir(builtins)
                  if isinstance(getattr(builtins, n), (types.BuiltinFunctionType, type))} - _IMPURE_BUILTINS
+PURE_BUILTINS.add(sys.intern)       # collections.namedtuple() calls it on each field name
 # functions of "pure" modules and types that change an argument: running them on copies would lose the change
 _MUTATING = {getattr(operator, n) for n in ("setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv",
                                             "ilshift", "imod", "imul", "imatmul", "ior", "ipow", "irshift",

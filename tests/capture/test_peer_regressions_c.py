@@ -2,8 +2,10 @@
 compiled and compared with eager on fresh inputs."""
 from __future__ import annotations
 
+import collections
 import functools
 import re
+import sys
 
 import pytest
 import torch
@@ -168,3 +170,70 @@ def test_lru_cache_wrapped_callee(fresh_ember, fn):
     torch.testing.assert_close(got, expected)
     x2 = torch.randn(5)
     torch.testing.assert_close(ember.compile(fn, fullgraph=True, backend="eager")(x2), fn(x2))
+
+
+# -- standard-library calls the trace used to refuse or get wrong ---------------------------------------------
+# OrderedDict.fromkeys takes value= by keyword (dict.fromkeys does not); collections.namedtuple() made inside
+# the function (it evals generated source); sys.intern; a keys view compared and combined while its dict holds
+# tensors (only the keys take part).
+def _od_fromkeys_value_kw(x):
+    d = collections.OrderedDict.fromkeys(("a", "b"), value=x + 1)
+    return d["a"] * d["b"], list(d)
+
+
+class _Od(collections.OrderedDict):
+    pass
+
+
+def _od_subclass_fromkeys_kw(x):
+    d = _Od.fromkeys(iterable="ab", value=x)
+    return d["b"] - 1, list(d)
+
+
+def _namedtuple_made_inside(x):
+    pt = collections.namedtuple("pt", ["a", "b", "ab"], defaults=(None, 1, None))
+    p = pt(x, ab=x * 2)
+    return pt(p.a, p[1], p.ab + 1)
+
+
+def _namedtuple_fields_string(x):
+    pair = collections.namedtuple("pair", "left right")
+    return pair(x, -x).right.sum(), pair._fields
+
+
+def _sys_intern(x):
+    return x + len(sys.intern("ab" + "cd"))
+
+
+def _keys_view_equal(x):
+    d = {3: x}
+    keys = d.keys()
+    d[4] = x + 1
+    return x * ({3: 2, 4: "aa"}.keys() == keys), 4 in keys
+
+
+def _keys_view_set_ops(x):
+    d = {"a": x, "b": x + 1}
+    k = d.keys()
+    return x + len(k & {"b", "c"}), sorted(k | {"z"}), k <= {"a", "b", "c"}, k != {"a"}
+
+
+_STDLIB = [_od_fromkeys_value_kw, _od_subclass_fromkeys_kw, _namedtuple_made_inside, _namedtuple_fields_string,
+           _sys_intern, _keys_view_equal, _keys_view_set_ops]
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b)
+    elif isinstance(a, (tuple, list)):
+        assert type(a).__name__ == type(b).__name__ and len(a) == len(b), (a, b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b, (a, b)
+
+
+@pytest.mark.parametrize("fn", _STDLIB, ids=lambda f: f.__name__)
+def test_stdlib_calls_on_constants(fresh_ember, fn):
+    x = torch.randn(4)
+    _same(ember.compile(fn, fullgraph=True, backend="eager")(x), fn(x))
