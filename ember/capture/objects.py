@@ -27,7 +27,7 @@ from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
                      ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, is_plain_builtin,
-                     make_mapping, make_tuple)
+                     make_mapping, make_tuple, NUMPY_VALUES)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
 _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
@@ -69,6 +69,8 @@ def is_pure_callable(fn: Any) -> bool:
         return is_immutable(fn.__self__)
     if isinstance(fn, (operator.itemgetter, operator.attrgetter)):
         return False
+    if isinstance(fn, type) and issubclass(fn, NUMPY_VALUES):       # np.float32(x), np.finfo(np.float32)
+        return True
     return False
 
 
@@ -526,6 +528,8 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
         elif args or kwargs:
             raise UserException(TypeError(f"{cls.__name__}() takes no arguments"))
         return ov
+    if issubclass(cls, NUMPY_VALUES) and all_const(args, kwargs):      # np.finfo's __new__ calls into C
+        return call_real(d, f, cls, args, kwargs)
     if type(new) is types.FunctionType:
         obj = d.inline(f, new, [Const(cls)] + args, kwargs)
         init = lookup_type_attr(cls, "__init__")
@@ -551,7 +555,8 @@ def bare_instance(d: SymbolicDomain, cls: type) -> ObjectVar:
 
 
 def is_immutable_type(cls: type) -> bool:
-    return cls in (int, float, bool, complex, str, bytes, frozenset, range, slice, type(None))
+    return cls in (int, float, bool, complex, str, bytes, frozenset, range, slice, type(None)) \
+        or issubclass(cls, NUMPY_VALUES)
 
 
 @R.CALL.register(FuncVar)

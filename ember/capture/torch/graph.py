@@ -6,6 +6,7 @@ metadata is exact without touching real data or memory."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import keyword
 
 import linecache
@@ -22,7 +23,7 @@ from ember.autograd.overlap import ORDER, check_writes, may_overlap
 from ...errors import Unsupported
 from ..interpreter import UserException
 from ..sources import Source
-from ..values import Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
+from ..values import NUMPY_SCALARS, Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
 
 META = torch.device("meta")
 
@@ -141,7 +142,7 @@ def node_arg(d, f, v: Value) -> Any:
     if t is OpaqueVar and type(v.obj) in (float, int, bool):   # a number from outside the graph: a scalar input
         return d.torch.scalar_input(d, v)
     if t is Const:
-        return v.value
+        return _plain_number(v.value) if isinstance(v.value, NUMPY_SCALARS) else v.value
     if t is TupleVar:
         return tuple(node_arg(d, f, x) for x in v.items)
     if t is ListVar:
@@ -155,6 +156,25 @@ def node_arg(d, f, v: Value) -> Any:
         return v.as_python()
     except NotConst:
         raise d.unsupported(f, f"passing a {v.describe()} to a torch operation") from None
+
+
+def _plain_number(x: Any) -> Any:
+    """A NumPy scalar in a graph node becomes the Python number it holds where torch reads both alike; where
+    not (``torch.tensor(np.float64(1))`` is float64, of a Python float the default dtype) it stays, and the
+    graph's code names it as numpy prints it (``np.float64(1.0)``: ``np`` is one of FX's code globals)."""
+    n = x.item()
+    if torch.tensor(x).dtype == torch.tensor(n).dtype:
+        return n
+    _fx_knows_numpy()
+    return x
+
+
+@functools.lru_cache(None)
+def _fx_knows_numpy() -> None:
+    import numpy
+    register = getattr(fx.graph, "_register_custom_builtin", None)
+    if register is not None and "np" not in getattr(fx.graph, "_custom_builtins", {}):
+        register("np", "import numpy as np", numpy)
 
 
 def meta_arg(v: Value) -> Any:
