@@ -7,6 +7,7 @@ import functools
 import re
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -237,3 +238,110 @@ def _same(a, b):
 def test_stdlib_calls_on_constants(fresh_ember, fn):
     x = torch.randn(4)
     _same(ember.compile(fn, fullgraph=True, backend="eager")(x), fn(x))
+
+
+# -- NumPy scalars next to tensors, and comparisons a tensor declines -----------------------------------------
+# A NumPy scalar is a number to torch: t == np.float32(1) is elementwise (ember answered False), t + np.float64(2)
+# adds, np.finfo/np.iinfo fields are constants; scalars made inside, read from globals or passed in (guarded by
+# type and value: another value or width recompiles). A user object's reflected __eq__ decides t == obj.
+_NP_HALF = np.float32(0.5)
+
+
+class _EqAll:
+    def __eq__(self, other):
+        return "eq"
+
+    def __ne__(self, other):
+        return "ne"
+
+
+def _np_eq_made_inside(x, s):
+    return x == np.float32(1.0), x != np.int64(0)
+
+
+def _np_compare_argument(x, s):
+    return x == s, x < s, s >= x
+
+
+def _np_arith_argument(x, s):
+    return x + s, s * x, x / s, x - _NP_HALF
+
+
+def _np_finfo_iinfo(x, s):
+    return x + np.finfo(np.float32).min / 1e38, x * np.iinfo(np.int16).max, x + np.finfo(np.float16).eps
+
+
+def _np_scalar_in_torch_calls(x, s):
+    return (torch.full((2,), np.float64(3.0)) + x[:2], torch.clamp(x, min=np.float64(0.1)),
+            torch.tensor(np.float64(2.0)) * x, x.new_full((2,), np.int32(4)), torch.tensor([np.float32(1), 2.0]))
+
+
+def _np_scalar_python_results(x, s):
+    return x + 1, s * 2, np.float32(0.25) + 1, float(s) + 1
+
+
+def _user_eq_against_tensor(x, s):
+    return x == _EqAll(), x != _EqAll(), x == None, x != "text"     # noqa: E711
+
+
+_NUMPY = [_np_eq_made_inside, _np_compare_argument, _np_arith_argument, _np_finfo_iinfo, _np_scalar_in_torch_calls,
+          _np_scalar_python_results, _user_eq_against_tensor]
+
+
+def _same_typed(a, b):
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype, (a, b)
+        torch.testing.assert_close(a, b, equal_nan=True)
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_typed(x, y)
+    else:
+        assert type(a) is type(b) and a == b, (a, b)
+
+
+@pytest.mark.parametrize("fn", _NUMPY, ids=lambda f: f.__name__)
+def test_numpy_scalars_and_declined_comparisons(fresh_ember, fn):
+    opt = ember.compile(fn, fullgraph=True)
+    for s in (np.float32(1.0), np.float64(2.5), np.float32(1.0), np.int64(3)):
+        x = torch.tensor([1.0, 2.5, -1.0, 3.0])
+        _same_typed(opt(x, s), fn(x, s))
+
+
+# -- Tensor.type() with a legacy type or its name -------------------------------------------------------------
+# t.type(torch.HalfTensor), t.type("torch.DoubleTensor"), t.type(other.type()): a legacy tensor type is a
+# dtype (and a device); ember refused the string and crashed on the type object.
+def _type_of_other(a, b):
+    return b.type(a.to(torch.float16).type())
+
+
+def _type_legacy_object(a, b):
+    m = a.type(torch.HalfTensor)
+    return b.type(m.type()), m
+
+
+def _type_string(a, b):
+    return b.type("torch.DoubleTensor") + a, b.type(dtype="torch.IntTensor")
+
+
+def _type_same_is_self(a, b):
+    return a.type(torch.FloatTensor) is a, a.type("torch.FloatTensor") is a
+
+
+def _type_bool_and_back(a, b):
+    return b.type(torch.BoolTensor).type(torch.LongTensor) * 2
+
+
+_TYPES = [_type_of_other, _type_legacy_object, _type_string, _type_same_is_self, _type_bool_and_back]
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+@pytest.mark.parametrize("fn", _TYPES, ids=lambda f: f.__name__)
+def test_tensor_type_legacy(fresh_ember, fn, backend):
+    a, b = torch.randn(3), torch.randn(3)
+    _same_typed(ember.compile(fn, fullgraph=True, backend=backend)(a, b), fn(a, b))
+
+
+def test_tensor_type_invalid_name_is_the_programs_error(fresh_ember):
+    with pytest.raises(Unsupported, match="invalid type: 'torch.NoSuchTensor'"):
+        ember.compile(lambda a: a.type("torch.NoSuchTensor"), fullgraph=True)(torch.ones(1))
