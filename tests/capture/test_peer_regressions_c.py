@@ -345,3 +345,42 @@ def test_tensor_type_legacy(fresh_ember, fn, backend):
 def test_tensor_type_invalid_name_is_the_programs_error(fresh_ember):
     with pytest.raises(Unsupported, match="invalid type: 'torch.NoSuchTensor'"):
         ember.compile(lambda a: a.type("torch.NoSuchTensor"), fullgraph=True)(torch.ones(1))
+
+
+# -- 0-dim tensors bound as Scalars ---------------------------------------------------------------------------
+# torch._foreach_lerp_(xs, ys, t), torch._foreach_pow(t, xs), x.addcmul_(y, z, value=t): the kernel reads the
+# 0-dim tensor's value as a Scalar at run time; no output shape depends on it. ember called it data-dependent
+# (a graph break). Each case runs twice, with another scalar value the second time (no stale constant).
+def _foreach_lerp_inplace(s):
+    xs, ys = [torch.full((2, 2), 4.25), torch.full((3,), 3.5)], [torch.ones(2, 2), torch.zeros(3)]
+    return torch._foreach_lerp_(xs, ys, s), xs
+
+
+def _foreach_lerp_out_of_place(s):
+    return torch._foreach_lerp([torch.full((2,), 2.0)], [torch.ones(2)], s)
+
+
+def _foreach_pow_scalar_base(s):
+    return torch._foreach_pow(s, [torch.tensor(3.5), torch.arange(3.0)])
+
+
+def _addcmul_inplace_tensor_value(s):
+    x = torch.ones(2, 2)
+    return x.addcmul_(torch.full((2, 2), 2.0), torch.arange(4.0).view(2, 2), value=s), x
+
+
+def _addcdiv_tensor_value(s):
+    return torch.addcdiv(torch.ones(3), torch.arange(3.0), torch.full((3,), 4.0), value=s)
+
+
+_SCALAR_TENSORS = [_foreach_lerp_inplace, _foreach_lerp_out_of_place, _foreach_pow_scalar_base,
+                   _addcmul_inplace_tensor_value, _addcdiv_tensor_value]
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+@pytest.mark.parametrize("fn", _SCALAR_TENSORS, ids=lambda f: f.__name__)
+def test_zero_dim_tensor_as_scalar_argument(fresh_ember, fn, backend):
+    opt = ember.compile(fn, fullgraph=True, backend=backend)
+    for v in (0.5, 0.25):
+        s = torch.tensor(v)
+        _same_typed(opt(s), fn(s.clone()))

@@ -288,7 +288,12 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
     """Run an op on meta tensors under the trace's grad mode; failures become Unsupported or user errors."""
     try:
         with torch.set_grad_enabled(st.grad_enabled), torch.device(META), _overlap_checks(margs, mkwargs):
-            return fn(*margs, **mkwargs)
+            try:
+                return fn(*margs, **mkwargs)
+            except (NotImplementedError, RuntimeError) as e:
+                if not (_data_dependent(str(e)) and _scalar_params_only(fn)):
+                    raise
+                return fn(*_cpu_scalars(margs), **_cpu_scalars(mkwargs))
     except _OrderDependent as e:
         raise d.unsupported(f, f"{e.args[0]} writes memory that one of its inputs reads at other positions "
                                "(overlapping views of one tensor), so eager's result depends on the order its "
@@ -341,6 +346,31 @@ def _data_dependent(msg: str) -> bool:
     m = msg.lower()
     return any(s in m for s in ("data-dependent", "data dependent", "item()", "_local_scalar_dense", "nonzero",
                                 "cannot be called on meta", "tensor.item", "on meta tensors", "meta tensor"))
+
+
+# Ops whose 0-dim tensor arguments are bound as Scalars (their kernels call .item()) and whose outputs' shapes
+# and dtypes never depend on those values: _foreach_lerp_(xs, ys, weight), _foreach_pow(base, xs),
+# addcmul_(y, z, value=t). Their meta run gets real CPU stand-ins for the 0-dim meta tensors.
+_SCALAR_PARAM_OPS = ("_foreach_", "addcmul", "addcdiv")
+
+
+def _scalar_params_only(fn) -> bool:
+    name = getattr(fn, "__name__", "") or ""
+    return name.startswith(_SCALAR_PARAM_OPS)
+
+
+def _cpu_scalars(args):
+    """``args`` with each 0-dim meta tensor replaced by a CPU one of its dtype (value 1): the value the kernel
+    reads is a stand-in, as the meta tensors are."""
+    def swap(x):
+        if isinstance(x, torch.Tensor) and x.is_meta and x.dim() == 0:
+            return torch.ones((), dtype=x.dtype, device="cpu")
+        if type(x) in (list, tuple):
+            return type(x)(swap(y) for y in x)
+        return x
+    if isinstance(args, dict):
+        return {k: swap(v) for k, v in args.items()}
+    return [swap(a) for a in args]
 
 
 def _name(fn) -> str:

@@ -113,8 +113,11 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
     if dt is not None:
         margs = [_cast_meta(x, dt) for x in margs]
         mkwargs = {k: _cast_meta(x, dt) for k, x in mkwargs.items()}
-    if meta_fn is None:
-        meta_fn = (lambda s, *a, **k: getattr(s, target)(*a, **k)) if kind == "call_method" else target
+    if meta_fn is None and kind == "call_method":
+        meta_fn = lambda s, *a, **k: getattr(s, target)(*a, **k)     # noqa: E731
+        meta_fn.__name__ = target       # run_meta knows ops by name (graph._SCALAR_PARAM_OPS)
+    elif meta_fn is None:
+        meta_fn = target
     dd = unbacked.lookup(kind, target)
     dd = dd(d, f, args, kwargs) if dd is not None else None
     if dd is not None:      # an output size that depends on tensor values: an unbacked symbol (unbacked.py)
