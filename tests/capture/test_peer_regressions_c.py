@@ -384,3 +384,36 @@ def test_zero_dim_tensor_as_scalar_argument(fresh_ember, fn, backend):
     for v in (0.5, 0.25):
         s = torch.tensor(v)
         _same_typed(opt(s), fn(s.clone()))
+
+
+# -- attributes functools.partial defines ---------------------------------------------------------------------
+# hasattr(p, "__reduce__"), p.__class__, p.__module__, p.__dict__ on a partial made in the function or passed
+# in: the type's own attributes (C methods, class constants); ember refused every one but func/args/keywords.
+_P_ATTRS = ["__lt__", "__hash__", "__dict__", "__getattribute__", "__setattr__", "__doc__", "__repr__", "__dir__",
+            "__init__", "__new__", "__class__", "__eq__", "__reduce__", "__module__", "__sizeof__", "__call__",
+            "__init_subclass__", "__subclasshook__"]
+
+
+def _scale(x, y):
+    return x * y
+
+
+_P_OUTSIDE = functools.partial(_scale, y=3.0)
+
+
+@pytest.mark.parametrize("attr", _P_ATTRS)
+def test_partial_hasattr(fresh_ember, attr):
+    def fn(t, q):
+        p = functools.partial(_scale, y=t)
+        return (p(t) if hasattr(p, attr) else -t), (q(t) if hasattr(q, attr) else t + 1)
+    t = torch.randn(3)
+    _same_typed(ember.compile(fn, fullgraph=True, backend="eager")(t, _P_OUTSIDE), fn(t, _P_OUTSIDE))
+
+
+def test_partial_type_attribute_values(fresh_ember):
+    def fn(t, q):
+        p = functools.partial(_scale, y=t)
+        return (p.__class__ is functools.partial, q.__class__ is functools.partial, p.__module__, q.__doc__,
+                p.__eq__(p), p.__eq__(q), len(p.__dict__), len(q.__dict__), q.__ne__(p))
+    t = torch.randn(3)
+    _same_typed(ember.compile(fn, fullgraph=True, backend="eager")(t, _P_OUTSIDE), fn(t, _P_OUTSIDE))
