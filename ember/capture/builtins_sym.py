@@ -9,6 +9,7 @@ import functools
 import operator
 import traceback
 import types
+import weakref
 from typing import Any, Callable
 
 from .containers import DictView, sort_values
@@ -654,3 +655,20 @@ def _namedtuple_factory(d, f, args, kwargs):
     if not all_const(args, kwargs):
         raise d.unsupported(f, "collections.namedtuple() of values that are not constants")
     return call_real(d, f, collections.namedtuple, args, kwargs)
+
+
+@rule(weakref.ref)
+def _weakref_ref(d, f, args, kwargs):
+    """``weakref.ref(obj)`` of an object that existed before the call (``WeakKeyDictionary`` lookups make one
+    per ``in`` / ``[]``): the real reference, a constant; CPython hands out one shared reference per object when
+    no callback is given, so identity holds too. A callback, or an object made in the trace, is refused."""
+    ro = NULL
+    if len(args) == 1 and not kwargs and not getattr(args[0], "is_new", False):
+        ro = args[0].real_object()
+        ro = d.real_of.get(id(args[0]), NULL) if ro is NULL else ro       # an input tensor
+    if ro is NULL:
+        raise d.unsupported(f, "weakref.ref() of an object made in compiled code, or with a callback")
+    try:
+        return Const(weakref.ref(ro))
+    except TypeError as e:      # not weakly referenceable: the program's own error
+        raise UserException(e) from None

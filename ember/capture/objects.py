@@ -15,6 +15,7 @@ import operator
 import re
 import sys
 import types
+import weakref
 from typing import Any
 
 from . import rules as R
@@ -451,6 +452,11 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
     inner = cache_wrapped(fn)
     if inner is not None:
         return d.inline(f, inner, args, kwargs)
+    if t is weakref.ReferenceType and not args and not kwargs:     # r() of a reference to a traced object
+        referent = fn()
+        v = d.by_id.get(id(referent)) if referent is not None else Const(None)
+        if v is not None:
+            return v
     declined = dunders.number_slot_declines(fn, args, kwargs)
     if declined is not None:
         return declined

@@ -6,6 +6,7 @@ import collections
 import functools
 import re
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -417,3 +418,46 @@ def test_partial_type_attribute_values(fresh_ember):
                 p.__eq__(p), p.__eq__(q), len(p.__dict__), len(q.__dict__), q.__ne__(p))
     t = torch.randn(3)
     _same_typed(ember.compile(fn, fullgraph=True, backend="eager")(t, _P_OUTSIDE), fn(t, _P_OUTSIDE))
+
+
+# -- weakref.ref of existing objects: WeakKeyDictionary lookups ------------------------------------------------
+# `m in states`, states[m], states.get(m) on a weakref.WeakKeyDictionary make weakref.ref(m) for the lookup;
+# ember refused to create the reference. Entries added or removed between calls must recompile.
+_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_M1, _M2, _M3 = torch.nn.Linear(2, 2), torch.nn.Module(), torch.nn.Module()
+
+
+def _wkd_contains(x, t):
+    if _M1 in _STATES:
+        x = torch.sin(x)
+    if _M3 in _STATES:
+        x = x + 100
+    return x
+
+
+def _wkd_getitem_get(x, t):
+    return x * _STATES[_M2], _STATES.get(_M3, -1), len(_STATES)
+
+
+def _wkd_object_key(x, t):
+    return x + (_M1 in _STATES) + (t in _STATES)
+
+
+def _ref_call(x, t):
+    r = weakref.ref(_M2)
+    return r() is _M2, weakref.ref(t)() is t, x + 1
+
+
+@pytest.mark.parametrize("fn", [_wkd_contains, _wkd_getitem_get, _wkd_object_key, _ref_call],
+                         ids=lambda f: f.__name__)
+def test_weak_key_dictionary_lookups(fresh_ember, fn):
+    _STATES.clear()
+    _STATES[_M1], _STATES[_M2] = 2, 3
+    opt = ember.compile(fn, fullgraph=True, backend="eager")
+    x = torch.randn(4)
+    _same_typed(opt(x, x), fn(x, x))
+    _STATES[_M3] = 7
+    _same_typed(opt(x, x), fn(x, x))
+    del _STATES[_M1]
+    _same_typed(opt(x, x), fn(x, x))
+
