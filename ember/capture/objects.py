@@ -426,12 +426,14 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
             and isinstance(args[0], (TupleVar, ListVar, DictVar, SetVar)) and fn.__objclass__ in (tuple, list, dict, set):
         # dict.get(d, k), super().get(k) in a dict subclass: the base type's own method, not an override
         return R.METHOD.find(type(args[0]))(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
+    if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls), list.__new__(list)
+        # before the pure-builtin path: dict.__new__ is a builtin of dict, and run on the real class it made a
+        # real (mutable) instance that the trace then held as a constant
+        return subclasses.new_instance(d, f, fn.__self__, d.as_python(f, args[0]), args[1:], kwargs)
     if is_pure_callable(fn):
         r = _call_pure(d, f, fn, args, kwargs)
         if r is not None:
             return r
-    if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls), list.__new__(list)
-        return subclasses.new_instance(d, f, fn.__self__, d.as_python(f, args[0]), args[1:], kwargs)
     if t is types.BuiltinFunctionType and not is_plain_builtin(fn):
         recv = d.wrap(fn.__self__, None)
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method

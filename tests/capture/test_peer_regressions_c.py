@@ -461,3 +461,65 @@ def test_weak_key_dictionary_lookups(fresh_ember, fn):
     del _STATES[_M1]
     _same_typed(opt(x, x), fn(x, x))
 
+
+# -- container subclasses: __new__ through super(), and an existing list subclass read by list's methods ------
+# super().__new__(cls) in a dict/OrderedDict subclass ran dict.__new__ on the real class (a real, mutable
+# object held as a constant) and the OrderedDict case recursed in super().__init__; list.__len__(l) of a list
+# subclass passed in read its items as dict keys (L([1, 1]) had one item, L([5]) crashed).
+class _NewDict(dict):
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+class _NewOrderedDict(collections.OrderedDict):
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tag = "od"
+
+
+class _ShoutList(list):
+    def __len__(self):
+        return 99
+
+    def __getitem__(self, i):
+        return -1
+
+
+def _new_dict_in_trace(x, l):
+    c = _NewDict()
+    c["a"], c["key"] = x, x + 1
+    return c["key"] + c["a"], type(c).__name__, sorted(c)
+
+
+def _new_ordered_dict_in_trace(x, l):
+    c = _NewOrderedDict([("z", x)], y=2)
+    c["key"] = x
+    c.move_to_end("z")
+    return c["key"] + 1, list(c), c.tag, type(c).__name__
+
+
+def _dict_new_direct(x, l):
+    c = dict.__new__(_NewDict)
+    dict.__init__(c, b=x)
+    return c["b"] * 2, type(c).__name__
+
+
+def _list_base_methods_on_existing(x, l):
+    return x + list.__len__(l), list.__getitem__(l, 1), list(list.__iter__(l)), len(l), l[0]
+
+
+_CONTAINER_NEW = [_new_dict_in_trace, _new_ordered_dict_in_trace, _dict_new_direct, _list_base_methods_on_existing]
+
+
+@pytest.mark.parametrize("fn", _CONTAINER_NEW, ids=lambda f: f.__name__)
+def test_container_subclass_new_and_base_methods(fresh_ember, fn):
+    opt = ember.compile(fn, fullgraph=True, backend="eager")
+    for items in ([1, 1, 3], [4, 0]):
+        x = torch.randn(2)
+        _same_typed(opt(x, _ShoutList(items)), fn(x, _ShoutList(items)))
