@@ -523,3 +523,83 @@ def test_container_subclass_new_and_base_methods(fresh_ember, fn):
     for items in ([1, 1, 3], [4, 0]):
         x = torch.randn(2)
         _same_typed(opt(x, _ShoutList(items)), fn(x, _ShoutList(items)))
+
+
+# -- NumPy code on tensors' arrays, traced as tensor code -------------------------------------------------------
+# t.numpy(), NumPy functions, ndarray methods/attributes/operators and torch.from_numpy were graph breaks
+# ("Tensor.numpy() leaves torch"); torch.compile traces them through torch._numpy. Returned arrays are NumPy
+# arrays with eager's dtype and values.
+def _np_meshgrid_roundtrip(x, y):
+    r1, r2 = np.meshgrid(x[0].numpy(), y[:, 1].numpy())
+    return torch.from_numpy(r1) + 1, r2
+
+
+def _np_attrs(x, y):
+    a = x.numpy()
+    return a.itemsize, a.strides, a.shape, a.ndim, a.size, len(a), torch.from_numpy(a.T) * 2, a.real
+
+
+def _np_reduce_chain(x, y):
+    m = np.mean(x.numpy(), 1)
+    return torch.from_numpy(np.asarray(np.sum(m))), np.max(m, axis=0)
+
+
+def _np_methods(x, y):
+    a = x.numpy()
+    return a.copy(), a.transpose(1, 0), a.reshape([1, a.size]), a.max(axis=0), a.all(axis=0), a.astype(np.float64)
+
+
+def _np_operators(x, y):
+    a, b = x.numpy(), y.numpy()
+    return a + b, a * 2, 3 - a, a > b, -a, a[1:, 0]
+
+
+def _np_from_tensor_creation(x, y):
+    return np.ones_like(x, dtype=np.float64), np.full_like(y, 2.5, dtype=np.dtype("float")), np.zeros_like(x)
+
+
+def _np_linalg_fft(x, y):
+    return np.linalg.norm(x.numpy(), axis=0), np.fft.fftshift(y.numpy())
+
+
+_NP_ARRAYS = [_np_meshgrid_roundtrip, _np_attrs, _np_reduce_chain, _np_methods, _np_operators,
+              _np_from_tensor_creation, _np_linalg_fft]
+
+
+def _same_np(a, b):
+    if isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape, (a, b)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)     # NumPy and torch sum in other orders
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_np(x, y)
+    else:
+        _same_typed(a, b)
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+@pytest.mark.parametrize("fn", _NP_ARRAYS, ids=lambda f: f.__name__)
+def test_numpy_arrays_of_tensors(fresh_ember, fn, backend):
+    opt = ember.compile(fn, fullgraph=True, backend=backend)
+    for shape in ((4, 3), (4, 3)):
+        x, y = torch.randn(shape), torch.randn(shape)
+        _same_np(opt(x, y), fn(x, y))
+
+
+def _np_inplace_write(x):
+    a = x.numpy()
+    a += 1              # writes x's memory
+    return x * 2
+
+
+def test_numpy_inplace_write_is_a_break(fresh_ember):
+    with pytest.raises(Unsupported, match="in-place"):
+        ember.compile(_np_inplace_write, fullgraph=True, backend="eager")(torch.zeros(3))
+    x1, x2 = torch.randn(3), None
+    x2 = x1.clone()
+    _same_typed(ember.compile(_np_inplace_write, backend="eager")(x1), _np_inplace_write(x2))
+    _same_typed(x1, x2)

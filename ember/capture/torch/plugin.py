@@ -118,6 +118,19 @@ def _explicit_break(fn: Any) -> str | None:
     return None
 
 
+def _numpy_call(d, f, fn: Any, args, kwargs) -> Value | None:
+    """NumPy on tensors' arrays (numpy_arrays.py): a NumPy function of arrays, ``torch.from_numpy(a)`` and
+    ``torch.as_tensor(a)`` of an array made from a tensor (its tensor, viewed: the memory is shared)."""
+    from .numpy_arrays import NdarrayVar, numpy_function
+    if fn in (float, int, bool, complex) and args and type(args[0]) is NdarrayVar:
+        raise d.unsupported(f, f"{fn.__name__}() of a NumPy array made from a tensor depends on its values",
+                            "keep the value in the array (or a tensor), or move this outside the compiled function")
+    if fn in (torch.from_numpy, torch.as_tensor) and args and type(args[0]) is NdarrayVar \
+            and (fn is torch.from_numpy or not kwargs) and len(args) == 1:
+        return record(d, f, "call_method", "view_as", [args[0].t, args[0].t], {})
+    return numpy_function(d, f, fn, args, kwargs)
+
+
 _PLAIN = (bool, int, float, str)
 
 
@@ -348,6 +361,9 @@ class TorchPlugin:
             if fn in _CTX:
                 return special(d, f, fn, args, kwargs)
             return special(d, f, args, kwargs)
+        arrays = _numpy_call(d, f, fn, args, kwargs)
+        if arrays is not None:
+            return arrays
         base = _unwrapped(fn, _NATIVE_CALLS)
         if base in _NATIVE_CALLS:
             raise d.unsupported(f, _NATIVE_CALLS[base], "it runs eagerly at this graph break")

@@ -118,6 +118,9 @@ def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
             raise UserException(e) from None
     if name == "get_device":
         return Const(t.device.index if t.device.type != "cpu" else -1)
+    if name == "numpy":
+        from .numpy_arrays import tensor_numpy
+        return tensor_numpy(d, f, t, args, kwargs)
     if name in _DATA_DEPENDENT:
         v = _unbacked.item(d, f, t, name)
         if v is not None:
