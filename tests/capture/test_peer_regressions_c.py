@@ -603,3 +603,12 @@ def test_numpy_inplace_write_is_a_break(fresh_ember):
     x2 = x1.clone()
     _same_typed(ember.compile(_np_inplace_write, backend="eager")(x1), _np_inplace_write(x2))
     _same_typed(x1, x2)
+
+
+def test_is_checkpoint_valid_is_guarded_state(fresh_ember):
+    """torch.autograd._is_checkpoint_valid() reads the autograd engine's state: a constant of the trace and a
+    guard, as the other state queries (it broke the graph: a C method of the engine object)."""
+    def fn(x):
+        return x + 1 if torch.autograd._is_checkpoint_valid() else x - 1
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, fullgraph=True, backend="eager")(x), fn(x))

@@ -80,7 +80,8 @@ def _constant_rules() -> dict[Any, Callable]:
 _GLOBAL_STATE = {torch.autograd._profiler_enabled: "the autograd profiler is on",
                  torch.are_deterministic_algorithms_enabled: "deterministic algorithms are on",
                  torch.is_deterministic_algorithms_warn_only_enabled: "deterministic algorithms only warn",
-                 torch.get_default_dtype: "the default dtype"}
+                 torch.get_default_dtype: "the default dtype",
+                 torch.autograd._is_checkpoint_valid: "checkpointed recomputation is allowed"}
 
 
 def _unwrapped(fn: Any, table: Any) -> Any:
