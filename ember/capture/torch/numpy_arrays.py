@@ -97,8 +97,9 @@ def _plain_arg(d, f, v: Value) -> Value:
     array its tensor."""
     if type(v) is NdarrayVar:
         return v.t
-    if type(v) is Const and (isinstance(v.value, np.dtype) or isinstance(v.value, type) and issubclass(v.value, np.generic)):
-        return Const(np.dtype(v.value).name)
+    x = v.value if type(v) is Const else None
+    if isinstance(x, np.dtype) or isinstance(x, type) and issubclass(x, np.generic):
+        return Const(np.dtype(x).name)
     if type(v) in (TupleVar, ListVar):
         return type(v)([_plain_arg(d, f, x) for x in v.items])
     return v
