@@ -573,6 +573,9 @@ def _same_np(a, b):
     elif isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    elif isinstance(a, np.floating):        # a NumPy scalar: its type, and its value up to summation order
+        assert type(a) is type(b), (a, b)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     elif isinstance(a, (tuple, list)):
         assert type(a) is type(b) and len(a) == len(b)
         for x, y in zip(a, b):
