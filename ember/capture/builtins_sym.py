@@ -4,10 +4,12 @@ tensors... A rule returns ``NotImplemented`` to fall back to the generic pure-ca
 from __future__ import annotations
 
 import builtins
+import collections
 import functools
 import operator
 import traceback
 import types
+import weakref
 from typing import Any, Callable
 
 from .containers import DictView, sort_values
@@ -453,8 +455,11 @@ def _tuple_new(d, f, args, kwargs):
 def _dict_fromkeys(d, f, args, kwargs, cls: type = dict):
     """``cls.fromkeys(iterable, value=None)``: CPython builds a plain dict directly; for a subclass it calls
     ``cls()`` and stores each key with ``r[key] = value`` (an overridden ``__setitem__`` runs)."""
+    if kwargs and issubclass(cls, collections.OrderedDict) and set(kwargs) <= {"iterable", "value"}:
+        # OrderedDict.fromkeys has its own signature (iterable, value=None), keywords allowed
+        args = list(args) + [kwargs.pop(k) for k in ("iterable", "value") if k in kwargs]
     if kwargs:
-        raise UserException(TypeError("fromkeys() takes no keyword arguments"))
+        raise UserException(TypeError(f"{cls.__name__}.fromkeys() takes no keyword arguments"))
     if not 1 <= len(args) <= 2:
         raise UserException(TypeError(f"fromkeys expected at {'least 1 argument' if not args else 'most 2 arguments'}"
                                       f", got {len(args)}"))
@@ -641,3 +646,29 @@ def _object_delattr(d, f, args, kwargs):
 
 
 BUILTIN_RULES[__import__("sys").getrecursionlimit] = lambda d, f, a, k: Const(__import__("sys").getrecursionlimit())
+
+
+@rule(collections.namedtuple)
+def _namedtuple_factory(d, f, args, kwargs):
+    """``collections.namedtuple(name, fields, ...)`` of known values makes its class when the trace runs (it
+    ``eval``s generated source, which cannot be followed); the compiled code's instances are of that class."""
+    if not all_const(args, kwargs):
+        raise d.unsupported(f, "collections.namedtuple() of values that are not constants")
+    return call_real(d, f, collections.namedtuple, args, kwargs)
+
+
+@rule(weakref.ref)
+def _weakref_ref(d, f, args, kwargs):
+    """``weakref.ref(obj)`` of an object that existed before the call (``WeakKeyDictionary`` lookups make one
+    per ``in`` / ``[]``): the real reference, a constant; CPython hands out one shared reference per object when
+    no callback is given, so identity holds too. A callback, or an object made in the trace, is refused."""
+    ro = NULL
+    if len(args) == 1 and not kwargs and not getattr(args[0], "is_new", False):
+        ro = args[0].real_object()
+        ro = d.real_of.get(id(args[0]), NULL) if ro is NULL else ro       # an input tensor
+    if ro is NULL:
+        raise d.unsupported(f, "weakref.ref() of an object made in compiled code, or with a callback")
+    try:
+        return Const(weakref.ref(ro))
+    except TypeError as e:      # not weakly referenceable: the program's own error
+        raise UserException(e) from None

@@ -444,7 +444,10 @@ class DictView(Value):
 
     def as_python(self):
         """A real view of the same kind over a copy of the items: it compares, combines (``keys() & s``) and
-        iterates as the view would (a list would make ``d.keys() == {...}`` False)."""
+        iterates as the view would (a list would make ``d.keys() == {...}`` False). A keys view needs only the
+        keys: its dict's values (tensors) stay out of it."""
+        if self.kind == "keys":
+            return dict.fromkeys(self.d.keys[k].as_python() for k in self.d.items).keys()
         real = {self.d.keys[k].as_python(): x.as_python() for k, x in self.d.items.items()}
         return getattr(real, self.kind)()
 

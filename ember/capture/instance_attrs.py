@@ -3,13 +3,14 @@ container subclass value, the guard that an attribute the trace found absent is 
 of iterators, partials, bound container methods and cells (issue 32, found by PyTorch's Dynamo tests)."""
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from . import rules as R
 from .interpreter import NULL, UserException
 from .lookups import not_in_instance
 from .sources import AttrSource
-from .values import CellVar, Const, IterVar, MethodOf, PartialVar, RealCellVar, TupleVar
+from .values import BoundMethod, CellVar, Const, IterVar, MethodOf, PartialVar, RealCellVar, TupleVar, is_immutable
 
 
 def attr_error(obj_desc: str, name: str) -> UserException:
@@ -77,6 +78,26 @@ def _partial_instance_attr(d, v: PartialVar, name: str):
     raise attr_error("functools.partial", name)
 
 
+def _partial_type_attr(d, v: PartialVar, name: str):
+    """An attribute ``functools.partial`` defines (``p.__eq__``, ``p.__class__``, ``p.__dict__``,
+    ``hasattr(p, "__reduce__")``): its C methods bound to the partial, its class-level methods and constants as
+    they are; NULL for what this does not model."""
+    import functools
+    a = lookup_type_attr(functools.partial, name)
+    if type(a) in (types.WrapperDescriptorType, types.MethodDescriptorType):
+        return BoundMethod(Const(a), v)
+    if type(a) in (types.ClassMethodDescriptorType, types.BuiltinFunctionType) or is_immutable(a):
+        return Const(getattr(functools.partial, name))      # __init_subclass__, __new__, __doc__, __module__
+    if name == "__class__":
+        return Const(functools.partial)
+    if name == "__dict__":
+        real = d.real_of.get(id(v), NULL) if v.source is not None else NULL
+        if real is not NULL:
+            return d.wrap(real.__dict__, AttrSource(v.source, "__dict__"))
+        return d.from_python({})        # a partial made in the trace has no instance attributes
+    return NULL
+
+
 @R.GETATTR.register(IterVar, PartialVar, MethodOf, CellVar, RealCellVar)
 def _misc_getattr(d, f, v, name):
     if isinstance(v, PartialVar):
@@ -87,6 +108,9 @@ def _misc_getattr(d, f, v, name):
         if name == "keywords":
             return d._kwargs_dict(v.kwargs)
         r = _partial_instance_attr(d, v, name)
+        if r is not NULL:
+            return r
+        r = _partial_type_attr(d, v, name)
         if r is not NULL:
             return r
     if isinstance(v, MethodOf) and _method_attr(v, name) is not NULL:

@@ -13,7 +13,9 @@ import logging
 import math
 import operator
 import re
+import sys
 import types
+import weakref
 from typing import Any
 
 from . import rules as R
@@ -26,13 +28,14 @@ from .sources import AttrSource, ConstSource, ItemSource
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
                      ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, is_plain_builtin,
-                     make_mapping, make_tuple)
+                     make_mapping, make_tuple, NUMPY_VALUES)
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator", "string", "keyword", "unicodedata"}
 _IMPURE_BUILTINS = {print, input, open, exec, eval, compile, setattr, delattr, globals, locals, vars, iter,
                     next, help, breakpoint, __import__, id}
 PURE_BUILTINS = {getattr(builtins, n) for n in dir(builtins)
                  if isinstance(getattr(builtins, n), (types.BuiltinFunctionType, type))} - _IMPURE_BUILTINS
+PURE_BUILTINS.add(sys.intern)       # collections.namedtuple() calls it on each field name
 # functions of "pure" modules and types that change an argument: running them on copies would lose the change
 _MUTATING = {getattr(operator, n) for n in ("setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv",
                                             "ilshift", "imod", "imul", "imatmul", "ior", "ipow", "irshift",
@@ -67,6 +70,8 @@ def is_pure_callable(fn: Any) -> bool:
         return is_immutable(fn.__self__)
     if isinstance(fn, (operator.itemgetter, operator.attrgetter)):
         return False
+    if isinstance(fn, type) and issubclass(fn, NUMPY_VALUES):       # np.float32(x), np.finfo(np.float32)
+        return True
     return False
 
 
@@ -421,12 +426,14 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
             and isinstance(args[0], (TupleVar, ListVar, DictVar, SetVar)) and fn.__objclass__ in (tuple, list, dict, set):
         # dict.get(d, k), super().get(k) in a dict subclass: the base type's own method, not an override
         return R.METHOD.find(type(args[0]))(d, f, args[0], fn.__name__, list(args[1:]), kwargs)
+    if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls), list.__new__(list)
+        # before the pure-builtin path: dict.__new__ is a builtin of dict, and run on the real class it made a
+        # real (mutable) instance that the trace then held as a constant
+        return subclasses.new_instance(d, f, fn.__self__, d.as_python(f, args[0]), args[1:], kwargs)
     if is_pure_callable(fn):
         r = _call_pure(d, f, fn, args, kwargs)
         if r is not None:
             return r
-    if any(fn is n for n in subclasses.NEWS) and args:      # super().__new__(cls), list.__new__(list)
-        return subclasses.new_instance(d, f, fn.__self__, d.as_python(f, args[0]), args[1:], kwargs)
     if t is types.BuiltinFunctionType and not is_plain_builtin(fn):
         recv = d.wrap(fn.__self__, None)
         if type(recv) is not Const:         # a Const receiver would give back this same builtin method
@@ -444,6 +451,14 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
                                f"{type(args[0].obj).__name__} object")
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and type(args[0]) is not Const:
         return d.call_method(f, args[0], fn.__name__, args[1:], kwargs)
+    inner = cache_wrapped(fn)
+    if inner is not None:
+        return d.inline(f, inner, args, kwargs)
+    if t is weakref.ReferenceType and not args and not kwargs:     # r() of a reference to a traced object
+        referent = fn()
+        v = d.by_id.get(id(referent)) if referent is not None else Const(None)
+        if v is not None:
+            return v
     declined = dunders.number_slot_declines(fn, args, kwargs)
     if declined is not None:
         return declined
@@ -521,6 +536,8 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
         elif args or kwargs:
             raise UserException(TypeError(f"{cls.__name__}() takes no arguments"))
         return ov
+    if issubclass(cls, NUMPY_VALUES) and all_const(args, kwargs):      # np.finfo's __new__ calls into C
+        return call_real(d, f, cls, args, kwargs)
     if type(new) is types.FunctionType:
         obj = d.inline(f, new, [Const(cls)] + args, kwargs)
         init = lookup_type_attr(cls, "__init__")
@@ -546,7 +563,8 @@ def bare_instance(d: SymbolicDomain, cls: type) -> ObjectVar:
 
 
 def is_immutable_type(cls: type) -> bool:
-    return cls in (int, float, bool, complex, str, bytes, frozenset, range, slice, type(None))
+    return cls in (int, float, bool, complex, str, bytes, frozenset, range, slice, type(None)) \
+        or issubclass(cls, NUMPY_VALUES)
 
 
 @R.CALL.register(FuncVar)
@@ -572,8 +590,23 @@ def _partial_call(d, f, v, args, kwargs):
     return d.call(f, v.func, v.args + args, {**v.kwargs, **kwargs})
 
 
+def cache_wrapped(fn: Any) -> types.FunctionType | None:
+    """The Python function under a ``functools.lru_cache`` / ``functools.cache`` wrapper, or None. The trace
+    calls it directly: its result depends only on the arguments, which the trace has; the cache itself (a C
+    object) is neither read nor filled, so a program whose cached function has side effects differs."""
+    t = type(fn)
+    if t.__name__ == "_lru_cache_wrapper" and t.__module__ == "functools":
+        inner = getattr(fn, "__wrapped__", None)
+        if type(inner) is types.FunctionType:
+            return inner
+    return None
+
+
 @R.CALL.register(ObjectVar)
 def _object_call(d, f, v, args, kwargs):
+    inner = cache_wrapped(v.obj)
+    if inner is not None:
+        return d.inline(f, inner, args, kwargs)
     call = lookup_type_attr(type(v.obj), "__call__")
     if call is NULL:
         raise UserException(TypeError(f"'{type(v.obj).__name__}' object is not callable"))

@@ -75,6 +75,10 @@ def _existing_part(d, v: ObjectVar, base: type):
             return None
         d.guards.add(f"{base.__name__}.__eq__({e}, {d.cg.bind(members, 'members')})", f"members of {d.cg.plain(src)}")
         return SetVar({k: Const(k) for k in members}, frozen=base is frozenset)
+    if base is list:        # items by position (a list's iteration gives values, not keys)
+        n = list.__len__(obj)
+        d.guards.add(f"{d.cg.bind(list, 'list')}.__len__({e}) == {n}", f"{d.cg.plain(src)} has {n} items")
+        return ListVar([d.wrap(list.__getitem__(obj, i), BaseItemSource(src, i, list)) for i in range(n)])
     keys = list(base.__iter__(obj))
     if not all(is_immutable(k) for k in keys):
         return None
@@ -127,7 +131,11 @@ def new_instance(d, f, base: type, cls: type, args, kwargs) -> Value:
         for x in (d.unpack_all(f, args[0]) if args else []):
             part.items[d.hash_key(f, x)] = x
     else:
-        part = SetVar({}) if base is set else ListVar([]) if base is list else DictVar({}, {}, base)
+        # dict.__new__(cls) for an OrderedDict subclass (OrderedDict inherits dict's __new__) makes its
+        # container part an OrderedDict: the class's C base, not the type whose __new__ ran
+        store = container_base(cls) if isinstance(cls, type) else None
+        store = store if store is not None and issubclass(store, base) else base
+        part = SetVar({}) if base is set else ListVar([]) if base is list else DictVar({}, {}, store)
     if cls is base:
         return part
     try:

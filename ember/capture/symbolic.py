@@ -22,7 +22,7 @@ from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_argument
 from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
 from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
-                     is_immutable, is_plain_builtin)
+                     is_immutable, is_plain_builtin, NUMPY_VALUES)
 
 
 def _cell_is_empty(cell) -> bool:
@@ -164,6 +164,14 @@ class SymbolicDomain:
         if isinstance(obj, enum.Enum) or isinstance(obj, IDENTITY_TYPES) or t in (type(Ellipsis), range, slice):
             if g:
                 g.id_match(source, obj) if not isinstance(obj, (range, slice)) else g.equals(source, obj)
+            return Const(obj, source)
+        if isinstance(obj, NUMPY_VALUES):      # np.float32(2.0), np.dtype, np.finfo(...): constants, as numbers are
+            if g and t.__name__ in ("finfo", "iinfo"):
+                g.id_match(source, obj)         # numpy caches them: one object per dtype
+            elif g:                             # repr tells the type's width, -0.0 and nan apart
+                e = source.expr(self.cg)
+                g.add(f"type({e}) is {self.cg.bind(t, t.__name__)} and repr({e}) == {repr(obj)!r}",
+                      f"{self.cg.plain(source)} is {obj!r}")
             return Const(obj, source)
         return None
 

@@ -42,7 +42,15 @@ def is_plain_builtin(fn: Any) -> bool:
 def is_immutable(v: Any) -> bool:
     t = type(v)
     return (t in IMMUTABLE_TYPES or isinstance(v, enum.Enum)
-            or (t is tuple and all(is_immutable(x) for x in v)))
+            or (t is tuple and all(is_immutable(x) for x in v)) or isinstance(v, NUMPY_VALUES))
+
+
+try:        # NumPy's scalars, dtypes and finfo/iinfo records: values, made and read like Python numbers
+    import numpy as _np
+    NUMPY_VALUES: tuple[type, ...] = (_np.number, _np.bool_, _np.dtype, _np.finfo, _np.iinfo)
+    NUMPY_SCALARS: tuple[type, ...] = (_np.number, _np.bool_)
+except ImportError:     # pragma: no cover - torch brings numpy along
+    NUMPY_VALUES = NUMPY_SCALARS = ()
 
 
 class NotConst(Exception):

@@ -288,8 +288,8 @@ def item_as_index(x):
 
 @breaks(T(4), S(), fg="numpy_call")
 def numpy_feeds_python(x, rec):
-    a = x.detach().numpy()  # @numpy_call
-    rec.log.append(round(float(a.sum()), 5))
+    a = x.detach().numpy()      # traced (NumPy on tensors' arrays); float() of its value breaks
+    rec.log.append(round(float(a.sum()), 5))  # @numpy_call
     return x + 1
 
 

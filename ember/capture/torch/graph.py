@@ -6,6 +6,7 @@ metadata is exact without touching real data or memory."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import keyword
 
 import linecache
@@ -22,7 +23,7 @@ from ember.autograd.overlap import ORDER, check_writes, may_overlap
 from ...errors import Unsupported
 from ..interpreter import UserException
 from ..sources import Source
-from ..values import Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
+from ..values import NUMPY_SCALARS, Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
 
 META = torch.device("meta")
 
@@ -141,7 +142,7 @@ def node_arg(d, f, v: Value) -> Any:
     if t is OpaqueVar and type(v.obj) in (float, int, bool):   # a number from outside the graph: a scalar input
         return d.torch.scalar_input(d, v)
     if t is Const:
-        return v.value
+        return _plain_number(v.value) if isinstance(v.value, NUMPY_SCALARS) else v.value
     if t is TupleVar:
         return tuple(node_arg(d, f, x) for x in v.items)
     if t is ListVar:
@@ -155,6 +156,25 @@ def node_arg(d, f, v: Value) -> Any:
         return v.as_python()
     except NotConst:
         raise d.unsupported(f, f"passing a {v.describe()} to a torch operation") from None
+
+
+def _plain_number(x: Any) -> Any:
+    """A NumPy scalar in a graph node becomes the Python number it holds where torch reads both alike; where
+    not (``torch.tensor(np.float64(1))`` is float64, of a Python float the default dtype) it stays, and the
+    graph's code names it as numpy prints it (``np.float64(1.0)``: ``np`` is one of FX's code globals)."""
+    n = x.item()
+    if torch.tensor(x).dtype == torch.tensor(n).dtype:
+        return n
+    _fx_knows_numpy()
+    return x
+
+
+@functools.lru_cache(None)
+def _fx_knows_numpy() -> None:
+    import numpy
+    register = getattr(fx.graph, "_register_custom_builtin", None)
+    if register is not None and "np" not in getattr(fx.graph, "_custom_builtins", {}):
+        register("np", "import numpy as np", numpy)
 
 
 def meta_arg(v: Value) -> Any:
@@ -268,7 +288,12 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
     """Run an op on meta tensors under the trace's grad mode; failures become Unsupported or user errors."""
     try:
         with torch.set_grad_enabled(st.grad_enabled), torch.device(META), _overlap_checks(margs, mkwargs):
-            return fn(*margs, **mkwargs)
+            try:
+                return fn(*margs, **mkwargs)
+            except (NotImplementedError, RuntimeError) as e:
+                if not (_data_dependent(str(e)) and _scalar_params_only(fn)):
+                    raise
+                return fn(*_cpu_scalars(margs), **_cpu_scalars(mkwargs))
     except _OrderDependent as e:
         raise d.unsupported(f, f"{e.args[0]} writes memory that one of its inputs reads at other positions "
                                "(overlapping views of one tensor), so eager's result depends on the order its "
@@ -321,6 +346,31 @@ def _data_dependent(msg: str) -> bool:
     m = msg.lower()
     return any(s in m for s in ("data-dependent", "data dependent", "item()", "_local_scalar_dense", "nonzero",
                                 "cannot be called on meta", "tensor.item", "on meta tensors", "meta tensor"))
+
+
+# Ops whose 0-dim tensor arguments are bound as Scalars (their kernels call .item()) and whose outputs' shapes
+# and dtypes never depend on those values: _foreach_lerp_(xs, ys, weight), _foreach_pow(base, xs),
+# addcmul_(y, z, value=t). Their meta run gets real CPU stand-ins for the 0-dim meta tensors.
+_SCALAR_PARAM_OPS = ("_foreach_", "addcmul", "addcdiv")
+
+
+def _scalar_params_only(fn) -> bool:
+    name = getattr(fn, "__name__", "") or ""
+    return name.startswith(_SCALAR_PARAM_OPS)
+
+
+def _cpu_scalars(args):
+    """``args`` with each 0-dim meta tensor replaced by a CPU one of its dtype (value 1): the value the kernel
+    reads is a stand-in, as the meta tensors are."""
+    def swap(x):
+        if isinstance(x, torch.Tensor) and x.is_meta and x.dim() == 0:
+            return torch.ones((), dtype=x.dtype, device="cpu")
+        if type(x) in (list, tuple):
+            return type(x)(swap(y) for y in x)
+        return x
+    if isinstance(args, dict):
+        return {k: swap(v) for k, v in args.items()}
+    return [swap(a) for a in args]
 
 
 def _name(fn) -> str:

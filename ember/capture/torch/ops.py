@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..values import Const, Value
+from ..values import NUMPY_SCALARS, Const, Value
 from .symprop import final_sym, has_symbols, propagate
 from . import symrules  # noqa: F401  (registers the shape rules in symprop.RULES)
 from . import unbacked
@@ -113,8 +113,11 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
     if dt is not None:
         margs = [_cast_meta(x, dt) for x in margs]
         mkwargs = {k: _cast_meta(x, dt) for k, x in mkwargs.items()}
-    if meta_fn is None:
-        meta_fn = (lambda s, *a, **k: getattr(s, target)(*a, **k)) if kind == "call_method" else target
+    if meta_fn is None and kind == "call_method":
+        meta_fn = lambda s, *a, **k: getattr(s, target)(*a, **k)     # noqa: E731
+        meta_fn.__name__ = target       # run_meta knows ops by name (graph._SCALAR_PARAM_OPS)
+    elif meta_fn is None:
+        meta_fn = target
     dd = unbacked.lookup(kind, target)
     dd = dd(d, f, args, kwargs) if dd is not None else None
     if dd is not None:      # an output size that depends on tensor values: an unbacked symbol (unbacked.py)
@@ -169,9 +172,18 @@ BINARY_FNS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": oper
 UNARY_FNS = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "abs": operator.abs}
 
 
+def _plain_operand(v: Value) -> Value:
+    """A NumPy scalar next to a tensor is the Python number it holds: torch reads it as one (its dtype does not
+    take part in promotion), and the graph keeps a plain number."""
+    if type(v) is Const and isinstance(v.value, NUMPY_SCALARS):
+        return Const(v.value.item())
+    return v
+
+
 def binary(d, f, op: str, a: Value, b: Value):
     if not (type(a) is TensorVar or type(b) is TensorVar):
         return NotImplemented
+    a, b = _plain_operand(a), _plain_operand(b)
     other = b if type(a) is TensorVar else a
     if type(other) is not TensorVar and not _tensor_operand(other):
         return NotImplemented
@@ -192,10 +204,11 @@ def _tensor_operand(v: Value) -> bool:
 def compare(d, f, op: str, a: Value, b: Value):
     if not (type(a) is TensorVar or type(b) is TensorVar):
         return NotImplemented
+    a, b = _plain_operand(a), _plain_operand(b)
     other = b if type(a) is TensorVar else a
     if type(other) is not TensorVar and not _tensor_operand(other):
-        if op in ("==", "!="):
-            return Const(op == "!=")
+        # Tensor's comparison declines it (NotImplemented): the other operand's reflected dunder (a user
+        # __eq__) decides, and == / != fall back to identity, as in CPython
         return NotImplemented
     return record(d, f, "call_function", COMPARE_FNS[op], [a, b], {})
 

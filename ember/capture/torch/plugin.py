@@ -80,7 +80,8 @@ def _constant_rules() -> dict[Any, Callable]:
 _GLOBAL_STATE = {torch.autograd._profiler_enabled: "the autograd profiler is on",
                  torch.are_deterministic_algorithms_enabled: "deterministic algorithms are on",
                  torch.is_deterministic_algorithms_warn_only_enabled: "deterministic algorithms only warn",
-                 torch.get_default_dtype: "the default dtype"}
+                 torch.get_default_dtype: "the default dtype",
+                 torch.autograd._is_checkpoint_valid: "checkpointed recomputation is allowed"}
 
 
 def _unwrapped(fn: Any, table: Any) -> Any:
@@ -101,6 +102,34 @@ def _read_global_state(d, fn: Callable, what: str):
     value = fn()
     d.guards.add(f"{d.cg.bind(fn, fn.__name__)}() is {d.cg.bind(value, 'state')}", f"{what}: {value}")
     return Const(value)
+
+
+def _explicit_break(fn: Any) -> str | None:
+    """Why a call is a graph break the user asked for, or None: ``torch._dynamo.graph_break()``, and a function
+    wrapped by ``torch.compiler.disable`` / ``torch._dynamo.disable`` (it must run eagerly). Inlined as plain
+    Python, both were silently traced through: no break, and no error under ``fullgraph=True``."""
+    if type(fn) is not types.FunctionType:
+        return None
+    if fn.__name__ == "graph_break" and fn.__module__ == "torch._dynamo.decorators":
+        return "torch._dynamo.graph_break() forces a graph break"
+    if fn.__dict__.get("_torchdynamo_disable") is True:
+        inner = fn.__dict__.get("_torchdynamo_orig_callable", fn)
+        name = getattr(inner, "__qualname__", None) or repr(inner)
+        return f"call to {name}, which is marked torch.compiler.disable"
+    return None
+
+
+def _numpy_call(d, f, fn: Any, args, kwargs) -> Value | None:
+    """NumPy on tensors' arrays (numpy_arrays.py): a NumPy function of arrays, ``torch.from_numpy(a)`` and
+    ``torch.as_tensor(a)`` of an array made from a tensor (its tensor, viewed: the memory is shared)."""
+    from .numpy_arrays import NdarrayVar, numpy_function
+    if fn in (float, int, bool, complex) and args and type(args[0]) is NdarrayVar:
+        raise d.unsupported(f, f"{fn.__name__}() of a NumPy array made from a tensor depends on its values",
+                            "keep the value in the array (or a tensor), or move this outside the compiled function")
+    if fn in (torch.from_numpy, torch.as_tensor) and args and type(args[0]) is NdarrayVar \
+            and (fn is torch.from_numpy or not kwargs) and len(args) == 1:
+        return record(d, f, "call_method", "view_as", [args[0].t, args[0].t], {})
+    return numpy_function(d, f, fn, args, kwargs)
 
 
 _PLAIN = (bool, int, float, str)
@@ -321,6 +350,10 @@ class TorchPlugin:
         cache = getattr(fn, "__ember_cache__", None)
         if cache is not None and type(fn) is types.FunctionType:
             return d.call(f, Const(cache.fn), args, kwargs)
+        why = _explicit_break(fn)
+        if why is not None:
+            raise d.unsupported(f, why, "it runs eagerly at this graph break (fullgraph=True allows none: move the "
+                                         "call out of the compiled function)")
         try:
             special = _CTX.get(fn) or _CONST_RULES.get(fn) or _CONST_RULES.get(_unwrapped(fn, _CONST_RULES))
         except TypeError:
@@ -329,6 +362,9 @@ class TorchPlugin:
             if fn in _CTX:
                 return special(d, f, fn, args, kwargs)
             return special(d, f, args, kwargs)
+        arrays = _numpy_call(d, f, fn, args, kwargs)
+        if arrays is not None:
+            return arrays
         base = _unwrapped(fn, _NATIVE_CALLS)
         if base in _NATIVE_CALLS:
             raise d.unsupported(f, _NATIVE_CALLS[base], "it runs eagerly at this graph break")

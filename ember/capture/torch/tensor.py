@@ -118,6 +118,9 @@ def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
             raise UserException(e) from None
     if name == "get_device":
         return Const(t.device.index if t.device.type != "cpu" else -1)
+    if name == "numpy":
+        from .numpy_arrays import tensor_numpy
+        return tensor_numpy(d, f, t, args, kwargs)
     if name in _DATA_DEPENDENT:
         v = _unbacked.item(d, f, t, name)
         if v is not None:
@@ -154,8 +157,11 @@ def _to(d, f, t: TensorVar, name, args, kwargs):
         device = torch.device("cpu")
     elif name == "type":
         dtype = vals[0] if vals else kw.get("dtype")
-        if isinstance(dtype, str):
-            raise d.unsupported(f, "Tensor.type() with a type string")
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            legacy = _legacy_tensor_type(dtype)
+            on = torch.device("cuda") if legacy.is_cuda else torch.device("cpu")
+            rest = {k: v for k, v in kwargs.items() if k == "non_blocking"}
+            return _to(d, f, t, "to", [Const(on), Const(legacy.dtype)], rest)
     else:
         for v in vals:
             if isinstance(v, TensorVar):
@@ -176,6 +182,22 @@ def _to(d, f, t: TensorVar, name, args, kwargs):
         return s.to(dtype=dtype, memory_format=kw.get("memory_format", torch.preserve_format), copy=True)
     out = record(d, f, "call_method", name, [t] + list(args), kwargs, meta_fn=meta_fn, device=device)
     return out
+
+
+_TENSORTYPE = type(torch.FloatTensor)
+
+
+def _legacy_tensor_type(spec):
+    """A legacy tensor type (``torch.HalfTensor``, ``torch.cuda.FloatTensor``) from itself or its name (the
+    string ``Tensor.type()`` returns): ``t.type(spec)`` is then ``t.to(device, dtype)``."""
+    obj = spec
+    if isinstance(spec, str):
+        obj = torch if spec.split(".")[0] == "torch" else None
+        for part in spec.split(".")[1:]:
+            obj = getattr(obj, part, None)
+    if type(obj) is not _TENSORTYPE:
+        raise UserException(ValueError(f"invalid type: {spec!r}"))
+    return obj
 
 
 @R.GETITEM.register(TensorVar)

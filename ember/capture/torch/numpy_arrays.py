@@ -1,0 +1,226 @@
+"""NumPy code on tensors' arrays, traced as tensor code (issue 32): ``a = t.numpy()`` is an ``NdarrayVar`` that
+holds ``t``'s value; NumPy functions, ndarray methods, attributes and operators on it become graph nodes that
+run ``torch._numpy`` (NumPy's API written with torch ops) on tensors; ``torch.from_numpy(a)`` is a tensor again,
+and an array the function returns is made a NumPy array by the glue (``.numpy()`` of the graph's output).
+
+Only what cannot change an array in place is traced: in-place operators, item assignment, ``out=`` and the
+mutating methods and functions stay graph breaks (an in-place change of ``t.numpy()`` writes ``t``'s memory)."""
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .. import rules as R
+from ..interpreter import UserException
+from ..values import Const, ListVar, TupleVar, Value
+from .graph import TensorVar
+
+
+class NdarrayVar(Value):
+    """A NumPy array whose data is the tensor ``t``'s. ``scalar``: a 0-d result NumPy gives as a scalar
+    (``np.float32``: reductions, ufuncs, indexing), not as a 0-d array (``np.asarray``, ``copy``)."""
+    __slots__ = ("t", "scalar")
+
+    def __init__(self, t: TensorVar, scalar: bool = False):
+        super().__init__(None)
+        self.t = t
+        self.scalar = scalar and t.meta.dim() == 0
+
+    def python_type(self):
+        return np.ndarray
+
+    def describe(self):
+        return f"ndarray of {self.t.describe()}"
+
+
+# ndarray methods that return new arrays or values (never write the receiver)
+_METHODS = {"copy", "transpose", "reshape", "max", "min", "sum", "mean", "all", "any", "astype", "flatten",
+            "ravel", "squeeze", "std", "var", "prod", "argmax", "argmin", "cumsum", "cumprod", "round", "clip",
+            "dot", "nonzero", "swapaxes", "tolist", "item", "__getitem__", "__len__", "__abs__", "__neg__"}
+_ATTRS = {"T", "real", "imag"}                            # array-valued attributes
+_META_ATTRS = {"shape", "ndim", "size", "itemsize", "strides", "nbytes"}
+_MUTATING_FUNCTIONS = {"copyto", "put", "place", "putmask", "fill_diagonal"}
+# NumPy functions that make a new ndarray from a torch tensor argument through its __array__ (NumPy's own
+# result type); on other functions a tensor argument may come back a tensor, so those stay untraced
+_TENSOR_SAFE = {"ones_like", "zeros_like", "full_like", "empty_like", "asarray", "array", "concatenate", "stack"}
+
+
+def _tnp():
+    import torch._numpy as tnp
+    return tnp
+
+
+def _to_nd(x):
+    if isinstance(x, torch.Tensor):
+        return _tnp().ndarray(x)
+    if type(x) in (tuple, list):
+        return type(x)(_to_nd(y) for y in x)
+    if isinstance(x, dict):
+        return {k: _to_nd(v) for k, v in x.items()}
+    return x
+
+
+def _to_tensor(x):
+    if isinstance(x, _tnp().ndarray):
+        return x.tensor
+    if type(x) in (tuple, list):
+        return type(x)(_to_tensor(y) for y in x)
+    return x
+
+
+@functools.lru_cache(None)
+def np_target(fn: Callable, name: str) -> Callable:
+    """The graph's function for NumPy's ``name``: tensors in as ``torch._numpy`` arrays, arrays out as tensors."""
+    def run(*args, **kwargs):
+        a, k = _to_nd(args), _to_nd(kwargs)
+        return _to_tensor(fn(*a, **k))
+    run.__name__ = run.__qualname__ = f"numpy_{name.replace('.', '_')}"
+    return run
+
+
+@functools.lru_cache(None)
+def _method_fn(name: str) -> Callable:
+    return lambda self, *a, **k: getattr(self, name)(*a, **k)
+
+
+@functools.lru_cache(None)
+def _attr_fn(name: str) -> Callable:
+    return operator.attrgetter(name)
+
+
+def _plain_arg(d, f, v: Value) -> Value:
+    """A NumPy dtype argument becomes its name (``torch._numpy`` takes names, not NumPy's dtype objects); an
+    array its tensor."""
+    if type(v) is NdarrayVar:
+        return v.t
+    x = v.value if type(v) is Const else None
+    if isinstance(x, np.dtype) or isinstance(x, type) and issubclass(x, np.generic):
+        return Const(np.dtype(x).name)
+    if type(v) in (TupleVar, ListVar):
+        return type(v)([_plain_arg(d, f, x) for x in v.items])
+    return v
+
+
+# what keeps a 0-d result an array (everything else gives NumPy's scalar for one)
+_ARRAY_MAKERS = {"asarray", "array", "ascontiguousarray", "asanyarray", "atleast_1d", "ones_like", "zeros_like",
+                 "full_like", "empty_like", "ndarray_copy", "ndarray_reshape", "ndarray_astype", "ndarray_squeeze",
+                 "ndarray_transpose", "T", "real", "imag"}
+
+
+def _as_arrays(v: Value, scalar: bool) -> Value:
+    if type(v) is TensorVar:
+        return NdarrayVar(v, scalar)
+    if type(v) in (TupleVar, ListVar):
+        return type(v)([_as_arrays(x, scalar) for x in v.items])
+    return v
+
+
+def run_numpy(d, f, fn: Callable, name: str, args, kwargs) -> Value:
+    """``fn`` (a ``torch._numpy`` callable) on the arrays and values ``args``: one graph node; tensors out are
+    arrays, a 0-d result included (NumPy's scalars are 0-d arrays here, as in ``torch._numpy``)."""
+    from .ops import record
+    if "out" in kwargs:
+        raise d.unsupported(f, f"numpy {name}(..., out=...) writes an array in place")
+    a = [_plain_arg(d, f, x) for x in args]
+    k = {key: _plain_arg(d, f, x) for key, x in kwargs.items()}
+    return _as_arrays(record(d, f, "call_function", np_target(fn, name), a, k), name not in _ARRAY_MAKERS)
+
+
+def numpy_function(d, f, fn: Any, args, kwargs) -> Value | None:
+    """A NumPy function called on arrays or tensors, traced through ``torch._numpy``; None when ``fn`` is not
+    one (or no argument is an array or a tensor)."""
+    mod = getattr(fn, "__module__", None) or ""
+    if not (callable(fn) and mod.startswith("numpy")) or isinstance(fn, type):
+        return None
+    vals = list(args) + [x for v in args if type(v) in (TupleVar, ListVar) for x in v.items] + list(kwargs.values())
+    name = getattr(fn, "__name__", "")
+    if any(type(x) is TensorVar for x in vals) and name not in _TENSOR_SAFE:
+        return None     # NumPy on a torch tensor may return a tensor (np.exp(t), np.add) or fail (np.sum(t))
+    if not any(type(x) in (NdarrayVar, TensorVar) for x in vals):
+        return None
+    sub = mod.split(".")[1] if mod.count(".") and mod.split(".")[1] in ("linalg", "fft") else None
+    owner = getattr(_tnp(), sub) if sub else _tnp()
+    target = getattr(owner, name, None)
+    if target is None or name in _MUTATING_FUNCTIONS:
+        raise d.unsupported(f, f"numpy.{name} on an array made from a tensor",
+                            "use the torch equivalent, or call it outside the compiled function")
+    return run_numpy(d, f, target, f"{sub}.{name}" if sub else name, args, kwargs)
+
+
+def tensor_numpy(d, f, t: TensorVar, args, kwargs) -> Value:
+    """``t.numpy()``: the array over ``t``'s data (eager refuses a tensor that requires grad, or off the CPU)."""
+    if args or kwargs:
+        raise d.unsupported(f, "Tensor.numpy(force=...)")
+    if t.meta.requires_grad:
+        raise UserException(RuntimeError("Can't call numpy() on Tensor that requires grad. Use "
+                                         "tensor.detach().numpy() instead."))
+    if t.device.type != "cpu":
+        raise UserException(TypeError(f"can't convert {t.device.type} device type tensor to numpy. Use "
+                                      "Tensor.cpu() to copy the tensor to host memory first."))
+    return NdarrayVar(t)
+
+
+@R.GETATTR.register(NdarrayVar)
+def _nd_getattr(d, f, v: NdarrayVar, name: str) -> Value:
+    if name in _META_ATTRS:
+        return d.from_python(getattr(_tnp().ndarray(v.t.meta), name))
+    if name == "dtype":
+        return Const(np.dtype(str(_tnp().ndarray(v.t.meta).dtype)))
+    if name in _ATTRS:
+        return run_numpy(d, f, _attr_fn(name), name, [v], {})
+    if name in _METHODS:
+        from ..values import MethodOf
+        return MethodOf(v, name)
+    raise d.unsupported(f, f"ndarray.{name} on an array made from a tensor")
+
+
+@R.METHOD.register(NdarrayVar)
+def _nd_method(d, f, v: NdarrayVar, name: str, args, kwargs) -> Value:
+    if name not in _METHODS:
+        raise d.unsupported(f, f"ndarray.{name}() on an array made from a tensor (it may change the array)")
+    if name in ("tolist", "item"):
+        raise d.unsupported(f, f"ndarray.{name}() turns array values into Python values")
+    if name == "__len__":
+        return Const(_nd_len(d, f, v))
+    return run_numpy(d, f, _method_fn(name), f"ndarray_{name}", [v] + list(args), kwargs)
+
+
+@R.BINARY.register(NdarrayVar)
+def _nd_binary(d, f, op: str, a: Value, b: Value):
+    from .ops import BINARY_FNS
+    if op.endswith("=") and op not in ("==", "!=", "<=", ">="):
+        if type(a) is NdarrayVar:
+            raise d.unsupported(f, f"in-place {op} on an array made from a tensor (it writes the tensor)")
+        op = op[:-1]
+    return run_numpy(d, f, BINARY_FNS[op], f"op_{BINARY_FNS[op].__name__}", [a, b], {})
+
+
+@R.COMPARE.register(NdarrayVar)
+def _nd_compare(d, f, op: str, a: Value, b: Value):
+    from .ops import COMPARE_FNS
+    return run_numpy(d, f, COMPARE_FNS[op], f"cmp_{COMPARE_FNS[op].__name__}", [a, b], {})
+
+
+@R.UNARY.register(NdarrayVar)
+def _nd_unary(d, f, op: str, v: NdarrayVar):
+    from .ops import UNARY_FNS
+    return run_numpy(d, f, UNARY_FNS[op], f"op_{UNARY_FNS[op].__name__}", [v], {})
+
+
+@R.GETITEM.register(NdarrayVar)
+def _nd_getitem(d, f, v: NdarrayVar, k: Value) -> Value:
+    return run_numpy(d, f, operator.getitem, "getitem", [v, k], {})
+
+
+@R.LEN.register(NdarrayVar)
+def _nd_len(d, f, v: NdarrayVar) -> int:
+    return len(_tnp().ndarray(v.t.meta))
+
+
+@R.RECONSTRUCT.register(NdarrayVar)
+def _nd_reconstruct(glue, v: NdarrayVar) -> str:
+    return f"{glue.output_ref(v.t)}.numpy()" + ("[()]" if v.scalar else "")
