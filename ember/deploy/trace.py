@@ -140,6 +140,7 @@ def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spe
 
     from ..autograd.fake import DataDependentOpError
     from ..autograd.functionalize import functionalize
+    from ..autograd.symcompose import SymbolicCompositions
     from ..autograd.trace import trace_aten
     from ..shapes import SymbolicUnsupported
     n_state = len(state)
@@ -148,7 +149,9 @@ def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spe
         a, k = tree_unflatten(list(flat[n_state:]), in_spec)
         ctx = (_reparametrize_module(model, dict(zip(state_names, flat[:n_state]))) if state_names
                else contextlib.nullcontext())
-        with ctx:
+        # with symbolic sizes, the size-generic compositions ember.compile's AOT trace uses (symcompose): ATen's
+        # C++ compositions (matmul, linear, sdpa on some releases) would read, and so pin, the symbolic sizes
+        with ctx, (SymbolicCompositions() if sym is not None else contextlib.nullcontext()):
             out = model(*a, **k)
         register_dataclasses(out)       # before trace_aten flattens the outputs
         _check_outputs(out)

@@ -1,0 +1,135 @@
+"""ember.export with dynamic dims on every trace path a deployment meets (issue 35):
+
+- the size-generic compositions of ATen's composite ops (ember/autograd/symcompose.py), which keep PyTorch 2.11
+  (the H100 machine's) from reading symbolic sizes as plain ints, apply in the export trace as in ember.compile's,
+  and batch norm among them (on CUDA, ATen's C++ picks ``cudnn_batch_norm``, whose 2.11 meta kernel takes only
+  plain sizes): each composition equals eager, and a trace on fake CUDA tensors keeps the batch symbolic.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._pytree import tree_flatten_with_path
+
+import ember
+from ember.autograd.symcompose import COMPOSITIONS
+
+from .test_export import _close
+
+
+def _r(*shape):
+    return torch.randn(*shape)
+
+
+def _stats(c=3):
+    return torch.randn(c), torch.rand(c) + 0.5
+
+
+# -- each composition equals eager (values, and the running statistics batch norm updates in place) --------
+COMPOSED = [
+    ("F.batch_norm eval 4d", F.batch_norm, lambda: (_r(4, 3, 5, 5), *_stats(), _r(3), _r(3), False, 0.1, 1e-5)),
+    ("F.batch_norm train 4d", F.batch_norm, lambda: (_r(4, 3, 5, 5), *_stats(), _r(3), _r(3), True, 0.1, 1e-5)),
+    ("F.batch_norm train 2d no affine", F.batch_norm, lambda: (_r(6, 3), *_stats(), None, None, True, 0.3, 1e-3)),
+    ("F.batch_norm eval 3d no stats", F.batch_norm, lambda: (_r(4, 3, 7), None, None, _r(3), None, True)),
+    ("torch.batch_norm eval 3d", torch.batch_norm,
+     lambda: (_r(4, 3, 7), _r(3), _r(3), *_stats(), False, 0.1, 1e-5, True)),
+    ("torch.batch_norm train 5d", torch.batch_norm,
+     lambda: (_r(2, 3, 2, 3, 4), _r(3), None, *_stats(), True, 0.1, 1e-5, False)),
+    ("F.linear 3d no bias", F.linear, lambda: (_r(2, 5, 4), _r(6, 4))),
+    ("F.linear 3d bias", F.linear, lambda: (_r(2, 5, 4), _r(6, 4), _r(6))),
+    ("matmul 4d @ 4d", torch.matmul, lambda: (_r(2, 3, 5, 4), _r(2, 3, 4, 6))),
+    ("matmul 3d @ 1d", torch.matmul, lambda: (_r(2, 5, 4), _r(4))),
+]
+
+
+@pytest.mark.parametrize("name,op,make", COMPOSED, ids=[c[0] for c in COMPOSED])
+def test_symbolic_compositions_equal_eager(name, op, make):
+    assert op in COMPOSITIONS, f"{name}: no size-generic composition"
+    args = make()
+    ref_args = copy.deepcopy(args)
+    got = COMPOSITIONS[op](*args)
+    assert got is not None, f"{name}: the composition does not cover this case"
+    _close(got, op(*ref_args))
+    for a, b in zip(args, ref_args):     # running statistics, updated in place as eager updates them
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, b)
+
+
+# -- the export trace on fake CUDA tensors (the H100's path, traced without a GPU) ---------------------------
+class ConvBN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.head = torch.nn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.head(self.bn(self.conv(x)).relu().mean((2, 3)))
+
+
+class MlpBN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.bn = torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8, affine=False)
+
+    def forward(self, x):
+        return self.bn(self.lin(x)).tanh()
+
+
+class Attention(torch.nn.Module):
+    """Bias-free projections over (batch, seq, channels), q @ k^T and attention: the encoder's/nanoGPT's ops."""
+
+    def __init__(self, sdpa):
+        super().__init__()
+        self.sdpa = sdpa
+        self.qkv, self.out = torch.nn.Linear(8, 24, bias=False), torch.nn.Linear(8, 8, bias=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = (q @ k.transpose(-2, -1) * 8 ** -0.5).softmax(-1) @ v
+        return self.out(y)
+
+
+FAKE_CUDA = [
+    ("conv_bn_eval", lambda: ConvBN().eval(), lambda b: (_r(b, 3, 6, 6),)),
+    ("conv_bn_train", lambda: ConvBN().train(), lambda b: (_r(b, 3, 6, 6),)),
+    ("mlp_bn1d_train", lambda: MlpBN().train(), lambda b: (_r(b, 6),)),
+    ("mlp_bn1d_eval", lambda: MlpBN().eval(), lambda b: (_r(b, 6),)),
+    ("attention_matmul", lambda: Attention(False), lambda b: (_r(b, 5, 8),)),
+    ("attention_sdpa", lambda: Attention(True), lambda b: (_r(b, 5, 8),)),
+]
+
+
+def _trace_on_fake_cuda(model, args):
+    """``ember.export``'s trace with the state and the inputs as fake CUDA tensors, batch dims symbolic: the ops
+    ATen dispatches to for CUDA (``cudnn_batch_norm`` where the build has cuDNN) reach ember's fake tensors."""
+    from ember.deploy import trace as T
+    from ember.deploy.dims import dims_per_leaf
+    from ember.deploy.symbolic import relations_of, symbolic_leaves
+    cuda = torch.device("cuda")
+    with_paths, in_spec = tree_flatten_with_path((args, {}))
+    leaves = [v for _, v in with_paths]
+    names = [T._leaf_name(p) for p, _ in with_paths]
+    dims = dims_per_leaf(model.forward, args, {}, ({0: ember.Dim("batch")},) * len(args), leaves, names)
+    state_names, state, _ = T._state_of(model)
+    sym = symbolic_leaves(leaves, dims, names)
+    sym.fakes = [sym.mode.fake_empty(tuple(f.shape), tuple(f.stride()), f.dtype, cuda) for f in sym.fakes]
+    fake_state = [sym.mode.to_fake(t.detach(), device=cuda) for t in state]
+    traced, _ = T._trace(model, state_names, fake_state, in_spec, leaves, sym)
+    return traced.gm, relations_of(sym)       # relations_of raises if the trace pinned the batch
+
+
+@pytest.mark.parametrize("name,make,inputs", FAKE_CUDA, ids=[c[0] for c in FAKE_CUDA])
+def test_export_trace_on_fake_cuda_keeps_the_batch_symbolic(name, make, inputs):
+    torch.manual_seed(0)
+    gm, _ = _trace_on_fake_cuda(make(), inputs(4))
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert not [t for t in targets if "cudnn" in t], targets
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0][0].meta["val"]
+    assert out.device.type == "cuda" and isinstance(out.shape[0], torch.SymInt), out
