@@ -3,7 +3,12 @@
 - the size-generic compositions of ATen's composite ops (ember/autograd/symcompose.py), which keep PyTorch 2.11
   (the H100 machine's) from reading symbolic sizes as plain ints, apply in the export trace as in ember.compile's,
   and batch norm among them (on CUDA, ATen's C++ picks ``cudnn_batch_norm``, whose 2.11 meta kernel takes only
-  plain sizes): each composition equals eager, and a trace on fake CUDA tensors keeps the batch symbolic.
+  plain sizes): each composition equals eager, and a trace on fake CUDA tensors keeps the batch symbolic;
+- the export trace runs the model with ``torch.compiler.is_compiling()`` True, as ember's capture (the strict
+  check) sees it, so libraries' data-dependent checks skipped under compile (transformers' packed-sequence
+  check) are skipped in the trace too.
+
+Each program: ``ep.module()``, ``load(save(ep))`` and ``load_package(aot_compile(ep))`` equal eager at three sizes.
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._pytree import tree_flatten_with_path
+from torch.utils._pytree import tree_flatten_with_path, tree_map
 
 import ember
 from ember.autograd.symcompose import COMPOSITIONS
@@ -133,3 +138,56 @@ def test_export_trace_on_fake_cuda_keeps_the_batch_symbolic(name, make, inputs):
     assert not [t for t in targets if "cudnn" in t], targets
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0][0].meta["val"]
     assert out.device.type == "cuda" and isinstance(out.shape[0], torch.SymInt), out
+
+
+# -- differential: ep.module(), load(save(ep)), load_package(aot_compile(ep)) at three sizes -----------------
+class PackedCheck(torch.nn.Module):
+    """transformers' packed-sequence check: a data-dependent early exit that is skipped under compile."""
+
+    def forward(self, x, pos):
+        packed = (torch.diff(pos, prepend=pos[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+        if not torch.compiler.is_compiling() and bool((packed[:, -1] == 0).all()):
+            return x * 2
+        return x * 2 + packed[..., None]
+
+
+class ValidatesInputs(torch.nn.Module):
+    """An input check that reads values, done in eager only (as torch_compilable_check-style helpers do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        if not torch.compiler.is_compiling() and int(ids.max()) >= 10:
+            raise ValueError("token id out of range")
+        return self.emb(ids).sum(1)
+
+
+def _ids(b):
+    return (torch.randint(0, 10, (b, 3)),)
+
+
+PROGRAMS = [    # (name, model, inputs(size), the dynamic dim, sizes)
+    ("packed_sequence_check", PackedCheck, lambda b: (_r(b, 6, 3), torch.arange(6).repeat(b, 1)), 0, (4, 2, 7)),
+    ("value_check_in_eager_only", ValidatesInputs, _ids, 0, (4, 2, 9)),
+]
+
+
+@pytest.mark.parametrize("name,make,inputs,dim,sizes", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_dynamic_export_save_and_package_equal_eager(name, make, inputs, dim, sizes, tmp_path):
+    torch.manual_seed(0)
+    m = make()
+    example = inputs(sizes[0])
+    ep = ember.export(m, example, dynamic_shapes=({dim: ember.Dim("n", max=64)},) * len(example))
+    ember.save(ep, tmp_path / "p.ember")
+    ember.aot_compile(ep, tmp_path / "p.ember-pkg")
+    runs = {"module": ep.module(), "load": ember.load(tmp_path / "p.ember").module(),
+            "package": ember.load_package(tmp_path / "p.ember-pkg")}
+    for s in sizes:
+        args = inputs(s)
+        with torch.no_grad():
+            want = m(*args)
+            for how, run in runs.items():
+                got = run(*tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, args))
+                _close(got, want)
