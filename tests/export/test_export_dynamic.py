@@ -6,7 +6,8 @@
   plain sizes): each composition equals eager, and a trace on fake CUDA tensors keeps the batch symbolic;
 - the export trace runs the model with ``torch.compiler.is_compiling()`` True, as ember's capture (the strict
   check) sees it, so libraries' data-dependent checks skipped under compile (transformers' packed-sequence
-  check) are skipped in the trace too.
+  check) are skipped in the trace too;
+- sizes with floor divisions (``x.view(B // 2, 2, -1)``, a pad to a multiple of 4) compile into packages.
 
 Each program: ``ep.module()``, ``load(save(ep))`` and ``load_package(aot_compile(ep))`` equal eager at three sizes.
 """
@@ -164,6 +165,36 @@ class ValidatesInputs(torch.nn.Module):
         return self.emb(ids).sum(1)
 
 
+class Halves(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.lin(x).relu()
+        return h.view(h.shape[0] // 2, 2, -1).sum(1)
+
+
+class PadToFour(torch.nn.Module):
+    def forward(self, x):
+        n = x.shape[1]
+        return F.pad(x, (0, (-n) % 4)).view(x.shape[0], -1, 4).sum(-1)
+
+
+class PairRows(torch.nn.Module):
+    def forward(self, x):
+        b, t, c = x.shape
+        return x.reshape(b // 2, 2 * t, c).softmax(1).reshape(b, -1)
+
+
+class Chunked(torch.nn.Module):
+    """``T // 4`` chunks of a sequence whose length is a multiple of 4."""
+
+    def forward(self, x):
+        b, t = x.shape
+        return x.view(b, t // 4, -1).amax(-1) - x.view(b, -1, 4).mean(-1)
+
+
 def _ids(b):
     return (torch.randint(0, 10, (b, 3)),)
 
@@ -171,6 +202,10 @@ def _ids(b):
 PROGRAMS = [    # (name, model, inputs(size), the dynamic dim, sizes)
     ("packed_sequence_check", PackedCheck, lambda b: (_r(b, 6, 3), torch.arange(6).repeat(b, 1)), 0, (4, 2, 7)),
     ("value_check_in_eager_only", ValidatesInputs, _ids, 0, (4, 2, 9)),
+    ("view_batch_halves", Halves, lambda b: (_r(b, 4),), 0, (4, 6, 10)),
+    ("pad_to_multiple_of_4", PadToFour, lambda t: (_r(2, t),), 1, (5, 8, 13)),
+    ("reshape_batch_pairs", PairRows, lambda b: (_r(b, 3, 5),), 0, (4, 6, 12)),
+    ("view_seq_quarters", Chunked, lambda t: (_r(3, t),), 1, (8, 12, 32)),
 ]
 
 
