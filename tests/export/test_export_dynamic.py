@@ -226,3 +226,25 @@ def test_dynamic_export_save_and_package_equal_eager(name, make, inputs, dim, si
             for how, run in runs.items():
                 got = run(*tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, args))
                 _close(got, want)
+
+
+# -- ep.run_decompositions() of a program with dynamic dims runs and saves (sizes the prims take are graph nodes) --
+DECOMPOSED = [
+    ("mean_over_batch", lambda x: x.mean(0) * 2),
+    ("var_over_batch", lambda x: x.var(0, correction=1)),
+    ("layer_norm_over_batch", lambda x: F.layer_norm(x.t(), (x.shape[0],)) + 1),
+    ("softmax_view", lambda x: x.view(-1).softmax(0).view(x.shape[0], 2, 2)),
+]
+
+
+@pytest.mark.parametrize("name,fn", DECOMPOSED, ids=[c[0] for c in DECOMPOSED])
+def test_dynamic_run_decompositions_runs_and_saves(name, fn, tmp_path):
+    dec = ember.export(fn, (_r(6, 4),), dynamic_shapes=({0: ember.Dim("batch")},)).run_decompositions()
+    ember.save(dec, tmp_path / "d.ember")
+    runs = [dec.module(), ember.load(tmp_path / "d.ember").module()]
+    for b in (6, 9, 2):
+        x = _r(b, 4)
+        for run in runs:
+            _close(run(x), fn(x))
+
+
