@@ -248,3 +248,28 @@ def test_dynamic_run_decompositions_runs_and_saves(name, fn, tmp_path):
             _close(run(x), fn(x))
 
 
+# -- batch norm in training with a dynamic batch: decomposed to prims (the running variance's n / (n - 1) with a
+# symbolic n), no ATen call left in the graph -------------------------------------------------------------------
+BN_TRAIN = [
+    ("bn1d", lambda: torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)), lambda b: (_r(b, 4),)),
+    ("bn1d_3d_input", lambda: torch.nn.BatchNorm1d(3, momentum=0.3), lambda b: (_r(b, 3, 5),)),
+    ("bn2d_no_affine", lambda: torch.nn.BatchNorm2d(3, affine=False), lambda b: (_r(b, 3, 4, 4),)),
+    ("conv_bn", ConvBN, lambda b: (_r(b, 3, 6, 6),)),
+]
+
+
+@pytest.mark.parametrize("name,make,inputs", BN_TRAIN, ids=[c[0] for c in BN_TRAIN])
+def test_dynamic_batchnorm_training_decomposes_to_prims(name, make, inputs):
+    torch.manual_seed(0)
+    m = make().train()
+    ref = copy.deepcopy(m)
+    dec = ember.export(m, inputs(4), dynamic_shapes=({0: ember.Dim("batch")},)).run_decompositions()
+    targets = {str(n.target) for n in dec.graph.nodes if n.op == "call_function"}
+    assert not [t for t in targets if "aten" in t and t != "aten.sym_size.int"], targets     # nor aten_extern
+    run = dec.module()
+    for b in (4, 7, 2):
+        args = inputs(b)
+        with torch.no_grad():
+            _close(run(*args), ref(*args))
+        for (k, v), (_, w) in zip(run.named_buffers(), ref.named_buffers()):
+            _close(v, w)
