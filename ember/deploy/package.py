@@ -252,6 +252,8 @@ class _Table:
             return _extern(*origins[name])
         if isinstance(v, torch.device):
             return {"device": str(v)}
+        if isinstance(v, torch._ops.OpOverload):     # the op an ``aten_extern`` call runs (no decomposition)
+            return {"op": _target_name(v)}
         if isinstance(v, torch.Tensor):
             self.tensors.append(_tensor_record(v, self.blobs, self.offset))
             return {"tensor": len(self.tensors) - 1}

@@ -268,3 +268,24 @@ def test_package_sees_new_weights_loaded_in_place(tmp_path):
     run.load_state_dict(new)
     with torch.no_grad():
         _close(run(*args), m(*args))
+
+
+# -- ops ember runs as ATen calls (``aten_extern``: no decomposition for that case) inside a package -------------
+_IDX = torch.tensor([0, 2, 1, 0, 2])
+EXTERN_OPS = [
+    ("scatter_reduce_amax", lambda x: torch.zeros(x.shape[0], 3).scatter_reduce(
+        1, _IDX.expand(x.shape[0], 5), x, "amax", include_self=False)),
+    ("index_reduce_prod", lambda x: torch.ones(3, 5).index_reduce(0, _IDX[:3], x[:3], "prod") * x.sum(0)),
+    ("index_fill_0d", lambda x: x.sum().index_fill(0, torch.tensor(0), 2.0) + x),
+]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name,fn", EXTERN_OPS, ids=[c[0] for c in EXTERN_OPS])
+def test_package_runs_ops_called_as_aten_externs(name, fn, dynamic, tmp_path):
+    spec = ({0: ember.Dim("batch")},) if dynamic else None
+    run = ember.load_package(_package(ember.export(fn, (torch.randn(4, 5),), dynamic_shapes=spec, strict=False),
+                                      tmp_path))
+    for b in ((4, 7, 3) if dynamic else (4, 4)):
+        x = torch.randn(b, 5)
+        _close(run(x), fn(x))
