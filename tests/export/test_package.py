@@ -270,6 +270,58 @@ def test_package_sees_new_weights_loaded_in_place(tmp_path):
         _close(run(*args), m(*args))
 
 
+# -- training-mode programs: the forward runs (batch statistics, running stats written back); no backward ------
+class TrainBN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.bn = torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)
+
+    def forward(self, x, *, shift):
+        return self.bn(self.lin(x) + shift).relu()
+
+
+def _train_package(tmp_path):
+    torch.manual_seed(0)
+    m = TrainBN().train()
+    ref = copy.deepcopy(m)
+    ep = ember.export(m, (torch.randn(6, 4),), {"shift": torch.randn(3)},
+                      dynamic_shapes={"x": {0: ember.Dim("batch")}, "shift": None})
+    return ember.load_package(_package(ep, tmp_path)), ref
+
+
+def test_training_mode_package_runs_the_forward_and_updates_running_stats(tmp_path):
+    run, ref = _train_package(tmp_path)
+    for b in (6, 3, 11):
+        x, shift = torch.randn(b, 4), torch.randn(3)
+        _close(run(x, shift=shift), ref(x, shift=shift).detach())   # grad mode on, nothing requires grad
+        _close(run.bn.running_mean, ref.bn.running_mean)
+        _close(run.bn.running_var, ref.bn.running_var)
+
+
+NEEDS_GRAD = [      # a call whose outputs autograd would differentiate: refused, naming the tensor
+    ("input", lambda run: ((torch.randn(5, 4, requires_grad=True),), {"shift": torch.randn(3)}), r"input args\[0\]"),
+    ("kwarg", lambda run: ((torch.randn(5, 4),), {"shift": torch.randn(3, requires_grad=True)}),
+     r"input kwargs\['shift'\]"),
+    ("parameter", lambda run: _with_trainable_weight(run, (torch.randn(5, 4),), {"shift": torch.randn(3)}),
+     "parameter lin.weight"),
+]
+
+
+def _with_trainable_weight(run, args, kwargs):
+    run.lin.weight.requires_grad_(True)
+    return args, kwargs
+
+
+@pytest.mark.parametrize("name,call,what", NEEDS_GRAD, ids=[c[0] for c in NEEDS_GRAD])
+def test_package_refuses_a_call_that_needs_a_backward(name, call, what, tmp_path):
+    run, ref = _train_package(tmp_path)
+    args, kwargs = call(run)
+    with pytest.raises(RuntimeError, match=what + ".*forward only.*ember.compile.*torch.no_grad"):
+        run(*args, **kwargs)
+    with torch.no_grad():           # the same call without autograd runs
+        _close(run(*args, **kwargs), ref(*args, **kwargs))
+
+
 # -- ops ember runs as ATen calls (``aten_extern``: no decomposition for that case) inside a package -------------
 _IDX = torch.tensor([0, 2, 1, 0, 2])
 EXTERN_OPS = [
