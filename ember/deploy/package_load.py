@@ -215,7 +215,10 @@ def _wrapper(root: Path, w: dict, tensors: list[torch.Tensor], data: dict[str, b
     except WrapperRejected as e:
         raise _fail(root, f"its wrapper is not source ember generates ({e})", "do not load it") from None
     kernels = _Kernels(root, data, device)
-    ns: dict[str, Any] = {"__builtins__": {"max": max, "min": min, "abs": abs}}
+    # __import__ for the interpreter, not the wrapper (check_wrapper refuses every dunder name): torch code the
+    # wrapper calls may import lazily (ATen's argument parser, first call in a fresh process), and an import
+    # looks __import__ up in the builtins of the frame running it
+    ns: dict[str, Any] = {"__builtins__": {"max": max, "min": min, "abs": abs, "__import__": __import__}}
     for key, desc in table.items():
         ns[key] = _bind(desc, tensors, kernels)
     exec(compile(tree, f"<ember package wrapper {name}>", "exec"), ns)
