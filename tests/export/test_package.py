@@ -13,10 +13,9 @@ import pytest
 import torch
 
 import ember
-from ember.bench.zoo import HANDWRITTEN
 from ember.deploy import package_format as F
 
-from .test_export import CASES, Mutates, _batch_dims, _close, _fresh_like, _with_batch
+from .test_export import CASES, ZOO, Mutates, _batch_dims, _close, _fresh_like, _with_batch, output_modules, zoo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,18 +42,17 @@ def _package(ep, tmp_path, name="m.ember-pkg"):
     return path
 
 
-@pytest.mark.parametrize("entry", HANDWRITTEN, ids=[e.name for e in HANDWRITTEN])
+@pytest.mark.parametrize("entry", ZOO, ids=[e.name for e in ZOO])
 def test_zoo_package_equals_eager_in_a_fresh_process_that_compiles_nothing(entry, tmp_path):
-    w = entry.build("quick", torch.device("cpu"))
-    w.model.eval()
-    inp = w.make_inputs(0, torch.device("cpu"))
+    w, inp = zoo_model(entry, "cpu")
     ep = ember.export(w.model, inp.args, inp.kwargs, dynamic_shapes=_batch_dims(inp.args, ember.Dim("batch")))
     path = _package(ep, tmp_path)
     cases = [_with_batch(inp.args, b) for b in (2, 5, 9)]
     with torch.no_grad():
         refs = [w.model(*a) for a in cases]
     torch.save((cases, [torch.utils._pytree.tree_leaves(r) for r in refs]), tmp_path / "io.pt")
-    out = subprocess.run([sys.executable, "-c", FRESH, str(path), str(tmp_path / "io.pt")], capture_output=True,
+    code = "".join(f"import {m}\n" for m in output_modules(refs[0])) + FRESH
+    out = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "io.pt")], capture_output=True,
                          text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
