@@ -195,6 +195,14 @@ class Chunked(torch.nn.Module):
         return x.view(b, t // 4, -1).amax(-1) - x.view(b, -1, 4).mean(-1)
 
 
+class EvenPrefix(torch.nn.Module):
+    """Pairs of steps of the longest even prefix: traced at an odd length, the program serves odd lengths."""
+
+    def forward(self, x):
+        b, t, c = x.shape
+        return x[:, : t // 2 * 2].reshape(b, t // 2, 2, c).mean(2)
+
+
 def _ids(b):
     return (torch.randint(0, 10, (b, 3)),)
 
@@ -206,6 +214,7 @@ PROGRAMS = [    # (name, model, inputs(size), the dynamic dim, sizes)
     ("pad_to_multiple_of_4", PadToFour, lambda t: (_r(2, t),), 1, (5, 8, 13)),
     ("reshape_batch_pairs", PairRows, lambda b: (_r(b, 3, 5),), 0, (4, 6, 12)),
     ("view_seq_quarters", Chunked, lambda t: (_r(3, t),), 1, (8, 12, 32)),
+    ("even_prefix_odd_lengths", EvenPrefix, lambda t: (_r(3, t, 5),), 1, (7, 9, 11)),
 ]
 
 
