@@ -549,6 +549,21 @@ def mean_loss_dynamic_batch():
     return lambda x, y: F.cross_entropy(x * 2, y) + (x ** 2).mean()
 
 
+# -- sizes with floor divisions: a view's -1 over ``B // 2`` is whole only for even B (ember.shapes' divisibility
+# facts make ``2*(B // 2)`` and ``B`` the same size; the kernels compiled one graph per size before) --------
+@program((4, 6, 10, 8), lambda n: (_r(n, 4),))
+def view_batch_halves():
+    def f(x):
+        h = torch.tanh(x * 2)
+        return h.view(h.shape[0] // 2, 2, -1).sum(1)
+    return f
+
+
+@program((5, 8, 13, 6), lambda n: (_r(2, n),))
+def pad_to_multiple_of_4():
+    return lambda x: F.pad(x, (0, (-x.shape[1]) % 4)).view(x.shape[0], -1, 4).sum(-1)
+
+
 # -- helpers the tests of every stage share -----------------------------------------------------------------
 def same(a, b, **tol) -> None:
     """``a`` equals ``b``: tensors within ``tol`` (torch's defaults otherwise), containers item by item, other

@@ -141,18 +141,39 @@ def _contiguous(shape: list, stride: list) -> bool:
     return True
 
 
+def _inferred(table: SymbolTable, numel: Any, known: Any) -> Any:
+    """A view's ``-1``: ``numel / known``, which the view requires to be whole. Where the other sizes hold
+    floors (``x.view(B // 2, 2, -1)``: ``3*B / (2*(B // 2))``) and assuming each ``e // k`` exact makes the
+    quotient a plain integer expression (``3``), those divisibilities are decided and recorded (``B % 2 == 0``)
+    and that quotient is the size; else ``floor(numel / known)`` with ``numel % known == 0`` recorded."""
+    q = sympy.simplify(table.exact(numel / known))
+    if q.is_integer:
+        return q
+    floors = [f for f in sympy.sympify(known).atoms(sympy.floor) if _exact_floor(table, f)]
+    if floors:
+        exact = sympy.simplify(q.xreplace({f: f.args[0] for f in floors}))
+        if exact.is_integer and not exact.atoms(sympy.Rational) - exact.atoms(sympy.Integer):
+            for f in floors:
+                e, d = sympy.fraction(sympy.together(f.args[0]))
+                table.decide(sympy.Eq(sympy.Mod(e, d), 0))
+            return exact
+    table.decide(sympy.Eq(sympy.Mod(numel, known), 0))
+    return sympy.floor(numel / known)
+
+
+def _exact_floor(table: SymbolTable, f: Any) -> bool:
+    """``f`` is ``floor(e / k)`` with an integer ``k`` that divides ``e`` at the hints."""
+    e, d = sympy.fraction(sympy.together(f.args[0]))
+    return d.is_Integer and d > 1 and table.hint(e) % int(d) == 0
+
+
 def _view(table: SymbolTable, x: torch.Tensor, size: Any, *_: Any) -> tuple:
     shape, stride, offset = _layout(x)
     size = [expr_of(s) for s in size]
     numel = _prod(shape)
     if -1 in size:
         k = size.index(-1)
-        known = _prod(size[:k] + size[k + 1:])
-        q = sympy.simplify(numel / known)
-        if not q.is_integer:
-            table.decide(sympy.Eq(sympy.Mod(numel, known), 0))
-            q = sympy.floor(numel / known)
-        size[k] = q
+        size[k] = _inferred(table, numel, _prod(size[:k] + size[k + 1:]))
     if not _equal(table, _prod(size), numel):
         raise SymbolicUnsupported(f"view of {shape} as {size}: sizes do not match")
     if len(size) == len(shape) and all(_same(a, b) for a, b in zip(size, shape)):

@@ -10,9 +10,11 @@ every new size (nanoGPT training: 18 graphs for 10 lengths; BERT: 38 for batch 1
 fail (``numel()``) and the frame compiles static. PyTorch's own tracer avoids that C++ with Python
 decompositions (its Python dispatcher). ember routes these ops to the compositions below, written with
 SymInt-clean torch calls: matmul and linear as the same mm/bmm ATen uses, attention as ATen's math path
-(scores, mask, a softmax whose fully masked rows give 0, values). They apply only to tensors with symbolic
-sizes, in AOT tracing (``ember.autograd.aot``); every other call, and each case a composition does not cover,
-runs the op as is.
+(scores, mask, a softmax whose fully masked rows give 0, values). ``F.batch_norm`` is the same kind of op
+(ATen's C++ picks ``cudnn_batch_norm`` for CUDA inputs, whose meta kernel on 2.11 takes only plain sizes): it
+runs as ``native_batch_norm``. They apply only to tensors with symbolic sizes, in AOT tracing
+(``ember.autograd.aot``) and in ``ember.export``'s trace (``ember.deploy.trace``); every other call, and each
+case a composition does not cover, runs the op as is.
 """
 from __future__ import annotations
 
@@ -88,6 +90,26 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Any = No
     return _mm(weights, v)
 
 
+def _batch_norm_f(x: torch.Tensor, running_mean: Any, running_var: Any, weight: Any = None, bias: Any = None,
+                  training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Any:
+    """``F.batch_norm`` as ``native_batch_norm``, the op ATen's CPU path calls (the running statistics are
+    updated in place, as eager updates them). ATen's ``batch_norm`` picks the kernel by device before dispatch:
+    on CUDA it is ``cudnn_batch_norm``, whose meta kernel reads plain sizes on some releases (2.11) and which
+    ember's functionalization and decompositions do not know; ``native_batch_norm`` has a kernel on every
+    device and ember's symbolic shape rule, functional form and decomposition."""
+    if x.dim() < 2 or (training and momentum is None):
+        return None
+    return torch.ops.aten.native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum,
+                                            eps)[0]
+
+
+def _batch_norm(x: torch.Tensor, weight: Any, bias: Any, running_mean: Any, running_var: Any, training: bool,
+                momentum: float, eps: float, cudnn_enabled: bool = True) -> Any:
+    """``torch.batch_norm`` (``F.batch_norm``'s C++ entry, its own argument order): as ``_batch_norm_f``."""
+    del cudnn_enabled
+    return _batch_norm_f(x, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
 def _matmul_args(a: Any, b: Any) -> Any:
     return _matmul(a, b) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
 
@@ -97,7 +119,8 @@ def _release() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-# matmul and linear compose into the mm/bmm ATen itself calls (no cost); attention's composition replaces a
+# matmul and linear compose into the mm/bmm ATen itself calls (no cost), batch norm into the op ATen's CPU path
+# calls (the ember kernels are the same); attention's composition replaces a
 # fused kernel (flash, memory-efficient) by the math path, so it applies only where ATen's own sdpa reads plain
 # sizes: releases before 2.13 (2.11 on the H100 machine; 2.13 keeps the sizes symbolic).
 SDPA_COMPOSED = _release() < (2, 13)
@@ -105,6 +128,7 @@ SDPA_COMPOSED = _release() < (2, 13)
 COMPOSITIONS: dict[Any, Callable[..., Any]] = {
     torch.matmul: _matmul_args, torch.Tensor.matmul: _matmul_args, torch.Tensor.__matmul__: _matmul_args,
     F.linear: _linear, torch._C._nn.linear: _linear,
+    F.batch_norm: _batch_norm_f, torch.batch_norm: _batch_norm,
     **({F.scaled_dot_product_attention: _sdpa} if SDPA_COMPOSED else {}),
 }
 

@@ -187,7 +187,9 @@ def _bn_functional(x: Any, weight: Any, bias: Any, running_mean: Any, running_va
     mean, var, invstd = _bn_train(xf, eps)
     n = float(prod(x.shape) / x.shape[1]) if isinstance(prod(x.shape), int) else prod(x.shape) / x.shape[1]
     new_mean = P.add(P.mul(opmath(running_mean), 1 - momentum), P.mul(mean, float(momentum)))
-    unbiased = P.mul(var, n / max(n - 1, 1))
+    # the running variance is unbiased: n / (n - 1), a plain factor, or with symbolic sizes (a dynamic batch,
+    # n >= 2 by the symbols' ranges) a product and a division by the size expressions
+    unbiased = P.mul(var, n / max(n - 1, 1)) if isinstance(n, float) else P.div(P.mul(var, n), n - 1)
     new_var = P.add(P.mul(opmath(running_var), 1 - momentum), P.mul(unbiased, float(momentum)))
     return (_bn_apply(x, xf, mean, invstd, weight, bias), to(mean, sd), to(invstd, sd),
             to(new_mean, running_mean.dtype), to(new_var, running_var.dtype))

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import sympy
 import torch
 
-from ember.shapes import guard
+from ember.shapes import active_table, guard
 
 from . import prims as P
 from .helpers import broadcast_to, result_type, to
@@ -27,8 +27,26 @@ def infer_shape(x: Any, shape: Sequence) -> tuple:
         i = shape.index(-1)
         known = prod([s for j, s in enumerate(shape) if j != i])
         n = x.numel()
-        shape[i] = n // known if isinstance(n, int) and isinstance(known, int) else n / known
+        shape[i] = exact_quotient(n, known)
     return tuple(shape)
+
+
+def exact_quotient(n: Any, d: Any) -> Any:
+    """``n / d`` for a ``d`` that divides ``n`` (the ``-1`` of a view), as an integer expression: the quotient
+    where sympy sees it is whole, else ``floor(n / d)`` (the same value). A plain ``n / d`` of symbolic sizes
+    such as ``3*s0 / (2*floor(s0/2))`` (``x.view(B // 2, 2, -1)``) is a rational to sympy, so every size, stride
+    and index computed from it is one, and the kernel printers (integer arithmetic) cannot write it; with the
+    trace's divisibility facts (``s0 % 2 == 0``) it is the ``3`` the trace inferred."""
+    if isinstance(n, int) and isinstance(d, int):
+        return n // d
+    q = sympy.sympify(n) / d
+    if q.is_integer:
+        return q
+    table = active_table()
+    exact = sympy.simplify(table.exact(q)) if table is not None else q
+    if exact.is_integer and not exact.atoms(sympy.Rational) - exact.atoms(sympy.Integer):
+        return exact            # the divisibility facts the trace recorded make it whole: 3*s0/(2*floor(s0/2)) = 3
+    return sympy.floor(q)
 
 
 @register_decomposition(aten.view.default, aten._unsafe_view.default, aten.reshape.default)

@@ -93,14 +93,14 @@ def _max1(s: Size) -> Size:
 
 
 def same(a: Size, b: Size) -> bool:
-    """Structural equality of two sizes (ints or sympy expressions), after the equalities the active symbol
-    table has recorded (``s1 -> 4*s0``, ``ember.shapes``)."""
+    """Structural equality of two sizes (ints or sympy expressions), after the equalities and divisibility
+    facts the active symbol table has recorded (``s1 -> 4*s0``, ``s0 % 2 == 0``: ``ember.shapes``)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     d = sympy.sympify(a) - sympy.sympify(b)
     table = active_table()
     if table is not None:
-        d = table.simplify(d)
+        d = table.exact(d)
     return sympy.simplify(d) == 0
 
 

@@ -36,7 +36,9 @@ from .program import ExportedProgram
 from .serialize import _enc, _leaf_record, _target_name, _tensor_record
 
 # a Dim's size while compiling (decisions use it: docs/dynamic-contract.md), the first the relations allow
-_HINTS = (16, 32, 8, 64, 24, 48, 12, 6, 4)
+# (odd sizes last: a program traced at an odd size may need one, e.g. x[:, :t // 2 * 2].reshape(...) records
+# that 2*(t // 2) != t)
+_HINTS = (16, 32, 8, 64, 24, 48, 12, 6, 4, 17, 33, 9, 65, 25, 13, 7, 5, 3)
 
 
 class PackageBuildError(ValueError):
@@ -136,12 +138,15 @@ def _dims(ep: ExportedProgram) -> tuple[list[dict], dict[str, int]]:
     from .dims import Dim
     from .relations import evaluate
     names = sorted({s for m in ep.user_inputs if m.kind == "tensor" for s in m.shape if isinstance(s, str)})
-    hints = {n: _clamp(_HINTS[0], *ep.range_constraints.get(n, (2, None))) for n in names}
+    hints = None
     for cand in _HINTS:         # one size for every Dim where the relations allow it (they may ask ``a == b``)
         trial = {n: _clamp(cand, *ep.range_constraints.get(n, (2, None))) for n in names}
         if all(evaluate(r, trial) for r in ep.relations):
             hints = trial
             break
+    if hints is None:           # compiled at sizes the program refuses, the package would refuse every call
+        raise PackageBuildError(f"ember.aot_compile: no size in {list(_HINTS)} satisfies the program's "
+                                "constraints, so it cannot be compiled for them; export with fewer dynamic dims")
     dims = []
     for m in ep.user_inputs:
         d = {}
@@ -252,6 +257,8 @@ class _Table:
             return _extern(*origins[name])
         if isinstance(v, torch.device):
             return {"device": str(v)}
+        if isinstance(v, torch._ops.OpOverload):     # the op an ``aten_extern`` call runs (no decomposition)
+            return {"op": _target_name(v)}
         if isinstance(v, torch.Tensor):
             self.tensors.append(_tensor_record(v, self.blobs, self.offset))
             return {"tensor": len(self.tensors) - 1}

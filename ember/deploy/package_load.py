@@ -170,6 +170,8 @@ class PackagedModule(torch.nn.Module):
             raise ValueError(f"ember package: the inputs' structure differs from the exported one:\n"
                              f"  expected {spec.in_spec}\n  got      {tree}")
         check_inputs(spec, leaves)
+        if torch.is_grad_enabled():
+            self._refuse_backward(leaves)
         with torch.no_grad():
             tensors = [x for x, m in zip(leaves, spec.user_inputs) if m.kind == "tensor"]   # values: specialized
             outs = list(self._fn(*self._state(), *tensors, *self._consts))
@@ -177,6 +179,23 @@ class PackagedModule(torch.nn.Module):
                 dst = self.get_buffer(s.target) if s.kind == "buffer_mutation" else leaves[int(s.target)]
                 dst.copy_(new)
         return tree_unflatten(outs[:self._n_user], spec.out_spec)
+
+
+    def _refuse_backward(self, leaves: list[Any]) -> None:
+        """A package holds the forward's kernels only: a call whose output autograd would have to
+        differentiate (an input or a parameter requires grad, grad mode on) is an error, not outputs that
+        silently have no ``grad_fn`` (``backward()`` would fail later, far from the cause)."""
+        names = [s.name for s in self.spec.input_specs if s.kind == "user_input"]
+        what = next((f"input {n}" for n, x in zip(names, leaves) if isinstance(x, torch.Tensor) and x.requires_grad),
+                    None)
+        if what is None:
+            what = next((f"parameter {n}" for n, t in zip(self._names, self._state()) if t.requires_grad), None)
+        if what is not None:
+            raise RuntimeError(
+                f"ember package: {what} requires grad, but a package runs the forward only (it holds no backward "
+                "kernels, so its outputs cannot be differentiated). To train, compile the model with "
+                "ember.compile(model) (its whole-graph cache gives a warm start); to run the package, call it "
+                "under torch.no_grad() or torch.inference_mode(), or pass inputs that do not require grad.")
 
 
 def _restride(t: torch.Tensor, shape: tuple, stride: tuple) -> torch.Tensor:
@@ -196,7 +215,10 @@ def _wrapper(root: Path, w: dict, tensors: list[torch.Tensor], data: dict[str, b
     except WrapperRejected as e:
         raise _fail(root, f"its wrapper is not source ember generates ({e})", "do not load it") from None
     kernels = _Kernels(root, data, device)
-    ns: dict[str, Any] = {"__builtins__": {"max": max, "min": min, "abs": abs}}
+    # __import__ for the interpreter, not the wrapper (check_wrapper refuses every dunder name): torch code the
+    # wrapper calls may import lazily (ATen's argument parser, first call in a fresh process), and an import
+    # looks __import__ up in the builtins of the frame running it
+    ns: dict[str, Any] = {"__builtins__": {"max": max, "min": min, "abs": abs, "__import__": __import__}}
     for key, desc in table.items():
         ns[key] = _bind(desc, tensors, kernels)
     exec(compile(tree, f"<ember package wrapper {name}>", "exec"), ns)

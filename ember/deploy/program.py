@@ -76,7 +76,7 @@ class ExportedProgram:
         gm = self.graph_module
         if any("val" not in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "call_function")):
             gm = _retrace(self)
-        return _replace(self, decompose_graph(gm))
+        return _replace(self, _sizes_as_nodes(decompose_graph(gm)))
 
     def __str__(self) -> str:
         lines = ["ExportedProgram:", "  inputs:"]
@@ -107,6 +107,30 @@ class ExportedProgram:
 def _replace(ep: ExportedProgram, gm: fx.GraphModule) -> ExportedProgram:
     return ExportedProgram(gm, ep.input_specs, ep.output_specs, ep.state, ep.in_spec, ep.out_spec,
                            ep.user_inputs, dict(ep.range_constraints), ep.parameter_names, list(ep.relations))
+
+
+def _sizes_as_nodes(gm: fx.GraphModule) -> fx.GraphModule:
+    """The prims of a decomposed graph take symbolic sizes as sympy expressions (as the kernel compiler reads
+    them: ``broadcast_in_dim(x, (4, s0), ...)``, ``div(sum, s0)``); for the program to run (``module()``),
+    each becomes FX nodes computing it from the inputs' sizes (``ember.autograd.symnodes``)."""
+    import sympy
+
+    from ember.autograd.symnodes import SymNodes
+    nodes = SymNodes(gm.graph)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            nodes.add_source(n, n.meta.get("val"))
+    if nodes.table is None:
+        return gm
+
+    def as_node(a: Any) -> Any:
+        return nodes.build(a) if isinstance(a, sympy.Basic) and a.free_symbols else a
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function":
+            with gm.graph.inserting_before(n):
+                n.args, n.kwargs = fx.node.map_aggregate((n.args, n.kwargs), as_node)
+    gm.recompile()
+    return gm
 
 
 def _retrace(ep: ExportedProgram) -> fx.GraphModule:

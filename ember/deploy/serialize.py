@@ -98,6 +98,9 @@ def _dec(v: Any, nodes: list[fx.Node]) -> Any:
 # targets ------------------------------------------------------------------------------------------------------
 def _target_name(t: Any) -> str:
     from ember.decomp.core import Prim
+    from ember.decomp.interp import _getitem
+    if t is _getitem:           # a decomposed graph's item of a multi-output prim (var_mean): operator.getitem
+        t = operator.getitem
     if isinstance(t, torch._ops.OpOverload):
         return "op:" + t.name() + ("" if "." in t.name() else ".default")
     if isinstance(t, Prim):

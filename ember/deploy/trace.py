@@ -140,6 +140,7 @@ def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spe
 
     from ..autograd.fake import DataDependentOpError
     from ..autograd.functionalize import functionalize
+    from ..autograd.symcompose import SymbolicCompositions
     from ..autograd.trace import trace_aten
     from ..shapes import SymbolicUnsupported
     n_state = len(state)
@@ -148,7 +149,9 @@ def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spe
         a, k = tree_unflatten(list(flat[n_state:]), in_spec)
         ctx = (_reparametrize_module(model, dict(zip(state_names, flat[:n_state]))) if state_names
                else contextlib.nullcontext())
-        with ctx:
+        # with symbolic sizes, the size-generic compositions ember.compile's AOT trace uses (symcompose): ATen's
+        # C++ compositions (matmul, linear, sdpa on some releases) would read, and so pin, the symbolic sizes
+        with ctx, _compiling(), (SymbolicCompositions() if sym is not None else contextlib.nullcontext()):
             out = model(*a, **k)
         register_dataclasses(out)       # before trace_aten flattens the outputs
         _check_outputs(out)
@@ -168,6 +171,19 @@ def _trace(model: Any, state_names: list[str], state: list[torch.Tensor], in_spe
                           "(.item(), nonzero, data-dependent control flow)", user_stack=_user_stack()) from None
     func = functionalize(traced)
     return func, func.write_backs
+
+
+@contextlib.contextmanager
+def _compiling() -> Any:
+    """``torch.compiler.is_compiling()`` is True while the model runs on fake tensors, as ember's capture (the
+    strict check) sees it: libraries branch on it (transformers skips its data-dependent checks, torch.nn its
+    fused fast paths), so the traced program is the one the capture accepted."""
+    old = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = old
 
 
 def _user_stack() -> list[str]:

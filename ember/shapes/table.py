@@ -107,6 +107,10 @@ class SymbolTable:
         self.ranges: dict[sympy.Symbol, tuple[int | None, int | None]] = {}
         self.relations: list[Relation] = []
         self.replacements: dict[sympy.Symbol, sympy.Expr] = {}
+        # divisibility facts ``Mod(e, k) == 0`` (``k`` an integer): ``floor(e/k) -> e/k`` and ``Mod(e, k) -> 0``,
+        # for comparisons only (``exact``): sizes keep their floors, which the kernel printers write as integer
+        # division, while ``2*floor(s0/2)`` and ``s0`` compare equal once ``s0`` is known even
+        self.divisible: dict[sympy.Expr, sympy.Expr] = {}
         self.unbacked: set[sympy.Symbol] = set()   # u0, u1...: sizes/ints read from tensor data in the graph
         self.asserts: list[Relation] = []           # facts on unbacked symbols checked where they are computed
         self._lock = threading.RLock()
@@ -157,6 +161,14 @@ class SymbolTable:
             expr = expr.xreplace(self.replacements)
         return expr
 
+    def exact(self, expr):
+        """``simplify`` and the divisibility facts: for deciding whether two sizes are equal, never for a size
+        itself (``s0/2`` is no integer expression to a printer)."""
+        expr = self.simplify(expr)
+        if self.divisible and isinstance(expr, sympy.Basic):
+            expr = expr.xreplace(self.divisible)
+        return expr
+
     def hint(self, expr):
         """The value of ``expr`` at the hints (an int, or a bool for a relation)."""
         if not isinstance(expr, sympy.Basic):
@@ -194,8 +206,8 @@ class SymbolTable:
         return _interval(sympy.expand(expr.xreplace(subs)), ranges)
 
     def known(self, cond) -> bool | None:
-        """True/False when the ranges alone decide ``cond``, else None."""
-        cond = self.simplify(cond)
+        """True/False when the ranges (and the divisibility facts) alone decide ``cond``, else None."""
+        cond = self.exact(cond)
         if cond in (sympy.true, sympy.false):
             return bool(cond)
         if not isinstance(cond, (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)):
@@ -336,10 +348,20 @@ class SymbolTable:
                 (max(lo, h) if lo is not None else min(h, hi) if hi is not None else h)
 
     def _learn(self, fact) -> None:
-        """Equalities between a symbol and another expression become replacements (``s1 -> s0``)."""
+        """Equalities between a symbol and another expression become replacements (``s1 -> s0``); a
+        divisibility ``Mod(e, k) == 0`` (``c*Mod(e, k)`` as sympy writes ``Mod(2*e, 2*k)``) a ``divisible`` fact."""
         if not isinstance(fact, sympy.Eq):
             return
         lhs, rhs = fact.lhs, fact.rhs
+        if rhs == 0 and lhs.as_coeff_Mul()[0] != 0 and isinstance(lhs.as_coeff_Mul()[1], sympy.Mod):
+            e, k = lhs.as_coeff_Mul()[1].args
+            if k.is_Integer and k > 1:
+                self._divides(e, k)
+            return
+        for f in (lhs - rhs).atoms(sympy.floor):    # 15*s0 == 30*floor(s0/2): floor(s0/2) is s0/2
+            e, k = sympy.fraction(sympy.together(f.args[0]))
+            if k.is_Integer and k > 1 and _solves_to(lhs - rhs, f, e / k):
+                self._divides(e, k)
         for a, b in ((lhs, rhs), (rhs, lhs)):
             if isinstance(a, sympy.Symbol) and a in self.hints and a not in b.free_symbols:
                 if isinstance(b, sympy.Symbol) and self.symbols.index(b) > self.symbols.index(a):
@@ -347,6 +369,10 @@ class SymbolTable:
                 self.replacements = {k: v.xreplace({a: b}) for k, v in self.replacements.items()}
                 self.replacements[a] = b
                 return
+
+    def _divides(self, e, k) -> None:
+        self.divisible[sympy.floor(e / k)] = e / k
+        self.divisible[sympy.Mod(e, k)] = sympy.Integer(0)
 
     def check(self, values: dict) -> bool:
         """Do the symbols' values for a call (``{symbol: int}``) satisfy the ranges and every relation?"""
@@ -374,6 +400,16 @@ class SymbolTable:
 
 
 UNBACKED_HINT = 8191     # the meta runs' stand-in size of an unbacked symbol (odd and large: never 0 or 1)
+
+
+def _solves_to(diff, atom, value) -> bool:
+    """``diff == 0`` is linear in ``atom`` and holds exactly when ``atom == value``."""
+    d = sympy.Dummy("d")
+    lin = sympy.expand(diff.xreplace({atom: d}))
+    a, b = lin.coeff(d, 1), lin.coeff(d, 0)
+    if a == 0 or d in a.free_symbols or d in b.free_symbols or sympy.expand(lin - a * d - b) != 0:
+        return False
+    return sympy.simplify(-b / a - value) == 0
 
 
 def _add(a, b):

@@ -13,6 +13,7 @@ import torch
 
 import ember
 from ember.bench.zoo import HANDWRITTEN
+from ember.bench.zoo_hf import HF_ENTRIES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,6 +166,24 @@ def _saved(ep, tmp_path, name="m.ember"):
     return path
 
 
+# the zoo's models for the deployment tests: the hand-written ones, and GPT-2 and BERT where transformers is installed
+ZOO = HANDWRITTEN + [e for e in HF_ENTRIES if e.name in ("gpt2", "bert")]
+
+
+def zoo_model(entry, device):
+    """``entry``'s quick workload on ``device`` in eval mode (skipped when its library is not installed)."""
+    for mod in entry.requires:
+        pytest.importorskip(mod)
+    w = entry.build("quick", torch.device(device))
+    w.model.eval()
+    return w, w.make_inputs(0, torch.device(device))
+
+
+def output_modules(out):
+    """Modules a fresh process imports so the outputs' pytree types are registered (transformers' ModelOutput)."""
+    return sorted({type(out).__module__} - {"builtins", "torch"})
+
+
 def _batch_dims(args, dim):
     return tuple({0: dim} if isinstance(a, torch.Tensor) else None for a in args)
 
@@ -175,11 +194,9 @@ def _with_batch(args, b):
                  for a in args)
 
 
-@pytest.mark.parametrize("entry", HANDWRITTEN, ids=[e.name for e in HANDWRITTEN])
+@pytest.mark.parametrize("entry", ZOO, ids=[e.name for e in ZOO])
 def test_zoo_models_with_dynamic_batch_roundtrip_in_a_fresh_process(entry, tmp_path):
-    w = entry.build("quick", torch.device("cpu"))
-    w.model.eval()
-    inp = w.make_inputs(0, torch.device("cpu"))
+    w, inp = zoo_model(entry, "cpu")
     ep = ember.export(w.model, inp.args, inp.kwargs, dynamic_shapes=_batch_dims(inp.args, ember.Dim("batch")))
     cases = [_with_batch(inp.args, b) for b in (2, 5, 9)]
     with torch.no_grad():
@@ -187,10 +204,11 @@ def test_zoo_models_with_dynamic_batch_roundtrip_in_a_fresh_process(entry, tmp_p
         for a, ref in zip(cases, refs):
             _close(ep.module()(*a), ref)
     path = _saved(ep, tmp_path)
-    torch.save((cases, refs), tmp_path / "io.pt")
-    code = ("import sys, torch, ember; ep = ember.load(sys.argv[1]); cases, refs = torch.load(sys.argv[2]); m = ep.module()\n"
+    torch.save((cases, [torch.utils._pytree.tree_leaves(r) for r in refs]), tmp_path / "io.pt")
+    code = ("".join(f"import {m}\n" for m in output_modules(refs[0])) +
+            "import sys, torch, ember; ep = ember.load(sys.argv[1]); cases, refs = torch.load(sys.argv[2]); m = ep.module()\n"
             "with torch.no_grad():\n"
-            "    for a, ref in zip(cases, refs): torch.testing.assert_close(m(*a), ref)\n"
+            "    for a, ref in zip(cases, refs): torch.testing.assert_close(torch.utils._pytree.tree_leaves(m(*a)), ref)\n"
             "bad = [m for m in sys.modules if m.startswith(('ember.capture', 'ember.codegen', 'ember.loopir'))]\n"
             "assert not bad, bad; s = ember.stats(); assert not any(s.values()), s; print('ok')")
     out = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "io.pt")], capture_output=True,

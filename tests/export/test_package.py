@@ -13,10 +13,9 @@ import pytest
 import torch
 
 import ember
-from ember.bench.zoo import HANDWRITTEN
 from ember.deploy import package_format as F
 
-from .test_export import CASES, Mutates, _batch_dims, _close, _fresh_like, _with_batch
+from .test_export import CASES, ZOO, Mutates, _batch_dims, _close, _fresh_like, _with_batch, output_modules, zoo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +25,7 @@ cases, refs = torch.load(sys.argv[2])
 m = ember.load_package(sys.argv[1])
 with torch.no_grad():
     for a, ref in zip(cases, refs):
-        torch.testing.assert_close(m(*a), ref)
+        torch.testing.assert_close(torch.utils._pytree.tree_leaves(m(*a)), ref)
 bad = [k for k in sys.modules if k.startswith(('ember.capture', 'ember.autograd', 'ember.loopir', 'ember.codegen.cpp.',
                                                'ember.codegen.wrapper', 'ember.codegen.triton'))]
 assert not bad, bad
@@ -43,18 +42,17 @@ def _package(ep, tmp_path, name="m.ember-pkg"):
     return path
 
 
-@pytest.mark.parametrize("entry", HANDWRITTEN, ids=[e.name for e in HANDWRITTEN])
+@pytest.mark.parametrize("entry", ZOO, ids=[e.name for e in ZOO])
 def test_zoo_package_equals_eager_in_a_fresh_process_that_compiles_nothing(entry, tmp_path):
-    w = entry.build("quick", torch.device("cpu"))
-    w.model.eval()
-    inp = w.make_inputs(0, torch.device("cpu"))
+    w, inp = zoo_model(entry, "cpu")
     ep = ember.export(w.model, inp.args, inp.kwargs, dynamic_shapes=_batch_dims(inp.args, ember.Dim("batch")))
     path = _package(ep, tmp_path)
     cases = [_with_batch(inp.args, b) for b in (2, 5, 9)]
     with torch.no_grad():
         refs = [w.model(*a) for a in cases]
-    torch.save((cases, refs), tmp_path / "io.pt")
-    out = subprocess.run([sys.executable, "-c", FRESH, str(path), str(tmp_path / "io.pt")], capture_output=True,
+    torch.save((cases, [torch.utils._pytree.tree_leaves(r) for r in refs]), tmp_path / "io.pt")
+    code = "".join(f"import {m}\n" for m in output_modules(refs[0])) + FRESH
+    out = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "io.pt")], capture_output=True,
                          text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
@@ -268,3 +266,100 @@ def test_package_sees_new_weights_loaded_in_place(tmp_path):
     run.load_state_dict(new)
     with torch.no_grad():
         _close(run(*args), m(*args))
+
+
+# -- training-mode programs: the forward runs (batch statistics, running stats written back); no backward ------
+class TrainBN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.bn = torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)
+
+    def forward(self, x, *, shift):
+        return self.bn(self.lin(x) + shift).relu()
+
+
+def _train_package(tmp_path):
+    torch.manual_seed(0)
+    m = TrainBN().train()
+    ref = copy.deepcopy(m)
+    ep = ember.export(m, (torch.randn(6, 4),), {"shift": torch.randn(3)},
+                      dynamic_shapes={"x": {0: ember.Dim("batch")}, "shift": None})
+    return ember.load_package(_package(ep, tmp_path)), ref
+
+
+def test_training_mode_package_runs_the_forward_and_updates_running_stats(tmp_path):
+    run, ref = _train_package(tmp_path)
+    for b in (6, 3, 11):
+        x, shift = torch.randn(b, 4), torch.randn(3)
+        _close(run(x, shift=shift), ref(x, shift=shift).detach())   # grad mode on, nothing requires grad
+        _close(run.bn.running_mean, ref.bn.running_mean)
+        _close(run.bn.running_var, ref.bn.running_var)
+
+
+NEEDS_GRAD = [      # a call whose outputs autograd would differentiate: refused, naming the tensor
+    ("input", lambda run: ((torch.randn(5, 4, requires_grad=True),), {"shift": torch.randn(3)}), r"input args\[0\]"),
+    ("kwarg", lambda run: ((torch.randn(5, 4),), {"shift": torch.randn(3, requires_grad=True)}),
+     r"input kwargs\['shift'\]"),
+    ("parameter", lambda run: _with_trainable_weight(run, (torch.randn(5, 4),), {"shift": torch.randn(3)}),
+     "parameter lin.weight"),
+]
+
+
+def _with_trainable_weight(run, args, kwargs):
+    run.lin.weight.requires_grad_(True)
+    return args, kwargs
+
+
+@pytest.mark.parametrize("name,call,what", NEEDS_GRAD, ids=[c[0] for c in NEEDS_GRAD])
+def test_package_refuses_a_call_that_needs_a_backward(name, call, what, tmp_path):
+    run, ref = _train_package(tmp_path)
+    args, kwargs = call(run)
+    with pytest.raises(RuntimeError, match=what + ".*forward only.*ember.compile.*torch.no_grad"):
+        run(*args, **kwargs)
+    with torch.no_grad():           # the same call without autograd runs
+        _close(run(*args, **kwargs), ref(*args, **kwargs))
+
+
+# -- ops ember runs as ATen calls (``aten_extern``: no decomposition for that case) inside a package -------------
+_IDX = torch.tensor([0, 2, 1, 0, 2])
+EXTERN_OPS = [
+    ("scatter_reduce_amax", lambda x: torch.zeros(x.shape[0], 3).scatter_reduce(
+        1, _IDX.expand(x.shape[0], 5), x, "amax", include_self=False)),
+    ("index_reduce_prod", lambda x: torch.ones(3, 5).index_reduce(0, _IDX[:3], x[:3], "prod") * x.sum(0)),
+    ("index_fill_0d", lambda x: x.sum().index_fill(0, torch.tensor(0), 2.0) + x),
+]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name,fn", EXTERN_OPS, ids=[c[0] for c in EXTERN_OPS])
+def test_package_runs_ops_called_as_aten_externs(name, fn, dynamic, tmp_path):
+    spec = ({0: ember.Dim("batch")},) if dynamic else None
+    run = ember.load_package(_package(ember.export(fn, (torch.randn(4, 5),), dynamic_shapes=spec, strict=False),
+                                      tmp_path))
+    for b in ((4, 7, 3) if dynamic else (4, 4)):
+        x = torch.randn(b, 5)
+        _close(run(x), fn(x))
+
+
+# -- ATen calls whose argument parsing imports lazily, first made by the wrapper in a fresh process --------------
+def _sdpa_scaled(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.3, is_causal=True)
+
+
+def _sdpa_scale_bias_free(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q * 2, k, v, scale=0.5) + 1
+
+
+FRESH_PROGRAMS = [("sdpa_scale_causal", _sdpa_scaled), ("sdpa_scale", _sdpa_scale_bias_free)]
+
+
+@pytest.mark.parametrize("name,fn", FRESH_PROGRAMS, ids=[c[0] for c in FRESH_PROGRAMS])
+def test_package_calls_aten_in_a_fresh_process(name, fn, tmp_path):
+    qkv = tuple(torch.randn(3, 2, 8, 4) for _ in range(3))
+    ep = ember.export(fn, qkv, dynamic_shapes=({0: ember.Dim("batch")},) * 3)
+    path = _package(ep, tmp_path)
+    cases = [tuple(_with_batch(qkv, b)) for b in (3, 2, 5)]
+    torch.save((cases, [[fn(*a)] for a in cases]), tmp_path / "io.pt")
+    out = subprocess.run([sys.executable, "-c", FRESH, str(path), str(tmp_path / "io.pt")], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
