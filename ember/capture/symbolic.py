@@ -293,7 +293,7 @@ class SymbolicDomain:
             if found is NULL:
                 self.guards.add(f"{key} not in {bn}", f"builtin {name!r} is not defined")
             else:
-                self.guards.add(f"{bn}.get({key}) is {self.cg.bind(found, name)}",
+                self.guards.add(f"{bn}[{key}] is {self.cg.bind(found, name)}",
                                 f"builtin {name!r} is unchanged")
         if found is not NULL:
             return Const(found)
