@@ -25,7 +25,7 @@ from typing import Any
 
 from ..emit import py_str
 from .interpreter import NULL
-from .sources import AttrSource, InstAttrSource, Source
+from .sources import InstAttrSource, Source, instance_dict_source
 
 _IMMUTABLETYPE = 1 << 8     # Py_TPFLAGS_IMMUTABLETYPE: attributes cannot be set (object, int, ...)
 
@@ -84,7 +84,7 @@ def not_in_instance(d: Any, src: Source | None, obj: Any, name: str) -> None:
     """Guard that ``name`` is not in the instance ``__dict__`` of the object at ``src``."""
     if src is None or not has_instance_dict(obj):
         return
-    inst = AttrSource(src, "__dict__")
+    inst = instance_dict_source(src, obj)
     d.cg.hoist(inst)
     d.guards.add(f"{py_str(name)} not in {inst.expr(d.cg)}",
                  f"{d.cg.plain(src)} has no instance attribute {name!r}")

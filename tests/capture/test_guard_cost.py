@@ -271,6 +271,21 @@ def _guards(m, *args) -> list:
         return ember.explain(m)(*args).guards
 
 
+def test_cached_calls_read_a_config_past_its_getattribute(fresh_ember):
+    """The guards on a config with its own ``__getattribute__`` read its instance dict through the class's
+    ``__dict__`` slot, not ``config.__dict__`` (which runs the hook, in Python, on every call: ~1 us)."""
+    m = _Net().eval()
+    guards = _guards(m, rand(3, 4, seed=0))
+    through_hook = [g.expr for g in guards if "config" in g.reason and ".__dict__" in g.expr]
+    assert not through_hook
+    assert any("__dict_of" in g.expr for g in guards)
+    f = ember.compile(m)
+    with torch.no_grad():
+        for seed in range(3):
+            x = rand(3, 4, seed=seed)
+            assert_same(f(x), m(x))
+
+
 def test_a_functions_constant_defaults_are_one_clause(fresh_ember):
     """``_combine``'s four defaults (None, flags, a str, a float) are checked by one clause (the tuple's
     identity first), not one each."""
