@@ -20,6 +20,7 @@ class Codegen:
         self._by_id: dict[int, str] = {}
         self.hoisted: dict[Source, list] = {}      # source -> [local name, already assigned?]
         self._plain = 0
+        self.assigned: list[tuple[str, str]] = []  # (first rendering of a hoisted source, its name), in order
         self._class_dicts: dict[int, str] = {}
 
     def bind_class_dict(self, k: type) -> str:
@@ -71,7 +72,9 @@ class Source:
         if h[1]:
             return h[0]
         h[1] = True
-        return f"({h[0]} := {self._expr(cg)})"
+        text = f"({h[0]} := {self._expr(cg)})"
+        cg.assigned.append((text, h[0]))
+        return text
 
     def _expr(self, cg: Codegen) -> str:
         raise NotImplementedError(type(self).__name__)

@@ -302,3 +302,12 @@ GUARD_BOUND = 42
 def test_guard_count_of_a_representative_module_does_not_regress(fresh_ember):
     n = len(_guards(_Net().eval(), rand(3, 4, seed=0)))
     assert n <= GUARD_BOUND, f"{n} guard clauses (bound {GUARD_BOUND})"
+
+
+def test_no_fact_is_checked_twice(fresh_ember):
+    """The config's alias map is looked up twice through its ``__getattribute__`` (``aliases`` is not an
+    instance attribute): the first clause assigns the hoisted dict, the second read the same fact from the
+    name; only the first stays."""
+    guards = _guards(_Net().eval(), rand(3, 4, seed=0))
+    reasons = [g.reason for g in guards]
+    assert len(set(reasons)) == len(reasons), sorted(r for r in reasons if reasons.count(r) > 1)
