@@ -12,8 +12,9 @@ guard clauses the entry checks (``ember.explain(...).guards``).
 ``--decode``: one decode step of the zoo's GPT-2 or Llama (its "quick" config) with a ``DynamicCache``, through
 ember.compile and torch.compile (dynamic=None; each warmed on cache lengths 8 to 12 so the length is symbolic).
 Both use a backend that runs its FX graph until the timed phase, then returns that run's outputs: a timed call
-is guards, glue and the write-back of the cache, nothing else. Each timed call is followed by ``cache.crop(-1)``
-(eager slicing, timed alone and subtracted) so that every call sees the same cache length. Prints µs per call
+is guards, glue and the write-back of the cache, nothing else. Each timed call is followed by putting the
+cache's tensors of length L back (timed alone and subtracted), so that every call sees the same contiguous
+cache of length L, as a decode loop's torch.cat leaves it. Prints µs per call
 for each and the guard clauses of the entry that served it (ember: generated clauses; torch.compile: the leaf
 guards of its guard manager tree)."""
 from __future__ import annotations
@@ -166,22 +167,21 @@ def decode(name: str, calls: int, length: int = 12) -> None:
             f(input_ids=torch.randint(0, cfg.vocab_size, (1, 8)), past_key_values=cache, use_cache=True)
             while cache.get_seq_length() < length:          # lengths 8, 9, 10, ...: the length goes symbolic
                 f(input_ids=tok, past_key_values=cache, use_cache=True)
+            kept = [(layer.keys, layer.values) for layer in cache.layers]      # length ``length``, contiguous
+
+            def restore():
+                for layer, (k, v) in zip(cache.layers, kept):
+                    layer.keys, layer.values = k, v
             f(input_ids=tok, past_key_values=cache, use_cache=True)
             backend.freeze()
 
             def step():
                 f(input_ids=tok, past_key_values=cache, use_cache=True)
-                cache.crop(-1)          # back to ``length``
-            cache.crop(-1)
+                restore()               # back to ``length``: the very tensors a decode loop's cat made
+            restore()
             step()
             best, med = _time_calls(step, calls)
-            full = [(layer.keys, layer.values) for layer in cache.layers]
-
-            def crop_alone():
-                for layer, (k, v) in zip(cache.layers, full):
-                    layer.keys, layer.values = k, v
-                cache.crop(-1)
-            crop, _ = _time_calls(crop_alone, calls)
+            crop, _ = _time_calls(restore, calls)
         count = _ember_guard_count(f) if engine == "ember" else _dynamo_guard_count(m.forward.__code__)
         rows[engine] = (best - crop, med - crop, count)
     for engine, (best, med, count) in rows.items():
