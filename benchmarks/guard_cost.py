@@ -6,8 +6,8 @@ inputs pulled from the module.
     python benchmarks/guard_cost.py [--blocks 53] [--resnet]
     PYTHONPATH=<transformers> python benchmarks/guard_cost.py --decode gpt2|llama [--calls 2000]
 
-Prints microseconds per call (the best and the median of 15 batches: this host's noise only adds) and how many
-guard clauses the entry checks (``ember.explain(...).guards``).
+Prints microseconds per call (the best and the median of 15 batches, in this thread's CPU time: this host's
+noise only adds) and how many guard clauses the entry checks (``ember.explain(...).guards``).
 
 ``--decode``: one decode step of the zoo's GPT-2 or Llama (its "quick" config) with a ``DynamicCache``, through
 ember.compile and torch.compile (dynamic=None; each warmed on cache lengths 8 to 12 so the length is symbolic).
@@ -206,16 +206,10 @@ def main() -> None:
     with torch.no_grad():
         f(x)
         f(x)
-        times = []
-        for _ in range(15):
-            t = time.perf_counter()
-            for _ in range(a.calls):
-                f(x)
-            times.append((time.perf_counter() - t) / a.calls * 1e6)
+        best, med = _time_calls(lambda: f(x), a.calls)
     tensors = sum(1 for _ in m.parameters()) + sum(1 for _ in m.buffers())
     with torch.no_grad():           # the entry's guards, as ember.explain lists them (one per clause)
         clauses = len(ember.explain(m)(x).guards)
-    best, med = min(times), statistics.median(times)
     print(f"{tensors} weights, {clauses} guard clauses: {best:.1f} us per call at best, {med:.1f} median "
           f"({best / clauses * 1e3:.0f} ns per clause)")
 
