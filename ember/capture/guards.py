@@ -36,11 +36,27 @@ class GuardSet:
         self.cg = cg
         self.guards: list[Guard] = []
         self._seen: set[str] = set()
+        self._assigned_at = 0      # cg.assigned entries already looked at
 
     def add(self, expr: str, reason: str, number_at: str | None = None, tag: object = None) -> None:
-        if expr not in self._seen:
-            self._seen.add(expr)
-            self.guards.append(Guard(expr, reason, number_at, tag))
+        if expr in self._seen:
+            return
+        self._seen.add(expr)
+        if ":=" in expr:
+            # the same fact checked later reads the hoisted name: ``'a' not in (__s8 := o.__dict__)`` then
+            # ``'a' not in __s8``; remember this one's plain form so that the later one is dropped (this one
+            # stays: it assigns the name)
+            self._seen.add(self._plain_form(expr))
+        self.guards.append(Guard(expr, reason, number_at, tag))
+
+    def _plain_form(self, expr: str) -> str:
+        """``expr`` with each first rendering of a hoisted source made since the last guard replaced by its
+        name (outermost first: an outer rendering contains the inner ones it made)."""
+        new = self.cg.assigned[self._assigned_at:]
+        self._assigned_at = len(self.cg.assigned)
+        for text, name in reversed(new):
+            expr = expr.replace(text, name)
+        return expr
 
     def drop(self, which: Callable[[Guard], bool]) -> None:
         """Remove the guards ``which`` selects. Only for guards that assign no name later ones read."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..emit import py_str
 from .interpreter import NULL
-from .sources import AttrSource, InstAttrSource, Source
+from .sources import InstAttrSource, Source, instance_dict_source
 
 _IMMUTABLETYPE = 1 << 8     # Py_TPFLAGS_IMMUTABLETYPE: attributes cannot be set (object, int, ...)
 
@@ -43,7 +43,9 @@ def class_lookup(d: Any, t: type, name: str, found: Any = NULL) -> None:
         kd = k.__dict__
         if name in kd:
             if _mutable(k):
-                parts.append(f"{cg.bind_class_dict(k)}.get({key}) is {cg.bind(kd[name], 'found')}")
+                # a subscript, not ``.get``: cheaper, and a deleted name raises (a miss) where ``.get`` gave
+                # None, which passed for a name that resolved to None
+                parts.append(f"{cg.bind_class_dict(k)}[{key}] is {cg.bind(kd[name], 'found')}")
             break
         if _mutable(k):
             parts.append(f"{key} not in {cg.bind_class_dict(k)}")
@@ -67,7 +69,7 @@ def namespace_lookup(d: Any, obj: Any, name: str, found: Any = NULL) -> None:
     if found is NULL:
         d.guards.add(f"{key} not in {d.cg.bind(ns, 'G')}", f"module {obj.__name__}.{name} is not defined")
     elif ns.get(name, NULL) is found:   # (not one a module-level __getattr__ makes)
-        d.guards.add(f"{d.cg.bind(ns, 'G')}.get({key}) is {d.cg.bind(found, 'found')}",
+        d.guards.add(f"{d.cg.bind(ns, 'G')}[{key}] is {d.cg.bind(found, 'found')}",
                      f"module {obj.__name__}.{name} is the same object")
 
 
@@ -82,7 +84,7 @@ def not_in_instance(d: Any, src: Source | None, obj: Any, name: str) -> None:
     """Guard that ``name`` is not in the instance ``__dict__`` of the object at ``src``."""
     if src is None or not has_instance_dict(obj):
         return
-    inst = AttrSource(src, "__dict__")
+    inst = instance_dict_source(src, obj)
     d.cg.hoist(inst)
     d.guards.add(f"{py_str(name)} not in {inst.expr(d.cg)}",
                  f"{d.cg.plain(src)} has no instance attribute {name!r}")

@@ -24,7 +24,7 @@ from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_des
 from .instance_attrs import lookup_type_attr, real_instance_attr  # noqa: F401  (lookup_type_attr: part of this module's interface)
 from .interpreter import NULL, UserException
 from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
-from .sources import AttrSource, ConstSource, ItemSource
+from .sources import AttrSource, ConstSource, ItemSource, Source, instance_dict_source
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
                      ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, is_plain_builtin,
@@ -211,7 +211,7 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
     elif not v.is_new:
         inst = getattr(v.obj, "__dict__", None)
         if inst is not None and name in inst:
-            return d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)
+            return d.wrap(inst[name], _instance_attr_source(d, v, name))
         not_in_instance(d, v.source, v.obj, name)
     if cattr is not NULL:
         return _descriptor_get(d, f, v, cattr, name, t)
@@ -223,6 +223,18 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
 
 
 R.GETATTR.register(ObjectVar)(object_getattr)
+
+
+def _instance_attr_source(d: SymbolicDomain, v: ObjectVar, name: str) -> Source | None:
+    """Where the generic lookup found attribute ``name`` of ``v``: its instance dict's item, read past a class's
+    own ``__getattribute__`` (see ``InstDictSource``); ``v.source.name`` for other classes."""
+    if v.source is None:
+        return None
+    inst = instance_dict_source(v.source, v.obj)
+    if type(inst) is AttrSource:
+        return AttrSource(v.source, name)
+    d.cg.hoist(inst)        # read once per call
+    return ItemSource(inst, name)
 
 
 def _attrs_dict(v: ObjectVar) -> DictVar:
@@ -243,7 +255,7 @@ def _existing_attrs_dict(d: SymbolicDomain, f, v: ObjectVar) -> DictVar:
         return v.attrs
     if v.source is None:
         raise d.unsupported(f, "reading __dict__ of an object reached without a source")
-    dv = d.wrap(v.obj.__dict__, AttrSource(v.source, "__dict__"))
+    dv = d.wrap(v.obj.__dict__, instance_dict_source(v.source, v.obj))
     if type(dv) is not DictVar:
         raise d.unsupported(f, f"reading __dict__ of a {type(v.obj).__name__} object")
     for name, x in v.overlay.items():
