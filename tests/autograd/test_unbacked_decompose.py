@@ -37,3 +37,22 @@ def test_only_the_size_making_op_stays_aten(prog):
     left = sorted({str(op) for op in MISSING if has_decomposition(op)
                    and op.overloadpacket.__name__ not in MAKES_A_SIZE})
     assert not left, f"{prog.name}: decomposable ATen ops left undecomposed after an unbacked size: {left}"
+
+
+# Gathers and scatters whose index count is data-dependent (``x[tok]``, ``out.index_add(0, tok, h)``,
+# ``w[tok, slot]``) are kernels, fused with what feeds them, not ATen calls. Boolean masks' index_put stays
+# ATen (a mask with one value per selected point).
+SCATTERS = ("prims.index", "prims.index_put", "prims.gather", "prims.index_select", "prims.scatter",
+            "prims.scatter_add")
+INDEXED = ["index_select_nonzero", "index_add_nonzero", "mask_then_gather", "moe_top2"]
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["infer", "train"])
+@pytest.mark.parametrize("name", INDEXED)
+def test_gathers_and_scatters_by_a_data_dependent_count_are_kernels(name, training):
+    from ember.loopir.lower import MISSING_LOWERINGS
+    prog = next(p for p in PROGRAMS if p.name == name)
+    MISSING_LOWERINGS.clear()
+    check(prog, training)
+    left = {k: v for k, v in MISSING_LOWERINGS.items() if k in SCATTERS}
+    assert not left, f"{name}: ran as ATen calls: {left}"
