@@ -441,7 +441,9 @@ def must_recompute(node: fx.Node, forward: set[fx.Node]) -> bool:
     be saved). ``forward`` is the set of nodes the forward outputs need; the backward's readers do not count.
     Random ops' values are saved, so the recomputation draws nothing."""
     region = node.meta.get(REGION_TAG)
-    if region is None or not can_recompute(node) or not all(map(_reachable_in_backward, node.all_input_nodes)):
+    if region is None or not can_recompute(node):
+        return False
+    if not all(map(_reachable_in_backward, node.all_input_nodes)):
         return False
     return all(u not in forward or u.meta.get(REGION_TAG) == region for u in node.users)
 

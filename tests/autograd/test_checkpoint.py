@@ -247,8 +247,8 @@ class Chain(torch.nn.Module):
 
 
 def _chain_saved_bytes(block, ckpt: bool, decompose: bool, n: int = 4) -> int:
-    """Bytes of the activations (saved values that are not graph inputs) the compiled forward of an ``n``-block
-    chain saves; fails if AOT autograd gave up on the graph (it then runs with eager autograd, checkpoint
+    """Bytes of the activations (saved values that are not graph inputs) the compiled forward of an
+    ``n``-block chain saves; fails if AOT autograd gave up on the graph (it then runs with eager autograd, checkpoint
     regions ignored)."""
     seen = []
 
@@ -261,7 +261,8 @@ def _chain_saved_bytes(block, ckpt: bool, decompose: bool, n: int = 4) -> int:
     (built, _, _), = [v for v in seen[0].values()]
     assert hasattr(built, "fwd"), "AOT autograd fell back to eager autograd (EMBER_LOGS=perf_hints says why)"
     outs = next(n for n in built.fwd.graph.nodes if n.op == "output").args[0]
-    saved = [s for s in outs[len(outs) - built.num_saved:] if isinstance(s, torch.fx.Node) and s.op != "placeholder"]
+    saved = [s for s in outs[len(outs) - built.num_saved:]
+             if isinstance(s, torch.fx.Node) and s.op != "placeholder"]
     vals = [s.meta["val"] for s in saved]
     return sum(int(v.numel()) * (v.element_size() if isinstance(v, torch.Tensor) else v.dtype.itemsize)
                for v in vals if hasattr(v, "numel"))
@@ -272,7 +273,8 @@ def _chain_saved_bytes(block, ckpt: bool, decompose: bool, n: int = 4) -> int:
 def test_chain_of_regions_saves_only_the_regions_inputs(name, decompose):
     block, extra = BLOCKS[name]
     n = 4
-    plain, ckpt = _chain_saved_bytes(block, False, decompose, n), _chain_saved_bytes(block, True, decompose, n)
+    plain = _chain_saved_bytes(block, False, decompose, n)
+    ckpt = _chain_saved_bytes(block, True, decompose, n)
     # eager checkpointing keeps each region's input: the first is the graph's input, the other n-1 are
     # activations of B*T*D floats; nothing computed inside a region survives the forward (but random values).
     # Saving less means the backward recomputes the blocks before a region to reach its input, and holds all
