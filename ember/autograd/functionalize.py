@@ -29,6 +29,7 @@ import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ember.autograd.fake import FakeTensor
+from ember.autograd import regions
 from ember.autograd.overlap import self_overlapping_layout
 from ember.autograd.symnodes import SymNodes
 from ember.autograd.trace import TracedGraph
@@ -170,7 +171,7 @@ class _Functionalizer:
         out, chain = self._from_storage_list(al)
         for target, rest, kwargs, old in chain:
             out = self.graph.call_function(target, (out, *rest), kwargs)
-            out.meta["val"] = old.meta.get("val")       # every replayed view keeps its value's metadata
+            out.meta = dict(old.meta)       # every replayed view keeps its value's metadata (and region)
         self.views[node] = (out, self.version[al.root])
         return out
 
@@ -211,6 +212,7 @@ class _Functionalizer:
         for node in self.old.nodes:
             if node.op == "output":
                 return self._output(node)
+            since = next(reversed(self.graph.nodes), None)
             if node.op in ("placeholder", "get_attr"):
                 self._new_root(node, self.graph.node_copy(node))
             elif _written_args(node.target) or node.target in _BATCH_NORMS:
@@ -219,6 +221,7 @@ class _Functionalizer:
                 self._view(node)
             else:
                 self._new_root(node, self.graph.node_copy(node, self.value))
+            _inherit_region(node, since)
         raise AssertionError("graph without output node")
 
     def _new_root(self, old: fx.Node, new: fx.Node) -> None:
@@ -368,6 +371,19 @@ class _Functionalizer:
                 f"the traced function mutates tensors that are not inputs ({[n.target for n in mutated_consts]}); "
                 "pass them as inputs (lift module buffers) so their updates can be written back")
         return outs
+
+
+def _inherit_region(old: fx.Node, since: fx.Node | None) -> None:
+    """The nodes added for ``old`` (after ``since``: its functional op, the scatters writing a mutation back,
+    the views replayed for its arguments) stay in ``old``'s activation-checkpoint region, so the partitioner
+    recomputes them with the rest of the region instead of saving them."""
+    region = old.meta.get(regions.TAG)
+    if region is None or since is None:
+        return
+    n = since.next
+    while n.op != "root":
+        n.meta.setdefault(regions.TAG, region)
+        n = n.next
 
 
 def functionalize(traced: TracedGraph) -> TracedGraph:

@@ -139,13 +139,28 @@ def _is_prim_getitem(node: fx.Node) -> bool:
 
 
 def is_rng(node: fx.Node) -> bool:
+    """Whether ``node`` draws random numbers (its value is saved, never recomputed, and it always runs)."""
     if node.op != "call_function":
         return False
     kind = _prim_kind(node)
     if kind is not None:
         return kind == "rng"
     tags = getattr(node.target, "tags", ())
+    if _zero_probability(node):
+        return False
     return op_name(node) in RNG or torch.Tag.nondeterministic_seeded in tags
+
+
+def _zero_probability(node: fx.Node) -> bool:
+    """An op whose schema takes a ``dropout_p`` that is 0 here: its ATen tag says "seeded" because it may drop
+    out, but it draws nothing (every attention kernel without dropout), so a checkpoint region recomputes it
+    as eager checkpointing does."""
+    for i, arg in enumerate(getattr(getattr(node.target, "_schema", None), "arguments", ())):
+        if arg.name == "dropout_p":
+            p = node.kwargs["dropout_p"] if "dropout_p" in node.kwargs else \
+                node.args[i] if i < len(node.args) else arg.default_value
+            return isinstance(p, (int, float)) and p == 0
+    return False
 
 
 def _copies(node: fx.Node) -> bool:
@@ -426,9 +441,27 @@ def must_recompute(node: fx.Node, forward: set[fx.Node]) -> bool:
     be saved). ``forward`` is the set of nodes the forward outputs need; the backward's readers do not count.
     Random ops' values are saved, so the recomputation draws nothing."""
     region = node.meta.get(REGION_TAG)
-    if region is None or not can_recompute(node):       # random ops and copies are saved
+    if region is None or not can_recompute(node):
+        return False
+    if not all(map(_reachable_in_backward, node.all_input_nodes)):
         return False
     return all(u not in forward or u.meta.get(REGION_TAG) == region for u in node.users)
+
+
+def region_input(node: fx.Node, forward: set[fx.Node]) -> bool:
+    """A value an activation-checkpoint region reads from outside it (the output of the region before, or of
+    untagged code): saved, never recomputed, as eager's ``checkpoint`` keeps its inputs. Recomputed, the
+    backward of the last block would start by recomputing every block before it, to reach its input, and keep
+    all their activations alive until their own backward: the memory of no checkpointing at all."""
+    region = node.meta.get(REGION_TAG)
+    return any(u in forward and u.meta.get(REGION_TAG, region) != region for u in node.users)
+
+
+def _reachable_in_backward(node: fx.Node) -> bool:
+    """Whether the backward can have ``node``'s value: saved, or recomputed. A tuple-valued op that is not
+    recomputed (a random op, an attention kernel with dropout) cannot be saved whole: its items are saved
+    instead, so a region's item of one (dropout's mask, attention's logsumexp) is not one to recompute."""
+    return node.op != "call_function" or can_recompute(node) or node_bytes(node) is not None
 
 
 def _min_cut(graph: fx.Graph, j: _Joint, unsaved: set[fx.Node] = frozenset()) -> list[fx.Node]:
@@ -486,8 +519,8 @@ def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool, unsaved: set[fx.Node]
             size *= 2
         never = size is None or must_recompute(n, forward) or n in unsaved
         net.add_edge(2 * i, 2 * i + 1, _INF if never else size * scale + 1)
-        if n in primals or not can_recompute(n) or (stored_both_ways(n, j.tangent_dep)
-                                                    and REGION_TAG not in n.meta):
+        if n in primals or not can_recompute(n) or region_input(n, forward) or (
+                stored_both_ways(n, j.tangent_dep) and REGION_TAG not in n.meta):
             net.add_edge(src, 2 * i, _INF)
         for a in n.all_input_nodes:
             if a in index:

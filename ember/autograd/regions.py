@@ -40,9 +40,10 @@ def exit(region: int) -> None:  # noqa: A001  (the marker's name in graphs)
 
 
 def current() -> int | None:
-    """The innermost open region of this thread, or None."""
+    """The outermost open region of this thread, or None: the ops of nested regions belong to the outer one,
+    as the forward sees them (only the outer region's inputs are saved; the backward recomputes it whole)."""
     stack = getattr(_STATE, "stack", None)
-    return stack[-1] if stack else None
+    return stack[0] if stack else None
 
 
 def clear() -> None:

@@ -114,13 +114,23 @@ def unbacked_in(value: Any, table) -> bool:
 
 
 def _unbacked_of(value: Any, table) -> set:
+    """The unbacked symbols in ``value``'s sizes and strides: a fake tensor's (``SymInt``s), or a prim's
+    ``TensorMeta``'s (sympy expressions), as an ATen node's inputs are either once the nodes before it were
+    decomposed (a ``SymInt``-only reading made every op after a decomposed one look data-dependent)."""
     out: set = set()
     vals = value if isinstance(value, (tuple, list)) else (value,)
     for v in vals:
-        sizes = (*v.shape, *v.stride()) if isinstance(v, torch.Tensor) else (v,)
+        if isinstance(v, torch.Tensor):
+            sizes = (*v.shape, *v.stride())
+        elif hasattr(v, "shape") and hasattr(v, "stride"):        # ember.decomp.meta.TensorMeta
+            sizes = (*v.shape, *(v.stride() if callable(v.stride) else v.stride))
+        else:
+            sizes = (v,)
         for s in sizes:
             if isinstance(s, torch.SymInt):
                 out |= s.node.expr.free_symbols & table.unbacked
+            elif isinstance(s, sympy.Basic):
+                out |= s.free_symbols & table.unbacked
     return out
 
 

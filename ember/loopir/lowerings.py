@@ -609,6 +609,18 @@ def _index_select(L: Lowerer, x: TV, dim: int, index: TV) -> TV:
     return TV(tuple(shape), x.dtype, x.device, load)
 
 
+def _broadcast(shapes: Sequence[tuple]) -> tuple:
+    """The broadcast of index shapes whose sizes may be symbolic (a ``nonzero``'s count): per dim, the sizes
+    other than 1 must be one expression; raises UseExtern where that cannot be told at compile time."""
+    out = []
+    for k in range(1, max(map(len, shapes), default=0) + 1):
+        sizes = {s[-k] for s in shapes if len(s) >= k and not (isinstance(s[-k], int) and s[-k] == 1)}
+        if len(sizes) > 1:
+            raise UseExtern("index tensors of sizes that may not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(reversed(out))
+
+
 def advanced_index(x: TV, indices: Sequence[Any]) -> tuple[tuple, Any]:
     """torch's advanced indexing ``x[indices]`` (index tensors or None per leading dim): the result's shape,
     and ``position(idx) -> (xidx, {dim: index value})``, where the result's point ``idx`` reads ``x``: ``xidx``
@@ -617,9 +629,9 @@ def advanced_index(x: TV, indices: Sequence[Any]) -> tuple[tuple, Any]:
     adv = [i for i, t in enumerate(idx_t) if t is not None]
     if not adv or any(idx_t[i].dtype in (torch.bool, torch.uint8) for i in adv):
         raise UseExtern("boolean mask indexing")
-    if not all(isinstance(s, int) for i in adv for s in tuple(idx_t[i].shape) + (x.shape[i],)):
-        raise UseExtern("symbolic index sizes")
-    bshape = tuple(torch.broadcast_shapes(*[tuple(int(s) for s in idx_t[i].shape) for i in adv]))
+    if not all(isinstance(x.shape[i], int) for i in adv):
+        raise UseExtern("symbolic sizes of indexed dims")
+    bshape = _broadcast([tuple(idx_t[i].shape) for i in adv])
     contiguous = adv == list(range(adv[0], adv[-1] + 1))
     rest = [i for i in range(x.ndim) if idx_t[i] is None]
     nb = len(bshape)

@@ -33,8 +33,8 @@ def scatter_into(L: Lowerer, init: TV, ranges: tuple, position: Callable[[list],
     """``init`` with, for every point ``p`` of ``ranges``, ``values[p]`` stored (or added) at ``position(p)``:
     ``(xidx, {dim: index value})``, the indices of ``init``'s plain dims and the loaded ones of the others."""
     shape, dt = tuple(init.shape), init.dtype
-    if not all(isinstance(s, int) for s in shape + tuple(ranges)):
-        raise UseExtern("symbolic sizes")
+    if not all(isinstance(s, int) for s in shape):
+        raise UseExtern("a scatter into a tensor of symbolic size")
     if 0 in ranges:
         return init
     work = WIDENED.get(dt, dt) if accumulate else dt
