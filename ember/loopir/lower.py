@@ -425,9 +425,12 @@ def _non_overlapping(layout: Layout) -> bool:
 def _storage_order(layout: Layout) -> list[int] | None:
     """The dims of a permuted layout from outermost to innermost in memory (a transposed, possibly
     row-padded buffer: a kernel writing it walks memory in this order), or None when the dims are already in
-    memory order or their strides do not order them (overlaps, broadcasts, symbolic strides)."""
-    if layout.is_contiguous() or layout.offset != 0 or not all(isinstance(s, int) for s in layout.stride):
+    memory order or their strides do not order them (overlaps, broadcasts, symbolic strides of no dense
+    permutation)."""
+    if layout.is_contiguous() or layout.offset != 0:
         return None
+    if not all(isinstance(s, int) for s in layout.stride):
+        return _dense_order(layout)
     big = [i for i, n in enumerate(layout.shape) if n != 1]
     strides = [layout.stride[i] for i in big]
     if any(st <= 0 for st in strides) or len(set(strides)) != len(strides):
@@ -441,6 +444,43 @@ def _storage_order(layout: Layout) -> list[int] | None:
             return None
         extent = layout.stride[i] * layout.shape[i]
     return perm
+
+
+def _dense_order(layout: Layout) -> list[int] | None:
+    """``_storage_order`` of a layout with symbolic strides: the permutation whose contiguous strides they are,
+    found structurally (innermost stride 1, each next one the previous stride times its size: a channels-last
+    layout of any sizes), so the order holds for every value of the symbols; None when there is none. Size-1
+    dims (any stride) go where their stride's hint puts them, as in the static order."""
+    big = [i for i, n in enumerate(layout.shape) if n != 1]
+    order: list[int] = []
+    expect: Any = 1
+    while len(order) < len(big):
+        nxt = next((i for i in big if i not in order and _same_size(layout.stride[i], expect)), None)
+        if nxt is None:
+            return None
+        order.append(nxt)
+        expect = expect * layout.shape[nxt]
+    order.reverse()
+    if order == big:
+        return None
+    rank = {d: k for k, d in enumerate(order)}
+    perm: list[int] = []
+    small = sorted((i for i in range(len(layout.shape)) if i not in rank),
+                   key=lambda i: (-size_hint(layout.stride[i]), i))
+    for d in order:      # each size-1 dim before the first big dim whose stride's hint is not above its own
+        while small and size_hint(layout.stride[small[0]]) >= size_hint(layout.stride[d]):
+            perm.append(small.pop(0))
+        perm.append(d)
+    return perm + small
+
+
+def _same_size(a: Any, b: Any) -> bool:
+    """Whether two sizes are equal for every value of their symbols (structurally, not by hints)."""
+    if a == b:
+        return True
+    if isinstance(a, int) and isinstance(b, int):
+        return False
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
 
 
 _MATMULS = ("mm", "bmm", "addmm")
