@@ -28,7 +28,7 @@ from ember.errors import EmberError
 from ember.shapes import SymbolicUnsupported, expr_of, size_hint
 
 from .expr import COSTLY_OPS, EXPENSIVE_OPS, Load, Op, cast, size, walk, xvars
-from .indexing import steps_by_one
+from .indexing import same_size, steps_by_one
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .lowering_table import (LOWERINGS, MISSING_LOWERINGS, UseExtern, is_dense, layout_of, prim_name,  # noqa: F401
                              register_lowering, traced_layout)
@@ -455,7 +455,7 @@ def _dense_order(layout: Layout) -> list[int] | None:
     order: list[int] = []
     expect: Any = 1
     while len(order) < len(big):
-        nxt = next((i for i in big if i not in order and _same_size(layout.stride[i], expect)), None)
+        nxt = next((i for i in big if i not in order and same_size(layout.stride[i], expect)), None)
         if nxt is None:
             return None
         order.append(nxt)
@@ -472,15 +472,6 @@ def _dense_order(layout: Layout) -> list[int] | None:
             perm.append(small.pop(0))
         perm.append(d)
     return perm + small
-
-
-def _same_size(a: Any, b: Any) -> bool:
-    """Whether two sizes are equal for every value of their symbols (structurally, not by hints)."""
-    if a == b:
-        return True
-    if isinstance(a, int) and isinstance(b, int):
-        return False
-    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
 
 
 _MATMULS = ("mm", "bmm", "addmm")
