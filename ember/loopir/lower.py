@@ -551,8 +551,9 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
 
 def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
     """Whether a value is small against a lowered user (at most 1/hoist_fraction of its points) and computes a
-    costly op (``COSTLY_OPS`` or ``EXPENSIVE_OPS``) from a buffer: see ``Lowerer._hoisted``."""
-    n = math.prod(shape) if all(isinstance(d, int) for d in shape) else None
+    costly op (``COSTLY_OPS`` or ``EXPENSIVE_OPS``) from a buffer: see ``Lowerer._hoisted``. Symbolic sizes count
+    at their hints (a batch norm's statistics over a symbolic batch: storing them is right for any size)."""
+    n = _numel_hint(shape)
     if n is None or n > heuristics().hoist_max_numel:
         return False
     costly = reads = False
@@ -567,9 +568,18 @@ def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
         val = u.meta.get("val") if _lowered(u) else None
         shp = getattr(val, "shape", None)
         h = heuristics()
-        if shp is not None and all(isinstance(d, int) for d in shp) and math.prod(shp) >= h.hoist_fraction * max(n, 1):
+        points = _numel_hint(shp) if shp is not None else None
+        if points is not None and points >= h.hoist_fraction * max(n, 1):
             return True
     return False
+
+
+def _numel_hint(shape: Sequence) -> int | None:
+    """The number of points of ``shape`` at the hints, or None (a size without one: unbacked)."""
+    try:
+        return int(size_hint(math.prod(shape)))
+    except (ValueError, TypeError, SymbolicUnsupported):
+        return None
 
 
 

@@ -180,6 +180,29 @@ def _run(model, ref, sizes, dynamic, mark, train):
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_symbolic_graph_has_the_static_layout_plan(mode, train, monkeypatch):
+    _check_static_plan(mode, train, monkeypatch)
+
+
+def test_symbolic_graph_hoists_per_channel_values_as_static(monkeypatch):
+    """With the lowering of Triton kernels (small costly values a user broadcasts are stored once: a batch
+    norm's per-channel rsqrt), a symbolic batch stores the same ones as the static graph (the users' sizes are
+    weighed at the hints)."""
+    from ember.loopir import lower as lower_mod
+    real = lower_mod.Lowerer.__init__
+
+    def init(self, *a, **k):
+        real(self, *a, **k)
+        self.hoists = lambda dev: True
+    monkeypatch.setattr(lower_mod.Lowerer, "__init__", init)
+    graphs = _check_static_plan("mark_batch", False, monkeypatch)
+    for sg, tg in graphs:
+        assert len(sg.hoisted) == len(tg.hoisted), (sg.name, sorted(sg.hoisted), sorted(tg.hoisted))
+    assert any(tg.hoisted for _, tg in graphs)
+
+
+def _check_static_plan(mode: str, train: bool, monkeypatch) -> list:
+    """Compile the network with ``mode``'s symbolic sizes and static at its hints; check they get the same plan;
+    return the (symbolic, static) loop graphs."""
     monkeypatch.setattr(conv_layout, "NHWC_WEIGHTS", {"cpu"})
     monkeypatch.setattr(conv_layout, "DTYPES", {"cpu": (torch.float32,)})
     dynamic, mark, sizes = MODES[mode]
@@ -215,6 +238,7 @@ def test_symbolic_graph_has_the_static_layout_plan(mode, train, monkeypatch):
         # the same kernels (a training graph's per-channel sums with the channels-last gradient they read)
         sk, tk = _kernels(sym_scheds[sg.name], st), _kernels(scheds[tg.name], None)
         assert sk == tk, (sg.name, hints, "symbolic only:", sk - tk, "static only:", tk - sk)
+    return [(sg, tg) for (sg, _), (tg, _) in zip(symbolic, static)]
 
 
 # (kernel, stride, padding) of max and average pools whose padding after the input depends on the parity of a
