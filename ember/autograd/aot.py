@@ -386,15 +386,26 @@ def _adopt_saved_strides(bwd: fx.GraphModule, strides: list | None, saved_from: 
     backward is compiled for them instead of copying each into the traced layout on every call."""
     if not strides:
         return
+    import sympy
+
     from ember.decomp.meta import TensorMeta
+    from ember.shapes import expr_of
 
     from .fake import FakeTensor
+    table = bwd.meta.get("ember_symbols")
     phs = [n for n in bwd.graph.nodes if n.op == "placeholder"]
     for ph, st in zip(phs, strides[saved_from:]):
         val = ph.meta.get("val")
         if st is None:
             continue
-        if isinstance(val, FakeTensor) and tuple(val.stride()) != st:
+        symbolic = any(isinstance(v, sympy.Basic) for v in st)     # the forward's sympy layout
+        if symbolic and isinstance(val, FakeTensor):
+            if table is None or tuple(map(expr_of, val.stride())) == tuple(map(expr_of, st)):
+                continue
+            meta = torch.empty_strided(tuple(val.shape), tuple(table.symint(v) for v in st), dtype=val.dtype,
+                                       device="meta")
+            ph.meta["val"] = FakeTensor(meta, val.device, val.fake_mode)
+        elif isinstance(val, FakeTensor) and tuple(val.stride()) != st:
             meta = torch.empty_strided(tuple(val.shape), st, dtype=val.dtype, device="meta")
             ph.meta["val"] = FakeTensor(meta, val.device, val.fake_mode)
         elif isinstance(val, TensorMeta) and tuple(val.stride) != st:

@@ -120,16 +120,16 @@ def _lower(st: GraphCompile) -> None:
         st.result = st.gm
         return
     from ember.loopir.ir import BufferRef
-    # symbolic strides: None (the backward checks the layout it gets at run time)
+    # symbolic strides stay sympy (a channels-last activation saved for the backward: ``aot._adopt_saved_strides``)
     st.gm.meta["ember_output_strides"] = [_int_tuple(o.layout.stride) if isinstance(o, BufferRef) else None
                                           for o in st.graph.outputs]
 
 
-def _int_tuple(v: Any) -> tuple | None:
+def _int_tuple(v: Any) -> tuple:
     try:
         return tuple(int(x) for x in v)
     except TypeError:
-        return None
+        return tuple(v)
 
 
 def _schedule(st: GraphCompile) -> None:

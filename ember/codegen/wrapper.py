@@ -7,6 +7,7 @@ source (printed by ``EMBER_LOGS=output_code``).
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import sympy
@@ -424,15 +425,19 @@ def _allocation_layouts(schedule: Schedule, inplace: dict[str, str]) -> dict[str
 
 
 def _same_memory(a: Layout, b: Layout) -> bool:
-    """Whether two layouts are the same dense memory seen with the dims in another order."""
+    """Whether two layouts are the same dense memory seen with the dims in another order: the same (stride,
+    size) pairs of their non-1 dims, compared structurally when symbolic (a channels-last activation of symbolic
+    batch or spatial sizes and its (N, H, W, C) memory order), so equal for every value of the symbols."""
     if (a.dtype, a.device, a.offset, b.offset) != (b.dtype, b.device, 0, 0):
         return False
-    try:
-        pa = sorted((int(st), int(n)) for n, st in zip(a.shape, a.stride) if int(n) != 1)
-        pb = sorted((int(st), int(n)) for n, st in zip(b.shape, b.stride) if int(n) != 1)
-    except TypeError:
-        return False
-    return pa == pb
+
+    def pairs(lay: Layout) -> Counter:
+        return Counter((_canonical(st), _canonical(n)) for n, st in zip(lay.shape, lay.stride) if n != 1)
+    return pairs(a) == pairs(b)
+
+
+def _canonical(v: Any) -> Any:
+    return int(v) if not isinstance(v, sympy.Basic) or not v.free_symbols else sympy.expand(v)
 
 
 def _storage_key(lay: Layout) -> tuple | None:

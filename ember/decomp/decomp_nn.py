@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import sympy
 import torch
+
+from ember.shapes import guard
 
 from . import prims as P
 from .decomp_reduce import reduce_sum
@@ -187,9 +190,10 @@ def _bn_functional(x: Any, weight: Any, bias: Any, running_mean: Any, running_va
     mean, var, invstd = _bn_train(xf, eps)
     n = float(prod(x.shape) / x.shape[1]) if isinstance(prod(x.shape), int) else prod(x.shape) / x.shape[1]
     new_mean = P.add(P.mul(opmath(running_mean), 1 - momentum), P.mul(mean, float(momentum)))
-    # the running variance is unbiased: n / (n - 1), a plain factor, or with symbolic sizes (a dynamic batch,
-    # n >= 2 by the symbols' ranges) a product and a division by the size expressions
-    unbiased = P.mul(var, n / max(n - 1, 1)) if isinstance(n, float) else P.div(P.mul(var, n), n - 1)
+    if isinstance(n, float):
+        unbiased = P.mul(var, n / max(n - 1, 1))
+    else:       # symbolic n (at least 2 by the symbols' ranges): integer size operands, as kernels take them
+        unbiased = P.div(P.mul(var, n), n - 1 if guard(sympy.Ge(n, 2)) else 1)
     new_var = P.add(P.mul(opmath(running_var), 1 - momentum), P.mul(unbiased, float(momentum)))
     return (_bn_apply(x, xf, mean, invstd, weight, bias), to(mean, sd), to(invstd, sd),
             to(new_mean, running_mean.dtype), to(new_var, running_var.dtype))
@@ -231,7 +235,8 @@ def _native_batch_norm_backward(grad: Any, x: Any, weight: Any, running_mean: An
     sum_g, sum_gx = P.sum(g, dims), P.sum(P.mul(g, x_hat), dims)
     scale = P.mul(w, invstd)
     if train:
-        n = float(prod(x.shape) / x.shape[1])
+        n = prod(x.shape) / x.shape[1]
+        n = float(n) if isinstance(prod(x.shape), int) else n      # symbolic: the kernels compute it
         inner = P.sub(P.sub(g, _chan(P.div(sum_g, n), g)), P.mul(x_hat, _chan(P.div(sum_gx, n), g)))
         dx = P.mul(inner, _chan(scale, g))
     else:

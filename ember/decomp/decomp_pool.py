@@ -13,7 +13,10 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import sympy
 import torch
+
+from ember.shapes import guard
 
 from . import prims as P
 from .helpers import opmath, to
@@ -43,7 +46,8 @@ def _windows(x: Any, k: tuple, s: tuple, p: tuple, d: tuple, out: tuple, fill: A
     """The kh*kw strided slices (each of the output's spatial shape) of x padded with ``fill``."""
     h, w = x.shape[-2], x.shape[-1]
     need = [(out[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 for i in range(2)]
-    pads = [(0, 0)] * (x.ndim - 2) + [(p[0], max(need[0] - h - p[0], 0)), (p[1], max(need[1] - w - p[1], 0))]
+    pads = [(0, 0)] * (x.ndim - 2) + [(p[0], _high_pad(need[0], h, p[0], s[0])),
+                                      (p[1], _high_pad(need[1], w, p[1], s[1]))]
     xp = P.pad(x, pads, fill) if any(lo or hi for lo, hi in pads) else x
     hd, wd = x.ndim - 2, x.ndim - 1
     res = []
@@ -52,6 +56,18 @@ def _windows(x: Any, k: tuple, s: tuple, p: tuple, d: tuple, out: tuple, fill: A
         for j in range(k[1]):
             res.append(P.slice(rows, wd, j * d[1], j * d[1] + (out[1] - 1) * s[1] + 1, s[1]))
     return res
+
+
+def _high_pad(need: Any, n: Any, p: int, s: int) -> Any:
+    """The padding after the input that the windows reach: ``max(need - n - p, 0)``. With a symbolic size
+    (``need - n - p`` is then ``p - (n + 2p - d(k-1) - 1) mod s``, between ``p - s + 1`` and ``p``, in floor
+    mode) the max is known without deciding it (a guard on the size's parity would recompile for every other
+    size): the expression itself where ``p >= s - 1``, else ``p``, which covers every window (they stop at
+    ``need``; the extra row of fill is never read)."""
+    e = need - n - p
+    if isinstance(e, int) or not e.free_symbols:
+        return max(int(e), 0)
+    return e if p >= s - 1 else p
 
 
 def _pool_args(kernel: Any, stride: Any, padding: Any, dilation: Any = 1) -> tuple:
@@ -66,8 +82,9 @@ def _offset_dtype(k: tuple) -> torch.dtype:
 
 
 def _coord_dtype(x: Any) -> torch.dtype:
-    """Plane coordinates are int32 (cheap division on the GPU) unless a flat plane index may not fit."""
-    return torch.int32 if x.shape[-2] * x.shape[-1] < 2 ** 31 - 1 else torch.int64
+    """Plane coordinates are int32 (cheap division on the GPU) unless a flat plane index may not fit (with
+    symbolic sizes a guard: the graph is then compiled for planes that fit, as at every size seen in practice)."""
+    return torch.int32 if guard(sympy.Lt(x.shape[-2] * x.shape[-1], 2 ** 31 - 1)) else torch.int64
 
 
 def _window_origin(x: Any, out: tuple, s: tuple, p: tuple, a: int) -> Any:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import sympy
 
-from .ir import prod
+from .ir import prod, same_size  # noqa: F401  (same_size: used here and re-exported)
 
 
 @lru_cache(maxsize=None)
@@ -171,7 +171,7 @@ def _merge_runs(flat: sympy.Expr, coefs: list, sizes: list) -> sympy.Expr:
             continue
         j = i  # the run is [k..i], innermost var i
         k = i
-        while k - 1 >= 0 and sizes[k - 1] != 1 and coefs[k - 1] == coefs[k] * sizes[k]:
+        while k - 1 >= 0 and sizes[k - 1] != 1 and same_size(coefs[k - 1], coefs[k] * sizes[k]):
             k -= 1
         inner = prod(sizes[j + 1:])
         span = prod(sizes[k:j + 1])
@@ -193,7 +193,7 @@ def split_point(sizes: Sequence[Any], outer: Any) -> int | None:
     """Index k with prod(sizes[:k]) == outer (the dims that iterate over x), or None."""
     acc: Any = 1
     for k in range(len(sizes) + 1):
-        if acc == outer:
+        if same_size(acc, outer):
             return k
         if k < len(sizes):
             acc = acc * sizes[k]

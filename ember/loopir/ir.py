@@ -36,6 +36,16 @@ def contiguous_stride(shape: Sequence[Any]) -> tuple:
     return tuple(reversed(out))
 
 
+def same_size(a: Any, b: Any) -> bool:
+    """Whether two sizes are equal for every value of their symbols: structurally, or after expanding (a stride
+    ``8*floor(s3/2 - 1/2) + 8`` is the product ``8*(floor(s3/2 - 1/2) + 1)`` of the sizes inside it)."""
+    if a == b:
+        return True
+    if not isinstance(a, sympy.Basic) and not isinstance(b, sympy.Basic):
+        return False
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
 def prod(xs: Sequence[Any]) -> Any:
     out: Any = 1
     for x in xs:
@@ -59,7 +69,7 @@ class Layout:
         return self.offset + sum((i * s for i, s in zip(idx, self.stride) if s != 0), sympy.Integer(0))
 
     def is_contiguous(self) -> bool:
-        return self.offset == 0 and all(st == c for sz, st, c in
+        return self.offset == 0 and all(same_size(st, c) for sz, st, c in
                                         zip(self.shape, self.stride, contiguous_stride(self.shape)) if sz != 1)
 
     def numel(self) -> Any:

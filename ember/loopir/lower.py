@@ -28,7 +28,7 @@ from ember.errors import EmberError
 from ember.shapes import SymbolicUnsupported, expr_of, size_hint
 
 from .expr import COSTLY_OPS, EXPENSIVE_OPS, Load, Op, cast, size, walk, xvars
-from .indexing import steps_by_one
+from .indexing import same_size, steps_by_one
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
 from .lowering_table import (LOWERINGS, MISSING_LOWERINGS, UseExtern, is_dense, layout_of, prim_name,  # noqa: F401
                              register_lowering, traced_layout)
@@ -444,9 +444,12 @@ def _non_overlapping(layout: Layout) -> bool:
 def _storage_order(layout: Layout) -> list[int] | None:
     """The dims of a permuted layout from outermost to innermost in memory (a transposed, possibly
     row-padded buffer: a kernel writing it walks memory in this order), or None when the dims are already in
-    memory order or their strides do not order them (overlaps, broadcasts, symbolic strides)."""
-    if layout.is_contiguous() or layout.offset != 0 or not all(isinstance(s, int) for s in layout.stride):
+    memory order or their strides do not order them (overlaps, broadcasts, symbolic strides of no dense
+    permutation)."""
+    if layout.is_contiguous() or layout.offset != 0:
         return None
+    if not all(isinstance(s, int) for s in layout.stride):
+        return _dense_order(layout)
     big = [i for i, n in enumerate(layout.shape) if n != 1]
     strides = [layout.stride[i] for i in big]
     if any(st <= 0 for st in strides) or len(set(strides)) != len(strides):
@@ -460,6 +463,34 @@ def _storage_order(layout: Layout) -> list[int] | None:
             return None
         extent = layout.stride[i] * layout.shape[i]
     return perm
+
+
+def _dense_order(layout: Layout) -> list[int] | None:
+    """``_storage_order`` of a layout with symbolic strides: the permutation whose contiguous strides they are,
+    found structurally (innermost stride 1, each next one the previous stride times its size: a channels-last
+    layout of any sizes), so the order holds for every value of the symbols; None when there is none. Size-1
+    dims (any stride) go where their stride's hint puts them, as in the static order."""
+    big = [i for i, n in enumerate(layout.shape) if n != 1]
+    order: list[int] = []
+    expect: Any = 1
+    while len(order) < len(big):
+        nxt = next((i for i in big if i not in order and same_size(layout.stride[i], expect)), None)
+        if nxt is None:
+            return None
+        order.append(nxt)
+        expect = expect * layout.shape[nxt]
+    order.reverse()
+    if order == big:
+        return None
+    rank = {d: k for k, d in enumerate(order)}
+    perm: list[int] = []
+    small = sorted((i for i in range(len(layout.shape)) if i not in rank),
+                   key=lambda i: (-size_hint(layout.stride[i]), i))
+    for d in order:      # each size-1 dim before the first big dim whose stride's hint is not above its own
+        while small and size_hint(layout.stride[small[0]]) >= size_hint(layout.stride[d]):
+            perm.append(small.pop(0))
+        perm.append(d)
+    return perm + small
 
 
 _MATMULS = ("mm", "bmm", "addmm")
@@ -539,8 +570,9 @@ def _realize_on_reuse(node: fx.Node, body: Any, n_ops: int, shape: Sequence = ()
 
 def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
     """Whether a value is small against a lowered user (at most 1/hoist_fraction of its points) and computes a
-    costly op (``COSTLY_OPS`` or ``EXPENSIVE_OPS``) from a buffer: see ``Lowerer._hoisted``."""
-    n = math.prod(shape) if all(isinstance(d, int) for d in shape) else None
+    costly op (``COSTLY_OPS`` or ``EXPENSIVE_OPS``) from a buffer: see ``Lowerer._hoisted``. Symbolic sizes count
+    at their hints (a batch norm's statistics over a symbolic batch: storing them is right for any size)."""
+    n = _numel_hint(shape)
     if n is None or n > heuristics().hoist_max_numel:
         return False
     costly = reads = False
@@ -555,9 +587,18 @@ def _hoist(node: fx.Node, body: Any, shape: Sequence) -> bool:
         val = u.meta.get("val") if _lowered(u) else None
         shp = getattr(val, "shape", None)
         h = heuristics()
-        if shp is not None and all(isinstance(d, int) for d in shp) and math.prod(shp) >= h.hoist_fraction * max(n, 1):
+        points = _numel_hint(shp) if shp is not None else None
+        if points is not None and points >= h.hoist_fraction * max(n, 1):
             return True
     return False
+
+
+def _numel_hint(shape: Sequence) -> int | None:
+    """The number of points of ``shape`` at the hints, or None (a size without one: unbacked)."""
+    try:
+        return int(size_hint(math.prod(shape)))
+    except (ValueError, TypeError, SymbolicUnsupported):
+        return None
 
 
 

@@ -25,10 +25,10 @@ from typing import Any
 import sympy
 
 from ember import logs
-from ember.shapes import size_hint
+from ember.shapes import SymbolicUnsupported, size_hint
 
 from .expr import loads, rvars, xvars
-from .indexing import RINDEX, XINDEX, _linear, fold_divmod, place, split_point, steps_by_one
+from .indexing import RINDEX, XINDEX, _linear, fold_divmod, place, same_size, split_point, steps_by_one
 from .ir import Extern, ExternOutput, InputBuffer, LoopGraph, Node, Pointwise, Reduction, Scatter, prod
 from .remat import rematerialize
 from ember.heuristics import heuristics
@@ -278,19 +278,24 @@ def _derived(g: _Group, red: Node, xn: Any, rn: Any, red_loads: list) -> dict[st
 
 def _permutes(index: Any, syms: list, sizes: list, numel: Any) -> bool:
     """Whether ``index`` (linear in ``syms`` of ``sizes``) visits each of ``0..numel-1`` exactly once: its
-    coefficients, ordered, are the contiguous strides of the sizes taken in that order."""
-    if not isinstance(index, sympy.Basic) or any(not isinstance(n, int) for n in sizes):
+    coefficients, ordered, are the contiguous strides of the sizes taken in that order. With symbolic sizes the
+    order is taken at the hints and each coefficient then checked structurally (a channels-last value of a
+    symbolic batch), so the answer holds for every value of the symbols."""
+    if not isinstance(index, sympy.Basic):
         return False
     coeffs = _linear(fold_divmod(sympy.expand(index)), syms)
-    if coeffs is None or coeffs.pop(None, 0) != 0:
+    if coeffs is None or not same_size(coeffs.pop(None, 0), 0):
         return False
-    runs = sorted((c, n) for v, n in zip(syms, sizes) if n != 1 for c in [coeffs.get(v, 0)])
-    stride = 1
+    runs = [(c, n) for v, n in zip(syms, sizes) if n != 1 for c in [coeffs.get(v, 0)]]
+    if any(_hint(c) is None or _hint(n) is None for c, n in runs):
+        return False
+    runs.sort(key=lambda cn: (_hint(cn[0]), _hint(cn[1])))
+    stride: Any = 1
     for c, n in runs:
-        if c != stride:
+        if not same_size(c, stride):
             return False
         stride *= n
-    return stride == numel
+    return same_size(stride, numel)
 
 
 OUT_OF_ORDER = ("its points would be visited in flat order on the rows of a reduction reading its input across "
@@ -423,18 +428,31 @@ def _tiny(node: Node) -> bool:
     """A node of at most ``tiny_numel`` points (a per-channel vector): it may join any earlier kernel of its shape
     horizontally, not only the latest one, so that a graph's per-channel values take one launch, not one each."""
     xn, rn = _shape_of(node)
-    return isinstance(xn, int) and isinstance(rn, int) and xn * rn <= heuristics().tiny_numel
+    points = _hint(xn * rn)
+    return points is not None and points <= heuristics().tiny_numel
 
 
 def _big_reads(node: Node, numel: dict[str, Any]) -> set[str]:
     """The buffers ``node`` reads whose sharing counts towards joining a kernel (see ``shared_read_fraction``):
-    all of them for a node of at most ``horizontal_max_numel`` points or of a symbolic size."""
+    all of them for a node of at most ``horizontal_max_numel`` points. Symbolic sizes are weighed at their hints
+    (the first call's sizes), as static ones: a choice of kernels, either of which is correct."""
     xn, rn = _shape_of(node)
     deps = node.reads()
-    if not isinstance(xn, int) or not isinstance(rn, int) or xn * rn <= heuristics().horizontal_max_numel:
+    points = _hint(xn * rn)
+    if points is None or points <= heuristics().horizontal_max_numel:
         return deps
     h = heuristics()
-    return {b for b in deps if not isinstance(numel.get(b), int) or numel[b] * h.shared_read_fraction >= xn * rn}
+    return {b for b in deps if _hint(numel.get(b)) is None or _hint(numel[b]) * h.shared_read_fraction >= points}
+
+
+def _hint(n: Any) -> int | None:
+    """A size at its hint (the first call's value of its symbols), or None without one (an unbacked size)."""
+    if n is None:
+        return None
+    try:
+        return int(size_hint(n))
+    except (ValueError, TypeError, SymbolicUnsupported):
+        return None
 
 
 def _step_io(s: Any) -> tuple[set[str], set[str]]:
@@ -474,9 +492,9 @@ def _sink(g: _Group, late: list[str], steps: list[Any], where: dict[str, int], g
 def _horizontal(g: _Group, node: Node, reads: set[str], cap: tuple[int, int | None]) -> bool:
     """Small independent kernels of one iteration space share a launch, up to a total of ``cap[0]`` buffer points
     and ``cap[1]`` buffers (None: any): pointwise ones, and reductions (the final sums of split reductions,
-    per-channel statistics)."""
+    per-channel statistics). Symbolic sizes count at their hints (a performance choice: either is correct)."""
     xn, rn = _shape_of(node)
-    points = xn * rn if isinstance(xn, int) and isinstance(rn, int) else None
+    points = _hint(xn * rn)
     if (xn, rn) != (g.xnumel, g.rnumel) or points is None or points > heuristics().horizontal_max_numel:
         return False
     if not (isinstance(node, Pointwise) or (isinstance(node, Reduction) and rn != 1)):
