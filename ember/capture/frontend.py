@@ -23,6 +23,7 @@ from .generators import check_suspended
 from .bytecode import decode
 from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
+from .live_defaults import LiveDefaults
 from ..emit import py_name, py_str
 from .sources import LocalSource, literal
 from .symbolic import SymbolicDomain
@@ -97,9 +98,11 @@ def _param_names(code: types.CodeType) -> tuple[str, ...]:
     return code.co_varnames[:n]
 
 
-def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None) -> tuple[str, str, dict]:
+def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None,
+              placeholder: str | None = None) -> tuple[str, str, dict]:
     """(parameter list, call argument list, bindings) reproducing a code object's signature. Parameter names
-    are written into generated source: each must be a plain identifier (``ember.emit.py_name``)."""
+    are written into generated source: each must be a plain identifier (``ember.emit.py_name``). With
+    ``placeholder``, a parameter's default is that name instead of its binding (``ember.capture.live_defaults``)."""
     names = code.co_varnames
     for p in _param_names(code):
         py_name(p)
@@ -112,7 +115,7 @@ def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | N
         p = names[i]
         if i >= first_default:
             binds[f"__dflt{i}"] = defaults[i - first_default]
-            p += f"=__dflt{i}"
+            p += f"={placeholder or f'__dflt{i}'}"
         params.append(p)
         call.append(names[i])
         if npos and i == npos - 1:
@@ -127,7 +130,7 @@ def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | N
         p = names[i]
         if kwdefaults and p in kwdefaults:
             binds[f"__kwdflt_{p}"] = kwdefaults[p]
-            p += f"=__kwdflt_{p}"
+            p += f"={placeholder or f'__kwdflt_{p}'}"
         params.append(p)
         call.append(f"{names[i]}={names[i]}")
     if code.co_flags & 0x08:
@@ -314,7 +317,9 @@ class FrameCache:
             return self._named(disp)
         # an exception leaving compiled code loses ember's frames (glue, dispatchers, the interpreter) from
         # its traceback; the bare raise adds no frame of the dispatcher's own (tracebacks.py)
-        src = (f"def __dispatch({self.params}):\n"
+        live = LiveDefaults(self) if self.resume is None and self.fn is not None else None
+        src = (f"def __dispatch({live.params if live else self.params}):\n"
+               + (live.prologue if live else "") +
                f"    try:\n"
                f"        for __e in __entries:\n"
                f"            __r = __e({self.call_args})\n"
@@ -330,8 +335,11 @@ class FrameCache:
                f"        __trim(__x)\n"
                f"        raise\n")
         ns = dict(self.sig_binds, __entries=self._entry_fns, __MISS=MISS, __miss=self._miss, __hit=STATS.hit,
-                  __EmberError=EmberError, __trim=trim_if_user, __front=self._to_front)
+                  __EmberError=EmberError, __trim=trim_if_user, __front=self._to_front,
+                  **(live.bindings if live else {}))
         exec(compile(src, f"<ember dispatch {self.name}>", "exec"), ns)       # noqa: S102
+        if live is not None:
+            live.ns, self.live_defaults = ns, live
         return self._named(ns["__dispatch"])
 
     def _named(self, disp: Callable) -> Callable:
