@@ -141,6 +141,12 @@ def test_control_flow_equals_eager_in_one_graph(prog, backend):
     check(prog, backend)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+@pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
+def test_control_flow_with_symbolic_sizes(prog, backend):
+    check(prog, backend, dynamic=True, symbolic=True)
+
+
 def test_branches_that_disagree_break_with_a_clear_reason():
     def f(x):
         return torch.cond(x.sum() > 0, lambda a: a.sum(), lambda a: a * 2, (x,))

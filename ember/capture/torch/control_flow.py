@@ -28,7 +28,7 @@ import torch.fx as fx
 
 from ..values import ListVar, TupleVar, Value
 from .graph import TensorVar
-from .subgraph import Body, build_values, emit, flatten, meta_call, trace_body
+from .subgraph import Body, build_values, emit, flatten, hint_metas, meta_call, trace_body
 
 
 # -- cond ------------------------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def _call_cond(d, f, args, kwargs):
     _check_same(d, f, true, false)
     true.gm.ember_cond = CondSpec(len(leaves), len(true.free))
     free = true.free + false.free
-    free_metas = [n.meta.get("example_value") for n in free]
+    free_metas = hint_metas(free)
     out = meta_call(d, f, apply_cond, [true.gm, false.gm, pred.meta] + metas + free_metas)
     outs = emit(d, f, apply_cond, [(true.gm, "cond_true"), (false.gm, "cond_false")],
                 [pred.node] + [x.node for x in leaves] + free, list(out), pred.device)
@@ -215,8 +215,8 @@ def _call_while(d, f, args, kwargs):
         raise d.unsupported(f, "torch.while_loop: body_fn must return tensors with the carried values' shapes "
                                "and dtypes", "keep every carried tensor's shape and dtype across iterations")
     free = cond.free + body.free
-    free_metas = [n.meta.get("example_value") for n in free]
-    if d.torch.grad_enabled and any(m is not None and m.requires_grad for m in metas + free_metas):
+    free_metas = hint_metas(free)
+    if d.torch.grad_enabled and any(isinstance(m, torch.Tensor) and m.requires_grad for m in metas + free_metas):
         raise d.unsupported(f, "torch.while_loop over tensors that require grad: ember captures its forward only",
                             "it runs eagerly at this graph break; under torch.no_grad() it is captured")
     number = next(_NUMBERS)
