@@ -124,6 +124,14 @@ def while_dynamic_rows():
     return f
 
 
+@program(lambda i: (_r(_n(i), 3), _r(3), torch.tensor(2 + i)), calls=3, sizes_vary=True)
+def while_grad_dynamic_rows():
+    def f(x, y, n):
+        i0 = torch.zeros((), dtype=torch.int64)
+        return torch.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, (v * y).sin() + v), (i0, x))[1]
+    return f
+
+
 @program(lambda i: (_r(_n(i), 3, grad=False) * (1 + 3 * i),), calls=3, sizes_vary=True)
 def while_body_reads_size():
     def f(x):

@@ -14,8 +14,11 @@ itself does.
 ``while_loop(cond_fn, body_fn, carried)`` becomes one call of the custom op ``ember_hop::while_loop`` (a real
 loop at run time, over the subgraphs run as FX graphs): the trip count depends on tensor values, so the loop
 cannot be traced through. Fake tensors get its outputs from the carried values' metadata (``torch.while_loop``
-requires the body to keep them). Gradients through a captured ``while_loop`` are not supported: where a carried
-or read tensor requires grad, the call is a graph break that says so and runs eagerly.
+requires the body to keep them). Its gradient (as eager's and torch.compile's ``while_loop``) is a second custom
+op, ``ember_hop::while_loop_backward``, that the backward graph calls: it runs the loop again from the saved
+inputs keeping each iterate, then walks them backwards through the body's vector-Jacobian product
+(``_loop_vjp``): the gradient of the carried inputs, and of the tensors the body reads (summed over the
+iterations). The trip count is known only at run time, so the backward cannot be traced through either.
 """
 from __future__ import annotations
 
@@ -182,6 +185,78 @@ def _loop_meta(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor])
 
 _LIB.impl("while_loop", _run_loop, "CompositeExplicitAutograd")
 _LIB.impl("while_loop", _loop_meta, "Meta")
+_LIB.define("while_loop_backward(int loop, Tensor[] carried, Tensor[] free, Tensor[] grads) -> Tensor[]")
+
+
+def _iterates(spec: Loop, carried: list[torch.Tensor], free: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """The carried values entering each trip of the loop (the forward, run again)."""
+    fc, fb = free[:spec.n_free_cond], free[spec.n_free_cond:]
+    out, vals = [], list(carried)
+    while True:
+        (c,) = spec.cond(*vals, *fc)
+        if not bool(c):
+            return out
+        out.append(vals)
+        vals = list(spec.body(*vals, *fb))
+
+
+def _loop_vjp(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor], grads: list[torch.Tensor]
+              ) -> list[torch.Tensor]:
+    """Gradients of the loop's carried inputs and free tensors (zeros for the condition's and for integer
+    tensors) given the gradients of its results: the body's vector-Jacobian product at each iterate, last
+    trip first."""
+    spec = _LOOPS[loop]
+    fb = free[spec.n_free_cond:]
+    diff_c = [i for i, c in enumerate(carried) if c.is_floating_point() or c.is_complex()]
+    diff_f = [i for i, t in enumerate(fb) if t.is_floating_point() or t.is_complex()]
+    g = [grads[i] for i in diff_c]
+    g_free = [torch.zeros_like(fb[i]) for i in diff_f]
+    for vals in reversed(_iterates(spec, carried, free)):
+        with torch.enable_grad():
+            xs = [v.detach().requires_grad_(i in diff_c) for i, v in enumerate(vals)]
+            ws = [t.detach().requires_grad_(i in diff_f) for i, t in enumerate(fb)]
+            outs = spec.body(*xs, *ws)
+            pairs = [(outs[i], gi) for i, gi in zip(diff_c, g) if outs[i].requires_grad]
+            wrt = [xs[i] for i in diff_c] + [ws[i] for i in diff_f]
+            got = torch.autograd.grad([o for o, _ in pairs], wrt, [gi for _, gi in pairs], allow_unused=True) \
+                if pairs else [None] * len(wrt)
+        g = [torch.zeros_like(xs[i]) if r is None else r for i, r in zip(diff_c, got[:len(diff_c)])]
+        g_free = [a if r is None else a + r for a, r in zip(g_free, got[len(diff_c):])]
+    gc = [torch.zeros_like(c) for c in carried]
+    for i, gi in zip(diff_c, g):
+        gc[i] = gi.clone() if any(gi is x for x in grads) else gi
+    gf = [torch.zeros_like(t) for t in free]
+    for i, gi in zip(diff_f, g_free):
+        gf[spec.n_free_cond + i] = gi
+    return gc + gf
+
+
+def _loop_vjp_meta(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor], grads: list[torch.Tensor]
+                   ) -> list[torch.Tensor]:
+    return [torch.empty_like(t) for t in list(carried) + list(free)]
+
+
+_LIB.impl("while_loop_backward", _loop_vjp, "CompositeExplicitAutograd")
+_LIB.impl("while_loop_backward", _loop_vjp_meta, "Meta")
+
+
+def _setup_loop(ctx, inputs, output) -> None:
+    loop, carried, free = inputs
+    ctx.loop, ctx.n = loop, len(carried)
+    ctx.save_for_backward(*carried, *free)
+
+
+def _loop_backward(ctx, grads):
+    saved = ctx.saved_tensors
+    carried, free = list(saved[:ctx.n]), list(saved[ctx.n:])
+    gs = [torch.zeros_like(c) if g is None else g for c, g in zip(carried, grads)]
+    out = torch.ops.ember_hop.while_loop_backward(ctx.loop, carried, free, gs)
+    keep = [t.is_floating_point() or t.is_complex() for t in carried + free]
+    out = [g if k else None for g, k in zip(out, keep)]
+    return None, out[:ctx.n], out[ctx.n:]
+
+
+torch.library.register_autograd("ember_hop::while_loop", _loop_backward, setup_context=_setup_loop)
 
 
 def apply_while(cond_gm: fx.GraphModule, body_gm: fx.GraphModule, *tensors: torch.Tensor) -> tuple:
@@ -216,9 +291,6 @@ def _call_while(d, f, args, kwargs):
                                "and dtypes", "keep every carried tensor's shape and dtype across iterations")
     free = cond.free + body.free
     free_metas = hint_metas(free)
-    if d.torch.grad_enabled and any(isinstance(m, torch.Tensor) and m.requires_grad for m in metas + free_metas):
-        raise d.unsupported(f, "torch.while_loop over tensors that require grad: ember captures its forward only",
-                            "it runs eagerly at this graph break; under torch.no_grad() it is captured")
     number = next(_NUMBERS)
     _LOOPS[number] = Loop(cond.gm, body.gm, len(leaves), len(cond.free), skel)
     cond.gm.ember_loop = number
