@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import weakref
+
 import sympy
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -53,10 +55,23 @@ def _new(table, what: str, t: torch.Tensor) -> sympy.Symbol:
     return table.new_unbacked(f"{what} (ember AOT)", lo=0, hi=_numel(t))
 
 
+def _count(table, what: str, t: torch.Tensor) -> sympy.Symbol:
+    """The symbol for the number of nonzero elements of ``t``: one per tensor (and version) of the trace, so
+    ``y[m]``, ``z[m] = v`` and the backward's ``grad[m]`` of one mask agree on their size by construction
+    (a fresh symbol per call made index_put's shape check ``u2 == u1`` undecidable)."""
+    memo = table.__dict__.setdefault("_nonzero_counts", {})
+    hit = memo.get(id(t))
+    if hit is not None and hit[0]() is t and hit[1] == t._version:
+        return hit[2]
+    u = _new(table, what, t)
+    memo[id(t)] = (weakref.ref(t), t._version, u)
+    return u
+
+
 @rule("aten::nonzero", "aten::argwhere")
 def _nonzero(table, args, kwargs):
     x = args[0]
-    return _empty(table, [_new(table, "nonzero", x), x.dim()], torch.int64)
+    return _empty(table, [_count(table, "nonzero", x), x.dim()], torch.int64)
 
 
 @rule("aten::masked_select")
@@ -75,7 +90,7 @@ def _mask_index(table, args, kwargs):
     if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.bool, torch.uint8):
         return None
     mask = indices[0]
-    return _empty(table, [_new(table, "x[mask]", mask), *x.shape[mask.dim():]], x.dtype)
+    return _empty(table, [_count(table, "x[mask]", mask), *x.shape[mask.dim():]], x.dtype)
 
 
 @rule("aten::_unique2")

@@ -157,6 +157,40 @@ def item_checked_slice(x, t):
     return x[:n] * 2
 
 
+@program(lambda k: (signed(k, 8, 3), count(k, 8)))
+def item_checked_slice_rows_step(x, t):
+    # a slice whose end and length are data-dependent, with a step: floor((u + 1)/2) rows
+    n = t.item()
+    torch._check_is_size(n)
+    torch._check(n <= x.shape[0])
+    return x[:n:2].cos() * x[:n:2].sum()
+
+
+@program(lambda k: (signed(k, 8), count(k, 8)))
+def item_checked_narrow(x, t):
+    n = t.item()
+    torch._check_is_size(n)
+    torch._check(n <= x.shape[0])
+    return x.narrow(0, 0, n).exp() + 1
+
+
+@program(lambda k: (signed(k, 7, 3), signed(k, 7, 3)))
+def mask_set_rows_values(x, y):
+    # index_put of rows selected by a mask, with one value row per selected row
+    z = x.clone()
+    m = x.sum(1) > 0
+    z[m] = y[m].tanh() * 2
+    return z
+
+
+@program(lambda k: (signed(k, 9), torch.randn(9)))
+def mask_set_masked_select(x, y):
+    z = y * 2
+    m = x > 0
+    z[m] = torch.masked_select(x * y, m)
+    return z
+
+
 @program(lambda k: (signed(k, 10, 3),))
 def mask_then_gather(x):
     idx = (x[:, 1] > 0).nonzero()[:, 0]
