@@ -104,6 +104,21 @@ def _unique2(table, args, kwargs):
             _empty(table, [u] if counts else [0], torch.int64))
 
 
+@rule("aten::unique_dim")
+def _unique_dim(table, args, kwargs):
+    """``unique_dim(x, dim, sorted, return_inverse, return_counts)``: ``x``'s sizes with the number of distinct
+    slices at ``dim``; the inverse ``(x.shape[dim],)`` and counts ``(u,)`` (empty when not asked for)."""
+    x, dim = args[0], args[1] % max(args[0].dim(), 1)
+    inverse = kwargs.get("return_inverse", args[3] if len(args) > 3 else False)
+    counts = kwargs.get("return_counts", args[4] if len(args) > 4 else False)
+    n = x.shape[dim]
+    u = table.new_unbacked("unique(dim) (ember AOT)", lo=0, hi=None if isinstance(n, torch.SymInt) else int(n))
+    sizes = list(x.shape)
+    sizes[dim] = u
+    return (_empty(table, sizes, x.dtype), _empty(table, [n] if inverse else [0], torch.int64),
+            _empty(table, [u] if counts else [0], torch.int64))
+
+
 @rule("aten::_local_scalar_dense")
 def _item(table, args, kwargs):
     x = args[0]
