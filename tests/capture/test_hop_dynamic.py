@@ -132,6 +132,26 @@ def while_grad_dynamic_rows():
     return f
 
 
+@program(lambda i: (_r(_n(i), 3), _r(_n(i)), torch.tensor(1 + i)), calls=3, sizes_vary=True)
+def while_reads_enclosing_size():
+    # a size read before the loop is a free int of both bodies (the op's SymInt[] operand), not a tensor
+    def f(x, y, k):
+        n = y.shape[0]
+        i0 = torch.zeros((), dtype=torch.int64)
+        return torch.while_loop(lambda i, v: i * n < k * n, lambda i, v: (i + 1, v.tanh() * n + y.unsqueeze(1)),
+                                (i0, x))[1]
+    return f
+
+
+@program(lambda i: (_pos(i, _n(i), 3), _r(_n(i))), calls=3, sizes_vary=True)
+def cond_and_vmap_read_enclosing_size():
+    def f(x, y):
+        n = y.shape[0]
+        a = torch.cond(x.sum() > 0, lambda a: a * n, lambda a: a - n, (x,))
+        return vmap(lambda r: r / n)(a) + y.unsqueeze(1)
+    return f
+
+
 @program(lambda i: (_r(_n(i), 3, grad=False) * (1 + 3 * i),), calls=3, sizes_vary=True)
 def while_body_reads_size():
     def f(x):
