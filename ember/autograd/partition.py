@@ -145,7 +145,20 @@ def is_rng(node: fx.Node) -> bool:
     if kind is not None:
         return kind == "rng"
     tags = getattr(node.target, "tags", ())
-    return op_name(node) in RNG or torch.Tag.nondeterministic_seeded in tags
+    return op_name(node) in RNG or (torch.Tag.nondeterministic_seeded in tags and not _no_dropout(node))
+
+
+def _no_dropout(node: fx.Node) -> bool:
+    """An op seeded only for its dropout (the attention kernels: ``dropout_p``) called with ``dropout_p=0``
+    draws nothing: it is as deterministic as a matmul, so a checkpointed region may recompute it (as eager's
+    checkpoint does); tagged random, its tuple result could be neither saved nor recomputed (no finite cut)."""
+    schema = getattr(node.target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if "dropout_p" not in names:
+        return False
+    i = names.index("dropout_p")
+    p = node.kwargs.get("dropout_p", node.args[i] if len(node.args) > i else schema.arguments[i].default_value)
+    return isinstance(p, (int, float)) and p == 0
 
 
 def _copies(node: fx.Node) -> bool:
