@@ -261,7 +261,12 @@ def _slice_of(table: SymbolTable, shape: list, stride: list, offset: Any, dim: i
     lo = _clamp(table, 0 if start is None else expr_of(start), n)
     hi = _clamp(table, n if end is None else expr_of(end), n)
     step = int(step)
-    length = sympy.Integer(0) if not table.decide(sympy.Gt(hi, lo)) else \
+    span = sympy.sympify(hi - lo)
+    if table.unbacked and span.free_symbols & table.unbacked and table.maybe(sympy.Ge(hi, lo)):
+        nonempty = True     # a data-dependent end (x[:t.item()]) known >= start: hi == lo gives 0 below too
+    else:
+        nonempty = table.decide(sympy.Gt(hi, lo))
+    length = sympy.Integer(0) if not nonempty else \
         (hi - lo if step == 1 else sympy.floor((hi - lo + step - 1) / step))
     shape, stride = list(shape), list(stride)
     offset = offset + lo * stride[dim]

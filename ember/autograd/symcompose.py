@@ -38,9 +38,14 @@ def _prod(xs: Any) -> Any:
 
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> Any:
     """ATen's matmul for a batched operand: fold ``(..., k) @ (k[, n])`` into one mm, else expand the
-    batch dims to their broadcast and run one bmm. ``None`` for the cases without a batched first operand
-    (they call mm/mv/dot, or return a transposed view, directly)."""
+    batch dims to their broadcast and run one bmm; a matrix-vector product as a one-column (one-row) mm.
+    ``None`` for the other cases without a batched first operand (they call mm/dot, or return a transposed
+    view, directly)."""
     da, db = a.dim(), b.dim()
+    if da == 2 and db == 1:     # mv, whose meta kernel takes only concrete sizes: a one-column mm
+        return torch.mm(a, b.unsqueeze(1)).squeeze(1)
+    if da == 1 and db == 2:     # a row vector times a matrix (ATen: mm of the unsqueezed vector)
+        return torch.mm(a.unsqueeze(0), b).squeeze(0)
     if da < 3 or db < 1:
         return None
     if db <= 2:         # a vector as a one-column matrix: mv's meta kernel takes only concrete sizes

@@ -43,9 +43,46 @@ class SymNodes:
                 if isinstance(e, sympy.Symbol):
                     self.sources.setdefault(e, (node, d))
 
-    def node_of(self, x: torch.SymInt) -> Any:
+    def node_of(self, x: torch.SymInt | torch.SymFloat) -> Any:
         self.table = x.node.table
+        if isinstance(x, torch.SymFloat):
+            return self.build_float(sympy.sympify(expr_of(x)), x)
         return self.build(self.table.simplify(expr_of(x)))
+
+    def build_float(self, e: Any, val: Any = None) -> Any:
+        """The node (or float) computing the float expression ``e`` of the sizes (a scalar an op takes, such
+        as ``std``'s ``1/(n-1)``): Python float arithmetic on the size nodes, ``truediv`` for negative powers."""
+        if e.is_Number:
+            return float(e)
+        if not e.free_symbols or (e.is_integer and not e.has(sympy.Float)):
+            return self.build(e)
+        key = ("float", e)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        if isinstance(e, sympy.Add):
+            terms = [self.build_float(t) for t in e.args]
+            fn = operator.add
+        elif isinstance(e, sympy.Mul):
+            num, den = e.as_numer_denom()
+            terms = [self.build_float(num), self.build_float(den)] if den != 1 else \
+                [self.build_float(t) for t in e.args]
+            fn = operator.truediv if den != 1 else operator.mul
+        elif isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) < 0:
+            terms = [1.0, self.build_float(e.base ** -e.exp)]
+            fn = operator.truediv
+        elif isinstance(e, sympy.Pow) and e.exp.is_Integer:
+            terms = [self.build_float(e.base), int(e.exp)]
+            fn = operator.pow
+        else:
+            raise SymbolicUnsupported(f"ember AOT: no FX form for the symbolic float {e}")
+        out = terms[0]
+        for t in terms[1:]:
+            out = self._call(fn, out, t)
+        if isinstance(out, fx.Node) and val is not None:
+            out.meta["val"] = val
+        self.memo[key] = out
+        return out
 
     def build(self, e: Any) -> Any:
         """The node (or int) computing sympy expression ``e``."""

@@ -65,11 +65,27 @@ def _source(fwd: fx.GraphModule, sym: sympy.Symbol) -> tuple | None:
                 for d, v in enumerate(val.shape):
                     if expr_of(v) == sym:
                         return n, d, v
+            elif n.op == "call_function" and isinstance(val, torch.SymInt) and expr_of(val) == sym:
+                return n, None, val         # an item(): the int itself
     return None
+
+
+def _produced(bwd: fx.GraphModule, table: Any) -> set:
+    """Data-dependent sizes the backward computes itself (``grad[mask]`` in index_put's backward makes a new
+    unbacked symbol): its own op's result carries them at run time, nothing to save."""
+    from ember.autograd.unbacked import _unbacked_of, introduces_unbacked
+    out: set = set()
+    if table is None or not table.unbacked:
+        return out
+    for n in bwd.graph.nodes:
+        if n.op == "call_function" and introduces_unbacked(n, table):
+            out |= _unbacked_of(n.meta.get("val"), table)
+    return out
 
 
 def save_symbols(fwd: fx.GraphModule, bwd: fx.GraphModule, num_saved: int, table: Any) -> int:
     """Pass the symbols ``bwd`` needs and cannot bind as extra saved ints; returns the new number saved."""
+    own = _produced(bwd, table)
     missing = [s for s in _needed(bwd) if s not in _bindable(bwd) and s not in table.replacements]
     if not missing:
         return num_saved
@@ -79,6 +95,8 @@ def save_symbols(fwd: fx.GraphModule, bwd: fx.GraphModule, num_saved: int, table
     extra = []
     for sym in missing:
         src = _source(fwd, sym)
+        if src is None and sym in own:
+            continue
         if src is None:
             from ember.shapes import SymbolicUnsupported
             raise SymbolicUnsupported(f"the backward needs the size {sym}, which no forward input carries")

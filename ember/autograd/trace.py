@@ -81,7 +81,7 @@ class _Recorder(TorchDispatchMode):
 
     def node_of(self, x: Any) -> Any:
         if not isinstance(x, torch.Tensor):
-            if isinstance(x, torch.SymInt) and x.node.is_symbolic():
+            if isinstance(x, (torch.SymInt, torch.SymFloat)) and x.node.is_symbolic():
                 return self.sym.node_of(x)
             return x
         hit = self.nodes.get(id(x))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import weakref
+
 import sympy
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -53,10 +55,23 @@ def _new(table, what: str, t: torch.Tensor) -> sympy.Symbol:
     return table.new_unbacked(f"{what} (ember AOT)", lo=0, hi=_numel(t))
 
 
+def _count(table, what: str, t: torch.Tensor) -> sympy.Symbol:
+    """The symbol for the number of nonzero elements of ``t``: one per tensor (and version) of the trace, so
+    ``y[m]``, ``z[m] = v`` and the backward's ``grad[m]`` of one mask agree on their size by construction
+    (a fresh symbol per call made index_put's shape check ``u2 == u1`` undecidable)."""
+    memo = table.__dict__.setdefault("_nonzero_counts", {})
+    hit = memo.get(id(t))
+    if hit is not None and hit[0]() is t and hit[1] == t._version:
+        return hit[2]
+    u = _new(table, what, t)
+    memo[id(t)] = (weakref.ref(t), t._version, u)
+    return u
+
+
 @rule("aten::nonzero", "aten::argwhere")
 def _nonzero(table, args, kwargs):
     x = args[0]
-    return _empty(table, [_new(table, "nonzero", x), x.dim()], torch.int64)
+    return _empty(table, [_count(table, "nonzero", x), x.dim()], torch.int64)
 
 
 @rule("aten::masked_select")
@@ -75,7 +90,7 @@ def _mask_index(table, args, kwargs):
     if len(indices) != 1 or indices[0] is None or indices[0].dtype not in (torch.bool, torch.uint8):
         return None
     mask = indices[0]
-    return _empty(table, [_new(table, "x[mask]", mask), *x.shape[mask.dim():]], x.dtype)
+    return _empty(table, [_count(table, "x[mask]", mask), *x.shape[mask.dim():]], x.dtype)
 
 
 @rule("aten::_unique2")
@@ -86,6 +101,21 @@ def _unique2(table, args, kwargs):
     u = _new(table, "unique", x)
     return (_empty(table, [u], x.dtype),
             _empty(table, list(x.shape) if inverse else [0], torch.int64),
+            _empty(table, [u] if counts else [0], torch.int64))
+
+
+@rule("aten::unique_dim")
+def _unique_dim(table, args, kwargs):
+    """``unique_dim(x, dim, sorted, return_inverse, return_counts)``: ``x``'s sizes with the number of distinct
+    slices at ``dim``; the inverse ``(x.shape[dim],)`` and counts ``(u,)`` (empty when not asked for)."""
+    x, dim = args[0], args[1] % max(args[0].dim(), 1)
+    inverse = kwargs.get("return_inverse", args[3] if len(args) > 3 else False)
+    counts = kwargs.get("return_counts", args[4] if len(args) > 4 else False)
+    n = x.shape[dim]
+    u = table.new_unbacked("unique(dim) (ember AOT)", lo=0, hi=None if isinstance(n, torch.SymInt) else int(n))
+    sizes = list(x.shape)
+    sizes[dim] = u
+    return (_empty(table, sizes, x.dtype), _empty(table, [n] if inverse else [0], torch.int64),
             _empty(table, [u] if counts else [0], torch.int64))
 
 

@@ -89,6 +89,14 @@ def const(value: Any, dtype: torch.dtype) -> str:
 
 
 # -- index expressions ------------------------------------------------------------------------------------------
+def _ceiling_as_floor(e: Any) -> Any:
+    """``ceiling(n/d)`` as ``floor((n + d - 1)/d)`` (equal for integer ``n`` and positive integer ``d``)."""
+    num, den = sympy.fraction(sympy.together(e.args[0]))
+    if not (den.is_positive or (den.is_Integer and int(den) > 0)):
+        raise NotImplementedError(f"ember.codegen: index expression {e!r}")
+    return sympy.floor((num + den - 1) / den) if den != 1 else num
+
+
 def index(e: Any) -> str:
     """A sympy integer or boolean index expression as C (int64_t arithmetic)."""
     if isinstance(e, bool) or e is sympy.true or e is sympy.false:
@@ -116,6 +124,8 @@ def index(e: Any) -> str:
         if num.is_nonnegative and den.is_positive:
             return f"({index(num)} / {index(den)})"
         return f"ember_floordiv_int({index(num)}, (int64_t){index(den)})"
+    if isinstance(e, sympy.ceiling):     # a stepped slice's length: ceil(n/d) = floor((n + d - 1)/d), d > 0
+        return index(_ceiling_as_floor(e))
     if isinstance(e, sympy.Mod):
         a, b = e.args
         if a.is_nonnegative and b.is_positive:

@@ -190,6 +190,9 @@ class IndexPrinter:
             if bounds(num, self.numel)[0] >= 0:
                 return f"({self(num)} // {den_s})"
             return f"_h.floordiv_int({self(num)}, {den_s})"
+        if isinstance(e, sympy.ceiling):
+            from .cpp_ops import _ceiling_as_floor
+            return self(_ceiling_as_floor(e))
         if isinstance(e, sympy.Mod):
             a, n = e.args
             if bounds(a, self.numel)[0] >= 0 and bounds(n, self.numel)[0] > 0:

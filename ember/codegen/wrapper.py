@@ -382,7 +382,7 @@ class _Writer:
 
 
 _DATA_DEPENDENT = frozenset({"aten::nonzero", "aten::argwhere", "aten::index", "aten::masked_select",
-                             "aten::_unique2"})     # externs whose result sizes are unbacked symbols
+                             "aten::_unique2", "aten::unique_dim"})     # externs whose result sizes are unbacked
 
 
 def _direct(target: Any) -> Any:

@@ -96,9 +96,36 @@ def _scalar(a: Any, dtype: torch.dtype) -> Expr:
     size arguments and converts to ``dtype``."""
     if isinstance(a, sympy.Basic) and a.free_symbols:
         if not a.is_integer:
-            raise NotImplementedError(f"ember.loopir: non-integer size expression {a} as an operand")
+            return _float_size(a, dtype)
         return IndexValue(a, dtype)
     return Const(_py_cast(a, dtype), dtype)
+
+
+def _float_size(e: sympy.Expr, dtype: torch.dtype) -> Expr:
+    """A float expression of the sizes (``std``'s ``2.0/(s0 - 1.0)`` in its backward): its integer parts as
+    index values, combined with float ``add``/``mul``/``div`` in ``dtype`` (float32 for half types)."""
+    if not dtype.is_floating_point:
+        raise NotImplementedError(f"ember.loopir: non-integer size expression {e} as a {dtype} operand")
+    ct = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+    e = e.xreplace({f: sympy.Integer(int(f)) for f in e.atoms(sympy.Float) if f == int(f)})
+    return cast(_float_tree(sympy.sympify(e), ct), dtype)
+
+
+def _float_tree(e: sympy.Expr, dt: torch.dtype) -> Expr:
+    if not e.free_symbols:
+        return Const(float(e), dt)
+    if e.is_integer:
+        return IndexValue(e, dt)
+    num, den = e.as_numer_denom()
+    if den != 1:
+        return Op("div", (_float_tree(num, dt), _float_tree(den, dt)), dt)
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        parts = [_float_tree(t, dt) for t in e.args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = Op("add" if isinstance(e, sympy.Add) else "mul", (out, p), dt)
+        return out
+    raise NotImplementedError(f"ember.loopir: non-integer size expression {e} as an operand")
 
 
 def masked(x: TV, cond: Callable[[Sequence[sympy.Expr]], Any], idx_map: Callable, other: Any) -> Loader:

@@ -65,7 +65,12 @@ class SymNode:
     def nested_int_coeff(self): return None
     def is_symbolic(self) -> bool: return bool(getattr(self.expr, "free_symbols", ()))
     def is_constant(self) -> bool: return False
-    def has_hint(self) -> bool: return True
+    def has_hint(self) -> bool:
+        """False for a data-dependent size (an unbacked symbol): its ``hint`` is a stand-in, and ATen's C++ code
+        asks this before deciding on a size it may treat as general (``slicePrefix1sSize`` strips leading 1s
+        of an index_put's values only where the size has a hint), as it does for PyTorch's unbacked SymInts."""
+        unbacked = self.table.unbacked
+        return not (unbacked and getattr(self.expr, "free_symbols", set()) & unbacked)
 
     def constant_int(self): return None
     def constant_bool(self): return None

@@ -157,6 +157,88 @@ def item_checked_slice(x, t):
     return x[:n] * 2
 
 
+@program(lambda k: (signed(k, 8, 3), count(k, 8)))
+def item_checked_slice_rows_step(x, t):
+    # a slice whose end and length are data-dependent, with a step: floor((u + 1)/2) rows
+    n = t.item()
+    torch._check_is_size(n)
+    torch._check(n <= x.shape[0])
+    return x[:n:2].cos() * x[:n:2].sum()
+
+
+@program(lambda k: (signed(k, 8), count(k, 8)))
+def item_checked_narrow(x, t):
+    n = t.item()
+    torch._check_is_size(n)
+    torch._check(n <= x.shape[0])
+    return x.narrow(0, 0, n).exp() + 1
+
+
+@program(lambda k: (signed(k, 7, 3), signed(k, 7, 3)))
+def mask_set_rows_values(x, y):
+    # index_put of rows selected by a mask, with one value row per selected row
+    z = x.clone()
+    m = x.sum(1) > 0
+    z[m] = y[m].tanh() * 2
+    return z
+
+
+@program(lambda k: (signed(k, 9), torch.randn(9)))
+def mask_set_masked_select(x, y):
+    z = y * 2
+    m = x > 0
+    z[m] = torch.masked_select(x * y, m)
+    return z
+
+
+# .item() of a float (capture_scalar_outputs): a Python float known at run time, used in arithmetic
+@program(lambda k: (signed(k, 5, 3),))
+def item_float_scale(x):
+    s = x.sum().item()
+    return x * s + 1
+
+
+@program(lambda k: (signed(k, 6),))
+def item_float_arithmetic(x):
+    m = x.max().item()
+    return (x - m).exp() / (2.0 * m + 3) - m ** 2
+
+
+@program(lambda k: (signed(k, 4, 3),))
+def item_float_inplace_and_returned(x):
+    s = x.abs().amax().item()      # a max: its float is exact in any order (returned, compared as a number)
+    s += 1
+    s *= 2
+    return x / s, s, -s
+
+
+@program(lambda k: (signed(k, 7), count(k, 7)))
+def item_float_with_item_int(x, t):
+    n = t.item()
+    torch._check_is_size(n)
+    torch._check(n <= x.shape[0])
+    s = x[:n].sum().item()
+    return x[:n] * s + s * n
+
+
+# torch.unique(x, dim=...) (data-dependent number of distinct slices)
+@program(lambda k: (torch.randint(0, 2, (8, 2)).float() * (1 if k != "empty" else 0),), grad=False)
+def unique_dim0(x):
+    return torch.unique(x, dim=0) * 2
+
+
+@program(lambda k: (torch.randint(0, 2, (2, 9)) * (1 if k != "full" else 0),), grad=False)
+def unique_dim1_inverse_counts(x):
+    u, inv, c = torch.unique(x, dim=1, return_inverse=True, return_counts=True)
+    return u.sum(0), inv, c
+
+
+@program(lambda k: (torch.randint(0, 3, (7, 2)), signed(k, 2)))
+def unique_rows_weighted(k, w):
+    u = torch.unique(k, dim=0, sorted=True)
+    return u.float() @ w.sin()
+
+
 @program(lambda k: (signed(k, 10, 3),))
 def mask_then_gather(x):
     idx = (x[:, 1] > 0).nonzero()[:, 0]

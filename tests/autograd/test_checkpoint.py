@@ -300,3 +300,49 @@ def test_chain_of_regions_equals_eager(name):
         torch.testing.assert_close(out, out_ref, rtol=1e-4, atol=1e-5)
     s = ember.stats()
     assert s["graph_breaks"] == 0 and s["fallbacks_to_eager"] == 0 and s["graphs_compiled"] == 1, s
+
+
+class _AttnBlock(torch.nn.Module):
+    def __init__(self, d: int = 32, h: int = 4, causal: bool = True, p: float = 0.0):
+        super().__init__()
+        self.qkv, self.proj, self.h, self.causal, self.p = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d), h, \
+            causal, p
+        self.ln = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in self.qkv(self.ln(x)).split(C, 2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, dropout_p=self.p)
+        return x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+def test_attention_inside_checkpointed_blocks_runs_compiled(causal, backend):
+    """Attention ops are tagged random (for their dropout): with dropout_p=0 they are deterministic and the
+    checkpointed region recomputes them. Before, their tuple result could be neither saved nor recomputed
+    ('no finite cut') and every checkpointed transformer ran with eager autograd."""
+    import logging
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList(_AttnBlock(causal=causal) for _ in range(3))
+
+    def f(x):
+        for b in blocks:
+            x = checkpoint(b, x, use_reentrant=False)
+        return x.pow(2).mean()
+    x = torch.randn(2, 8, 32)
+    want = torch.autograd.grad(f(x.clone().requires_grad_()), list(blocks.parameters()))
+    msgs = []
+    handler = logging.Handler()
+    handler.emit = lambda r: msgs.append(r.getMessage())
+    logging.getLogger("ember").addHandler(handler)
+    ember.set_logs(perf_hints=True)
+    try:
+        got = torch.autograd.grad(ember.compile(f, backend=backend)(x.clone().requires_grad_()),
+                                  list(blocks.parameters()))
+    finally:
+        ember.set_logs(perf_hints=False)
+        logging.getLogger("ember").removeHandler(handler)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert not [m for m in msgs if "eager autograd" in m or "runs as captured" in m], msgs
+    assert ember.stats()["graph_breaks"] == 0 and ember.stats()["graphs_compiled"] == 1

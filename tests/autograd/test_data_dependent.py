@@ -114,27 +114,9 @@ def cases(programs) -> list:
 @pytest.mark.parametrize("prog, training", cases(PROGRAMS))
 def test_program(prog, training):
     stats = check(prog, training)
-    if (prog.name, training) not in KERNEL_GAPS:
-        # ember's graphs ran on compiled kernels (the data-dependent op an ATen call inside the wrapper), not
-        # as captured nor with eager autograd
-        assert not stats["eager_hints"], stats["eager_hints"]
-
-
-# Programs whose graph is still one graph equal to eager, but runs as captured (or with eager autograd) instead of
-# on ember's kernels: each is checked to still be a gap, so fixing one updates this table.
-KERNEL_GAPS = {
-    ("mask_set_values", False): "x[m] = y[m] * 3: index_put's C++ meta asks guard_bool(u != 1) on the values",
-    ("mask_set_values", True): "x[m] = y[m] * 3: index_put's C++ meta asks guard_bool(u != 1) on the values",
-    ("item_checked_slice", False): "slice by an unbacked end: a decision (u > 0) in the AOT trace",
-    ("item_checked_slice", True): "slice by an unbacked end: a decision (u > 0) in the AOT trace",
-}
-
-
-@pytest.mark.parametrize("key", list(KERNEL_GAPS), ids=[f"{n}-{'train' if t else 'infer'}" for n, t in KERNEL_GAPS])
-def test_kernel_gaps_are_still_gaps(key):
-    prog = next(p for p in PROGRAMS if p.name == key[0])
-    stats = check(prog, key[1])
-    assert stats["eager_hints"], f"{key} runs on kernels now: remove it from KERNEL_GAPS"
+    # ember's graphs ran on compiled kernels (the data-dependent op an ATen call inside the wrapper), not as
+    # captured nor with eager autograd
+    assert not stats["eager_hints"], stats["eager_hints"]
 
 
 OFF = [("capture_dynamic_output_shape_ops", lambda x: x[x > 0] * 2, (torch.randn(6),)),

@@ -1,6 +1,6 @@
 """torch.cond and torch.while_loop inside compiled code (issue 34 part 4): graph nodes whose branches and loop
 bodies are captured subgraphs, never specialized on the predicate. Each program is called with inputs whose
-predicate flips between calls: values (and, for cond, gradients) equal eager's, no graph break, no fallback, no
+predicate flips between calls: values and gradients equal eager's, no graph break, no fallback, no
 recompile, no more graphs than torch.compile (hop_harness.check)."""
 from __future__ import annotations
 
@@ -135,10 +135,64 @@ def while_in_no_grad_module():
     return M()
 
 
+# torch.while_loop's gradient (eager and torch.compile 2.13 both give one): the trip count depends on the data,
+# so each program's calls take different numbers of trips (zero included)
+@program(lambda i: (_r(4, 3), _r(3), torch.tensor(2 + i)), calls=3)
+def while_grad_counter():
+    def f(x, y, n):
+        i0 = torch.zeros((), dtype=torch.int64)
+        i, out = torch.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, v * 0.9 + y.sin()), (i0, x))
+        return out * 2, i
+    return f
+
+
+@program(lambda i: ((torch.rand(4, 3) * (1 + 3 * i)).requires_grad_(), _r(3)), calls=3)
+def while_grad_until_converged():
+    def f(x, y):
+        return torch.while_loop(lambda v: v.abs().sum() < 60.0, lambda v: (v * 1.5 + y * v,), (x,))[0].tanh()
+    return f
+
+
+@program(lambda i: (_r(2, 4), torch.tensor(1 + i)), calls=3)
+def while_grad_module_params():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x, n):
+            k = torch.zeros((), dtype=torch.int64)
+            _, y = torch.while_loop(lambda k, v: k < n, lambda k, v: (k + 1, self.lin(v).tanh()), (k, x))
+            return y * 2 + x
+    return M()
+
+
+@program(lambda i: (_r(3), _r(3), torch.tensor(1 + 2 * i)), calls=2)
+def while_grad_two_carried():
+    def f(a, b, n):
+        k = torch.zeros((), dtype=torch.int64)
+        return torch.while_loop(lambda k, u, v: k < n, lambda k, u, v: (k + 1, u + v, u * v.tanh()), (k, a * 2, b))
+    return f
+
+
+@program(lambda i: (_r(5), torch.tensor(3 + i)), calls=2)
+def while_grad_fibonacci_like():
+    def f(x, n):
+        k = torch.zeros((), dtype=torch.int64)
+        return torch.while_loop(lambda k, a, b: k < n, lambda k, a, b: (k + 1, b.clone(), a * b + 1), (k, x, x.cos()))[1:]
+    return f
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "ember"])
 @pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_control_flow_equals_eager_in_one_graph(prog, backend):
     check(prog, backend)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+@pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
+def test_control_flow_with_symbolic_sizes(prog, backend):
+    check(prog, backend, dynamic=True, symbolic=True)
 
 
 def test_branches_that_disagree_break_with_a_clear_reason():
@@ -151,12 +205,28 @@ def test_branches_that_disagree_break_with_a_clear_reason():
     assert "torch.cond: the branches return different results" in msg and "test_control_flow_hop.py" in msg
 
 
-def test_while_loop_with_grad_breaks_with_a_clear_reason():
-    def f(x):
-        return torch.while_loop(lambda v: v.sum() < 10, lambda v: (v + 1,), (x,))
+def test_while_loop_gradient_is_one_graph_with_its_backward_op():
+    """The forward graph calls ember_hop::while_loop and the backward graph its while_loop_backward (the loop
+    re-run from the saved inputs), no break: values and gradients equal the unrolled loop's for trip counts of
+    0, 1 and 5. (The reference is the unrolled loop: torch 2.13's own while_loop gradient, eager and compiled,
+    is the one-trip gradient when the loop takes zero trips.)"""
+    def f(x, w, n):
+        return torch.while_loop(lambda v, k: k < n, lambda v, k: (v.sin() * w, k + 1),
+                                (x, torch.zeros((), dtype=torch.int64)))[0]
+
+    def unrolled(x, w, n):
+        for _ in range(int(n)):
+            x = x.sin() * w
+        return x
     ember.reset()
-    with pytest.raises(ember.Unsupported) as e:
-        ember.compile(f, fullgraph=True)(torch.randn(3, requires_grad=True))
-    assert "torch.while_loop over tensors that require grad" in str(e.value)
-    out = ember.compile(f)(x := torch.randn(3, requires_grad=True))        # runs eagerly at the break
-    torch.testing.assert_close(out[0], f(x)[0])
+    c = ember.compile(f, fullgraph=True)
+    for n in (0, 1, 5, 0):
+        x, w = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+        xc, wc = (t.detach().clone().requires_grad_() for t in (x, w))
+        want, got = unrolled(x, w, n), c(xc, wc, torch.tensor(n))
+        torch.testing.assert_close(got, want)
+        g = torch.randn(3)
+        gw = torch.autograd.grad(want, (x, w), g, allow_unused=True, materialize_grads=True)
+        for a, b in zip(torch.autograd.grad(got, (xc, wc), g), gw):
+            torch.testing.assert_close(a, b)
+    assert ember.stats()["graphs_compiled"] == 1 and ember.stats()["graph_breaks"] == 0

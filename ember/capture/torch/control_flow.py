@@ -14,8 +14,11 @@ itself does.
 ``while_loop(cond_fn, body_fn, carried)`` becomes one call of the custom op ``ember_hop::while_loop`` (a real
 loop at run time, over the subgraphs run as FX graphs): the trip count depends on tensor values, so the loop
 cannot be traced through. Fake tensors get its outputs from the carried values' metadata (``torch.while_loop``
-requires the body to keep them). Gradients through a captured ``while_loop`` are not supported: where a carried
-or read tensor requires grad, the call is a graph break that says so and runs eagerly.
+requires the body to keep them). Its gradient (as eager's and torch.compile's ``while_loop``) is a second custom
+op, ``ember_hop::while_loop_backward``, that the backward graph calls: it runs the loop again from the saved
+inputs keeping each iterate, then walks them backwards through the body's vector-Jacobian product
+(``_loop_vjp``): the gradient of the carried inputs, and of the tensors the body reads (summed over the
+iterations). The trip count is known only at run time, so the backward cannot be traced through either.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ import torch.fx as fx
 
 from ..values import ListVar, TupleVar, Value
 from .graph import TensorVar
-from .subgraph import Body, build_values, emit, flatten, meta_call, trace_body
+from .subgraph import Body, build_values, emit, flatten, hint_metas, meta_call, trace_body
 
 
 # -- cond ------------------------------------------------------------------------------------------------
@@ -59,11 +62,14 @@ class _Cond(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.gms = inputs[:2]
-        ctx.save_for_backward(*inputs[2:])
+        # a size the branches read from an enclosing tensor is an int operand: kept aside, not saved
+        ctx.ints = {i: x for i, x in enumerate(inputs[2:]) if not isinstance(x, torch.Tensor)}
+        ctx.save_for_backward(*[x for x in inputs[2:] if isinstance(x, torch.Tensor)])
 
     @staticmethod
     def backward(ctx, *grads):
-        pred, *tensors = ctx.saved_tensors
+        saved = iter(ctx.saved_tensors)
+        pred, *tensors = [ctx.ints[i] if i in ctx.ints else next(saved) for i in range(len(ctx.needs_input_grad) - 2)]
         diff = [i for i, t in enumerate(tensors) if ctx.needs_input_grad[3 + i]]
         if not diff:
             return (None,) * (3 + len(tensors))
@@ -121,7 +127,7 @@ def _call_cond(d, f, args, kwargs):
     _check_same(d, f, true, false)
     true.gm.ember_cond = CondSpec(len(leaves), len(true.free))
     free = true.free + false.free
-    free_metas = [n.meta.get("example_value") for n in free]
+    free_metas = hint_metas(free)
     out = meta_call(d, f, apply_cond, [true.gm, false.gm, pred.meta] + metas + free_metas)
     outs = emit(d, f, apply_cond, [(true.gm, "cond_true"), (false.gm, "cond_false")],
                 [pred.node] + [x.node for x in leaves] + free, list(out), pred.device)
@@ -155,16 +161,26 @@ class Loop:
     n_carried: int
     n_free_cond: int
     carried_skel: Any
+    ints: tuple[int, ...] = ()      # positions of the free values that are ints (sizes the bodies read)
 
 
 _LOOPS: dict[int, Loop] = {}         # the op's loop number -> its subgraphs (this process's captures)
 _NUMBERS = itertools.count()
 _LIB = torch.library.Library("ember_hop", "DEF")
-_LIB.define("while_loop(int loop, Tensor[] carried, Tensor[] free) -> Tensor[]")
+_LIB.define("while_loop(int loop, Tensor[] carried, Tensor[] free, SymInt[] ints) -> Tensor[]")
 
 
-def _run_loop(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor]) -> list[torch.Tensor]:
+def _full(spec: Loop, free: list, ints: list) -> list:
+    """The bodies' free values in order: the op's tensors with its ints (symbolic sizes) at their places."""
+    out, t, i = [], iter(free), iter(ints)
+    for k in range(len(free) + len(ints)):
+        out.append(next(i) if k in spec.ints else next(t))
+    return out
+
+
+def _run_loop(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor], ints: list) -> list[torch.Tensor]:
     spec = _LOOPS[loop]
+    free = _full(spec, free, ints)
     fc, fb = free[:spec.n_free_cond], free[spec.n_free_cond:]
     vals = list(carried)
     while True:
@@ -176,20 +192,100 @@ def _run_loop(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor]) 
     return [v.clone() if any(v is x for x in carried) else v for v in vals]
 
 
-def _loop_meta(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor]) -> list[torch.Tensor]:
+def _loop_meta(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor], ints: list) -> list[torch.Tensor]:
     return [torch.empty_like(c) for c in carried]
 
 
 _LIB.impl("while_loop", _run_loop, "CompositeExplicitAutograd")
 _LIB.impl("while_loop", _loop_meta, "Meta")
+_LIB.define("while_loop_backward(int loop, Tensor[] carried, Tensor[] free, SymInt[] ints, Tensor[] grads) "
+            "-> Tensor[]")
+
+
+def _iterates(spec: Loop, carried: list[torch.Tensor], free: list) -> list[list[torch.Tensor]]:
+    """The carried values entering each trip of the loop (the forward, run again; ``free`` in full)."""
+    fc, fb = free[:spec.n_free_cond], free[spec.n_free_cond:]
+    out, vals = [], list(carried)
+    while True:
+        (c,) = spec.cond(*vals, *fc)
+        if not bool(c):
+            return out
+        out.append(vals)
+        vals = list(spec.body(*vals, *fb))
+
+
+def _loop_vjp(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor], ints: list,
+              grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Gradients of the loop's carried inputs and free tensors (zeros for the condition's and for integer
+    tensors) given the gradients of its results: the body's vector-Jacobian product at each iterate, last
+    trip first."""
+    spec = _LOOPS[loop]
+    free = _full(spec, free, ints)
+    fb = free[spec.n_free_cond:]
+    diff_c = [i for i, c in enumerate(carried) if _differentiable(c)]
+    diff_f = [i for i, t in enumerate(fb) if _differentiable(t)]
+    g = [grads[i] for i in diff_c]
+    g_free = [torch.zeros_like(fb[i]) for i in diff_f]
+    for vals in reversed(_iterates(spec, carried, free)):
+        with torch.enable_grad():
+            xs = [v.detach().requires_grad_(i in diff_c) for i, v in enumerate(vals)]
+            ws = [t.detach().requires_grad_(i in diff_f) if isinstance(t, torch.Tensor) else t
+                  for i, t in enumerate(fb)]
+            outs = spec.body(*xs, *ws)
+            pairs = [(outs[i], gi) for i, gi in zip(diff_c, g) if outs[i].requires_grad]
+            wrt = [xs[i] for i in diff_c] + [ws[i] for i in diff_f]
+            got = torch.autograd.grad([o for o, _ in pairs], wrt, [gi for _, gi in pairs], allow_unused=True) \
+                if pairs else [None] * len(wrt)
+        g = [torch.zeros_like(xs[i]) if r is None else r for i, r in zip(diff_c, got[:len(diff_c)])]
+        g_free = [a if r is None else a + r for a, r in zip(g_free, got[len(diff_c):])]
+    gc = [torch.zeros_like(c) for c in carried]
+    for i, gi in zip(diff_c, g):
+        gc[i] = gi.clone() if any(gi is x for x in grads) else gi
+    gf = [torch.zeros_like(t) if isinstance(t, torch.Tensor) else None for t in free]
+    for i, gi in zip(diff_f, g_free):
+        gf[spec.n_free_cond + i] = gi
+    return gc + [x for x in gf if x is not None]
+
+
+def _differentiable(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+
+
+def _loop_vjp_meta(loop: int, carried: list[torch.Tensor], free: list[torch.Tensor], ints: list,
+                   grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [torch.empty_like(t) for t in list(carried) + list(free)]
+
+
+_LIB.impl("while_loop_backward", _loop_vjp, "CompositeExplicitAutograd")
+_LIB.impl("while_loop_backward", _loop_vjp_meta, "Meta")
+
+
+def _setup_loop(ctx, inputs, output) -> None:
+    loop, carried, free, ints = inputs
+    ctx.loop, ctx.n, ctx.ints = loop, len(carried), list(ints)
+    ctx.save_for_backward(*carried, *free)
+
+
+def _loop_backward(ctx, grads):
+    saved = ctx.saved_tensors
+    carried, free = list(saved[:ctx.n]), list(saved[ctx.n:])
+    gs = [torch.zeros_like(c) if g is None else g for c, g in zip(carried, grads)]
+    out = torch.ops.ember_hop.while_loop_backward(ctx.loop, carried, free, ctx.ints, gs)
+    out = [g if _differentiable(t) else None for g, t in zip(out, carried + free)]
+    return None, out[:ctx.n], out[ctx.n:], None if ctx.ints else []      # the SymInt[] operand
+
+
+torch.library.register_autograd("ember_hop::while_loop", _loop_backward, setup_context=_setup_loop)
 
 
 def apply_while(cond_gm: fx.GraphModule, body_gm: fx.GraphModule, *tensors: torch.Tensor) -> tuple:
     """The graph node of ``torch.while_loop``: one call of ``ember_hop::while_loop`` on the loop's subgraphs."""
     number = cond_gm.ember_loop
     spec = _LOOPS[number]
-    return tuple(torch.ops.ember_hop.while_loop(number, list(tensors[:spec.n_carried]),
-                                                list(tensors[spec.n_carried:])))
+    free = tensors[spec.n_carried:]
+    return tuple(torch.ops.ember_hop.while_loop(
+        number, list(tensors[:spec.n_carried]), [x for k, x in enumerate(free) if k not in spec.ints],
+        [x for k, x in enumerate(free) if k in spec.ints]))
 
 
 def _call_while(d, f, args, kwargs):
@@ -215,12 +311,10 @@ def _call_while(d, f, args, kwargs):
         raise d.unsupported(f, "torch.while_loop: body_fn must return tensors with the carried values' shapes "
                                "and dtypes", "keep every carried tensor's shape and dtype across iterations")
     free = cond.free + body.free
-    free_metas = [n.meta.get("example_value") for n in free]
-    if d.torch.grad_enabled and any(m is not None and m.requires_grad for m in metas + free_metas):
-        raise d.unsupported(f, "torch.while_loop over tensors that require grad: ember captures its forward only",
-                            "it runs eagerly at this graph break; under torch.no_grad() it is captured")
+    free_metas = hint_metas(free)
     number = next(_NUMBERS)
-    _LOOPS[number] = Loop(cond.gm, body.gm, len(leaves), len(cond.free), skel)
+    ints = tuple(k for k, m in enumerate(free_metas) if not isinstance(m, torch.Tensor))
+    _LOOPS[number] = Loop(cond.gm, body.gm, len(leaves), len(cond.free), skel, ints)
     cond.gm.ember_loop = number
     out = meta_call(d, f, apply_while, [cond.gm, body.gm] + metas + free_metas)
     outs = emit(d, f, apply_while, [(cond.gm, "while_cond"), (body.gm, "while_body")],

@@ -26,8 +26,8 @@ import torch.func as tf
 from .. import rules as R
 from ..values import DictVar, TupleVar, Value
 from .graph import TensorVar
-from .subgraph import Body, Slot, build, build_values, emit, flatten, meta_call, meta_skeleton, tensor_leaves, \
-    trace_body
+from .subgraph import Body, Slot, build, build_values, emit, flatten, hint_metas, meta_call, meta_skeleton, \
+    tensor_leaves, trace_body
 
 # name -> (the torch.func function, its option names in positional order after the function)
 RETURNS_FUNCTION: dict[str, tuple[Callable, tuple[str, ...]]] = {
@@ -131,10 +131,10 @@ def _make_transform(kind: str) -> Callable:
 def _call_transform(d, f, v: TransformVar, args, kwargs):
     leaves: list[TensorVar] = []
     skel = flatten(d, f, TupleVar(list(args)), leaves, f"torch.func.{v.kind}")
-    metas = [x.meta for x in leaves]
+    metas, syms = [x.meta for x in leaves], None
     if v.kind == "vmap":
-        metas = _per_example(d, f, v.opts.get("in_dims", 0), skel, leaves)
-    body = trace_body(d, f, v.fn, list(args), dict(kwargs), metas, f"torch.func.{v.kind}")
+        metas, syms = _per_example(d, f, v.opts.get("in_dims", 0), skel, leaves)
+    body = trace_body(d, f, v.fn, list(args), dict(kwargs), metas, f"torch.func.{v.kind}", syms)
     return _apply(d, f, v.kind, v.opts, body, skel, leaves)
 
 
@@ -145,7 +145,7 @@ def _apply(d, f, kind: str, opts: dict, body: Body, skel: Any, leaves: list[Tens
     if getattr(gm, "ember_hop", None) not in (None, spec):    # one body, two transforms (vjp): share the graph
         gm = torch.fx.GraphModule(gm, gm.graph, class_name="EmberSubgraph")
     gm.ember_hop = spec
-    free_metas = [n.meta.get("example_value") for n in body.free]
+    free_metas = hint_metas(body.free)
     res = meta_call(d, f, structured, [gm] + [x.meta for x in leaves] + free_metas)
     out_metas: list[torch.Tensor] = []
     out_skel = meta_skeleton(res, out_metas)
@@ -155,20 +155,24 @@ def _apply(d, f, kind: str, opts: dict, body: Body, skel: Any, leaves: list[Tens
     return build_values(d, out_skel, outs)
 
 
-def _per_example(d, f, in_dims: Any, skel: Any, leaves: list[TensorVar]) -> list[torch.Tensor]:
-    """The metadata of one example of each vmapped leaf (``in_dims`` broadcast over the arguments)."""
+def _per_example(d, f, in_dims: Any, skel: Any, leaves: list[TensorVar]) -> tuple[list[torch.Tensor], list]:
+    """The metadata and symbolic sizes of one example of each vmapped leaf (``in_dims`` broadcast over the
+    arguments)."""
     dims: list[Any] = [None] * len(leaves)
     if not _broadcast(in_dims, skel, dims):
         raise d.unsupported(f, f"torch.func.vmap: in_dims={in_dims!r} does not match the arguments' structure")
-    out = []
+    out, syms = [], []
     for x, dim in zip(leaves, dims):
         if dim is None:
             out.append(x.meta)
+            syms.append(x.sym)
         elif not isinstance(dim, int) or not -x.meta.dim() <= dim < max(x.meta.dim(), 1):
             raise d.unsupported(f, f"torch.func.vmap: in_dim {dim!r} for a tensor of {x.meta.dim()} dims")
         else:
             out.append(x.meta.select(dim, 0))
-    return out
+            rest = None if x.sym is None else x.sym[:dim % x.meta.dim()] + x.sym[dim % x.meta.dim() + 1:]
+            syms.append(rest if rest and not all(isinstance(e, int) for e in rest) else None)
+    return out, syms
 
 
 def _broadcast(dims: Any, skel: Any, out: list) -> bool:

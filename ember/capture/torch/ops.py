@@ -55,7 +55,7 @@ def _opname(target: Any) -> str:
 
 
 def _is_float(v: Value) -> bool:
-    return type(v).__name__ == "OpaqueVar" and type(v.obj) is float
+    return (type(v).__name__ == "OpaqueVar" and type(v.obj) is float) or type(v).__name__ == "FloatItemVar"
 
 
 def weak_floats(d, args: list[Value], kwargs: dict[str, Value]) -> tuple[list[Value], dict[str, Value]]:
@@ -76,7 +76,7 @@ def weak_floats(d, args: list[Value], kwargs: dict[str, Value]) -> tuple[list[Va
 
 def _float_as(d, v: Value, dt: torch.dtype) -> TensorVar:
     st = d.torch
-    node = st.scalar_input(d, v)
+    node = v.t.node if type(v).__name__ == "FloatItemVar" else st.scalar_input(d, v)
     key = (node, dt)
     hit = st.scalar_casts.get(key)
     if hit is None:
@@ -194,6 +194,8 @@ def binary(d, f, op: str, a: Value, b: Value):
 
 
 def _tensor_operand(v: Value) -> bool:
+    if type(v).__name__ == "FloatItemVar":      # a float .item() kept in the graph (float_item.py)
+        return True
     if type(v).__name__ == "OpaqueVar":
         return type(v.obj) in (int, float)
     if type(v) is Const:

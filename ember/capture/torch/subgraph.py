@@ -24,9 +24,12 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from ... import logs
 from ...errors import Unsupported
+from ...shapes import hint_of, located
 from ..values import Const, DictVar, ListVar, TupleVar, Value
-from .graph import TensorVar, location_meta, run_meta
+from .graph import META, TensorVar, location_meta, run_meta
+from .symsize import where
 
 
 @dataclass(frozen=True)
@@ -118,31 +121,36 @@ class Body:
     free: list[fx.Node]                  # nodes of the enclosing graph, in the order of the free placeholders
     out_skel: Any
     out_metas: list[torch.Tensor] = field(default_factory=list)
+    out_syms: list = field(default_factory=list)       # symbolic sizes of the result's tensors (None: static)
 
     def call(self, leaves: list | tuple, free: list | tuple) -> Any:
         return build(self.out_skel, self.gm(*leaves, *free))
 
 
 def trace_body(d, f, fn: Value, args: list[Value], kwargs: dict[str, Value], leaf_metas: list[torch.Tensor],
-               what: str) -> Body:
+               what: str, leaf_syms: list | None = None) -> Body:
     """Trace ``fn(*args, **kwargs)`` into a graph of its own whose placeholders stand for the tensor leaves of
-    ``args`` (in ``flatten`` order) with the metadata ``leaf_metas`` (per example, for ``vmap``); tensors in
-    ``kwargs`` are free values of the subgraph."""
+    ``args`` (in ``flatten`` order) with the metadata ``leaf_metas`` and symbolic sizes ``leaf_syms`` (per
+    example, for ``vmap``; by default the leaves' own); tensors in ``kwargs`` are free values of the
+    subgraph. With symbolic sizes the body is traced over the same symbols as the enclosing graph: what it
+    relies on about them is a relation (a guard) of the one symbol table."""
     st = d.torch
     leaves: list[TensorVar] = []
     skel = flatten(d, f, TupleVar(list(args)), leaves, what)
-    if st.table is not None:
-        raise d.unsupported(f, f"{what} with symbolic (dynamic) sizes is not captured yet",
-                            "call it with static sizes (ember.compile(..., dynamic=False))")
+    if leaf_syms is None:
+        leaf_syms = [x.sym for x in leaves]
     sub = fx.Graph()
     outer, outer_mods = st.graph, st.submodules
     st.graph, st.submodules = sub, {}
     try:
         inner = [TensorVar(sub.placeholder(f"arg{i}"), m, x.device) for i, (x, m) in enumerate(zip(leaves,
                                                                                                  leaf_metas))]
-        for v in inner:
+        for v, sym in zip(inner, leaf_syms):
             v.node.meta["example_value"] = v.meta
             v.node.meta["ember_device"] = v.device
+            if sym is not None:
+                v.sym = sym
+                v.node.meta["ember_shape"] = sym
         # keyword arguments reach the function as they are: the transforms pass them through untransformed
         # (not batched, not differentiated), which is what the enclosing graph's values are to the subgraph
         out = d.call(f, fn, list(build_values(d, skel, inner).items), dict(kwargs))
@@ -161,7 +169,7 @@ def trace_body(d, f, fn: Value, args: list[Value], kwargs: dict[str, Value], lea
     for name, m in mods.items():
         root.add_module(name, m)
     gm = fx.GraphModule(root, sub, class_name="EmberSubgraph")
-    return Body(gm, len(inner), free, out_skel, [v.meta for v in out_leaves])
+    return Body(gm, len(inner), free, out_skel, [v.meta for v in out_leaves], [v.sym for v in out_leaves])
 
 
 def _lift(sub: fx.Graph, n_args: int) -> list[fx.Node]:
@@ -182,7 +190,8 @@ def _lift(sub: fx.Graph, n_args: int) -> list[fx.Node]:
                 else:
                     with sub.inserting_after(last):
                         ph = sub.placeholder(f"free{len(free)}")
-                ph.meta.update({k: v for k, v in a.meta.items() if k in ("example_value", "ember_device")})
+                ph.meta.update({k: v for k, v in a.meta.items() if k in ("example_value", "ember_device",
+                                                                          "ember_shape", "ember_int")})
                 free[a] = last = ph
             node.replace_input_with(a, ph)
     return list(free)
@@ -202,6 +211,7 @@ def emit(d, f, target: Callable, modules: list[tuple[torch.nn.Module, str]], ope
     """One node ``target(*modules, *operands)`` that returns the flat tuple of tensors described by ``metas``
     (the caller's meta run); returns a value per tensor."""
     st = d.torch
+    syms = _symbolic_sizes(d, f, target, [m for m, _ in modules], operands, metas)
     attrs = [add_submodule(st, m, prefix) for m, prefix in modules]
     node = st.graph.call_function(target, tuple(attrs) + tuple(operands))
     node.meta.update(location_meta(f))
@@ -213,8 +223,62 @@ def emit(d, f, target: Callable, modules: list[tuple[torch.nn.Module, str]], ope
         item = st.graph.call_function(operator.getitem, (node, i))
         item.meta.update(node.meta)
         item.meta["example_value"] = m
-        out.append(TensorVar(item, m, device))
+        v = TensorVar(item, m, device)
+        if syms is not None and syms[i] is not None:
+            v.sym = syms[i]
+            item.meta["ember_shape"] = syms[i]
+        out.append(v)
     return out
+
+
+def hint_metas(nodes: list) -> list:
+    """What the meta run (at the hints) takes for operands given as nodes: their meta tensors, and the hint of
+    a symbolic int (a size the body read from an enclosing graph's tensor)."""
+    out = []
+    for n in nodes:
+        m = n.meta.get("example_value") if isinstance(n, fx.Node) else n
+        out.append(int(hint_of(m)) if isinstance(m, torch.SymInt) else m)
+    return out
+
+
+def _symbolic_sizes(d, f, target: Callable, modules: list, operands: list, metas: list) -> list | None:
+    """The symbolic sizes of the node's result tensors (None: every size static): ``target`` run once more on
+    meta tensors whose sizes are the trace's ``SymInt``s (the subgraphs run inside it, so the transforms and
+    branches compute the result's sizes as expressions), each checked against the run at the hints; a size
+    that the run cannot give is unknown (``symprop``)."""
+    st = d.torch
+    if st.table is None or not any(_is_symbolic(n) for n in operands):
+        return None
+    from .symprop import checked_sizes, symbolic_meta, sizes_of
+    args = []
+    for n in operands:
+        m = n.meta.get("example_value") if isinstance(n, fx.Node) else n
+        shape = n.meta.get("ember_shape") if isinstance(n, fx.Node) else None
+        if isinstance(m, torch.Tensor) and shape is not None and any(e is None for e in shape):
+            return [tuple([None] * x.dim()) for x in metas]
+        if isinstance(m, torch.Tensor) and shape is not None:
+            m = symbolic_meta(st.table, m, shape)
+        args.append(m)
+    try:
+        with torch.no_grad(), torch.device(META), located(where(f)):
+            res = target(*modules, *args)
+    except Exception as e:       # noqa: BLE001 - a transform the symbolic run cannot take: unknown sizes
+        if logs.enabled("dynamic"):
+            logs.log("dynamic", f"sizes of {getattr(target, '__name__', target)} at {where(f)} are unknown: "
+                                f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}")
+        return [tuple([None] * x.dim()) for x in metas]
+    sizes = sizes_of(list(res))
+    return [s if s is None else (None if all(isinstance(e, int) for e in s) else s)
+            for s in checked_sizes(st.table, sizes, list(metas))]
+
+
+def _is_symbolic(n: Any) -> bool:
+    if not isinstance(n, fx.Node):
+        return False
+    if isinstance(n.meta.get("example_value"), torch.SymInt):
+        return True
+    shape = n.meta.get("ember_shape")
+    return shape is not None and not all(isinstance(e, int) for e in shape)
 
 
 def meta_call(d, f, fn: Callable, args: list) -> Any:

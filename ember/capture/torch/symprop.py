@@ -138,6 +138,10 @@ def _sizes_of(x):
     return None
 
 
+checked_sizes = _checked        # for the higher-order operators' nodes (subgraph.py)
+sizes_of = _sizes_of
+
+
 def final_sym(sizes: tuple | None):
     """What a TensorVar keeps: None when every size is a constant."""
     if sizes is None or all(isinstance(e, int) for e in sizes):

@@ -213,7 +213,7 @@ def dim_value(d, f, t, i: int) -> Value:
     if isinstance(e, int):
         return Const(e)
     st = d.torch
-    key = (t.node, i)
+    key = (st.graph, t.node, i)     # a size read inside a subgraph (subgraph.py) is a node of that graph
     hit = st.size_nodes.get(key)
     if hit is None:
         node = st.graph.call_method("size", (t.node, i))

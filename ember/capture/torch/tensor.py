@@ -14,6 +14,7 @@ from .graph import TensorVar
 from .ops import binary, compare, record, unary
 from . import symsize as S
 from . import unbacked as _unbacked
+from . import float_item as _float_item
 
 # metadata attributes: constants derived from the meta tensor and the real device
 _META_ATTRS = {
@@ -123,6 +124,8 @@ def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
         return tensor_numpy(d, f, t, args, kwargs)
     if name in _DATA_DEPENDENT:
         v = _unbacked.item(d, f, t, name)
+        if v is None:
+            v = _float_item.item(d, f, t, name)
         if v is not None:
             return v
         raise data_dependent(d, f, _DATA_DEPENDENT[name])

@@ -165,8 +165,11 @@ def _mask_getitem(d, f, args: list, kwargs: dict):
 
 @op(torch.unique, ("method", "unique"))
 def _unique(d, f, args: list, kwargs: dict):
+    """``unique(x)``: ``(u,)`` values; ``unique(x, dim=k)``: ``x``'s sizes with ``u`` (distinct slices) at ``k``,
+    an inverse of ``(x.shape[k],)``; counts ``(u,)`` either way."""
     x = _check_tensor(d, f, args[0], "unique")
-    if x is None or _arg(args, kwargs, 4, "dim") is not None:
+    dim = _arg(args, kwargs, 4, "dim")
+    if x is None or (dim is not None and type(dim) is not int):
         return None
     if not _enabled(d, _SHAPE_OPTION):
         raise _off(d, f, "unique", _SHAPE_OPTION)
@@ -175,11 +178,19 @@ def _unique(d, f, args: list, kwargs: dict):
     if type(inverse) is not bool or type(counts) is not bool:
         return None
     sizes = _sizes(x)
-    u = _new(d, f, "unique", _numel(sizes))
+    if dim is not None and not -len(sizes) <= dim < len(sizes):
+        return None         # the meta run raises eager's error
     table = _table(d)
-    outs = [(_meta(table, (u,), x.meta.dtype), (u,))]
+    if dim is None:
+        u = _new(d, f, "unique", _numel(sizes))
+        values, inv = (u,), sizes
+    else:
+        dim %= len(sizes)
+        u = _new(d, f, f"unique(dim={dim})", sizes[dim] if isinstance(sizes[dim], int) else None)
+        values, inv = sizes[:dim] + (u,) + sizes[dim + 1:], (sizes[dim],)
+    outs = [(_meta(table, values, x.meta.dtype), values)]
     if inverse:
-        outs.append((_meta(table, sizes, torch.int64), sizes))
+        outs.append((_meta(table, inv, torch.int64), inv))
     if counts:
         outs.append((_meta(table, (u,), torch.int64), (u,)))
     if len(outs) == 1:
