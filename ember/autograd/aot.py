@@ -40,6 +40,7 @@ from ember.autograd.aliasing import SyntheticBases, alias_groups, multi_output_v
 from ember.errors import AotError  # noqa: F401  (raised here; its home is ember.errors, below both modules)
 from ember.autograd.functionalize import functionalize
 from ember.autograd.symsave import save_symbols
+from ember.autograd.saved_strides import adopt_saved_strides
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
@@ -345,11 +346,15 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     # recomputes is then the cheap prims themselves, not whole ATen ops such as layer norm.
     grad_tangents = _grad_tangents(traced, joint, diff, n_user)
     joint = _maybe_decompose(joint, decompose)
-    # what the caller may modify in place after the call, where eager saved none of it: never saved
+    # what the caller may modify in place after the call, where eager saved none of it: never saved. Not
+    # parameters: recomputing from them (a batch norm's bias, to rebuild its output from the convolution's) saves
+    # an activation per layer, and only a parameter changed between forward and backward would tell (as in
+    # torch.compile, whose partitioner recomputes from parameters too)
     eager_saved = ({i for i, _ in traced.saved_inputs}, {k for k, _ in traced.saved_outputs})
+    params = {i for i, x in enumerate(inputs[:traced.num_inputs]) if isinstance(x, torch.nn.Parameter)}
     part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
                           recompute=recompute,
-                          unsaved_primals=[i for i in range(traced.num_inputs) if i not in eager_saved[0]],
+                          unsaved_primals=[i for i in range(traced.num_inputs) if i not in eager_saved[0] | params],
                           unsaved_outputs=[k for k in range(n_user) if k not in eager_saved[1]])
     fwd, bwd = _with_table(part.fwd, binder), _with_table(part.bwd, binder)
     num_saved = part.num_saved
@@ -362,7 +367,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
         fwd.meta["ember_write_backs"] = list(write_backs)        # the kernel compiler may store in place
         fwd.meta["ember_saved_from"] = saved_from                # ... and return saved values as computed
         fwd_c = compile_graph(fwd, "forward")
-        _adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), saved_from)
+        adopt_saved_strides(bwd, fwd.meta.get("ember_output_strides"), saved_from)
         compile_bwd = functools.partial(_compile_backward, compile_graph)
         fwd, bwd = fwd_c, compile_graph(bwd, "backward")
     aliases = _aliases(traced, binder)
@@ -378,38 +383,6 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
 
 def _compile_backward(compile_graph: GraphCompiler, gm: fx.GraphModule) -> Callable[..., Any]:
     return compile_graph(gm, "backward")
-
-
-def _adopt_saved_strides(bwd: fx.GraphModule, strides: list | None, saved_from: int) -> None:
-    """Give the backward graph's saved-value inputs the strides the compiled forward returns them with (its
-    kernel compiler may keep a saved activation channels-last, or a matmul result in padded rows), so the
-    backward is compiled for them instead of copying each into the traced layout on every call."""
-    if not strides:
-        return
-    import sympy
-
-    from ember.decomp.meta import TensorMeta
-    from ember.shapes import expr_of
-
-    from .fake import FakeTensor
-    table = bwd.meta.get("ember_symbols")
-    phs = [n for n in bwd.graph.nodes if n.op == "placeholder"]
-    for ph, st in zip(phs, strides[saved_from:]):
-        val = ph.meta.get("val")
-        if st is None:
-            continue
-        symbolic = any(isinstance(v, sympy.Basic) for v in st)     # the forward's sympy layout
-        if symbolic and isinstance(val, FakeTensor):
-            if table is None or tuple(map(expr_of, val.stride())) == tuple(map(expr_of, st)):
-                continue
-            meta = torch.empty_strided(tuple(val.shape), tuple(table.symint(v) for v in st), dtype=val.dtype,
-                                       device="meta")
-            ph.meta["val"] = FakeTensor(meta, val.device, val.fake_mode)
-        elif isinstance(val, FakeTensor) and tuple(val.stride()) != st:
-            meta = torch.empty_strided(tuple(val.shape), st, dtype=val.dtype, device="meta")
-            ph.meta["val"] = FakeTensor(meta, val.device, val.fake_mode)
-        elif isinstance(val, TensorMeta) and tuple(val.stride) != st:
-            ph.meta["val"] = TensorMeta(val.shape, val.dtype, val.device, st)
 
 
 def _check_write_backs(func: TracedGraph) -> None:

@@ -23,7 +23,7 @@ from .generators import check_suspended
 from .bytecode import decode
 from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
-from .live_defaults import LiveDefaults
+from .live_defaults import LiveDefaults, param_names as _param_names, signature
 from ..emit import py_name, py_str
 from .sources import LocalSource, literal
 from .symbolic import SymbolicDomain
@@ -93,53 +93,6 @@ class Entry:
 
 
 # -- signatures ------------------------------------------------------------------------------------------
-def _param_names(code: types.CodeType) -> tuple[str, ...]:
-    n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
-    return code.co_varnames[:n]
-
-
-def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None,
-              placeholder: str | None = None) -> tuple[str, str, dict]:
-    """(parameter list, call argument list, bindings) reproducing a code object's signature. Parameter names
-    are written into generated source: each must be a plain identifier (``ember.emit.py_name``). With
-    ``placeholder``, a parameter's default is that name instead of its binding (``ember.capture.live_defaults``)."""
-    names = code.co_varnames
-    for p in _param_names(code):
-        py_name(p)
-    n, npos, nkw = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
-    defaults = defaults or ()
-    binds: dict[str, Any] = {}
-    params, call = [], []
-    first_default = n - len(defaults)
-    for i in range(n):
-        p = names[i]
-        if i >= first_default:
-            binds[f"__dflt{i}"] = defaults[i - first_default]
-            p += f"={placeholder or f'__dflt{i}'}"
-        params.append(p)
-        call.append(names[i])
-        if npos and i == npos - 1:
-            params.append("/")
-    pos = n + nkw
-    if code.co_flags & 0x04:
-        params.append("*" + names[pos])
-        call.append("*" + names[pos])
-    elif nkw:
-        params.append("*")
-    for i in range(n, n + nkw):
-        p = names[i]
-        if kwdefaults and p in kwdefaults:
-            binds[f"__kwdflt_{p}"] = kwdefaults[p]
-            p += f"={placeholder or f'__kwdflt_{p}'}"
-        params.append(p)
-        call.append(f"{names[i]}={names[i]}")
-    if code.co_flags & 0x08:
-        kwname = names[pos + (1 if code.co_flags & 0x04 else 0)]
-        params.append("**" + kwname)
-        call.append("**" + kwname)
-    return ", ".join(params), ", ".join(call), binds
-
-
 # -- tracing ---------------------------------------------------------------------------------------------
 _NOT_A_PLAIN_FUNCTION = 0x20 | 0x80 | 0x100 | 0x200     # generator, coroutine, iterable coroutine, async gen
 

@@ -10,7 +10,10 @@ So each defaulted parameter's default in the dispatcher is a placeholder, ``UNSE
   passes on only the arguments the caller gave, so Python binds the new defaults."""
 from __future__ import annotations
 
-from typing import Any, Callable
+import types
+from typing import Any
+
+from ..emit import py_name
 
 
 class _Unset:
@@ -23,6 +26,53 @@ class _Unset:
 UNSET = _Unset()
 
 
+def param_names(code: types.CodeType) -> tuple[str, ...]:
+    n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    return code.co_varnames[:n]
+
+
+def signature(code: types.CodeType, defaults: tuple | None, kwdefaults: dict | None,
+              placeholder: str | None = None) -> tuple[str, str, dict]:
+    """(parameter list, call argument list, bindings) reproducing a code object's signature. Parameter names
+    are written into generated source: each must be a plain identifier (``ember.emit.py_name``). With
+    ``placeholder``, a parameter's default is that name instead of its binding (``ember.capture.live_defaults``)."""
+    names = code.co_varnames
+    for p in param_names(code):
+        py_name(p)
+    n, npos, nkw = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
+    defaults = defaults or ()
+    binds: dict[str, Any] = {}
+    params, call = [], []
+    first_default = n - len(defaults)
+    for i in range(n):
+        p = names[i]
+        if i >= first_default:
+            binds[f"__dflt{i}"] = defaults[i - first_default]
+            p += f"={placeholder or f'__dflt{i}'}"
+        params.append(p)
+        call.append(names[i])
+        if npos and i == npos - 1:
+            params.append("/")
+    pos = n + nkw
+    if code.co_flags & 0x04:
+        params.append("*" + names[pos])
+        call.append("*" + names[pos])
+    elif nkw:
+        params.append("*")
+    for i in range(n, n + nkw):
+        p = names[i]
+        if kwdefaults and p in kwdefaults:
+            binds[f"__kwdflt_{p}"] = kwdefaults[p]
+            p += f"={placeholder or f'__kwdflt_{p}'}"
+        params.append(p)
+        call.append(f"{names[i]}={names[i]}")
+    if code.co_flags & 0x08:
+        kwname = names[pos + (1 if code.co_flags & 0x04 else 0)]
+        params.append("**" + kwname)
+        call.append("**" + kwname)
+    return ", ".join(params), ", ".join(call), binds
+
+
 def _param_of(key: str, names: tuple) -> str:
     """The parameter a default binding (``__dflt3``, ``__kwdflt_scale``) belongs to."""
     return names[int(key[6:])] if key.startswith("__dflt") else key[len("__kwdflt_"):]
@@ -32,7 +82,6 @@ class LiveDefaults:
     """The placeholder signature, prologue and bindings of one ``FrameCache``'s dispatcher."""
 
     def __init__(self, cache: Any) -> None:
-        from .frontend import signature
         self.cache = cache
         fn, code = cache.fn, cache.code
         self.params, _, binds = signature(code, fn.__defaults__, fn.__kwdefaults__, placeholder="__U")
@@ -51,7 +100,6 @@ class LiveDefaults:
         defaults where the same parameters still have one (later calls take the fast path again); otherwise the
         cache gets a new dispatcher, which every older one's calls go to from now on. Either way the call runs
         again with only the arguments the caller gave."""
-        from .frontend import signature
         cache, fn = self.cache, self.cache.fn
         args, kwargs = self._given(args, kwargs)
         params, call_args, binds = signature(cache.code, fn.__defaults__, fn.__kwdefaults__)
