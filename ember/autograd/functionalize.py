@@ -212,7 +212,7 @@ class _Functionalizer:
         for node in self.old.nodes:
             if node.op == "output":
                 return self._output(node)
-            since = next(reversed(self.graph.nodes), None)
+            since = next(iter(reversed(self.graph.nodes)), None)
             if node.op in ("placeholder", "get_attr"):
                 self._new_root(node, self.graph.node_copy(node))
             elif _written_args(node.target) or node.target in _BATCH_NORMS:
