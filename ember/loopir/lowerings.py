@@ -609,7 +609,7 @@ def _index_select(L: Lowerer, x: TV, dim: int, index: TV) -> TV:
     return TV(tuple(shape), x.dtype, x.device, load)
 
 
-def _broadcast(shapes: Sequence[tuple]) -> tuple:
+def _broadcast_shapes(shapes: Sequence[tuple]) -> tuple:
     """The broadcast of index shapes whose sizes may be symbolic (a ``nonzero``'s count): per dim, the sizes
     other than 1 must be one expression; raises UseExtern where that cannot be told at compile time."""
     out = []
@@ -631,7 +631,7 @@ def advanced_index(x: TV, indices: Sequence[Any]) -> tuple[tuple, Any]:
         raise UseExtern("boolean mask indexing")
     if not all(isinstance(x.shape[i], int) for i in adv):
         raise UseExtern("symbolic sizes of indexed dims")
-    bshape = _broadcast([tuple(idx_t[i].shape) for i in adv])
+    bshape = _broadcast_shapes([tuple(idx_t[i].shape) for i in adv])
     contiguous = adv == list(range(adv[0], adv[-1] + 1))
     rest = [i for i in range(x.ndim) if idx_t[i] is None]
     nb = len(bshape)
