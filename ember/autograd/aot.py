@@ -262,8 +262,7 @@ def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[T
             with SymbolicCompositions():        # not ATen's C++ compositions, which may read plain sizes
                 out = _Located(gm).run(*args)
         else:
-            with SymbolicCompositions():        # static: only its CUDA running-statistics rule applies
-                out = gm(*args)
+            out = gm(*args)
         after.append(torch.is_grad_enabled())
         return out
 

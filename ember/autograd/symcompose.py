@@ -18,8 +18,6 @@ case a composition does not cover, runs the op as is.
 """
 from __future__ import annotations
 
-import inspect
-
 from typing import Any, Callable
 
 import torch
@@ -140,64 +138,12 @@ COMPOSITIONS: dict[Any, Callable[..., Any]] = {
 }
 
 
-def _no_cudnn_stats(func: Any, stats_at: int, use_stats_at: int, args: tuple, kwargs: dict) -> Any:
-    """``torch.batch_norm``/``torch.instance_norm`` on CUDA that writes running statistics, called with
-    ``cudnn_enabled=False``: ATen then runs ``native_batch_norm``, whose writes ember's functionalization
-    knows, instead of ``cudnn_batch_norm``, whose in-place writes it does not (instance norm writes them into a
-    temporary repeat of the statistics and copies its mean back: the copy read the unwritten temporary, and the
-    running statistics never moved). None to leave the call as it is."""
-    if kwargs or len(args) != 9 or not args[8] or args[stats_at] is None or not args[use_stats_at]:
-        return None
-    x = args[0]
-    if not (isinstance(x, torch.Tensor) and x.device.type == "cuda"):
-        return None
-    return func(*args[:8], False)
-
-
-def _functional(f: Any, entry: Any, flag: str) -> Callable[..., Any]:
-    """``F.batch_norm``/``F.instance_norm`` (running stats before the affine weights) through their C++ entry
-    with ``cudnn_enabled`` as F passes it, so that ``_no_cudnn_stats`` sees the call (a mode's handler runs F's
-    body with the mode off)."""
-    sig = inspect.signature(f)
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        a = sig.bind(*args, **kwargs)
-        a.apply_defaults()
-        v = a.arguments
-        x, rm = v["input"], v["running_mean"]
-        if not (isinstance(x, torch.Tensor) and x.device.type == "cuda") or rm is None or not v[flag] \
-                or v["momentum"] is None:
-            return None
-        return _no_cudnn_stats(entry, 3, 5, (x, v["weight"], v["bias"], rm, v["running_var"], v[flag],
-                                             v["momentum"], v["eps"], torch.backends.cudnn.enabled), {})
-    return call
-
-
-# ops whose CUDA kernel choice ember's trace changes whatever the sizes: (running_mean's position, the
-# position of the flag that makes them write it: batch norm's ``training``, instance norm's ``use_input_stats``)
-CUDA_STATS_WRITERS: dict[Any, tuple[int, int]] = {torch.batch_norm: (3, 5), torch.instance_norm: (3, 5)}
-CUDA_STATS_FUNCTIONAL = {F.batch_norm: _functional(F.batch_norm, torch.batch_norm, "training"),
-                         F.instance_norm: _functional(F.instance_norm, torch.instance_norm, "use_input_stats")}
-
-
-def _f_call(func: Any, args: tuple, kwargs: dict) -> Any:
-    try:
-        return CUDA_STATS_FUNCTIONAL[func](*args, **kwargs)
-    except TypeError:           # not a call F accepts: F itself raises eager's error
-        return None
-
-
 class SymbolicCompositions(TorchFunctionMode):
     """While active, the ops of ``COMPOSITIONS`` called with a tensor of symbolic sizes run ember's composition
-    (when it covers the case) instead of ATen's C++ one, and ``CUDA_STATS_WRITERS`` never pick cuDNN."""
+    (when it covers the case) instead of ATen's C++ one."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        writer = CUDA_STATS_WRITERS.get(func)
-        if writer is not None or func in CUDA_STATS_FUNCTIONAL:
-            out = _no_cudnn_stats(func, *writer, args, kwargs) if writer else _f_call(func, args, kwargs)
-            if out is not None:
-                return out
         compose = COMPOSITIONS.get(func)
         if compose is not None and any(_symbolic(a) for a in args):
             out = compose(*args, **kwargs)
