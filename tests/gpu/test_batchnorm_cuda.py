@@ -41,7 +41,13 @@ def _step(model, x):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("dynamic", [False, True, None], ids=["static", "dynamic", "auto"])
 @pytest.mark.parametrize("kind", ["bn2d", "bn1d", "instance"])
-def test_batch_norm_training_on_cuda(kind, dynamic, dtype):
+def test_batch_norm_training_on_cuda(kind, dynamic, dtype, request):
+    if kind == "instance" and dtype == torch.float32:
+        # Open wrong result (H100, torch 2.11): instance norm's running statistics never move under the default
+        # backend (aot_eager is right). The trace records cudnn_batch_norm on a temporary repeat of the
+        # statistics and copies its mean back; the kernel compiler loses that in-place write. (bf16 passes only
+        # because the update is within its tolerance.)
+        request.applymarker(pytest.mark.xfail(strict=True, reason="instance norm running stats on CUDA (open)"))
     torch.manual_seed(0)
     ember.reset()
     ref = _model(kind, dtype)
