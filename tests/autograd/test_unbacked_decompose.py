@@ -22,14 +22,14 @@ from ember.decomp.registry import has_decomposition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data_dependent_programs import PROGRAMS  # noqa: E402
-from test_data_dependent import KERNEL_GAPS, check  # noqa: E402
+from test_data_dependent import check  # noqa: E402
 
 # ops whose result size depends on values: they stay ATen calls, the wrapper reads the size from the result
 MAKES_A_SIZE = {"nonzero", "argwhere", "index", "masked_select", "_unique2", "unique_dim",
                 "unique_consecutive", "_local_scalar_dense"}
 
 
-@pytest.mark.parametrize("prog", [p for p in PROGRAMS if p.grad and (p.name, True) not in KERNEL_GAPS],
+@pytest.mark.parametrize("prog", [p for p in PROGRAMS if p.grad],
                          ids=lambda p: p.name)
 def test_only_the_size_making_op_stays_aten(prog):
     MISSING.clear()
