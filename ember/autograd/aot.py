@@ -56,11 +56,10 @@ GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
 
 # -- partitioning --------------------------------------------------------------------------------------------
 def fallback_partition(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
-                       recompute: bool = True, **unsaved: Any) -> PartitionResult:
+                       recompute: bool = True) -> PartitionResult:
     """Split ``joint`` at the tangents: every node not depending on a tangent runs in the forward, and every
-    such value the backward reads is saved (``recompute`` and ``unsaved_primals``/``unsaved_outputs`` are
-    accepted for the real partitioner's signature)."""
-    del recompute, unsaved
+    such value the backward reads is saved (``recompute`` is accepted for the real partitioner's signature)."""
+    del recompute
     nodes = list(joint.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     primals, tangents = placeholders[:num_primals], placeholders[num_primals:num_primals + num_tangents]
@@ -346,16 +345,8 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     # recomputes is then the cheap prims themselves, not whole ATen ops such as layer norm.
     grad_tangents = _grad_tangents(traced, joint, diff, n_user)
     joint = _maybe_decompose(joint, decompose)
-    # what the caller may modify in place after the call, where eager saved none of it: never saved. Not
-    # parameters: recomputing from them (a batch norm's bias, to rebuild its output from the convolution's) saves
-    # an activation per layer, and only a parameter changed between forward and backward would tell (as in
-    # torch.compile, whose partitioner recomputes from parameters too)
-    eager_saved = ({i for i, _ in traced.saved_inputs}, {k for k, _ in traced.saved_outputs})
-    params = {i for i, x in enumerate(inputs[:traced.num_inputs]) if isinstance(x, torch.nn.Parameter)}
     part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
-                          recompute=recompute,
-                          unsaved_primals=[i for i in range(traced.num_inputs) if i not in eager_saved[0] | params],
-                          unsaved_outputs=[k for k in range(n_user) if k not in eager_saved[1]])
+                          recompute=recompute)
     fwd, bwd = _with_table(part.fwd, binder), _with_table(part.bwd, binder)
     num_saved = part.num_saved
     if binder is not None:      # sizes the backward's prims use but cannot read from its inputs: saved ints
@@ -375,9 +366,9 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
                             bwd_graph=bwd_graph, compile_bwd=compile_bwd,
                             multi_output_views=multi_output_views(traced.gm, n_user) & frozenset(diff))
-    graphs.version_inputs = [(i, m) for i, m in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
+    graphs.version_inputs = [i for i in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
     viewing = {a.output for a in aliases if a.base_layout is None}     # checked through their input
-    graphs.version_outputs = [(k, m) for k, m in traced.saved_outputs if k < n_user and k not in viewing]
+    graphs.version_outputs = [k for k in traced.saved_outputs if k < n_user and k not in viewing]
     return graphs, traced.out_spec
 
 

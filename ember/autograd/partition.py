@@ -448,62 +448,16 @@ def must_recompute(node: fx.Node, forward: set[fx.Node]) -> bool:
     return all(u not in forward or u.meta.get(REGION_TAG) == region for u in node.users)
 
 
-def region_input(node: fx.Node, forward: set[fx.Node]) -> bool:
-    """A value an activation-checkpoint region reads from outside it (the output of the region before, or of
-    untagged code): saved, never recomputed, as eager's ``checkpoint`` keeps its inputs. Recomputed, the
-    backward of the last block would start by recomputing every block before it, to reach its input, and keep
-    all their activations alive until their own backward: the memory of no checkpointing at all."""
-    region = node.meta.get(REGION_TAG)
-    return any(u in forward and u.meta.get(REGION_TAG, region) != region for u in node.users)
-
-
-def _reachable_in_backward(node: fx.Node) -> bool:
-    """Whether the backward can have ``node``'s value: saved, or recomputed. A tuple-valued op that is not
-    recomputed (a random op, an attention kernel with dropout) cannot be saved whole: its items are saved
-    instead, so a region's item of one (dropout's mask, attention's logsumexp) is not one to recompute."""
-    return node.op != "call_function" or can_recompute(node) or node_bytes(node) is not None
-
-
-def _min_cut(graph: fx.Graph, j: _Joint, unsaved: set[fx.Node] = frozenset()) -> list[fx.Node]:
+def _min_cut(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
     """The cheapest set of forward-computable values from which the backward can recompute what it reads: by
     bytes, a value the forward does not hold in memory weighing twice (``in_memory_forward``); by plain bytes
-    when that cut would save more bytes than saving every value the backward reads. None of ``unsaved``
-    (``_caller_owned``) where a cut without them exists."""
-    if unsaved:
-        try:
-            return _cheaper_cut(graph, j, _with_views(graph, unsaved))
-        except PartitionError:      # the backward reads one of them itself
-            pass
-    return _cheaper_cut(graph, j, frozenset())
-
-
-def _cheaper_cut(graph: fx.Graph, j: _Joint, unsaved: set[fx.Node]) -> list[fx.Node]:
-    cut = _weighted_cut(graph, j, weigh=True, unsaved=unsaved)
+    when that cut would save more bytes than saving every value the backward reads."""
+    cut = _weighted_cut(graph, j, weigh=True)
     base = sum(node_bytes(n) or 0 for n in j.boundary)
-    return cut if sum(node_bytes(n) or 0 for n in cut) <= base else _weighted_cut(graph, j, False, unsaved)
+    return cut if sum(node_bytes(n) or 0 for n in cut) <= base else _weighted_cut(graph, j, weigh=False)
 
 
-def _caller_owned(j: _Joint, primals: Iterable[int], outputs: Iterable[int]) -> set[fx.Node]:
-    """The primals and forward outputs (by index) that the caller holds and may modify in place after the
-    call, where eager's autograd did not save them: saved by the compiled forward, their new value would
-    reach the backward (where eager reads the value it saved), so the backward recomputes from what eager
-    saved instead."""
-    nodes = {j.primals[i] for i in primals if i < len(j.primals)}
-    nodes.update(j.fwd_outs[k] for k in outputs if k < len(j.fwd_outs) and isinstance(j.fwd_outs[k], fx.Node))
-    # an activation-checkpoint region's input: eager's checkpoint holds it and recomputes the region from it
-    return {n for n in nodes if not any(REGION_TAG in u.meta for u in n.users)}
-
-
-def _with_views(graph: fx.Graph, nodes: set[fx.Node]) -> set[fx.Node]:
-    out = set(nodes)
-    for n in graph.nodes:
-        if n not in out and n.op == "call_function" and _is_view(n) and any(a in out for a in n.all_input_nodes):
-            out.add(n)
-    return out
-
-
-def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool, unsaved: set[fx.Node] = frozenset()
-                  ) -> list[fx.Node]:
+def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool) -> list[fx.Node]:
     anc = _ancestors(j.boundary)
     region = [n for n in graph.nodes if n in anc and n not in j.tangent_dep and n.op != "get_attr"]
     index = {n: i for i, n in enumerate(region)}
@@ -517,7 +471,7 @@ def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool, unsaved: set[fx.Node]
         size = node_bytes(n, cache)
         if weigh and size is not None and not in_memory_forward(n, j.tangent_dep, outputs):
             size *= 2
-        never = size is None or must_recompute(n, forward) or n in unsaved
+        never = size is None or must_recompute(n, forward)
         net.add_edge(2 * i, 2 * i + 1, _INF if never else size * scale + 1)
         if n in primals or not can_recompute(n) or region_input(n, forward) or (
                 stored_both_ways(n, j.tangent_dep) and REGION_TAG not in n.meta):
@@ -632,21 +586,17 @@ def _summary(res: PartitionResult, saved: list[fx.Node], recompute: bool) -> str
 
 def partition_joint(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
                     recompute: bool = True,
-                    grad_input_indices: Sequence[int] | None = None,
-                    unsaved_primals: Sequence[int] = (), unsaved_outputs: Sequence[int] = ()
-                    ) -> PartitionResult:
+                    grad_input_indices: Sequence[int] | None = None) -> PartitionResult:
     """Split a functional joint graph into forward and backward graphs (see the module docstring).
 
     ``grad_input_indices`` says which primal each gradient output belongs to (``TracedGraph`` has it); by
     default the joint graph has one gradient output per primal. Outputs after the gradients
     (functionalization write-backs) become forward outputs: after the ``num_fwd_outputs`` ones, before the
-    saved values. ``unsaved_primals``/``unsaved_outputs``: primals and forward outputs (indices) that the
-    recomputing cut does not save, nor views of them, where it can (``_caller_owned``).
+    saved values.
     """
     gidx = list(range(num_primals)) if grad_input_indices is None else list(grad_input_indices)
     j = _analyse(joint, num_primals, num_tangents, num_fwd_outputs, len(gidx))
-    unsaved = _caller_owned(j, unsaved_primals, unsaved_outputs)
-    saved = _min_cut(joint.graph, j, unsaved) if recompute else list(j.boundary)
+    saved = _min_cut(joint.graph, j) if recompute else list(j.boundary)
     fwd = _build_fwd(joint, j, saved)
     bwd, recomputed = _build_bwd(joint, j, saved, num_primals, gidx)
     res = PartitionResult(fwd, bwd, len(saved), [n.name for n in saved], recomputed, "", len(j.fwd_outs),

@@ -81,12 +81,9 @@ class CompiledGraphs:
     bwd_variants: dict = field(default_factory=dict)    # frozenset of absent tangents -> (bwd, zero outputs)
     multi_output_views: frozenset = frozenset()     # user outputs eager makes with split/unbind: kept views
     # inputs and user outputs sharing memory with a tensor eager's autograd would have saved: their versions
-    # at the end of the call are checked before the backward (``check_versions``), each (index, mask): only
-    # when one of the user outputs in the mask (bit k: output k) gets a gradient, as eager checks a saved
-    # tensor only when the backward node that saved it runs
-    version_inputs: list[tuple[int, int]] = field(default_factory=list)
-    aliased_saved: dict | None = None           # saved positions aliasing an input/output (``_aliased_saved``)
-    version_outputs: list[tuple[int, int]] = field(default_factory=list)
+    # at the end of the call are checked before the backward (``check_versions``)
+    version_inputs: list[int] = field(default_factory=list)
+    version_outputs: list[int] = field(default_factory=list)
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -132,15 +129,7 @@ class AotFunction(torch.autograd.Function):
         if graphs.write_backs:     # an input about to be overwritten: the backward needs its old value
             mutated = {id(primals[i]) for i, _ in graphs.write_backs}
             saved = [s.clone() if id(s) in mutated else s for s in saved]
-        aliased = graphs.aliased_saved
-        if aliased is None:
-            aliased = graphs.aliased_saved = _aliased_saved(saved, primals, fwd_outs)
-        if aliased:
-            tensor_pos = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor) and i not in aliased]
-            ctx.aliased = [(i, saved[i].detach() if out else saved[i], saved[i]._version)
-                           for i, out in aliased.items() if isinstance(saved[i], torch.Tensor)]
-        else:
-            tensor_pos = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
+        tensor_pos = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
         ctx.save_for_backward(*[saved[i] for i in tensor_pos])
         ctx.saved_other = [None if isinstance(s, torch.Tensor) else s for s in saved]
         ctx.tensor_pos = tensor_pos
@@ -164,14 +153,9 @@ class AotFunction(torch.autograd.Function):
         graphs: CompiledGraphs = ctx.graphs
         versions = getattr(ctx, "versions", None)
         if versions:
-            check_versions(versions, _flowing(graphs, grad_outputs))
+            check_versions(versions)
         saved = list(ctx.saved_other)
         for pos, t in zip(ctx.tensor_pos, ctx.saved_tensors):
-            saved[pos] = t
-        bwd, zeros, used = _backward_for(graphs, grad_outputs)
-        for pos, t, version in getattr(ctx, "aliased", ()):
-            if t._version != version and (used is None or pos in used):
-                raise modified_error(t, version)    # the backward would read a value changed since the call
             saved[pos] = t
         tangents = []
         g = None
@@ -183,11 +167,12 @@ class AotFunction(torch.autograd.Function):
             if graphs.tangent_contiguous and graphs.tangent_contiguous[k] and not g.is_contiguous():
                 g = g.contiguous()
             tangents.append(g)
+        bwd, zeros = _backward_for(graphs, grad_outputs)
         if torch.is_grad_enabled():     # create_graph=True: the graph runs, but its gradients cannot be
             with torch.no_grad():       # differentiated again
                 grads = list(_run(bwd, *saved, *tangents))
             pos = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
-            anchors = [t for t in [*ctx.saved_tensors, *(a[1] for a in getattr(ctx, "aliased", ()))] + tangents
+            anchors = [t for t in list(ctx.saved_tensors) + tangents
                        if isinstance(t, torch.Tensor) and t.requires_grad]
             if pos and anchors:
                 wrapped = _NoDoubleBackward.apply(len(pos), *[grads[i] for i in pos], *anchors)
@@ -235,42 +220,18 @@ def _unviewed(outs: list, primals: tuple, keep: frozenset) -> list:
     return out
 
 
-def _backward_for(graphs: CompiledGraphs, grad_outputs: tuple) -> tuple[Any, dict, frozenset | None]:
+def _backward_for(graphs: CompiledGraphs, grad_outputs: tuple) -> tuple[Any, dict]:
     """The backward to run: ``graphs.bwd``, or where the loss left outputs unused, a variant without what
-    depends on their tangents alone (``ember.autograd.tangents``), compiled once per such pattern; with the
-    positions of the saved values it reads (None: all)."""
+    depends on their tangents alone (``ember.autograd.tangents``), compiled once per such pattern."""
     absent = frozenset(k for k, i in enumerate(graphs.diff_outputs) if grad_outputs[i] is None)
     if not absent or graphs.bwd_graph is None:
-        return graphs.bwd, {}, None
+        return graphs.bwd, {}
     hit = graphs.bwd_variants.get(absent)
     if hit is None:
         from ember.autograd.tangents import without_tangents
         gm, zeros = without_tangents(graphs.bwd_graph, len(graphs.diff_outputs), absent)
-        phs = [n for n in gm.graph.nodes if n.op == "placeholder"][:graphs.num_saved]
-        used = frozenset(k for k, n in enumerate(phs) if n.users)
-        hit = graphs.bwd_variants[absent] = (graphs.compile_bwd(gm) if graphs.compile_bwd else gm, zeros, used)
+        hit = graphs.bwd_variants[absent] = (graphs.compile_bwd(gm) if graphs.compile_bwd else gm, zeros)
     return hit
-
-
-def _aliased_saved(saved: list, primals: Sequence[Any], outs: Sequence[Any]) -> dict[int, bool]:
-    """Positions of the saved values sharing memory with an input (False) or a forward output (True).
-
-    ``save_for_backward`` would make autograd check their versions whenever this backward runs, but a caller
-    may modify an input or output in place after the call where eager raises nothing (eager checks only what
-    its own nodes saved, and only the nodes a gradient reaches: ``check_versions``). So these are kept on
-    ``ctx`` instead (outputs detached: no reference cycle through their ``grad_fn``), with their versions,
-    and the backward raises only if it reads one that changed. Computed on the first call: which saved values
-    alias the graph's inputs and outputs is a property of the compiled graph."""
-    def key(t: Any) -> Any:
-        try:
-            return t.untyped_storage()._cdata if isinstance(t, torch.Tensor) else None
-        except (RuntimeError, NotImplementedError):     # no storage (sparse, nested)
-            return None
-    keys = {key(p): False for p in primals}
-    keys.update({key(o): True for o in outs})
-    keys.pop(None, None)
-    found = {i: keys.get(key(s)) for i, s in enumerate(saved)}
-    return {i: out for i, out in found.items() if out is not None}
 
 
 def _unreached(graphs: CompiledGraphs, grad_outputs: tuple, grads: list) -> list:
@@ -349,17 +310,10 @@ def modified_error(t: torch.Tensor, expected: int) -> RuntimeError:
     return RuntimeError(MODIFIED_MSG.format(what=what, now=t._version, expected=expected))
 
 
-def check_versions(versions: Sequence[tuple[torch.Tensor, int, int]], flowing: int) -> None:
-    """Raise eager's error for a ``(tensor, version, mask)`` whose version changed, where a gradient flows
-    into an output of ``mask`` (``flowing``: the mask of the outputs whose gradient is defined)."""
-    for t, v, mask in versions:
-        if mask & flowing and t._version != v:
+def check_versions(versions: Sequence[tuple[torch.Tensor, int]]) -> None:
+    for t, v in versions:
+        if t._version != v:
             raise modified_error(t, v)
-
-
-def _flowing(graphs: CompiledGraphs, grad_outputs: tuple) -> int:
-    """Bit mask of the user outputs whose gradient reached this backward (None: the loss does not use it)."""
-    return sum(1 << i for i in graphs.diff_outputs if grad_outputs[i] is not None)
 
 
 def _node_of(graphs: CompiledGraphs, outs: list[Any]) -> Any:
@@ -373,9 +327,9 @@ def _node_of(graphs: CompiledGraphs, outs: list[Any]) -> Any:
 
 def _record_versions(node: Any, graphs: CompiledGraphs, args: Sequence[Any], outs: list[Any]) -> None:
     # outputs through ``detach()`` (same version counter): the node holding its own output is a cycle
-    node.versions = ([(args[i], args[i]._version, m) for i, m in graphs.version_inputs]
-                     + [(outs[k].detach(), outs[k]._version, m) for k, m in graphs.version_outputs
-                        if isinstance(outs[k], torch.Tensor)])
+    node.versions = ([(args[i], args[i]._version) for i in graphs.version_inputs]
+                     + [(o.detach(), o._version) for o in (outs[k] for k in graphs.version_outputs)
+                        if isinstance(o, torch.Tensor)])
 
 
 def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo], args: Sequence[Any],
