@@ -448,6 +448,22 @@ def must_recompute(node: fx.Node, forward: set[fx.Node]) -> bool:
     return all(u not in forward or u.meta.get(REGION_TAG) == region for u in node.users)
 
 
+def region_input(node: fx.Node, forward: set[fx.Node]) -> bool:
+    """A value an activation-checkpoint region reads from outside it (the output of the region before, or of
+    untagged code): saved, never recomputed, as eager's ``checkpoint`` keeps its inputs. Recomputed, the
+    backward of the last block would start by recomputing every block before it, to reach its input, and keep
+    all their activations alive until their own backward: the memory of no checkpointing at all."""
+    region = node.meta.get(REGION_TAG)
+    return any(u in forward and u.meta.get(REGION_TAG, region) != region for u in node.users)
+
+
+def _reachable_in_backward(node: fx.Node) -> bool:
+    """Whether the backward can have ``node``'s value: saved, or recomputed. A tuple-valued op that is not
+    recomputed (a random op, an attention kernel with dropout) cannot be saved whole: its items are saved
+    instead, so a region's item of one (dropout's mask, attention's logsumexp) is not one to recompute."""
+    return node.op != "call_function" or can_recompute(node) or node_bytes(node) is not None
+
+
 def _min_cut(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
     """The cheapest set of forward-computable values from which the backward can recompute what it reads: by
     bytes, a value the forward does not hold in memory weighing twice (``in_memory_forward``); by plain bytes
