@@ -4,3 +4,7 @@ fails the test that compiled it, with the pass named."""
 import os
 
 os.environ.setdefault("EMBER_VERIFY_IR", "1")
+# Tests patch ember's internals (lowering rules, tables) to compare plans; a whole-graph cache entry made
+# under another test's patch would skip the very lowering they inspect. tests/runtime/test_graph_cache.py
+# turns the cache back on where it is the subject.
+os.environ.setdefault("EMBER_GRAPH_CACHE", "0")

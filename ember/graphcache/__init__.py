@@ -143,7 +143,9 @@ def _why(e: Exception) -> str:
 
 def static_text(gm: Any, options: Any) -> str:
     """The part of the key that depends on the graph and the process, not on the call."""
-    lines = [f"ember-graph-cache {FORMAT_VERSION}", *_versions(), f"options {options!r}"]
+    from ember.heuristics import heuristics
+    lines = [f"ember-graph-cache {FORMAT_VERSION}", *_versions(), f"options {options!r}",
+             f"heuristics {heuristics()!r}"]       # the tuning constants in force (``ember.heuristics.override``)
     lines += [f"env {k}={v}" for k, v in sorted(os.environ.items())
               if k.startswith(("EMBER_", "TRITON_")) and k not in _ENV_IGNORED]
     for n in gm.graph.nodes:
