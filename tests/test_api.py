@@ -378,6 +378,7 @@ def test_cache_log_kind_reports_hits_and_misses(tmp_path):
     script.write_text("import torch, ember\nember.compile(lambda x: x.sin() + 1)(torch.randn(3))\n")
     env = dict(os.environ, EMBER_LOGS="cache", EMBER_CACHE_DIR=str(tmp_path / "cache"),
                PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env.pop("EMBER_GRAPH_CACHE", None)      # a user's default (tests/conftest.py turns it off for the suite)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "[ember cache]" in out.stderr
