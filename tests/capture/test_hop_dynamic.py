@@ -12,6 +12,8 @@ import torch.nn as nn
 from torch.func import functional_call, grad, jacrev, vjp, vmap
 
 from tests.capture.hop_harness import check, table
+from tests.capture.test_control_flow_hop import cond_module_params
+from tests.capture.test_func_transforms import per_sample_grads
 
 PROGRAMS, program = table()
 
@@ -64,17 +66,8 @@ def jacrev_dynamic_rows():
     return lambda x, w: jacrev(lambda v: (x @ v).tanh())(w).sum(1)
 
 
-@program(lambda i: (_r(_n(i), 4, grad=False), torch.randn(_n(i), 2)), calls=3, sizes_vary=True)
-def per_sample_grads_dynamic_batch():
-    model = nn.Linear(4, 2)
-
-    def f(x, t):
-        params = {k: v.detach() for k, v in model.named_parameters()}
-
-        def loss(p, xi, ti):
-            return ((functional_call(model, p, (xi,)) - ti) ** 2).sum()
-        return vmap(grad(loss), in_dims=(None, 0, 0))(params, x, t)
-    return f
+# the static table's per-sample-gradient program, its batch changing between calls
+program(lambda i: (_r(_n(i), 4, grad=False), torch.randn(_n(i), 2)), calls=3, sizes_vary=True)(per_sample_grads)
 
 
 @program(lambda i: (_r(_n(i), 4),), calls=3, sizes_vary=True)
@@ -98,16 +91,7 @@ def cond_branch_reads_size():
     return lambda x: torch.cond(x.mean() > 0, lambda a: a / a.shape[0], lambda a: a * a.size(1), (x,))
 
 
-@program(lambda i: (_pos(i, 8, 4),), calls=3)
-def cond_module_dynamic_batch():
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
-
-        def forward(self, x):
-            return torch.cond(x.mean() > 0, lambda v: self.a(v).tanh(), lambda v: self.b(v).sigmoid(), (x,))
-    return M()
+program(lambda i: (_pos(i, 8, 4),), calls=3)(cond_module_params)      # the static table's module, dynamic=True
 
 
 @program(lambda i: (_pos(i, _n(i), 3),), calls=3, sizes_vary=True)

@@ -23,6 +23,7 @@ from torch import nn
 import ember
 from ember.loopir import conv_layout
 from ember.loopir.ir import Extern, Pointwise
+from tests.loopir.test_conv_layout import _restrides
 
 
 class Block(nn.Module):
@@ -119,19 +120,6 @@ def _wrappers(monkeypatch) -> list:
         return fn
     monkeypatch.setattr(wr, "make_wrapper", make)
     return sources
-
-
-def _restrides(monkeypatch) -> list:
-    """Every input or extern result a compiled graph copies into another layout at run time."""
-    from ember.codegen import wrapper
-    calls: list = []
-    real = wrapper.restride
-
-    def restride(t, shape, stride):
-        calls.append((tuple(t.shape), t.stride(), stride))
-        return real(t, shape, stride)
-    monkeypatch.setattr(wrapper, "restride", restride)
-    return calls
 
 
 def _at_hints(v, table):
