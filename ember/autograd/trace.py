@@ -33,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from ember.autograd.fake import INPLACE_VIEW_OPS, FakeMode, FakeTensor
 from ember.autograd import regions
+from ember.autograd.device_norms import REDIRECTS
 from ember.autograd.symnodes import SymNodes
 from ember.autograd.overlap import ORDER, check_writes, self_overlapping_layout
 from ember.autograd.runtime import modified_error
@@ -100,6 +101,9 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        redirect = REDIRECTS.get(func)
+        if redirect is not None:        # a vendor batch norm, recorded as native_batch_norm (device_norms)
+            return redirect(lambda op, a, k: self.__torch_dispatch__(op, types, a, k), args, kwargs)
         node_args, node_kwargs = tree_map(self.node_of, (tuple(args), kwargs))
         if check_writes(func, args, kwargs) == ORDER:     # raises eager's error for an overlap eager refuses
             raise OrderDependentWrite(f"{func} writes memory that one of its inputs reads at other positions; "

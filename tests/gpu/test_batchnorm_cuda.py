@@ -1,7 +1,8 @@
-"""Batch norm on CUDA, where ATen picks ``cudnn_batch_norm`` (static sizes) or ember's size-generic composition
-(symbolic sizes): a compiled training step equals eager in outputs, input and weight gradients, and the module's
-running statistics and batch counter after several steps; eval mode reads them back. Static, dynamic=True and
-automatic dynamic (batch sizes that change each step), float32 and bfloat16, 1-D/2-D batch norm and instance norm."""
+"""Batch norm on CUDA, where ATen picks ``cudnn_batch_norm`` (static sizes; ember records it as
+``native_batch_norm``, ember.autograd.device_norms) or ember's size-generic composition (symbolic sizes): a
+compiled training step equals eager in outputs, input and weight gradients, and the module's running statistics
+and batch counter after several steps; eval mode reads them back. Static, dynamic=True and automatic dynamic (batch
+sizes that change each step), float32 and bfloat16, 1-D/2-D batch norm and instance norm."""
 from __future__ import annotations
 
 import copy
@@ -41,13 +42,7 @@ def _step(model, x):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("dynamic", [False, True, None], ids=["static", "dynamic", "auto"])
 @pytest.mark.parametrize("kind", ["bn2d", "bn1d", "instance"])
-def test_batch_norm_training_on_cuda(kind, dynamic, dtype, request):
-    if kind == "instance" and dtype == torch.float32:
-        # Open wrong result (H100, torch 2.11): instance norm's running statistics never move under the default
-        # backend (aot_eager is right). The trace records cudnn_batch_norm on a temporary repeat of the
-        # statistics and copies its mean back; the kernel compiler loses that in-place write. (bf16 passes only
-        # because the update is within its tolerance.)
-        request.applymarker(pytest.mark.xfail(strict=True, reason="instance norm running stats on CUDA (open)"))
+def test_batch_norm_training_on_cuda(kind, dynamic, dtype):
     torch.manual_seed(0)
     ember.reset()
     ref = _model(kind, dtype)
