@@ -1,0 +1,77 @@
+"""After a backward that does not retain the graph, a compiled function's outputs are released when the caller
+drops them, as eager's are: nothing ember keeps for the backward (saved tensors, the tensors whose versions it
+checks) outlives the backward. The loss, alive across steps of a training loop, keeps its node alive; what that
+node held must not keep the other outputs alive (a KV cache returned with the loss held CUDA graph pools and
+made reduce-overhead re-record every step)."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+import ember
+
+
+def _attention_with_cache(x, w):
+    k, v = x @ w, x @ w.t()             # returned as a "cache" and saved for the backward
+    att = torch.softmax(x @ k.transpose(-2, -1), -1) @ v
+    return att.square().mean(), (k, v)
+
+
+def _saved_output(x, w):
+    y = torch.tanh(x @ w)                # tanh saves its output: the returned y
+    return y.sum(), y
+
+
+def _two_losses(x, w):
+    h = (x @ w).sigmoid()
+    return h.mean() + h.square().mean(), h
+
+
+CASES = {"kv_cache": _attention_with_cache, "saved_output": _saved_output, "two_losses": _two_losses}
+
+
+def _storages(extra):
+    flat = extra if isinstance(extra, tuple) else (extra,)
+    return [weakref.ref(t) for t in flat], [t.untyped_storage()._weak_ref() for t in flat]
+
+
+@pytest.mark.parametrize("retain", [False, True], ids=["once", "retain_graph"])
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("engine", ["eager", "ember"])
+def test_outputs_released_after_backward(case, engine, retain):
+    fn = CASES[case] if engine == "eager" else ember.compile(CASES[case])
+    w = torch.randn(8, 8, requires_grad=True)
+    for _ in range(2):
+        loss, extra = fn(torch.randn(4, 8, 8), w)
+        _, weak = _storages(extra)
+        del extra
+        loss.backward(retain_graph=retain)
+        gc.collect()
+        alive = [not torch.UntypedStorage._expired(s) for s in weak]
+        # eager: released once the graph is freed; kept while it is retained (the saved tensors)
+        if not retain:
+            assert not any(alive), f"{engine}: outputs still alive after backward: {alive}"
+        for s in weak:
+            torch.UntypedStorage._free_weak_ref(s)
+        del loss
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_retained_graph_still_checks_versions(case):
+    """A retained graph keeps what its second backward needs: an output modified in place between the two
+    backwards is refused, as eager refuses it."""
+    w = torch.randn(8, 8, requires_grad=True)
+    errors = []
+    for f in (CASES[case], ember.compile(CASES[case])):
+        loss, extra = f(torch.randn(4, 8, 8), w)
+        loss.backward(retain_graph=True)
+        (extra[0] if isinstance(extra, tuple) else extra).detach().add_(1)
+        try:
+            loss.backward()
+            errors.append(None)
+        except RuntimeError as e:
+            errors.append("modified by an inplace operation" in str(e))
+    assert errors[1] == errors[0]
