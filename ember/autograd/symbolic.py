@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ember.autograd.fake import FakeMode, SymbolicRules, _with_index
 from ember.decomp.trees import tree_leaves, tree_map
-from ember.shapes import SymbolicUnsupported, SymbolTable, expr_of, hint_of, is_symbolic
+from ember.shapes import SymbolicUnsupported, SymbolTable, expr_of, hint_of, is_symbolic, using
 
 aten = torch.ops.aten
 _BIG = 1 << 62          # slice ends at or past this mean "to the end" (INT64_MAX)
@@ -426,7 +426,10 @@ def _decomposed(func: Any, table: SymbolTable, args: tuple, kwargs: dict, error:
                       else _Shape(shapes[0]), concrete)
     convert = _tensor_meta(table)
     try:
-        metas = meta_decomposition(func, *tree_map(convert, args), **tree_map(convert, kwargs))
+        # the arguments' sizes are sympy by now (no SymInt left to find the table by): the decomposition's
+        # decisions on sizes (a broadcast of ``s1 + 1`` against ``s3 + 1``) go to this graph's table
+        with using(table):
+            metas = meta_decomposition(func, *tree_map(convert, args), **tree_map(convert, kwargs))
     except SymbolicUnsupported:
         raise
     except Exception as e:      # noqa: BLE001 - any failure of the decomposition means "no symbolic rule"

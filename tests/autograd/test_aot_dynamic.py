@@ -278,3 +278,28 @@ def test_decompose_symbolic_is_unsupported():
     gm, _ = symbolic_graph(mlp, [x, W1, W2], [("b", 8), None, None])
     with pytest.raises(SymbolicUnsupported):
         aot_compile(gm, [x, W1, W2], decompose=True)
+
+
+# ops whose meta kernel fails on symbolic sizes on some releases (torch 2.11's masked_fill/where reference
+# expands with plain ints) run ember's decomposition for their metadata; its decisions on sizes (two sizes that
+# broadcast must be equal) become relations of the graph's table. Before, they were asked with no table active
+# and failed, and the frame compiled with static sizes: transformers' GPT-2 decode on the H100 compiled one
+# graph per token (the attention mask of the second layer against the first layer's cache length).
+DECOMPOSED_META_OPS = [
+    ("masked_fill", torch.ops.aten.masked_fill.Scalar, lambda x, m: (x, m, -1.0)),
+    ("where", torch.ops.aten.where.self, lambda x, m: (m, x, x[:1])),
+    ("add", torch.ops.aten.add.Tensor, lambda x, m: (x, m.to(torch.float32))),
+]
+
+
+@pytest.mark.parametrize("name,op,args", DECOMPOSED_META_OPS, ids=[c[0] for c in DECOMPOSED_META_OPS])
+def test_decomposed_meta_decides_sizes_through_the_table(name, op, args):
+    from ember.autograd.symbolic import symbolic_meta
+    table, (s0, s1) = _table(5, 5)
+    mode = FakeMode()
+    x = FakeTensor(torch.empty(s0 + 1, 4, device="meta"), torch.device("cpu"), mode)
+    m = FakeTensor(torch.empty(s1 + 1, 4, dtype=torch.bool, device="meta"), torch.device("cpu"), mode)
+    out = symbolic_meta(op, args(x, m), {}, RuntimeError("the meta kernel failed on symbolic sizes"))
+    assert [hint_of(d) for d in out.shape] == [6, 4] and is_symbolic(out.shape[0]), name
+    assert table.check({table.symbols[0]: 5, table.symbols[1]: 5})
+    assert not table.check({table.symbols[0]: 5, table.symbols[1]: 6}), f"{name}: no relation s0 == s1 recorded"
