@@ -13,12 +13,15 @@ pickle: a JSON header with each compiled graph's wrapper source and the table of
 (``ember.deploy.package``'s describe/bind), the runtime metadata the autograd runtime needs (outputs, write
 backs, saved values, differentiable outputs, aliases, grad mode, output structure), the relations about sizes
 tracing added to the symbol table, followed by the raw bytes of the wrapper's constant tensors. C++ kernels
-are referenced by their entry in the kernel store (read and checked there when the graph is loaded).
+are referenced by their entry in the kernel store (read and checked there when the graph is loaded). Triton
+kernels (CUDA, or CPU under Triton's interpreter) are held as their source and launch configuration, with
+max-autotune's choices (``graphcache.kernels``): a hit makes them again from source, and Triton's own cache
+(``TRITON_CACHE_DIR``) supplies their binaries.
 
 What is not cached (each logged under ``EMBER_LOGS=cache`` with the reason, and compiled as before): a graph
 that calls submodules, reads module attributes, holds an argument that is not plain data, or calls a function
 outside torch/operator/math/ember; inputs that are tensor subclasses or not strided; a compiled graph that is
-not a generated wrapper of C++ kernels (Triton kernels, the Python fallback); output views with symbolic
+not a generated wrapper of C++ or Triton kernels (the Python fallback); output views with symbolic
 layouts; a build that added symbols or runtime assertions to the table; a training graph with several
 differentiable outputs (``entry.dump_entry`` says why). A hit never trusts its entry beyond
 its signature: anything unreadable is a miss (the entry is rebuilt and rewritten).
@@ -49,7 +52,10 @@ MAGIC = b"EMBER-GRAPH\0"
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
 _MODULES = ("torch", "operator", "_operator", "math", "builtins", "ember.")
 # settings that change what is compiled are part of the key; these only where output goes or how much is kept
-_ENV_IGNORED = ("EMBER_LOGS", "EMBER_CACHE_DIR", "EMBER_CACHE_MAX_BYTES", "EMBER_GRAPH_CACHE")
+# (ember sets TRITON_CACHE_MANAGER itself when it first uses Triton: a key read before and one read after
+# must be the same)
+_ENV_IGNORED = ("EMBER_LOGS", "EMBER_CACHE_DIR", "EMBER_CACHE_MAX_BYTES", "EMBER_GRAPH_CACHE",
+                "TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER")
 
 
 class NotCacheable(Exception):
@@ -112,12 +118,20 @@ class GraphCache:
             built, spec = real()
         finally:
             recorded, self.recorded = self.recorded, None
+        from .entry import dump_entry
+
+        def write() -> list:
+            untuned: list = []
+            store.write(name, dump_entry(built, spec, recorded, binder, snap, training, untuned))
+            return untuned
         try:
-            from .entry import dump_entry
-            store.write(name, dump_entry(built, spec, recorded, binder, snap, training))
+            untuned = write()
             logs.log("cache", f"ember graph cache: miss, stored {name}")
         except Exception as e:      # noqa: BLE001 - a result that cannot be written is only not cached
             logs.log("cache", f"ember graph cache: miss, not stored: {_why(e)}")
+            return built, spec
+        if untuned:
+            _write_when_tuned(untuned, write, name)
         return built, spec
 
     # the key --------------------------------------------------------------------------------------------------
@@ -137,6 +151,26 @@ class GraphCache:
         return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
+def _write_when_tuned(untuned: list, write: Callable[[], list], name: str) -> None:
+    """Max-autotune: the kernels' choices are made at the graph's first call, after its entry was written. Once
+    every one is made, the entry is written again with them, so that a hit runs the chosen kernels directly."""
+    pending = {id(a) for a in untuned}
+
+    def tuned(a: Any) -> None:
+        pending.discard(id(a))
+        if pending:
+            return
+        for b in untuned:
+            b.on_chosen.remove(tuned)
+        try:
+            write()
+            logs.log("cache", f"ember graph cache: {name} stored again with its autotuned choices")
+        except Exception as e:      # noqa: BLE001 - the first entry stays (its choices are looked up)
+            logs.log("cache", f"ember graph cache: {name} not stored again: {_why(e)}")
+    for a in untuned:
+        a.on_chosen.append(tuned)
+
+
 def _why(e: Exception) -> str:
     return str(e) if isinstance(e, NotCacheable) else f"{type(e).__name__}: {e}"
 
@@ -146,6 +180,9 @@ def static_text(gm: Any, options: Any) -> str:
     from ember.heuristics import heuristics
     lines = [f"ember-graph-cache {FORMAT_VERSION}", *_versions(), f"options {options!r}",
              f"heuristics {heuristics()!r}"]       # the tuning constants in force (``ember.heuristics.override``)
+    if getattr(options, "cpu_backend", None) == "triton":      # Triton's interpreter runs the CPU kernels
+        import triton
+        lines.append(f"triton {triton.__version__}")
     lines += [f"env {k}={v}" for k, v in sorted(os.environ.items())
               if k.startswith(("EMBER_", "TRITON_")) and k not in _ENV_IGNORED]
     for n in gm.graph.nodes:

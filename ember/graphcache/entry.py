@@ -20,13 +20,18 @@ import torch
 from .. import diskcache
 from ..deploy.package import _Table
 from . import MAGIC, FORMAT_VERSION, NotCacheable, table_delta
+from .kernels import Objects
 
 _KINDS = {"inference": ("fwd",), "training": ("fwd", "bwd")}
 _RAW = {"inference": "inference", "forward": "fwd", "backward": "bwd"}
 
 
 # writing ----------------------------------------------------------------------------------------------------
-def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, training: bool) -> bytes:
+def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, training: bool,
+               untuned: list | None = None) -> bytes:
+    """The entry's bytes; ``untuned`` (when given) receives the ``Autotuned`` kernels whose choice is not made
+    yet (the entry is written again once they are: ``graphcache``)."""
+    untuned = [] if untuned is None else untuned
     from torch.utils._pytree import treespec_dumps
 
     from ember.autograd.runtime import CompiledGraphs
@@ -48,7 +53,7 @@ def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, tr
         raise NotCacheable("the build did not compile its graphs through the kernel compiler")
     blobs: list[bytes] = []
     offset = [0]
-    graphs = {slot: _describe(fn, info, blobs, offset) for slot, (fn, info) in raw.items()}
+    graphs = {slot: _describe(fn, info, blobs, offset, untuned) for slot, (fn, info) in raw.items()}
     try:
         out_spec = treespec_dumps(spec)
     except Exception as e:      # noqa: BLE001 - an output structure pytree cannot write
@@ -78,7 +83,7 @@ def _meta(built: Any) -> dict:
     return json.loads(json.dumps(m))        # fails here (not cached) on anything that is not plain data
 
 
-def _describe(fn: Any, info: Any, blobs: list[bytes], offset: list[int]) -> dict:
+def _describe(fn: Any, info: Any, blobs: list[bytes], offset: list[int], untuned: list) -> dict:
     from ember.deploy.package import PackageBuildError
     source, table = getattr(fn, "source", None), getattr(fn, "wrapper_globals", None)
     if not isinstance(source, str) or table is None:
@@ -88,8 +93,9 @@ def _describe(fn: Any, info: Any, blobs: list[bytes], offset: list[int]) -> dict
         bound = {name: refs.describe(name, v, fn.wrapper_origins) for name, v in table.items()}
     except PackageBuildError as e:
         raise NotCacheable(str(e).replace("ember.aot_compile: ", "")) from None
+    untuned.extend(refs.objects.untuned)
     return {"name": fn.__name__, "source": source, "globals": bound, "steal": hasattr(fn, "call_list"),
-            "info": info, "tensors": refs.tensors}
+            "info": info, "tensors": refs.tensors, "objects": refs.objects.records}
 
 
 class _Refs(_Table):
@@ -99,8 +105,11 @@ class _Refs(_Table):
     def __init__(self, blobs: list[bytes], offset: list[int]) -> None:
         super().__init__(Path("."), blobs, offset, "cpu", {})
         self.store = diskcache.store("cpp")
+        self.objects = Objects()
 
     def describe(self, name: str, v: Any, origins: dict) -> dict:
+        if Objects.handles(v):          # a Triton kernel (or an autotuned choice between kernels)
+            return self.objects.ref(v)
         if isinstance(v, torch.Tensor):
             if any(st == 0 and n > 1 for st, n in zip(v.stride(), v.shape)):
                 raise NotCacheable(f"the constant {name} is an expanded tensor")
@@ -168,11 +177,15 @@ def _wrapper(rec: dict, blob: memoryview) -> tuple[Any, Any]:
             raise NotCacheable(f"its kernel {name} is missing or invalid in the kernel store")
         files[name] = b
     kernels = _Kernels(store.path, files, "cpu")
+    objects = Objects(list(rec.get("objects", [])))
     name, source = str(rec["name"]), rec["source"]
     ns: dict[str, Any] = {}
     for key, desc in rec["globals"].items():
-        ns[key] = _bind(desc, tensors, kernels)
+        ns[key] = objects.bind(desc) if isinstance(desc, dict) and "obj" in desc else _bind(desc, tensors, kernels)
     exec(compile(source, f"<ember wrapper {name}>", "exec"), ns)       # noqa: S102 - ember's generated source
+    for v in objects.built.values():
+        if hasattr(v, "ns") and hasattr(v, "kernel"):      # a FirstLaunch rebinds its name in this namespace
+            v.ns = ns
     fn = ns[name]
     fn.source, fn.kernel_sources = source, []
     if rec.get("steal"):
