@@ -18,13 +18,20 @@ kernels (CUDA, or CPU under Triton's interpreter) are held as their source and l
 max-autotune's choices (``graphcache.kernels``): a hit makes them again from source, and Triton's own cache
 (``TRITON_CACHE_DIR``) supplies their binaries.
 
+Submodules and attributes a graph names (``get_attr``/``call_module``): a subgraph capture made for a
+higher-order operator (``torch.cond``, ``torch.func``) is keyed by its own text, recursively, with the plain-data
+attributes capture set on it (``ember_hop``); a constant tensor by its metadata and a hash of its bytes. A training
+graph with several differentiable outputs is cached; a call whose loss leaves some unused builds the backward
+variant again (``rebuild.py``).
+
 What is not cached (each logged under ``EMBER_LOGS=cache`` with the reason, and compiled as before): a graph
-that calls submodules, reads module attributes, holds an argument that is not plain data, or calls a function
+that names another kind of submodule or attribute, holds an argument that is not plain data, or calls a function
 outside torch/operator/math/ember; inputs that are tensor subclasses or not strided; a compiled graph that is
 not a generated wrapper of C++ or Triton kernels (the Python fallback); output views with symbolic
 layouts; a build that added symbols or runtime assertions to the table; a training graph with several
-differentiable outputs (``entry.dump_entry`` says why). A hit never trusts its entry beyond
-its signature: anything unreadable is a miss (the entry is rebuilt and rewritten).
+differentiable outputs and symbolic sizes, or inputs that are views or share memory (``rebuild.Rebuilder.of``).
+A hit never trusts its entry beyond its signature: anything unreadable is a miss (the entry is rebuilt and
+rewritten).
 
 Import order: this package sits in the top layer, with ``ember.deploy`` whose wrapper description it reuses; the
 ``ember`` backend (a layer below) reaches it through ``ember.backends.GRAPH_CACHE``, where importing
@@ -102,7 +109,7 @@ class GraphCache:
         if data is not None:
             from .entry import load_entry
             try:
-                hit = load_entry(data, binder, self.finish)
+                hit = load_entry(data, binder, self.finish, lambda: self._rebuilder(real, args, binder))
             except NotCacheable as e:
                 logs.log("cache", f"ember graph cache: {store.entry(name)} cannot be used ({e}); rebuilding it")
                 store.discard(name)
@@ -122,7 +129,8 @@ class GraphCache:
 
         def write() -> list:
             untuned: list = []
-            store.write(name, dump_entry(built, spec, recorded, binder, snap, training, untuned))
+            store.write(name, dump_entry(built, spec, recorded, binder, snap, training, untuned,
+                                         lambda: self._rebuilder(real, args, binder)))
             return untuned
         try:
             untuned = write()
@@ -133,6 +141,19 @@ class GraphCache:
         if untuned:
             _write_when_tuned(untuned, write, name)
         return built, spec
+
+    def _rebuilder(self, real: Any, args: Sequence[Any], binder: Any) -> Any:
+        from .rebuild import Rebuilder
+        return Rebuilder.of(real, args, binder, self._record)
+
+    def _record(self, build: Callable[[], Any]) -> tuple[Any, list]:
+        """``build()``'s result and the wrapper sources of the graphs it compiled."""
+        self.recorded = []
+        try:
+            result = build()
+        finally:
+            recorded, self.recorded = self.recorded, None
+        return result, [(getattr(fn, "__name__", None), getattr(fn, "source", None)) for _, fn, _ in recorded]
 
     # the key --------------------------------------------------------------------------------------------------
     def key(self, training: bool, args: Sequence[Any]) -> str:
@@ -185,10 +206,18 @@ def static_text(gm: Any, options: Any) -> str:
         lines.append(f"triton {triton.__version__}")
     lines += [f"env {k}={v}" for k, v in sorted(os.environ.items())
               if k.startswith(("EMBER_", "TRITON_")) and k not in _ENV_IGNORED]
+    _graph_text(gm, "", lines)
+    return "\n".join(lines)
+
+
+def _graph_text(gm: Any, path: str, lines: list[str]) -> None:
+    """``gm``'s code, its placeholders' size metadata and symbol table, and what its ``get_attr`` and
+    ``call_module`` nodes name: a submodule that is a graph (a higher-order operator's branch or body, as
+    capture makes them) by its own text, recursively; a constant tensor by its metadata and a hash of its
+    bytes. Anything else an attribute may hold is not shown by the code: ``NotCacheable``."""
     for n in gm.graph.nodes:
         if n.op in ("call_module", "get_attr"):
-            what = "calls a submodule" if n.op == "call_module" else "reads a module attribute"
-            raise NotCacheable(f"the graph {what} ({n.target}), whose value the graph's code does not show")
+            lines.append(f"attribute {path}{n.target}: {_attribute_text(gm, n.target, path, lines)}")
         if n.op == "call_function":
             _check_target(n.target)
         _check_plain((n.args, n.kwargs), n)
@@ -199,7 +228,63 @@ def static_text(gm: Any, options: Any) -> str:
     table = gm.meta.get("ember_symbols") if hasattr(gm, "meta") else None
     if table is not None and table.symbols:
         lines.append(table.describe())
-    return "\n".join(lines)
+
+
+def _attribute_text(gm: Any, target: str, path: str, lines: list[str]) -> str:
+    import torch.fx as fx
+    obj: Any = gm
+    for part in str(target).split("."):
+        obj = getattr(obj, part, None)
+    if isinstance(obj, fx.GraphModule) and _generated(obj):
+        _graph_text(obj, f"{path}{target}.", lines)
+        return f"graph (above) {_extra_attributes(obj, target)}"
+    if isinstance(obj, torch.Tensor) and type(obj) in (torch.Tensor, torch.nn.Parameter) \
+            and obj.layout == torch.strided and not obj.is_quantized:
+        data = obj.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        return (f"tensor {obj.dtype} {obj.device} {tuple(obj.shape)} {obj.stride()} {obj.storage_offset()} "
+                f"rg={obj.requires_grad} sha256={hashlib.sha256(data).hexdigest()}")
+    what = "calls a submodule" if isinstance(obj, torch.nn.Module) else "reads a module attribute"
+    raise NotCacheable(f"the graph {what} ({target}: {type(obj).__name__}), whose value the graph's code does "
+                       "not show")
+
+
+def _generated(gm: Any) -> bool:
+    """A ``GraphModule`` whose ``forward`` is its graph's generated code (not a subclass with its own)."""
+    import torch.fx as fx
+    cls = type(gm)
+    fwd = getattr(cls, "forward", None)
+    return all(issubclass(fx.GraphModule, b) or b is cls for b in cls.__mro__) and \
+        "<eval_with_key>" in getattr(getattr(fwd, "__code__", None), "co_filename", "")
+
+
+@functools.lru_cache(maxsize=1)
+def _plain_graph_module_attributes() -> frozenset:
+    import torch.fx as fx
+    return frozenset(fx.GraphModule(torch.nn.Module(), fx.Graph()).__dict__)
+
+
+def _extra_attributes(gm: Any, target: str) -> str:
+    """The attributes capture set on a subgraph beyond a plain ``GraphModule``'s (``ember_hop``: which
+    transform applies it, and how), as text; ``NotCacheable`` for one that is not plain data."""
+    extra = {k: v for k, v in vars(gm).items() if k not in _plain_graph_module_attributes()}
+    for k, v in extra.items():
+        if not _plain_data(v):
+            raise NotCacheable(f"the subgraph {target} has an attribute {k} of type {type(v).__name__}, which the "
+                               "key cannot show")
+    return repr(sorted(extra.items()))
+
+
+def _plain_data(v: Any) -> bool:
+    import dataclasses
+    if isinstance(v, _PLAIN):
+        return True
+    if isinstance(v, (tuple, list)):
+        return all(_plain_data(x) for x in v)
+    if isinstance(v, dict):
+        return all(_plain_data(k) and _plain_data(x) for k, x in v.items())
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return all(_plain_data(getattr(v, f.name)) for f in dataclasses.fields(v))
+    return False
 
 
 def _check_target(target: Any) -> None:

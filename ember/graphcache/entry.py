@@ -28,7 +28,7 @@ _RAW = {"inference": "inference", "forward": "fwd", "backward": "bwd"}
 
 # writing ----------------------------------------------------------------------------------------------------
 def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, training: bool,
-               untuned: list | None = None) -> bytes:
+               untuned: list | None = None, rebuildable: Callable[[], Any] | None = None) -> bytes:
     """The entry's bytes; ``untuned`` (when given) receives the ``Autotuned`` kernels whose choice is not made
     yet (the entry is written again once they are: ``graphcache``)."""
     untuned = [] if untuned is None else untuned
@@ -38,11 +38,10 @@ def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, tr
     kind = "training" if training else "inference"
     if training != isinstance(built, CompiledGraphs):
         raise NotCacheable("the build is not of the expected kind")
-    if training and len(built.diff_outputs) > 1:
+    if training and len(built.diff_outputs) > 1 and rebuildable is not None:
         # a call whose loss leaves some of them unused runs a backward variant compiled from the backward's
-        # FX graph (autograd.tangents), which an entry does not hold; the full backward with zero tangents is
-        # not the same (0 * inf = nan where eager never computes that branch)
-        raise NotCacheable(f"the training graph has {len(built.diff_outputs)} differentiable outputs")
+        # FX graph, which an entry does not hold: a hit builds it again when needed (``rebuild.py``)
+        rebuildable()
     raw = {}
     for k, fn, info in recorded:
         slot = "fwd" if k in ("inference", "forward") else "bwd"
@@ -125,13 +124,16 @@ class _Refs(_Table):
 
 
 # reading ----------------------------------------------------------------------------------------------------
-def load_entry(data: bytes, binder: Any, finish: Callable[[Any, str, Any], Any]) -> tuple:
-    """``(built, out_spec)`` as AOT autograd's build returns them; ``NotCacheable`` when unusable."""
+def load_entry(data: bytes, binder: Any, finish: Callable[[Any, str, Any], Any],
+               rebuild: Callable[[], Any] | None = None) -> tuple:
+    """``(built, out_spec)`` as AOT autograd's build returns them; ``NotCacheable`` when unusable.
+    ``rebuild()``: the ``rebuild.Rebuilder`` a training graph with several differentiable outputs needs."""
     try:
         header, blob = _split(data)
         kind = header["kind"]
         graphs = {slot: _wrapper(header["graphs"][slot], blob) for slot in _KINDS[kind]}
-        built = _built(kind, header["meta"], graphs, finish)
+        sources = [(header["graphs"][slot]["name"], header["graphs"][slot]["source"]) for slot in _KINDS[kind]]
+        built = _built(kind, header["meta"], graphs, finish, rebuild, sources)
         from torch.utils._pytree import treespec_loads
         spec = treespec_loads(header["out_spec"])
         relations = [_dec_expr(r, binder) for r in header["relations"]]
@@ -193,7 +195,8 @@ def _wrapper(rec: dict, blob: memoryview) -> tuple[Any, Any]:
     return fn, rec.get("info")
 
 
-def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], Any]) -> Any:
+def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], Any],
+           rebuild: Callable[[], Any] | None = None, sources: list | None = None) -> Any:
     from ember.autograd.runtime import AliasInfo, CompiledGraphs
     aliases = [AliasInfo(o, i, tuple(sz), tuple(st), off, rg,
                          None if bl is None else (tuple(bl[0]), tuple(bl[1])))
@@ -205,10 +208,16 @@ def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], A
         return _Inference(fwd, m["num_user_outputs"], write_backs, aliases, m["grad_after"])
     fwd = finish(graphs["fwd"][0], "forward", graphs["fwd"][1])
     bwd = finish(graphs["bwd"][0], "backward", graphs["bwd"][1])
-    g = CompiledGraphs(fwd, bwd, m["num_user_outputs"], write_backs, m["num_saved"], m["diff_outputs"],
-                       m["non_diff_outputs"], m["tangent_contiguous"], aliases, m["grad_after"],
-                       grad_tangents=[frozenset(x) for x in m["grad_tangents"]], dynamic=m["dynamic"],
-                       multi_output_views=frozenset(m["multi_output_views"]))
+    cls, extra = CompiledGraphs, {}
+    if len(m["diff_outputs"]) > 1:
+        if rebuild is None:
+            raise NotCacheable("a training graph with several differentiable outputs cannot be built again here")
+        from .rebuild import LazyBackward
+        cls, extra = LazyBackward, {"rebuild": rebuild(), "sources": sources}
+    g = cls(fwd, bwd, m["num_user_outputs"], write_backs, m["num_saved"], m["diff_outputs"],
+            m["non_diff_outputs"], m["tangent_contiguous"], aliases, m["grad_after"],
+            grad_tangents=[frozenset(x) for x in m["grad_tangents"]], dynamic=m["dynamic"],
+            multi_output_views=frozenset(m["multi_output_views"]), **extra)
     g.version_inputs, g.version_outputs = list(m["version_inputs"]), list(m["version_outputs"])
     return g
 
