@@ -81,6 +81,7 @@ class GraphCache:
         self.gm, self.options, self.finish = gm, options, finish
         self._static: str | NotCacheable | None = None
         self.recorded: list | None = None
+        self.on_miss: Callable[[], Any] | None = None       # called before a build runs (the Triton workers)
 
     def compiler(self, compile_one: Callable[[Any, str], tuple]) -> Callable[[Any, str], Any]:
         """``compile_graph(g, kind)`` for AOT autograd: ``compile_one`` gives (raw callable, info), recorded
@@ -102,6 +103,7 @@ class GraphCache:
             key = self.key(training, args)
         except Exception as e:      # noqa: BLE001 - NotCacheable, or anything odd about the inputs: compile
             logs.log("cache", f"ember graph cache: {self.gm.__class__.__name__} not cached: {_why(e)}")
+            self._missed()
             return real()
         name = f"{key}.graph"
         store = diskcache.store(STORE)
@@ -119,6 +121,7 @@ class GraphCache:
                 logs.log("cache", f"ember graph cache: hit {name} (AOT autograd, lowering and codegen skipped)")
                 return hit
         counters.bump("graph_cache_misses")
+        self._missed()
         snap = _table_snapshot(binder)
         self.recorded = []
         try:
@@ -141,6 +144,10 @@ class GraphCache:
         if untuned:
             _write_when_tuned(untuned, write, name)
         return built, spec
+
+    def _missed(self) -> None:
+        if self.on_miss is not None:
+            self.on_miss()
 
     def _rebuilder(self, real: Any, args: Sequence[Any], binder: Any) -> Any:
         from .rebuild import Rebuilder
