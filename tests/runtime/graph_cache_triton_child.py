@@ -4,6 +4,7 @@ as CUDA tensors on a GPU), checks each against eager on fresh random inputs (val
 prints one JSON line: the failures and ``ember.stats()``.
 
     python tests/runtime/graph_cache_triton_child.py [--cases NAME,NAME] [--autotune] [--choice first|last]
+        [--save ARTIFACTS] [--load ARTIFACTS]
 
 ``--autotune``: mode max-autotune without CUDA graphs. ``--choice``: each autotuned kernel picks its first
 candidate (the ATen matmul, the heuristic configuration) or its last (a Triton matmul template, another
@@ -93,6 +94,9 @@ def _force_choice(which: str) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
+    if "--load" in args:
+        with open(args[args.index("--load") + 1], "rb") as f:
+            ember.load_cache_artifacts(f.read())
     if "--choice" in args:
         _force_choice(args[args.index("--choice") + 1])
     torch.manual_seed(os.getpid())          # fresh inputs in every process
@@ -108,6 +112,9 @@ def main() -> None:
             print(f"{case.__name__}: {type(e).__name__}: {e}", file=sys.stderr)
         if not ok:
             failed.append(case.__name__)
+    if "--save" in args:
+        with open(args[args.index("--save") + 1], "wb") as f:
+            f.write(ember.save_cache_artifacts())
     print(json.dumps({"failed": failed, "stats": ember.stats()}))
 
 

@@ -3,8 +3,8 @@
 ``graph_cache_triton_child.py`` compiles a table with the Triton backend on CPU tensors under Triton's
 interpreter (pointwise and reductions, a matmul with its backward, an MLP trained, a dynamic batch with kernels
 over size symbols), each checked against eager on fresh random inputs. A cold process fills the cache; a warm one
-hits every graph and runs no AOT autograd, lowering or code generation; a tampered entry is rebuilt, never
-loaded. Under max-autotune the choice each autotuned kernel made is part of the entry: a warm process whose
+hits every graph and runs no AOT autograd, lowering or code generation, and so does a process whose empty cache
+was filled from the cold one's ``save_cache_artifacts()``; a tampered entry is rebuilt, never loaded. Under max-autotune the choice each autotuned kernel made is part of the entry: a warm process whose
 autotune store is gone runs the chosen kernels and times nothing, whichever kind of candidate won (the ATen
 matmul with its epilogue kernel, the heuristic configuration, or a Triton matmul template / another config).
 """
@@ -78,6 +78,13 @@ def test_cold_process_stores_triton_graphs_with_their_kernel_sources(cold):
 
 def test_warm_process_hits_every_triton_graph(cold):
     _hit_everything(_child(cold[0]), cold[1])
+
+
+def test_artifacts_carry_triton_graphs_to_an_empty_cache(tmp_path):
+    """``save_cache_artifacts`` after a cold process, loaded into an empty cache: every graph hits."""
+    args = ("--cases", "matmul_train,dynamic_batch")
+    cold = _child(tmp_path / "cold", *args, "--save", str(tmp_path / "artifacts.bin"))
+    _hit_everything(_child(tmp_path / "empty", *args, "--load", str(tmp_path / "artifacts.bin")), cold)
 
 
 @pytest.mark.parametrize("damage", ["flipped_byte", "truncated"])
