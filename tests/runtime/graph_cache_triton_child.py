@@ -40,6 +40,13 @@ def softmax_infer() -> bool:
     return all(_close(run(x), f(x)) for x in (torch.randn(7, 33), torch.randn(7, 33)))
 
 
+def wide_softmax_infer() -> bool:
+    """Rows of 600: max-autotune also tries the looped form of the reduction (a ``_Reordered`` candidate)."""
+    f = lambda x: torch.softmax(x, -1)  # noqa: E731
+    run = _compile(f)
+    return all(_close(run(x), f(x)) for x in (torch.randn(3, 600), torch.randn(3, 600)))
+
+
 def matmul_train() -> bool:
     def f(x, w):
         return torch.softmax((x @ w).tanh(), -1).sum(0)
@@ -79,7 +86,7 @@ def dynamic_batch() -> bool:
     return all(_close(run(x), f(x)) for x in (torch.randn(4, 9), torch.randn(6, 9), torch.randn(11, 9)))
 
 
-CASES = [softmax_infer, matmul_train, mlp_train, dynamic_batch]
+CASES = [softmax_infer, matmul_train, mlp_train, dynamic_batch, wide_softmax_infer]
 
 
 def _force_choice(which: str) -> None:
