@@ -16,6 +16,7 @@ without one it is rebuilt with all its candidates (its choice is then looked up 
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -107,11 +108,12 @@ def _bind_kernel(rec: dict, objs: Objects) -> Any:
     if not fname.isidentifier():
         raise NotCacheable(f"bad kernel function name {fname!r}")
     if cfg.symbols:
-        k: Any = SymbolicTritonKernel.__new__(SymbolicTritonKernel)
-        TritonKernel.__init__(k, src, fname, cfg, name, interpreting())
-        k.symbols, k.nsyms = cfg.symbols, len(cfg.symbols)
+        import sympy
+        # made with a constant grid expression, then given the entry's grid function (checked, not evaluated
+        # as sympy): the program count over the symbols
+        cfg = dataclasses.replace(cfg, grid_expr=sympy.Integer(1))
+        k: Any = SymbolicTritonKernel(src, fname, cfg, name, interpreting(), tuple(int(h) for h in rec["hints"]))
         k.grid_fn = _grid_fn(cfg.symbols, str(rec["grid_expr"]))
-        k.hints, k.empty = tuple(int(h) for h in rec["hints"]), False
     else:
         k = TritonKernel(src, fname, cfg, name, interpreting())
     if rec["checked"] is not None:
