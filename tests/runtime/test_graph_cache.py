@@ -302,3 +302,54 @@ def test_not_artifacts_are_refused(cache):
         ember.load_cache_artifacts(b"PK\x03\x04 something else")
     with pytest.raises(TypeError):
         ember.load_cache_artifacts("a path")       # type: ignore[arg-type]
+
+
+# the key of graphs that name submodules and attributes -------------------------------------------------------
+def _graph_with(attr: str, value) -> "torch.fx.GraphModule":
+    """``x + <attr>`` (a tensor, ``get_attr``) or ``<attr>(x)`` (a submodule, ``call_module``)."""
+    import torch.fx as fx
+    root = torch.nn.Module()
+    g = fx.Graph()
+    x = g.placeholder("x")
+    if isinstance(value, torch.Tensor):
+        root.register_buffer(attr, value)
+        out = g.call_function(torch.add, (x, g.get_attr(attr)))
+    else:
+        root.add_module(attr, value)
+        out = g.call_module(attr, (x,))
+    g.output(out)
+    return fx.GraphModule(root, g)
+
+
+def _sub(scale: float, hop=None) -> "torch.fx.GraphModule":
+    sub = torch.fx.symbolic_trace(lambda a: a * scale)
+    if hop is not None:
+        sub.ember_hop = hop
+    return sub
+
+
+KEY_CHANGES = {     # name: (graph, the same graph with something the code does not show changed)
+    "constant_bytes": (lambda: _graph_with("c", torch.ones(3)), lambda: _graph_with("c", torch.full((3,), 2.0))),
+    "constant_dtype": (lambda: _graph_with("c", torch.ones(3)), lambda: _graph_with("c", torch.ones(3).double())),
+    "subgraph_code": (lambda: _graph_with("b", _sub(2.0)), lambda: _graph_with("b", _sub(3.0))),
+    "subgraph_attribute": (lambda: _graph_with("b", _sub(2.0, ("vmap", (("in_dims", 0),)))),
+                           lambda: _graph_with("b", _sub(2.0, ("vmap", (("in_dims", 1),))))),
+}
+
+
+@pytest.mark.parametrize("name", list(KEY_CHANGES))
+def test_key_shows_what_get_attr_names(name):
+    """A graph naming a constant tensor or a subgraph is cached (it used to be refused) under a key that changes
+    with the constant's bytes or dtype, the subgraph's code, and the attributes capture set on the subgraph."""
+    a, b = KEY_CHANGES[name]
+    opts = ember.options.CompileOptions()
+    ka, kb = graphcache.static_text(a(), opts), graphcache.static_text(b(), opts)
+    assert ka != kb and graphcache.static_text(a(), opts) == ka
+
+
+def test_key_refuses_an_attribute_it_cannot_show():
+    sub = _sub(2.0, hop=object())
+    with pytest.raises(graphcache.NotCacheable, match="attribute ember_hop of type object"):
+        graphcache.static_text(_graph_with("b", sub), ember.options.CompileOptions())
+    with pytest.raises(graphcache.NotCacheable, match="calls a submodule"):
+        graphcache.static_text(_graph_with("m", torch.nn.Linear(3, 3)), ember.options.CompileOptions())
