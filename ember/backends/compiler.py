@@ -55,10 +55,17 @@ def ember_factory(options: Any) -> Callable:
             # meta, mps, ...: no kernel backend; ATen runs the graphs, as aot_eager (the prim graphs would
             # broadcast a 0-dim CPU scalar into a CPU tensor that eager's ops refuse next to these devices)
             return aot_compile(gm, example_inputs, options)
-        if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
-            from ..codegen.triton_pool import start
-            start()       # workers import torch and triton while this graph is traced and lowered
         cache = GRAPH_CACHE[0](gm, options, finish) if GRAPH_CACHE else None
+        if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
+            from ..codegen.triton_cache import install
+            from ..codegen.triton_pool import start
+            install()     # Triton's signed cache manager, also for kernels a whole-graph cache hit loads
+            # workers import torch and triton while this graph is traced and lowered; a graph the whole-graph
+            # cache holds is neither, so they start only when it misses
+            if cache is None:
+                start()
+            else:
+                cache.on_miss = start
         compile_fn = cache.compiler(compile_one) if cache is not None else compile_finished
         return aot_compile(gm, example_inputs, options, decompose=True, compile_graph=compile_fn,
                            graph_cache=cache)

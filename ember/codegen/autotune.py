@@ -146,6 +146,8 @@ class Autotuned:
         self.scratch = tuple(scratch)
         self.labels = list(labels) or [f"choice{i}" for i in range(len(choices))]
         self.chosen: Callable[..., Any] | None = None
+        # called with this object once a first call chose (ember.graphcache then writes the choice into its entry)
+        self.on_chosen: list[Callable[[Autotuned], None]] = []
         cached = _load(key)
         if cached is not None and 0 <= cached < len(choices):
             self.chosen = choices[cached]
@@ -156,6 +158,8 @@ class Autotuned:
             if _capturing():
                 return self.choices[0](*args)
             fn = self.chosen = self.choices[self.tune(args)]
+            for cb in list(self.on_chosen):
+                cb(self)
         return fn(*args)
 
     def tune(self, args: tuple) -> int:

@@ -13,15 +13,25 @@ pickle: a JSON header with each compiled graph's wrapper source and the table of
 (``ember.deploy.package``'s describe/bind), the runtime metadata the autograd runtime needs (outputs, write
 backs, saved values, differentiable outputs, aliases, grad mode, output structure), the relations about sizes
 tracing added to the symbol table, followed by the raw bytes of the wrapper's constant tensors. C++ kernels
-are referenced by their entry in the kernel store (read and checked there when the graph is loaded).
+are referenced by their entry in the kernel store (read and checked there when the graph is loaded). Triton
+kernels (CUDA, or CPU under Triton's interpreter) are held as their source and launch configuration, with
+max-autotune's choices (``graphcache.kernels``): a hit makes them again from source, and Triton's own cache
+(``TRITON_CACHE_DIR``) supplies their binaries.
+
+Submodules and attributes a graph names (``get_attr``/``call_module``): a subgraph capture made for a
+higher-order operator (``torch.cond``, ``torch.func``) is keyed by its own text, recursively, with the plain-data
+attributes capture set on it (``ember_hop``); a constant tensor by its metadata and a hash of its bytes. A training
+graph with several differentiable outputs is cached; a call whose loss leaves some unused builds the backward
+variant again (``rebuild.py``).
 
 What is not cached (each logged under ``EMBER_LOGS=cache`` with the reason, and compiled as before): a graph
-that calls submodules, reads module attributes, holds an argument that is not plain data, or calls a function
+that names another kind of submodule or attribute, holds an argument that is not plain data, or calls a function
 outside torch/operator/math/ember; inputs that are tensor subclasses or not strided; a compiled graph that is
-not a generated wrapper of C++ kernels (Triton kernels, the Python fallback); output views with symbolic
+not a generated wrapper of C++ or Triton kernels (the Python fallback); output views with symbolic
 layouts; a build that added symbols or runtime assertions to the table; a training graph with several
-differentiable outputs (``entry.dump_entry`` says why). A hit never trusts its entry beyond
-its signature: anything unreadable is a miss (the entry is rebuilt and rewritten).
+differentiable outputs and symbolic sizes, or inputs that are views or share memory (``rebuild.Rebuilder.of``).
+A hit never trusts its entry beyond its signature: anything unreadable is a miss (the entry is rebuilt and
+rewritten).
 
 Import order: this package sits in the top layer, with ``ember.deploy`` whose wrapper description it reuses; the
 ``ember`` backend (a layer below) reaches it through ``ember.backends.GRAPH_CACHE``, where importing
@@ -49,7 +59,10 @@ MAGIC = b"EMBER-GRAPH\0"
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
 _MODULES = ("torch", "operator", "_operator", "math", "builtins", "ember.")
 # settings that change what is compiled are part of the key; these only where output goes or how much is kept
-_ENV_IGNORED = ("EMBER_LOGS", "EMBER_CACHE_DIR", "EMBER_CACHE_MAX_BYTES", "EMBER_GRAPH_CACHE")
+# (ember sets TRITON_CACHE_MANAGER itself when it first uses Triton: a key read before and one read after
+# must be the same)
+_ENV_IGNORED = ("EMBER_LOGS", "EMBER_CACHE_DIR", "EMBER_CACHE_MAX_BYTES", "EMBER_GRAPH_CACHE",
+                "TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER")
 
 
 class NotCacheable(Exception):
@@ -68,6 +81,7 @@ class GraphCache:
         self.gm, self.options, self.finish = gm, options, finish
         self._static: str | NotCacheable | None = None
         self.recorded: list | None = None
+        self.on_miss: Callable[[], Any] | None = None       # called before a build runs (the Triton workers)
 
     def compiler(self, compile_one: Callable[[Any, str], tuple]) -> Callable[[Any, str], Any]:
         """``compile_graph(g, kind)`` for AOT autograd: ``compile_one`` gives (raw callable, info), recorded
@@ -89,6 +103,7 @@ class GraphCache:
             key = self.key(training, args)
         except Exception as e:      # noqa: BLE001 - NotCacheable, or anything odd about the inputs: compile
             logs.log("cache", f"ember graph cache: {self.gm.__class__.__name__} not cached: {_why(e)}")
+            self._missed()
             return real()
         name = f"{key}.graph"
         store = diskcache.store(STORE)
@@ -96,7 +111,7 @@ class GraphCache:
         if data is not None:
             from .entry import load_entry
             try:
-                hit = load_entry(data, binder, self.finish)
+                hit = load_entry(data, binder, self.finish, lambda: self._rebuilder(real, args, binder))
             except NotCacheable as e:
                 logs.log("cache", f"ember graph cache: {store.entry(name)} cannot be used ({e}); rebuilding it")
                 store.discard(name)
@@ -106,19 +121,46 @@ class GraphCache:
                 logs.log("cache", f"ember graph cache: hit {name} (AOT autograd, lowering and codegen skipped)")
                 return hit
         counters.bump("graph_cache_misses")
+        self._missed()
         snap = _table_snapshot(binder)
         self.recorded = []
         try:
             built, spec = real()
         finally:
             recorded, self.recorded = self.recorded, None
+        from .entry import dump_entry
+
+        def write() -> list:
+            untuned: list = []
+            store.write(name, dump_entry(built, spec, recorded, binder, snap, training, untuned,
+                                         lambda: self._rebuilder(real, args, binder)))
+            return untuned
         try:
-            from .entry import dump_entry
-            store.write(name, dump_entry(built, spec, recorded, binder, snap, training))
+            untuned = write()
             logs.log("cache", f"ember graph cache: miss, stored {name}")
         except Exception as e:      # noqa: BLE001 - a result that cannot be written is only not cached
             logs.log("cache", f"ember graph cache: miss, not stored: {_why(e)}")
+            return built, spec
+        if untuned:
+            _write_when_tuned(untuned, write, name)
         return built, spec
+
+    def _missed(self) -> None:
+        if self.on_miss is not None:
+            self.on_miss()
+
+    def _rebuilder(self, real: Any, args: Sequence[Any], binder: Any) -> Any:
+        from .rebuild import Rebuilder
+        return Rebuilder.of(real, args, binder, self._record)
+
+    def _record(self, build: Callable[[], Any]) -> tuple[Any, list]:
+        """``build()``'s result and the wrapper sources of the graphs it compiled."""
+        self.recorded = []
+        try:
+            result = build()
+        finally:
+            recorded, self.recorded = self.recorded, None
+        return result, [(getattr(fn, "__name__", None), getattr(fn, "source", None)) for _, fn, _ in recorded]
 
     # the key --------------------------------------------------------------------------------------------------
     def key(self, training: bool, args: Sequence[Any]) -> str:
@@ -137,6 +179,26 @@ class GraphCache:
         return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
+def _write_when_tuned(untuned: list, write: Callable[[], list], name: str) -> None:
+    """Max-autotune: the kernels' choices are made at the graph's first call, after its entry was written. Once
+    every one is made, the entry is written again with them, so that a hit runs the chosen kernels directly."""
+    pending = {id(a) for a in untuned}
+
+    def tuned(a: Any) -> None:
+        pending.discard(id(a))
+        if pending:
+            return
+        for b in untuned:
+            b.on_chosen.remove(tuned)
+        try:
+            write()
+            logs.log("cache", f"ember graph cache: {name} stored again with its autotuned choices")
+        except Exception as e:      # noqa: BLE001 - the first entry stays (its choices are looked up)
+            logs.log("cache", f"ember graph cache: {name} not stored again: {_why(e)}")
+    for a in untuned:
+        a.on_chosen.append(tuned)
+
+
 def _why(e: Exception) -> str:
     return str(e) if isinstance(e, NotCacheable) else f"{type(e).__name__}: {e}"
 
@@ -146,12 +208,23 @@ def static_text(gm: Any, options: Any) -> str:
     from ember.heuristics import heuristics
     lines = [f"ember-graph-cache {FORMAT_VERSION}", *_versions(), f"options {options!r}",
              f"heuristics {heuristics()!r}"]       # the tuning constants in force (``ember.heuristics.override``)
+    if getattr(options, "cpu_backend", None) == "triton":      # Triton's interpreter runs the CPU kernels
+        import triton
+        lines.append(f"triton {triton.__version__}")
     lines += [f"env {k}={v}" for k, v in sorted(os.environ.items())
               if k.startswith(("EMBER_", "TRITON_")) and k not in _ENV_IGNORED]
+    _graph_text(gm, "", lines)
+    return "\n".join(lines)
+
+
+def _graph_text(gm: Any, path: str, lines: list[str]) -> None:
+    """``gm``'s code, its placeholders' size metadata and symbol table, and what its ``get_attr`` and
+    ``call_module`` nodes name: a submodule that is a graph (a higher-order operator's branch or body, as
+    capture makes them) by its own text, recursively; a constant tensor by its metadata and a hash of its
+    bytes. Anything else an attribute may hold is not shown by the code: ``NotCacheable``."""
     for n in gm.graph.nodes:
         if n.op in ("call_module", "get_attr"):
-            what = "calls a submodule" if n.op == "call_module" else "reads a module attribute"
-            raise NotCacheable(f"the graph {what} ({n.target}), whose value the graph's code does not show")
+            lines.append(f"attribute {path}{n.target}: {_attribute_text(gm, n.target, path, lines)}")
         if n.op == "call_function":
             _check_target(n.target)
         _check_plain((n.args, n.kwargs), n)
@@ -162,7 +235,63 @@ def static_text(gm: Any, options: Any) -> str:
     table = gm.meta.get("ember_symbols") if hasattr(gm, "meta") else None
     if table is not None and table.symbols:
         lines.append(table.describe())
-    return "\n".join(lines)
+
+
+def _attribute_text(gm: Any, target: str, path: str, lines: list[str]) -> str:
+    import torch.fx as fx
+    obj: Any = gm
+    for part in str(target).split("."):
+        obj = getattr(obj, part, None)
+    if isinstance(obj, fx.GraphModule) and _generated(obj):
+        _graph_text(obj, f"{path}{target}.", lines)
+        return f"graph (above) {_extra_attributes(obj, target)}"
+    if isinstance(obj, torch.Tensor) and type(obj) in (torch.Tensor, torch.nn.Parameter) \
+            and obj.layout == torch.strided and not obj.is_quantized:
+        data = obj.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        return (f"tensor {obj.dtype} {obj.device} {tuple(obj.shape)} {obj.stride()} {obj.storage_offset()} "
+                f"rg={obj.requires_grad} sha256={hashlib.sha256(data).hexdigest()}")
+    what = "calls a submodule" if isinstance(obj, torch.nn.Module) else "reads a module attribute"
+    raise NotCacheable(f"the graph {what} ({target}: {type(obj).__name__}), whose value the graph's code does "
+                       "not show")
+
+
+def _generated(gm: Any) -> bool:
+    """A ``GraphModule`` whose ``forward`` is its graph's generated code (not a subclass with its own)."""
+    import torch.fx as fx
+    cls = type(gm)
+    fwd = getattr(cls, "forward", None)
+    return all(issubclass(fx.GraphModule, b) or b is cls for b in cls.__mro__) and \
+        "<eval_with_key>" in getattr(getattr(fwd, "__code__", None), "co_filename", "")
+
+
+@functools.lru_cache(maxsize=1)
+def _plain_graph_module_attributes() -> frozenset:
+    import torch.fx as fx
+    return frozenset(fx.GraphModule(torch.nn.Module(), fx.Graph()).__dict__)
+
+
+def _extra_attributes(gm: Any, target: str) -> str:
+    """The attributes capture set on a subgraph beyond a plain ``GraphModule``'s (``ember_hop``: which
+    transform applies it, and how), as text; ``NotCacheable`` for one that is not plain data."""
+    extra = {k: v for k, v in vars(gm).items() if k not in _plain_graph_module_attributes()}
+    for k, v in extra.items():
+        if not _plain_data(v):
+            raise NotCacheable(f"the subgraph {target} has an attribute {k} of type {type(v).__name__}, which the "
+                               "key cannot show")
+    return repr(sorted(extra.items()))
+
+
+def _plain_data(v: Any) -> bool:
+    import dataclasses
+    if isinstance(v, _PLAIN):
+        return True
+    if isinstance(v, (tuple, list)):
+        return all(_plain_data(x) for x in v)
+    if isinstance(v, dict):
+        return all(_plain_data(k) and _plain_data(x) for k, x in v.items())
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return all(_plain_data(getattr(v, f.name)) for f in dataclasses.fields(v))
+    return False
 
 
 def _check_target(target: Any) -> None:

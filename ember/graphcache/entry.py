@@ -20,24 +20,28 @@ import torch
 from .. import diskcache
 from ..deploy.package import _Table
 from . import MAGIC, FORMAT_VERSION, NotCacheable, table_delta
+from .kernels import Objects
 
 _KINDS = {"inference": ("fwd",), "training": ("fwd", "bwd")}
 _RAW = {"inference": "inference", "forward": "fwd", "backward": "bwd"}
 
 
 # writing ----------------------------------------------------------------------------------------------------
-def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, training: bool) -> bytes:
+def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, training: bool,
+               untuned: list | None = None, rebuildable: Callable[[], Any] | None = None) -> bytes:
+    """The entry's bytes; ``untuned`` (when given) receives the ``Autotuned`` kernels whose choice is not made
+    yet (the entry is written again once they are: ``graphcache``)."""
+    untuned = [] if untuned is None else untuned
     from torch.utils._pytree import treespec_dumps
 
     from ember.autograd.runtime import CompiledGraphs
     kind = "training" if training else "inference"
     if training != isinstance(built, CompiledGraphs):
         raise NotCacheable("the build is not of the expected kind")
-    if training and len(built.diff_outputs) > 1:
+    if training and len(built.diff_outputs) > 1 and rebuildable is not None:
         # a call whose loss leaves some of them unused runs a backward variant compiled from the backward's
-        # FX graph (autograd.tangents), which an entry does not hold; the full backward with zero tangents is
-        # not the same (0 * inf = nan where eager never computes that branch)
-        raise NotCacheable(f"the training graph has {len(built.diff_outputs)} differentiable outputs")
+        # FX graph, which an entry does not hold: a hit builds it again when needed (``rebuild.py``)
+        rebuildable()
     raw = {}
     for k, fn, info in recorded:
         slot = "fwd" if k in ("inference", "forward") else "bwd"
@@ -48,7 +52,7 @@ def dump_entry(built: Any, spec: Any, recorded: list, binder: Any, snap: Any, tr
         raise NotCacheable("the build did not compile its graphs through the kernel compiler")
     blobs: list[bytes] = []
     offset = [0]
-    graphs = {slot: _describe(fn, info, blobs, offset) for slot, (fn, info) in raw.items()}
+    graphs = {slot: _describe(fn, info, blobs, offset, untuned) for slot, (fn, info) in raw.items()}
     try:
         out_spec = treespec_dumps(spec)
     except Exception as e:      # noqa: BLE001 - an output structure pytree cannot write
@@ -78,7 +82,7 @@ def _meta(built: Any) -> dict:
     return json.loads(json.dumps(m))        # fails here (not cached) on anything that is not plain data
 
 
-def _describe(fn: Any, info: Any, blobs: list[bytes], offset: list[int]) -> dict:
+def _describe(fn: Any, info: Any, blobs: list[bytes], offset: list[int], untuned: list) -> dict:
     from ember.deploy.package import PackageBuildError
     source, table = getattr(fn, "source", None), getattr(fn, "wrapper_globals", None)
     if not isinstance(source, str) or table is None:
@@ -88,8 +92,9 @@ def _describe(fn: Any, info: Any, blobs: list[bytes], offset: list[int]) -> dict
         bound = {name: refs.describe(name, v, fn.wrapper_origins) for name, v in table.items()}
     except PackageBuildError as e:
         raise NotCacheable(str(e).replace("ember.aot_compile: ", "")) from None
+    untuned.extend(refs.objects.untuned)
     return {"name": fn.__name__, "source": source, "globals": bound, "steal": hasattr(fn, "call_list"),
-            "info": info, "tensors": refs.tensors}
+            "info": info, "tensors": refs.tensors, "objects": refs.objects.records}
 
 
 class _Refs(_Table):
@@ -99,8 +104,11 @@ class _Refs(_Table):
     def __init__(self, blobs: list[bytes], offset: list[int]) -> None:
         super().__init__(Path("."), blobs, offset, "cpu", {})
         self.store = diskcache.store("cpp")
+        self.objects = Objects()
 
     def describe(self, name: str, v: Any, origins: dict) -> dict:
+        if Objects.handles(v):          # a Triton kernel (or an autotuned choice between kernels)
+            return self.objects.ref(v)
         if isinstance(v, torch.Tensor):
             if any(st == 0 and n > 1 for st, n in zip(v.stride(), v.shape)):
                 raise NotCacheable(f"the constant {name} is an expanded tensor")
@@ -116,13 +124,16 @@ class _Refs(_Table):
 
 
 # reading ----------------------------------------------------------------------------------------------------
-def load_entry(data: bytes, binder: Any, finish: Callable[[Any, str, Any], Any]) -> tuple:
-    """``(built, out_spec)`` as AOT autograd's build returns them; ``NotCacheable`` when unusable."""
+def load_entry(data: bytes, binder: Any, finish: Callable[[Any, str, Any], Any],
+               rebuild: Callable[[], Any] | None = None) -> tuple:
+    """``(built, out_spec)`` as AOT autograd's build returns them; ``NotCacheable`` when unusable.
+    ``rebuild()``: the ``rebuild.Rebuilder`` a training graph with several differentiable outputs needs."""
     try:
         header, blob = _split(data)
         kind = header["kind"]
         graphs = {slot: _wrapper(header["graphs"][slot], blob) for slot in _KINDS[kind]}
-        built = _built(kind, header["meta"], graphs, finish)
+        sources = [(header["graphs"][slot]["name"], header["graphs"][slot]["source"]) for slot in _KINDS[kind]]
+        built = _built(kind, header["meta"], graphs, finish, rebuild, sources)
         from torch.utils._pytree import treespec_loads
         spec = treespec_loads(header["out_spec"])
         relations = [_dec_expr(r, binder) for r in header["relations"]]
@@ -168,11 +179,15 @@ def _wrapper(rec: dict, blob: memoryview) -> tuple[Any, Any]:
             raise NotCacheable(f"its kernel {name} is missing or invalid in the kernel store")
         files[name] = b
     kernels = _Kernels(store.path, files, "cpu")
+    objects = Objects(list(rec.get("objects", [])))
     name, source = str(rec["name"]), rec["source"]
     ns: dict[str, Any] = {}
     for key, desc in rec["globals"].items():
-        ns[key] = _bind(desc, tensors, kernels)
+        ns[key] = objects.bind(desc) if isinstance(desc, dict) and "obj" in desc else _bind(desc, tensors, kernels)
     exec(compile(source, f"<ember wrapper {name}>", "exec"), ns)       # noqa: S102 - ember's generated source
+    for v in objects.built.values():
+        if hasattr(v, "ns") and hasattr(v, "kernel"):      # a FirstLaunch rebinds its name in this namespace
+            v.ns = ns
     fn = ns[name]
     fn.source, fn.kernel_sources = source, []
     if rec.get("steal"):
@@ -180,7 +195,8 @@ def _wrapper(rec: dict, blob: memoryview) -> tuple[Any, Any]:
     return fn, rec.get("info")
 
 
-def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], Any]) -> Any:
+def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], Any],
+           rebuild: Callable[[], Any] | None = None, sources: list | None = None) -> Any:
     from ember.autograd.runtime import AliasInfo, CompiledGraphs
     aliases = [AliasInfo(o, i, tuple(sz), tuple(st), off, rg,
                          None if bl is None else (tuple(bl[0]), tuple(bl[1])))
@@ -192,10 +208,16 @@ def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], A
         return _Inference(fwd, m["num_user_outputs"], write_backs, aliases, m["grad_after"])
     fwd = finish(graphs["fwd"][0], "forward", graphs["fwd"][1])
     bwd = finish(graphs["bwd"][0], "backward", graphs["bwd"][1])
-    g = CompiledGraphs(fwd, bwd, m["num_user_outputs"], write_backs, m["num_saved"], m["diff_outputs"],
-                       m["non_diff_outputs"], m["tangent_contiguous"], aliases, m["grad_after"],
-                       grad_tangents=[frozenset(x) for x in m["grad_tangents"]], dynamic=m["dynamic"],
-                       multi_output_views=frozenset(m["multi_output_views"]))
+    cls, extra = CompiledGraphs, {}
+    if len(m["diff_outputs"]) > 1:
+        if rebuild is None:
+            raise NotCacheable("a training graph with several differentiable outputs cannot be built again here")
+        from .rebuild import LazyBackward
+        cls, extra = LazyBackward, {"rebuild": rebuild(), "sources": sources}
+    g = cls(fwd, bwd, m["num_user_outputs"], write_backs, m["num_saved"], m["diff_outputs"],
+            m["non_diff_outputs"], m["tangent_contiguous"], aliases, m["grad_after"],
+            grad_tangents=[frozenset(x) for x in m["grad_tangents"]], dynamic=m["dynamic"],
+            multi_output_views=frozenset(m["multi_output_views"]), **extra)
     g.version_inputs, g.version_outputs = list(m["version_inputs"]), list(m["version_outputs"])
     return g
 

@@ -1,7 +1,8 @@
 """The whole-graph cache (``ember.graphcache``) and the cache artifacts (``ember.cache_artifacts``).
 
 Fresh processes (``graph_cache_child.py``: inference, training, a dynamic batch, a size relation, an output view,
-buffer mutation, each checked against eager on fresh random inputs): a cold process fills the cache, a warm one
+buffer mutation, graphs holding subgraphs (``torch.cond`` over a module, ``torch.func.vmap`` trained), two
+differentiable outputs, each checked against eager on fresh random inputs): a cold process fills the cache, a warm one
 runs no AOT autograd and compiles no kernel, and neither does a process whose empty cache was filled from the
 cold one's ``save_cache_artifacts()``; two processes filling one cache at once both succeed. In this process:
 a damaged entry (flipped byte, cut short, swapped, signed but malformed, another format version) is rebuilt,
@@ -70,6 +71,15 @@ def test_warm_process_equals_eager_and_skips_aot_lowering_and_codegen(cold):
 
 def test_artifacts_warm_an_empty_cache_in_a_fresh_process(cold, tmp_path):
     _compiled_nothing(_result(_start(tmp_path / "empty", "--load", str(cold[1]))), cold[2])
+
+
+def test_warm_process_builds_the_backward_variant_of_an_unused_output(tmp_path):
+    """Two differentiable outputs, losses that use both, one or the other: the warm process hits the cached
+    graph and stays equal to eager (no nan from the unused output's gradient)."""
+    args = ("--cases", "two_outputs_some_unused")
+    cold = _result(_start(tmp_path / "cache", *args))
+    warm = _result(_start(tmp_path / "cache", *args))
+    assert cold["graph_cache_misses"] == 1 and warm["graph_cache_hits"] == 1 and warm["graph_cache_misses"] == 0
 
 
 def test_two_processes_filling_one_cache_at_once_both_succeed(tmp_path, monkeypatch):
@@ -190,7 +200,8 @@ def _two_outputs(x, y):
 
 def test_training_graph_with_an_unused_differentiable_output_stays_right(cache):
     """A loss that leaves ``y / x`` unused: eager never computes its gradient (``0 * (1/0)`` would be nan), and
-    the compiled backward drops it; a warm process must do the same (such graphs are not cached)."""
+    the compiled backward drops it; a warm process must do the same: its graph comes from the cache, and the
+    backward variant without that output's tangent is built again (``graphcache.rebuild``)."""
     for _ in range(2):
         _fresh()
         x = torch.randn(4, 5)
@@ -201,7 +212,7 @@ def test_training_graph_with_an_unused_differentiable_output_stays_right(cache):
         _two_outputs(*ref)[1].sum().backward()
         for a, b in zip(ins, ref):
             torch.testing.assert_close(a.grad, b.grad)
-    assert ember.stats()["graph_cache_hits"] == 0
+    assert ember.stats()["graph_cache_hits"] == 1
 
 
 def test_an_entry_made_by_other_ember_source_is_not_used(cache, monkeypatch):
@@ -291,3 +302,54 @@ def test_not_artifacts_are_refused(cache):
         ember.load_cache_artifacts(b"PK\x03\x04 something else")
     with pytest.raises(TypeError):
         ember.load_cache_artifacts("a path")       # type: ignore[arg-type]
+
+
+# the key of graphs that name submodules and attributes -------------------------------------------------------
+def _graph_with(attr: str, value) -> "torch.fx.GraphModule":
+    """``x + <attr>`` (a tensor, ``get_attr``) or ``<attr>(x)`` (a submodule, ``call_module``)."""
+    import torch.fx as fx
+    root = torch.nn.Module()
+    g = fx.Graph()
+    x = g.placeholder("x")
+    if isinstance(value, torch.Tensor):
+        root.register_buffer(attr, value)
+        out = g.call_function(torch.add, (x, g.get_attr(attr)))
+    else:
+        root.add_module(attr, value)
+        out = g.call_module(attr, (x,))
+    g.output(out)
+    return fx.GraphModule(root, g)
+
+
+def _sub(scale: float, hop=None) -> "torch.fx.GraphModule":
+    sub = torch.fx.symbolic_trace(lambda a: a * scale)
+    if hop is not None:
+        sub.ember_hop = hop
+    return sub
+
+
+KEY_CHANGES = {     # name: (graph, the same graph with something the code does not show changed)
+    "constant_bytes": (lambda: _graph_with("c", torch.ones(3)), lambda: _graph_with("c", torch.full((3,), 2.0))),
+    "constant_dtype": (lambda: _graph_with("c", torch.ones(3)), lambda: _graph_with("c", torch.ones(3).double())),
+    "subgraph_code": (lambda: _graph_with("b", _sub(2.0)), lambda: _graph_with("b", _sub(3.0))),
+    "subgraph_attribute": (lambda: _graph_with("b", _sub(2.0, ("vmap", (("in_dims", 0),)))),
+                           lambda: _graph_with("b", _sub(2.0, ("vmap", (("in_dims", 1),))))),
+}
+
+
+@pytest.mark.parametrize("name", list(KEY_CHANGES))
+def test_key_shows_what_get_attr_names(name):
+    """A graph naming a constant tensor or a subgraph is cached (it used to be refused) under a key that changes
+    with the constant's bytes or dtype, the subgraph's code, and the attributes capture set on the subgraph."""
+    a, b = KEY_CHANGES[name]
+    opts = ember.options.CompileOptions()
+    ka, kb = graphcache.static_text(a(), opts), graphcache.static_text(b(), opts)
+    assert ka != kb and graphcache.static_text(a(), opts) == ka
+
+
+def test_key_refuses_an_attribute_it_cannot_show():
+    sub = _sub(2.0, hop=object())
+    with pytest.raises(graphcache.NotCacheable, match="attribute ember_hop of type object"):
+        graphcache.static_text(_graph_with("b", sub), ember.options.CompileOptions())
+    with pytest.raises(graphcache.NotCacheable, match="calls a submodule"):
+        graphcache.static_text(_graph_with("m", torch.nn.Linear(3, 3)), ember.options.CompileOptions())
