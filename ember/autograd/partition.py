@@ -21,7 +21,8 @@ Invariants:
   cast, view, movement, constant) are ever recomputed; matmul/convolution/attention, reductions, RNG ops and
   any op not in the table are not, so a dropout mask is computed once, in the forward, and saved.
 - ``recompute=False`` is the baseline: every forward-computable node the backward needs runs in the forward,
-  and every one the tangent-dependent nodes read directly is saved. Its byte count is a feasible cut of the
+  and every one the tangent-dependent nodes read directly is saved. ``recompute=True`` falls back to it, counted
+  and logged, where the min cut fails (``_cut_or_baseline``). Its byte count is a feasible cut of the
   same network, so ``recompute=True`` never saves more bytes (past it, the weighted cut gives way to the plain
   one).
 - Both graphs are dead-code-eliminated (RNG ops of the forward are kept, so the RNG stream advances as in
@@ -600,6 +601,24 @@ def _summary(res: PartitionResult, saved: list[fx.Node], recompute: bool) -> str
     return "\n".join(lines)
 
 
+def _cut_or_baseline(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
+    """The min cut; where it fails, the baseline (save every forward value the backward reads: correct, more
+    memory, activation-checkpoint regions not honoured), counted in ``ember.stats()["partition_fallbacks"]``
+    and said once per reason under ``EMBER_LOGS=perf_hints``. Before, the failure sent the whole graph to
+    eager autograd, which only the log told."""
+    try:
+        return _min_cut(graph, j)
+    except Exception as e:  # noqa: BLE001 - any failure of the optimization leaves the baseline, counted
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    from ember import counters, logs
+    counters.bump("partition_fallbacks")
+    logs.log_once("perf_hints", f"partition:{reason}",
+                  f"partition: the min-cut partitioner failed ({reason}); this graph's forward saves every "
+                  "value its backward reads (no recomputation, checkpoint regions saved whole); counted in "
+                  "ember.stats()['partition_fallbacks']")
+    return list(j.boundary)
+
+
 def partition_joint(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
                     recompute: bool = True,
                     grad_input_indices: Sequence[int] | None = None) -> PartitionResult:
@@ -612,7 +631,7 @@ def partition_joint(joint: fx.GraphModule, num_primals: int, num_tangents: int, 
     """
     gidx = list(range(num_primals)) if grad_input_indices is None else list(grad_input_indices)
     j = _analyse(joint, num_primals, num_tangents, num_fwd_outputs, len(gidx))
-    saved = _min_cut(joint.graph, j) if recompute else list(j.boundary)
+    saved = _cut_or_baseline(joint.graph, j) if recompute else list(j.boundary)
     fwd = _build_fwd(joint, j, saved)
     bwd, recomputed = _build_bwd(joint, j, saved, num_primals, gidx)
     res = PartitionResult(fwd, bwd, len(saved), [n.name for n in saved], recomputed, "", len(j.fwd_outs),
