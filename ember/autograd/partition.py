@@ -436,17 +436,55 @@ def _analyse(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd
     return _Joint(placeholders[:num_primals], tangents, fwd_outs, grads, dep, boundary)
 
 
-def must_recompute(node: fx.Node, forward: set[fx.Node]) -> bool:
+def region_copy(node: fx.Node, outputs: set[fx.Node]) -> bool:
+    """A ``clone`` inside an activation-checkpoint region of a value computed in that region (the copies the
+    decompositions make of a matmul's broadcast operands: attention's q, k, v and probabilities), none of whose
+    sources, through views, the graph returns: recomputed, as eager checkpointing recomputes every op of the
+    region. (A clone of a returned value is saved: ``_copies``.)"""
+    region = node.meta.get(REGION_TAG)
+    if region is None or not _copies(node) or node.meta.get(SAVE_TAG):
+        return False
+    todo = list(node.all_input_nodes)
+    while todo:
+        a = todo.pop()
+        if a in outputs or a.op != "call_function" or a.meta.get(REGION_TAG) != region:
+            return False
+        if _is_view(a):
+            todo.extend(a.all_input_nodes)
+    return True
+
+
+def must_recompute(node: fx.Node, forward: set[fx.Node], outputs: set[fx.Node] = frozenset()) -> bool:
     """A value inside an activation-checkpoint region that, in the forward, only its region's ops read: never
     saved, as eager's ``checkpoint`` saves only what the region reads (its outputs are read after it and may
     be saved). ``forward`` is the set of nodes the forward outputs need; the backward's readers do not count.
-    Random ops' values are saved, so the recomputation draws nothing."""
+    Random ops' values are saved, so the recomputation draws nothing; what is computed from them alone may be
+    saved instead (``_drawn``)."""
     region = node.meta.get(REGION_TAG)
-    if region is None or not can_recompute(node):
+    if region is None or not (can_recompute(node) or region_copy(node, outputs)):
         return False
-    if not all(map(_reachable_in_backward, node.all_input_nodes)):
+    if not all(map(_reachable_in_backward, node.all_input_nodes)) or _drawn(node):
         return False
     return all(u not in forward or u.meta.get(REGION_TAG) == region for u in node.users)
+
+
+def _drawn(node: fx.Node) -> bool:
+    """Whether ``node`` is computed from random values (and constants) only: ``rand_like(x) > p``, a hand-made
+    dropout's mask. Random values are saved, not redrawn, so the cut may save such a value in place of the
+    draws it comes from, where it is smaller (a bool mask instead of the float uniforms)."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        ins = n.all_input_nodes
+        if n is not node and is_rng(n):
+            continue
+        if n.op != "call_function" or not ins and n is node:
+            return False
+        todo.extend(ins)
+    return any(is_rng(n) for n in seen if n is not node)
 
 
 def region_input(node: fx.Node, forward: set[fx.Node]) -> bool:
@@ -488,9 +526,10 @@ def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool) -> list[fx.Node]:
         size = node_bytes(n, cache)
         if weigh and size is not None and not in_memory_forward(n, j.tangent_dep, outputs):
             size *= 2
-        never = size is None or must_recompute(n, forward)
+        never = size is None or must_recompute(n, forward, outputs)
         net.add_edge(2 * i, 2 * i + 1, _INF if never else size * scale + 1)
-        if n in primals or not can_recompute(n) or region_input(n, forward) or (
+        recomputable = can_recompute(n) or region_copy(n, outputs)
+        if n in primals or not recomputable or region_input(n, forward) or (
                 stored_both_ways(n, j.tangent_dep) and REGION_TAG not in n.meta):
             net.add_edge(src, 2 * i, _INF)
         for a in n.all_input_nodes:
