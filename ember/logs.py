@@ -14,7 +14,7 @@ KINDS = ("graph_breaks", "guards", "recompiles", "dynamic", "graph", "aot_graphs
          "passes", "perf_hints", "cache", "autotune")
 _enabled: set[str] = set()
 _logger = logging.getLogger("ember")
-_once: set[str] = set()
+_once: set = set()     # keys said already: warn_once's, and (kind, key) of log_once
 _lock = threading.Lock()
 
 
@@ -59,6 +59,18 @@ def log(kind: str, msg: str) -> None:
             if _logger.level == logging.NOTSET or _logger.level > logging.INFO:
                 _logger.setLevel(logging.INFO)      # a kind switched on is shown, whatever handlers exist
         _logger.info(msg, extra={"kind": kind})
+
+
+def log_once(kind: str, key: str, msg: str) -> None:
+    """``log(kind, msg)`` the first time ``key`` is logged in this process (a condition met by every graph of a
+    model is said once, not once per graph)."""
+    if kind not in _enabled:
+        return
+    with _lock:
+        if (kind, key) in _once:
+            return
+        _once.add((kind, key))
+    log(kind, msg)
 
 
 def warn_once(key: str, msg: str) -> None:

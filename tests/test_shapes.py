@@ -99,3 +99,38 @@ def test_known_bounds_of_floor_mod_max_min_products(make, expected):
     assert t.known(cond) is expected
     t.decide(cond)
     assert (t.relations == []) is (expected is not None)
+
+
+F, C = sympy.floor, sympy.ceiling
+# integer-division rounding identities (the two forms a stepped slice's length takes: ceil(n/k) and
+# (n + k - 1) // k, or -((-n) // k)) and near-misses that do not hold for every integer: (cond, holds)
+ROUNDING = [
+    (lambda u, s: sympy.Eq(C(u / 2), F((u + 1) / 2)), True),
+    (lambda u, s: sympy.Eq(-F(-u / 2), F((u + 1) / 2)), True),
+    (lambda u, s: sympy.Eq(C(u / 3), F((u + 2) / 3)), True),
+    (lambda u, s: sympy.Eq(-F(-u / 5), F((u + 4) / 5)), True),
+    (lambda u, s: sympy.Eq(C((u + s) / 4), F((u + s + 3) / 4)), True),
+    (lambda u, s: sympy.Eq(C((2 * u + 1) / 2), u + 1), True),
+    (lambda u, s: sympy.Ne(C(u / 3), F((u + 2) / 3)), False),
+    (lambda u, s: sympy.Eq(F(u / 2), F((u + 1) / 2)), None),           # u odd: they differ
+    (lambda u, s: sympy.Eq(C(u / 3), F((u + 1) / 3)), None),           # u = 3k + 2
+    (lambda u, s: sympy.Eq(C(u / 2), F(u / 2)), None),
+]
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["size", "int"])
+@pytest.mark.parametrize("i", range(len(ROUNDING)))
+def test_rounding_identities_of_integer_division_on_unbacked_symbols(i, signed):
+    """ceil(u/k) == (u + k - 1) // k for every integer u: proven from the ranges alone (an unbacked u has no
+    hint to guard on); never claimed where some integer breaks it (checked on every u in -12..12)."""
+    make, expected = ROUNDING[i]
+    t = SymbolTable()
+    u = t.new_unbacked("t.item()", lo=None if signed else 0)
+    s = t.new_symbol(5, "L['x'].size()[0]")
+    cond = make(u, s)
+    assert t.known(cond) is expected, cond
+    values = [bool(cond.subs({u: a, s: b})) for a in range(-12 if signed else 0, 13) for b in (2, 3, 7)]
+    if expected is None:
+        assert not all(values) and any(values), cond
+    else:
+        assert all(v is expected for v in values), cond

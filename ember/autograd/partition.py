@@ -21,7 +21,8 @@ Invariants:
   cast, view, movement, constant) are ever recomputed; matmul/convolution/attention, reductions, RNG ops and
   any op not in the table are not, so a dropout mask is computed once, in the forward, and saved.
 - ``recompute=False`` is the baseline: every forward-computable node the backward needs runs in the forward,
-  and every one the tangent-dependent nodes read directly is saved. Its byte count is a feasible cut of the
+  and every one the tangent-dependent nodes read directly is saved. ``recompute=True`` falls back to it, counted
+  and logged, where the min cut fails (``_cut_or_baseline``). Its byte count is a feasible cut of the
   same network, so ``recompute=True`` never saves more bytes (past it, the weighted cut gives way to the plain
   one).
 - Both graphs are dead-code-eliminated (RNG ops of the forward are kept, so the RNG stream advances as in
@@ -435,17 +436,55 @@ def _analyse(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd
     return _Joint(placeholders[:num_primals], tangents, fwd_outs, grads, dep, boundary)
 
 
-def must_recompute(node: fx.Node, forward: set[fx.Node]) -> bool:
+def region_copy(node: fx.Node, outputs: set[fx.Node]) -> bool:
+    """A ``clone`` inside an activation-checkpoint region of a value computed in that region (the copies the
+    decompositions make of a matmul's broadcast operands: attention's q, k, v and probabilities), none of whose
+    sources, through views, the graph returns: recomputed, as eager checkpointing recomputes every op of the
+    region. (A clone of a returned value is saved: ``_copies``.)"""
+    region = node.meta.get(REGION_TAG)
+    if region is None or not _copies(node) or node.meta.get(SAVE_TAG):
+        return False
+    todo = list(node.all_input_nodes)
+    while todo:
+        a = todo.pop()
+        if a in outputs or a.op != "call_function" or a.meta.get(REGION_TAG) != region:
+            return False
+        if _is_view(a):
+            todo.extend(a.all_input_nodes)
+    return True
+
+
+def must_recompute(node: fx.Node, forward: set[fx.Node], outputs: set[fx.Node] = frozenset()) -> bool:
     """A value inside an activation-checkpoint region that, in the forward, only its region's ops read: never
     saved, as eager's ``checkpoint`` saves only what the region reads (its outputs are read after it and may
     be saved). ``forward`` is the set of nodes the forward outputs need; the backward's readers do not count.
-    Random ops' values are saved, so the recomputation draws nothing."""
+    Random ops' values are saved, so the recomputation draws nothing; what is computed from them alone may be
+    saved instead (``_drawn``)."""
     region = node.meta.get(REGION_TAG)
-    if region is None or not can_recompute(node):
+    if region is None or not (can_recompute(node) or region_copy(node, outputs)):
         return False
-    if not all(map(_reachable_in_backward, node.all_input_nodes)):
+    if not all(map(_reachable_in_backward, node.all_input_nodes)) or _drawn(node):
         return False
     return all(u not in forward or u.meta.get(REGION_TAG) == region for u in node.users)
+
+
+def _drawn(node: fx.Node) -> bool:
+    """Whether ``node`` is computed from random values (and constants) only: ``rand_like(x) > p``, a hand-made
+    dropout's mask. Random values are saved, not redrawn, so the cut may save such a value in place of the
+    draws it comes from, where it is smaller (a bool mask instead of the float uniforms)."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        ins = n.all_input_nodes
+        if n is not node and is_rng(n):
+            continue
+        if n.op != "call_function" or not ins and n is node:
+            return False
+        todo.extend(ins)
+    return any(is_rng(n) for n in seen if n is not node)
 
 
 def region_input(node: fx.Node, forward: set[fx.Node]) -> bool:
@@ -487,9 +526,10 @@ def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool) -> list[fx.Node]:
         size = node_bytes(n, cache)
         if weigh and size is not None and not in_memory_forward(n, j.tangent_dep, outputs):
             size *= 2
-        never = size is None or must_recompute(n, forward)
+        never = size is None or must_recompute(n, forward, outputs)
         net.add_edge(2 * i, 2 * i + 1, _INF if never else size * scale + 1)
-        if n in primals or not can_recompute(n) or region_input(n, forward) or (
+        recomputable = can_recompute(n) or region_copy(n, outputs)
+        if n in primals or not recomputable or region_input(n, forward) or (
                 stored_both_ways(n, j.tangent_dep) and REGION_TAG not in n.meta):
             net.add_edge(src, 2 * i, _INF)
         for a in n.all_input_nodes:
@@ -600,6 +640,24 @@ def _summary(res: PartitionResult, saved: list[fx.Node], recompute: bool) -> str
     return "\n".join(lines)
 
 
+def _cut_or_baseline(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
+    """The min cut; where it fails, the baseline (save every forward value the backward reads: correct, more
+    memory, activation-checkpoint regions not honoured), counted in ``ember.stats()["partition_fallbacks"]``
+    and said once per reason under ``EMBER_LOGS=perf_hints``. Before, the failure sent the whole graph to
+    eager autograd, which only the log told."""
+    try:
+        return _min_cut(graph, j)
+    except Exception as e:  # noqa: BLE001 - any failure of the optimization leaves the baseline, counted
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    from ember import counters, logs
+    counters.bump("partition_fallbacks")
+    logs.log_once("perf_hints", f"partition:{reason}",
+                  f"partition: the min-cut partitioner failed ({reason}); this graph's forward saves every "
+                  "value its backward reads (no recomputation, checkpoint regions saved whole); counted in "
+                  "ember.stats()['partition_fallbacks']")
+    return list(j.boundary)
+
+
 def partition_joint(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
                     recompute: bool = True,
                     grad_input_indices: Sequence[int] | None = None) -> PartitionResult:
@@ -612,7 +670,7 @@ def partition_joint(joint: fx.GraphModule, num_primals: int, num_tangents: int, 
     """
     gidx = list(range(num_primals)) if grad_input_indices is None else list(grad_input_indices)
     j = _analyse(joint, num_primals, num_tangents, num_fwd_outputs, len(gidx))
-    saved = _min_cut(joint.graph, j) if recompute else list(j.boundary)
+    saved = _cut_or_baseline(joint.graph, j) if recompute else list(j.boundary)
     fwd = _build_fwd(joint, j, saved)
     bwd, recomputed = _build_bwd(joint, j, saved, num_primals, gidx)
     res = PartitionResult(fwd, bwd, len(saved), [n.name for n in saved], recomputed, "", len(j.fwd_outs),

@@ -322,6 +322,21 @@ def _unbind(table: SymbolTable, x: torch.Tensor, dim: int = 0) -> list:
     return [_select_of(table, *layout, dim, i) for i in range(count)]
 
 
+def _diagonal(table: SymbolTable, x: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> tuple:
+    """The diagonal ``offset`` of dims ``dim1``/``dim2`` as the last dim (torch.func.jacfwd's identity
+    tangents, hessian): its length ``min(n1, n2 - offset)`` (``min(n1 + offset, n2)`` below the main diagonal),
+    at least 0, is decided through ``table``."""
+    shape, stride, base = _layout(x)
+    d1, d2 = dim1 % len(shape), dim2 % len(shape)
+    off = int(offset)
+    n1, n2 = (shape[d1], shape[d2] - off) if off >= 0 else (shape[d1] + off, shape[d2])
+    n = n1 if table.decide(sympy.Le(n1, n2)) else n2
+    n = n if table.decide(sympy.Ge(n, 0)) else sympy.Integer(0)
+    base = base + (off * stride[d2] if off >= 0 else -off * stride[d1])
+    keep = [d for d in range(len(shape)) if d not in (d1, d2)]
+    return [shape[d] for d in keep] + [n], [stride[d] for d in keep] + [stride[d1] + stride[d2]], base
+
+
 def _alias(table: SymbolTable, x: torch.Tensor, *_: Any) -> tuple:
     return _layout(x)
 
@@ -330,6 +345,7 @@ VIEW_RULES: dict[str, Callable[..., Any]] = {
     "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "expand": _expand, "permute": _permute,
     "slice": _slice, "narrow": _narrow, "split": _split, "split_with_sizes": _split_with_sizes,
     "alias": _alias, "detach": _alias, "lift_fresh": _alias, "select": _select, "unbind": _unbind,
+    "diagonal": _diagonal,
 }
 
 

@@ -98,7 +98,17 @@ class SymNodes:
         return node
 
     def _call(self, fn: Any, *args: Any) -> fx.Node:
-        return self.graph.call_function(fn, args)
+        """One arithmetic node; its ``meta["val"]`` is ``fn`` of its arguments' values, so that a partial sum or
+        product (``s1 + s0*s1`` of ``s1 + s0*s1 - 12``) is a size to every later stage too (the lowering reads
+        a size op's expression from it; without it the node was an extern call on a sympy value)."""
+        node = self.graph.call_function(fn, args)
+        vals = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in args]
+        if fn is not torch.ops.aten.sym_size.int and all(v is not None for v in vals):
+            try:
+                node.meta["val"] = fn(*vals)
+            except Exception:   # noqa: BLE001 - a value we cannot compute here: build() sets the whole one
+                pass
+        return node
 
     def _build(self, e: Any) -> Any:
         if isinstance(e, sympy.Symbol):

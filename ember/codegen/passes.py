@@ -150,7 +150,7 @@ def _schedule(st: GraphCompile) -> None:
 
 def _plan_memory(st: GraphCompile) -> None:
     """Which buffers are stored into the memory of another (``{buffer: memory owner}``)."""
-    from ember.loopir.inplace import inplace_stores, reused_buffers, scatter_in_place
+    from ember.loopir.inplace import inplace_stores, reused_buffers, scatter_in_place, scatter_into_dead_source
     from ember.loopir.ir import Scatter
     from ember.loopir.schedule import Kernel
     graph, sched, write_backs = st.graph, st.sched, st.gm.meta.get("ember_write_backs", ())
@@ -164,6 +164,7 @@ def _plan_memory(st: GraphCompile) -> None:
         # GPU: less memory held (a CUDA graph's pool keeps its peak); matmul templates fuse their epilogues instead
         inplace.update(reused_buffers(graph, sched, inplace, reductions=True))
     scatter_in_place(graph, sched, write_backs, inplace)
+    scatter_into_dead_source(graph, sched, inplace)
     st.inplace = inplace
 
 

@@ -381,6 +381,12 @@ def _bernoulli_p(x: Any, p: float = 0.5, *, generator: Any = None) -> Any:
     # draws in x's layout: decompose_graph passes the layout of the tensor eager fills (see aot._filled_layout)
     if generator is not None:
         return P.aten_extern(aten.bernoulli.p, (x, p), {"generator": generator})
+    if torch.device(x.device).type == "cpu" and x.dtype != torch.bool:
+        # CPU's kernel draws the same 0/1 values whatever the dtype it fills, so the draw is a bool mask and
+        # the cast is a cheap op: the value the backward keeps (CPU dropout's noise, a random value never
+        # recomputed, inside checkpoint regions too) takes 1 byte an element instead of the input's 4
+        keep = P.bernoulli(tuple(x.shape), float(p), torch.bool, x.device, memory_order(x))
+        return to(keep, x.dtype)
     return P.bernoulli(tuple(x.shape), float(p), x.dtype, x.device, memory_order(x))
 
 

@@ -229,5 +229,77 @@ def scatter_in_place(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tu
         inplace[node.name] = inp.name
 
 
+def scatter_into_dead_source(graph: LoopGraph, sched: Schedule, inplace: dict[str, str]) -> None:
+    """Scatters whose target is a plain copy of a buffer that dies at that copy store into that buffer's memory
+    (``inplace[scatter] = source``), and the copy leaves the schedule: an accumulation chain
+    ``out = out.index_add(0, idx_e, h_e)`` over experts (a mixture of experts), or ``x = x.index_put(...)`` in
+    a loop, writes each step's points into one buffer instead of copying the whole of it once per step.
+
+    Safe when the source is memory the wrapper allocated (a kernel's output, a scatter's, or a fresh ATen
+    result; no input, nothing an ATen call may view, no graph output), the copy has its layout, and no name of
+    that memory is read after the copy's step (the source's ``del`` moves to the scatter's step, so nothing else
+    takes the memory in between). ``scatter_in_place`` does the same for copies of mutated graph inputs."""
+    step_of = _step_of(sched)
+    viewed = set().union(*viewed_by_externs(sched).values(), viewed_by_externs(sched))
+    outputs = {o.name for o in graph.outputs if isinstance(o, BufferRef)}
+    for node in graph.nodes:
+        if not isinstance(node, Scatter) or node.name in inplace and inplace[node.name] != node.target:
+            continue
+        target = graph.node(node.target)
+        src = _copied(graph, target)
+        if src is None or node.layout != target.layout or node.name not in step_of:
+            continue
+        t, k = step_of.get(target.name), step_of[node.name]
+        if t is None or t >= k or not _dead_after(graph, sched, inplace, src, t, outputs | viewed):
+            continue
+        kern = sched.steps[t]
+        if any(target.name in {ld.buf for ld in loads(m.body)} for m in kern.nodes if m is not target):
+            continue        # a node fused beside the copy reads it
+        if len(kern.nodes) == 1:
+            sched.steps[t] = None
+        else:
+            kern.nodes = [m for m in kern.nodes if m is not target]
+            kern.stores = [b for b in kern.stores if b != target.name]
+        for frees in sched.frees:
+            for b in (target.name, src.name):
+                if b in frees:
+                    frees.remove(b)
+        sched.frees[k].append(src.name)
+        inplace.pop(target.name, None)
+        inplace[node.name] = src.name
+
+
+def _copied(graph: LoopGraph, target: Any) -> Any:
+    """The node ``target`` is a plain copy of (same layout, read at every point it stores), or None."""
+    if not isinstance(target, Pointwise) or not isinstance(target.body, Load):
+        return None
+    try:
+        src = graph.node(target.body.buf)
+    except KeyError:
+        return None
+    if isinstance(src, InputBuffer) or getattr(src, "layout", None) != target.layout or \
+            target.body != Load(src.name, src.layout.index(xvars(len(target.ranges))), src.dtype):
+        return None
+    if not isinstance(src, (Pointwise, Reduction, Scatter)) and not (isinstance(src, Extern) and src.fresh and
+                                                                      not src.multi):
+        return None
+    return src
+
+
+def _dead_after(graph: LoopGraph, sched: Schedule, inplace: dict[str, str], src: Any, t: int,
+                shared: set[str]) -> bool:
+    """No name of ``src``'s memory is read after step ``t``, is an output or may be viewed (``shared``)."""
+    root = memory_root(src.name, inplace)
+    if isinstance(graph.node(root), InputBuffer):
+        return False
+    names = {n.name for n in graph.nodes if memory_root(n.name, inplace) == root}
+    if names & shared:
+        return False
+    for step in sched.steps[t + 1:]:
+        if step is not None and names & set(step.reads if isinstance(step, Kernel) else step.reads()):
+            return False
+    return True
+
+
 __all__: list[Any] = ["inplace_stores", "memory_root", "memory_roots", "reused_buffers", "scatter_in_place",
-                      "viewed_by_externs"]
+                      "scatter_into_dead_source", "viewed_by_externs"]

@@ -662,6 +662,7 @@ def lower(gm: fx.GraphModule, name: str = "graph", channels_last: bool | None = 
     (``ember.loopir.matmul_align``); max-autotune times padding at run time instead. ``hoists(device)``: whether
     the kernels of a device get small costly values stored (``Lowerer._hoisted``; the Triton ones)."""
     from . import lowerings, scatter, welford  # noqa: F401  (register the table)
+    scatter.fold_zero_scatter_adds(gm)
     with _sympy_metadata(gm):
         if channels_last is None:
             from .conv_layout import wants_channels_last

@@ -116,3 +116,71 @@ def _masked_fill(x: TV, indices: Sequence[Any], values: TV, accumulate: bool) ->
 
 
 __all__ = ["scatter_into", "ATOMIC_ADD_DTYPES"]
+
+
+# -- sums of accumulations into zeros ---------------------------------------------------------------------
+def fold_zero_scatter_adds(gm: Any) -> int:
+    """Rewrite ``add(x, index_put(zeros, idx, v, accumulate=True))`` (either operand order) as
+    ``index_put(x, idx, v, accumulate=True)`` where ``x`` has the sum's shape and dtype and the accumulation has
+    no other reader: the same sum, without a zero-filled buffer per term. Autograd's sums of the gradients of
+    several gathers of one tensor (``x[tok_e]`` for each expert of a mixture of experts: one
+    ``index_put(zeros, tok_e, g_e)`` per expert, then their sum) become one chain of scatters into the first
+    term, which ``inplace.scatter_into_dead_source`` then runs in one buffer. Returns how many adds went."""
+    graph, done = gm.graph, 0
+    for node in list(graph.nodes):
+        if not _is_prim(node, "add") or len(node.args) != 2 or node.kwargs:
+            continue
+        for x, acc in (node.args, node.args[::-1]):
+            if not (isinstance(x, type(node)) and _zero_accumulation(acc) and _same_value_kind(x, node) and
+                    _same_value_kind(acc, node)):
+                continue
+            chain = _zeros_chain(acc.args[0])
+            with graph.inserting_before(node):
+                new = graph.call_function(acc.target, (x, *acc.args[1:]), dict(acc.kwargs))
+            new.meta = dict(node.meta)
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            graph.erase_node(acc)
+            for z in chain:             # the view_of nodes, then the fill
+                graph.erase_node(z)
+            done += 1
+            break
+    if done:
+        gm.recompile()
+    return done
+
+
+def _is_prim(node: Any, name: str) -> bool:
+    from ember.decomp.core import Prim
+    return getattr(node, "op", None) == "call_function" and isinstance(node.target, Prim) and \
+        node.target.name == name
+
+
+def _zero_accumulation(n: Any) -> bool:
+    """``index_put(full(0), idx, v, True)`` read by one node only, its zeros by it alone."""
+    if not _is_prim(n, "index_put") or len(n.users) != 1:
+        return False
+    accumulate = n.kwargs.get("accumulate", n.args[3] if len(n.args) > 3 else False)
+    chain = _zeros_chain(n.args[0])
+    if accumulate is not True or not chain:
+        return False
+    zeros = chain[-1]
+    value = zeros.kwargs.get("value", zeros.args[1] if len(zeros.args) > 1 else None)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+
+
+def _zeros_chain(n: Any) -> list:
+    """``[view_of..., full]`` when ``n`` is a fill seen through ``view_of`` (functionalization's view of a
+    ``zeros_like`` written in place), each read by the next alone; else []."""
+    chain = []
+    while _is_prim(n, "view_of") and len(n.users) == 1:
+        chain.append(n)
+        n = n.args[0]
+    return chain + [n] if _is_prim(n, "full") and len(n.users) == 1 else []
+
+
+def _same_value_kind(a: Any, b: Any) -> bool:
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    return va is not None and vb is not None and hasattr(va, "shape") and hasattr(vb, "shape") and \
+        tuple(va.shape) == tuple(vb.shape) and va.dtype == vb.dtype and \
+        str(getattr(va, "device", "")) == str(getattr(vb, "device", ""))

@@ -194,16 +194,24 @@ class SymbolTable:
 
     def _bounds_floor_free(self, expr) -> tuple:
         """Bounds of ``expr`` where each ``floor(e)`` is ``e - t`` with ``0 <= t <= 1`` (``Mod(a, b)`` is
-        ``a - b*floor(a/b)``): keeps the link between ``s0 // 2`` and ``s0`` that intervals lose."""
+        ``a - b*floor(a/b)``; each ``ceiling(e)`` is ``e + t``): keeps the link between ``s0 // 2`` and ``s0`` that intervals lose.
+
+        Where ``e`` is ``p/k`` (``p`` an integer, ``k`` a positive integer) ``t`` is at most ``(k-1)/k``; and an
+        integer ``expr`` has integer bounds. Together they prove the rounding identities of integer division:
+        ``ceil(u/2) == (u + 1) // 2`` (``-((-u) // 2)``, a stepped slice's length in two forms) for any integer
+        ``u``, where the differences ``t1 - t0 - 1/2`` and ``t0 + t1 - 1/2`` lie in ``[-1/2, 1/2]``."""
         ranges = dict(self.ranges)
         subs = {}
-        for i, fl in enumerate(sorted(expr.atoms(sympy.floor), key=str)):
+        for i, fl in enumerate(sorted(expr.atoms(sympy.floor, sympy.ceiling), key=str)):
             t = sympy.Dummy(f"t{i}")
-            ranges[t] = (0, 1)
-            subs[fl] = fl.args[0] - t
+            ranges[t] = (0, _floor_slack(fl.args[0]))
+            subs[fl] = fl.args[0] - t if isinstance(fl, sympy.floor) else fl.args[0] + t
         if not subs:
             return None, None
-        return _interval(sympy.expand(expr.xreplace(subs)), ranges)
+        lo, hi = _interval(sympy.expand(expr.xreplace(subs)), ranges)
+        if expr.is_integer:
+            lo, hi = (None if lo is None else sympy.ceiling(lo)), (None if hi is None else sympy.floor(hi))
+        return lo, hi
 
     def known(self, cond) -> bool | None:
         """True/False when the ranges (and the divisibility facts) alone decide ``cond``, else None."""
@@ -214,7 +222,7 @@ class SymbolTable:
             return None
         diff = cond.lhs - cond.rhs
         lo, hi = self.bounds(diff)
-        if diff.has(sympy.floor):
+        if diff.has(sympy.floor, sympy.ceiling):
             lo2, hi2 = self._bounds_floor_free(diff)
             lo = lo2 if lo is None or (lo2 is not None and lo2 > lo) else lo
             hi = hi2 if hi is None or (hi2 is not None and hi2 < hi) else hi
@@ -410,6 +418,15 @@ def _solves_to(diff, atom, value) -> bool:
     if a == 0 or d in a.free_symbols or d in b.free_symbols or sympy.expand(lin - a * d - b) != 0:
         return False
     return sympy.simplify(-b / a - value) == 0
+
+
+def _floor_slack(e) -> sympy.Expr:
+    """The most ``e - floor(e)`` (and ``ceiling(e) - e``) can be: ``(k-1)/k`` for ``p/k`` with ``p`` an integer and ``k`` a positive
+    integer (``p`` is ``k*floor(p/k)`` plus a remainder of at most ``k - 1``), else 1."""
+    num, den = sympy.fraction(sympy.together(e))
+    if den.is_Integer and den > 0 and num.is_integer:
+        return sympy.Rational(den - 1, den)
+    return sympy.Integer(1)
 
 
 def _add(a, b):

@@ -216,6 +216,14 @@ class Attention(torch.nn.Module):      # scaled_dot_product_attention: a tuple-v
         return x + self.proj(y)
 
 
+class ManualAttention(Attention):       # q @ k^T and probs @ v: the decompositions clone the bmm operands
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln(x)).split(D, dim=2)
+        q, k, v = (t.view(B, T, 2, D // 2).transpose(1, 2) for t in (q, k, v))
+        y = ((q @ k.transpose(-1, -2)) * 0.25).softmax(-1) @ v
+        return x + self.proj(y.transpose(1, 2).reshape(B, T, D))
+
+
 class Dropout(Mlp):                     # native_dropout: a random tuple-valued op (its values are saved)
     def forward(self, x):
         return x + self.l2(F.dropout(F.gelu(self.l1(x)), 0.5, True))
@@ -231,7 +239,7 @@ class InPlace(Mlp):                     # functionalization rewrites the in-plac
 
 
 # block -> bytes each region may save beyond its input: dropout keeps its output and its mask
-BLOCKS = {"mlp": (Mlp, 0), "attention": (Attention, 0), "dropout": (Dropout, B * T * 4 * D * (4 + 1)),
+BLOCKS = {"mlp": (Mlp, 0), "attention": (Attention, 0), "manual_attention": (ManualAttention, 0), "dropout": (Dropout, B * T * 4 * D * (4 + 1)),
           "inplace": (InPlace, 0)}
 
 

@@ -112,10 +112,8 @@ def cases(programs) -> list:
 
 
 # Known gaps: (program, training) -> why its graph runs with eager autograd (values and gradients still equal
-# eager's; the test fails if a gap closes, so that it leaves this list). Decomposing every op after a
-# data-dependent size (ember.autograd.unbacked) reaches a stepped slice's length compared in two forms,
-# ceil(u/2) == (u + 1) // 2, which the symbol table cannot prove for an unbacked u.
-GAPS = {("item_checked_slice_rows_step", True): "ceil(u/2) == (u+1)//2 unproven for an unbacked u"}
+# eager's; the test fails if a gap closes, so that it leaves this list). None open.
+GAPS: dict[tuple[str, bool], str] = {}
 
 
 @pytest.mark.parametrize("prog, training", cases(PROGRAMS))

@@ -190,10 +190,8 @@ def test_func_transform_equals_eager_in_one_graph(prog, backend):
 
 
 # Programs that compile with static sizes under dynamic=True (one graph, no break; EMBER_LOGS=dynamic says
-# why): forward-mode AD through jacfwd (jacfwd, hessian's jacfwd) makes tangents with ATen's C++ kernels that
-# take only concrete sizes (_new_zeros_with_same_feature_meta's storage_offset()). torch.compile (dynamic=True)
-# fails outright on jacfwd_matrix. Remove a program from the list once it captures symbolically.
-STATIC_UNDER_DYNAMIC = {"jacfwd_matrix", "hessian_cubic"}
+# why). None now: jacfwd and hessian capture symbolically (test_func_size_sweep.py sweeps their sizes).
+STATIC_UNDER_DYNAMIC: set[str] = set()
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "ember"])
