@@ -34,7 +34,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_unflatten
 
-from ember import logs
+from ember import counters, logs
 from ember.autograd import regions
 from ember.autograd.aliasing import SyntheticBases, alias_groups, multi_output_views, output_views
 from ember.errors import AotError  # noqa: F401  (raised here; its home is ember.errors, below both modules)
@@ -752,6 +752,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
             # as captured, with eager autograd: correct, not optimized, and said so
             logs.log("perf_hints", f"aot_eager: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
                                    "this graph runs with eager autograd")
+            counters.bump("eager_autograd_graphs")
             hit = (_EAGER, None, None)
         variants[key_of(flat)] = hit
         return hit

@@ -31,7 +31,8 @@ import torch.fx as fx
 
 from ..values import ListVar, TupleVar, Value
 from .graph import TensorVar
-from .subgraph import Body, build_values, emit, flatten, hint_metas, meta_call, trace_body
+from .subgraph import Body, build_values, emit, flatten, hint_metas, meta_call, saved_tensors_hooks_aside, \
+    trace_body
 
 
 # -- cond ------------------------------------------------------------------------------------------------
@@ -81,9 +82,10 @@ class _Cond(torch.autograd.Function):
                 for i, x in zip(diff, xs):
                     full[i] = x
                 return _branches(*ctx.gms, tuple(full))[which]
-            outs, vjp_fn = torch.func.vjp(branch, *[tensors[i] for i in diff])
-            cot = tuple(torch.zeros_like(o) if g is None else g for o, g in zip(outs, grads))
-            per.append(vjp_fn(cot))
+            with saved_tensors_hooks_aside():
+                outs, vjp_fn = torch.func.vjp(branch, *[tensors[i] for i in diff])
+                cot = tuple(torch.zeros_like(o) if g is None else g for o, g in zip(outs, grads))
+                per.append(vjp_fn(cot))
         out = [None] * len(tensors)
         for k, i in enumerate(diff):
             out[i] = torch.where(p, per[0][k], per[1][k])

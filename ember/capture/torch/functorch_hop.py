@@ -27,7 +27,7 @@ from .. import rules as R
 from ..values import DictVar, TupleVar, Value
 from .graph import TensorVar
 from .subgraph import Body, Slot, build, build_values, emit, flatten, hint_metas, meta_call, meta_skeleton, \
-    tensor_leaves, trace_body
+    saved_tensors_hooks_aside, tensor_leaves, trace_body
 
 # name -> (the torch.func function, its option names in positional order after the function)
 RETURNS_FUNCTION: dict[str, tuple[Callable, tuple[str, ...]]] = {
@@ -78,7 +78,8 @@ APPLY: dict[str, Callable[[Callable, Any, dict], Any]] = {
 def structured(gm: torch.fx.GraphModule, *tensors: torch.Tensor) -> Any:
     spec: HopSpec = gm.ember_hop
     args = build(spec.in_skel, tensors[:spec.n_in])
-    return APPLY[spec.kind](_body_fn(gm, spec, tensors[spec.n_in:]), args, dict(spec.opts))
+    with saved_tensors_hooks_aside():
+        return APPLY[spec.kind](_body_fn(gm, spec, tensors[spec.n_in:]), args, dict(spec.opts))
 
 
 def apply_func_transform(gm: torch.fx.GraphModule, *tensors: torch.Tensor) -> tuple:

@@ -17,6 +17,7 @@ and dicts of ``Slot`` markers and constants) that ``build`` refills with runtime
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -36,6 +37,24 @@ from .symsize import where
 class Slot:
     """The place of the ``index``-th tensor leaf in a skeleton."""
     index: int
+
+
+@contextlib.contextmanager
+def saved_tensors_hooks_aside():
+    """torch.func's grad transforms (``grad``, ``vjp``, ``jacrev``) refuse to run while any saved-tensors hook
+    is installed. ember's AOT trace installs one (``autograd.trace.SavedVersions``, which learns what eager's
+    autograd saves) and so may a user; a graph node running a transform (``torch.cond``'s backward, a captured
+    ``torch.func.grad``) sets them aside for its own call and restores them after. The tensors saved inside the
+    transform are its own, never seen by eager's hooks either."""
+    stack = []
+    while (top := torch._C._autograd._top_saved_tensors_default_hooks(True)) is not None:
+        stack.append(top)
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+    try:
+        yield
+    finally:
+        for pack, unpack in reversed(stack):
+            torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
 
 
 def flatten(d, f, v: Value, leaves: list[TensorVar], what: str) -> Any:
