@@ -11,10 +11,10 @@ import torch
 from ember.decomp.meta import canonical_dims, cdiv, same
 from ember.shapes import active_table, size_hint
 
-from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_symbol, substitute
+from .expr import Bind, Const, IndexValue, Load, Op, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
 from .lowering_table import UseExtern, register_lowering  # ``Lowerer`` in annotations: lower.py's
-from .values import TV, buffer_view, constant, index_value, masked, pointwise, restride
+from .values import TV, _scalar, buffer_view, constant, index_value, masked, pointwise, restride
 from ember.heuristics import heuristics
 
 UNARY = ("neg abs exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh "
@@ -46,14 +46,19 @@ for _n in BOOL_UNARY + COMPARE:
 @register_lowering("where")
 def _where(L: Lowerer, cond: Any, a: Any, b: Any) -> TV:
     dt = _dtype_of([a, b]) if isinstance(a, TV) or isinstance(b, TV) else (
-        torch.float32 if isinstance(a, float) or isinstance(b, float) else torch.int64)
+        torch.float32 if _float_scalar(a) or _float_scalar(b) else torch.int64)
     t0 = next(x for x in (cond, a, b) if isinstance(x, TV))
 
     def load(idx: Sequence[sympy.Expr]) -> Any:
         c = cond.loader(idx) if isinstance(cond, TV) else Const(bool(cond), torch.bool)
-        ops = [x.loader(idx) if isinstance(x, TV) else Const(_py_cast(x, dt), dt) for x in (a, b)]
+        ops = [x.loader(idx) if isinstance(x, TV) else _scalar(x, dt) for x in (a, b)]
         return Op("where", (c, *ops), dt)
     return TV(t0.shape, dt, t0.device, load)
+
+
+def _float_scalar(x: Any) -> bool:
+    """A float scalar operand: a Python float or a float expression of the sizes (``s0 / 2``)."""
+    return isinstance(x, float) or isinstance(x, sympy.Basic) and bool(x.free_symbols) and not x.is_integer
 
 
 @register_lowering("convert_element_type")
