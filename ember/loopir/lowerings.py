@@ -210,8 +210,10 @@ def _reshape(L: Lowerer, x: TV, shape: Sequence) -> TV:
 
 def _view_stride(old: tuple, stride: tuple, new: tuple) -> list | None:
     """Strides of ``new`` viewing the memory of a tensor of shape ``old`` and strides ``stride`` (ATen's
-    computeStride): None when the reshape needs a copy. Static sizes only."""
-    if not all(isinstance(v, int) for v in old + stride + new) or prod(old) != prod(new) or prod(old) == 0:
+    computeStride): None when the reshape needs a copy. Symbolic sizes: two dims merge, and a run of new dims
+    ends, only where the expressions are equal for every size (``same``); the hints only choose how far a
+    run of new dims grows, so the answer holds for every size the graph runs with (else None: a copy)."""
+    if not same(prod(old), prod(new)) or size_hint(prod(old)) == 0:
         return None
     if not old:
         return [1] * len(new)
@@ -221,17 +223,21 @@ def _view_stride(old: tuple, stride: tuple, new: tuple) -> list | None:
     t_numel = v_numel = 1
     for d in range(len(old) - 1, -1, -1):
         t_numel *= old[d]
-        if d == 0 or (old[d - 1] != 1 and stride[d - 1] != t_numel * base):
-            while view_d >= 0 and (v_numel < t_numel or new[view_d] == 1):
+        if d == 0 or (not _is_one(old[d - 1]) and not same(stride[d - 1], t_numel * base)):
+            while view_d >= 0 and (size_hint(v_numel) < size_hint(t_numel) or _is_one(new[view_d])):
                 out[view_d] = v_numel * base
                 v_numel *= new[view_d]
                 view_d -= 1
-            if v_numel != t_numel:
+            if not same(v_numel, t_numel):
                 return None
             if d > 0:
                 base = stride[d - 1]
                 t_numel = v_numel = 1
     return out if view_d == -1 else None
+
+
+def _is_one(n: Any) -> bool:
+    return isinstance(n, int) and n == 1 or isinstance(n, sympy.Basic) and n == 1
 
 
 def _reshape_groups(old: tuple, new: tuple) -> list[tuple[list[int], list[int]]]:
