@@ -213,8 +213,9 @@ class _Writer:
 
     @staticmethod
     def _replaced(sym: Any, sources: dict) -> str | None:
-        """``s1`` that the table replaced (``s1 == s0`` was decided): the expression it equals, over symbols read
-        from the inputs (input layouts are in the table's symbols, a value's metadata may still say ``s1``)."""
+        """``s1`` that the table replaced (``s1 == s0`` was decided): the expression it equals, over symbols
+        read from the inputs (input layouts are in the table's symbols; a value's metadata may still say
+        ``s1``)."""
         table = active_table()
         rep = table.replacements.get(sym) if table is not None else None
         if rep is None or not all(s in sources for s in size_symbols(rep)):

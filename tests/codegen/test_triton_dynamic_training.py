@@ -5,8 +5,8 @@ For each program (``dynamic=True``, three sizes): outputs and gradients equal ea
 size (the kernels of both passes take the sizes as arguments, none is pasted into their source), and every
 reduction over a symbolic row gets the launch blocks the static compile of the hinted size chooses
 (``triton_gen.launch_config``'s ``hinted_row``): looped, so valid for every row length, but RBLOCK and XBLOCK
-sized at the hint. Before, such a reduction ran one row per program with RBLOCK=2048 (inner rows) or 64 (outer)
-whatever the hint: a backward's 32-wide layer-norm rows used 1/64 of each block.
+sized at the hint. Before, such a reduction ran one row per program with RBLOCK=2048 (inner rows) or 64
+(outer) whatever the hint: a backward's 32-wide layer-norm rows used 1/64 of each block.
 """
 from __future__ import annotations
 

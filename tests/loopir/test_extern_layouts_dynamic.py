@@ -3,8 +3,9 @@ too (``lower._operand_layout``, issue 33): the graph compiled with ``dynamic=Tru
 layouts at the hinted sizes. Before, any symbolic size sent the operand to its traced (contiguous) layout: the
 kernel computing it read its input across rows, and a dynamic graph differed from the static one.
 
-For each program, inference or training: the layouts (at the hints) of every buffer the kernels compute equal
-the static compile's, the dynamic graph compiles once for several sizes, and values (and gradients) equal eager.
+For each program, inference or training: the layouts (at the hints) of every buffer the kernels compute
+equal the static compile's, the dynamic graph compiles once for several sizes, and values (and gradients)
+equal eager.
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def _bf16(*s):
 PROGRAMS = {
     "bmm_of_transposed_cast": (bmm_of_transposed_cast, False,
                                lambda n: (torch.randn(3, n, 24), _bf16(3, n, 8))),
-    "mm_of_transposed_scale": (mm_of_transposed_scale, False, lambda n: (torch.randn(n, 20), torch.randn(n, 6))),
+    "mm_of_transposed_scale": (mm_of_transposed_scale, False,
+                               lambda n: (torch.randn(n, 20), torch.randn(n, 6))),
     "weight_grad_input": (weight_grad_input, True, lambda n: (torch.randn(n, 16), torch.randn(n, 5))),
     "attention_probs": (attention_probs, True,
                         lambda n: (torch.randn(2, n, 8), torch.randn(2, n, 8), torch.randn(2, n, 8))),
@@ -59,7 +61,7 @@ def _at_hints(v, table):
 
 
 def _plans(monkeypatch) -> list:
-    """Layouts (at the hints) of the buffers computed by kernels, one Counter per graph lowered from now on."""
+    """Layouts (at the hints) of the buffers kernels compute, one Counter per graph lowered from now on."""
     from ember.loopir import lower as lower_mod
     seen: list = []
     real = lower_mod.Lowerer.run
