@@ -7,6 +7,7 @@ the table with their own backends (``backend="aot_eager"``/``"ember"``).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -562,6 +563,68 @@ def view_batch_halves():
 @program((5, 8, 13, 6), lambda n: (_r(2, n),))
 def pad_to_multiple_of_4():
     return lambda x: F.pad(x, (0, (-x.shape[1]) % 4)).view(x.shape[0], -1, 4).sum(-1)
+
+
+# -- floats computed from sizes (a SymFloat in torch.compile: no specialization) -------------------------
+@program(B, lambda n: (_r(n, 4),))
+def float_times_size():
+    return lambda x: x * (100.0 * x.shape[0]) - 0.5 * x.shape[0]
+
+
+@program(B, lambda n: (_r(n, 4),))
+def size_truediv():
+    return lambda x: x * (x.shape[0] / 3) + x.shape[0] / 2
+
+
+@program(B, lambda n: (_r(4, n),))
+def size_pow_neg_half():
+    return lambda x: x * (x.shape[-1] ** -0.5)
+
+
+@program(B, lambda n: (_r(4, n),))
+def math_sqrt_of_size():
+    return lambda x: x / math.sqrt(x.shape[-1]) + 1
+
+
+@program(B, lambda n: (_r(n, 3),))
+def float_of_size():
+    return lambda x: x * float(x.shape[0]) + float(len(x)) / 4
+
+
+@program(B, lambda n: (_r(2, 3, n), _r(2, 5, n), _r(2, 5, n)))
+def attention_scale_by_head_dim():
+    def f(q, k, v):
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        return att.softmax(-1) @ v * q.shape[-1] ** -0.5
+    return f
+
+
+@program(B, lambda n: (_r(n, 2),))
+def returns_float_of_size():
+    return lambda x: (x * 2, x.shape[0] / 4, float(x.shape[0]))
+
+
+@program(B, lambda n: (_r(n, 2),))
+def branch_on_float_of_size():
+    def f(x):
+        scale = x.shape[0] / 4
+        return x * scale if scale > 1.0 else x - scale
+    return f
+
+
+@program(B, lambda n: (_r(n, 2),))
+def branch_on_size_against_float():
+    return lambda x: x * 2 if x.shape[0] > 4.5 else x - 1
+
+
+@program(B, lambda n: (_r(4), n))
+def int_argument_truediv():
+    return lambda x, k: x * (k / 2) + k ** 0.5
+
+
+@program(B, lambda n: (_r(n, 3),))
+def full_of_float_size():
+    return lambda x: x + torch.full((x.shape[0], 1), x.shape[1] / x.shape[0])
 
 
 # -- helpers the tests of every stage share -----------------------------------------------------------------

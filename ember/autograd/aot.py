@@ -49,7 +49,7 @@ from ember.autograd.symcompose import SymbolicCompositions
 from ember.autograd.trace import TracedGraph, trace_aten
 from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
-from ember.shapes import SymbolicUnsupported, expr_of, is_symbolic, located
+from ember.shapes import SymbolicUnsupported, expr_of, is_symbolic, located, using
 
 GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
 
@@ -345,8 +345,9 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     # recomputes is then the cheap prims themselves, not whole ATen ops such as layer norm.
     grad_tangents = _grad_tangents(traced, joint, diff, n_user)
     joint = _maybe_decompose(joint, decompose)
-    part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
-                          recompute=recompute)
+    with using(binder.table if binder is not None else None):      # prims' symbolic sizes weigh their hints
+        part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
+                              recompute=recompute)
     fwd, bwd = _with_table(part.fwd, binder), _with_table(part.bwd, binder)
     num_saved = part.num_saved
     if binder is not None:      # sizes the backward's prims use but cannot read from its inputs: saved ints

@@ -39,7 +39,7 @@ import torch
 import torch.fx as fx
 
 from ember.errors import EmberError
-from ember.shapes import hint_of
+from ember.shapes import active_table, hint_of, size_hint
 
 aten = torch.ops.aten
 REGION_TAG = "ember_recompute"     # ember.autograd.regions.TAG: the op ran inside torch.utils.checkpoint
@@ -250,8 +250,10 @@ def node_bytes(node: fx.Node, _cache: dict[fx.Node, Any] | None = None) -> int |
     if _is_tensor_meta(val):              # a prim's value (ember.decomp.TensorMeta)
         try:
             return int(val.numel()) * _itemsize(val.dtype)
-        except TypeError:                 # symbolic sizes
-            return 1 << 40
+        except TypeError:                 # symbolic sizes: their value at the hints, as for a fake tensor
+            if active_table() is None:
+                return 1 << 40
+            return int(size_hint(val.numel())) * _itemsize(val.dtype)
     if isinstance(val, (tuple, list)):
         return None
     return 8 if val is not None else 1 << 40

@@ -74,9 +74,14 @@ class SymNodes:
         elif isinstance(e, sympy.Pow) and e.exp.is_Integer:
             terms = [self.build_float(e.base), int(e.exp)]
             fn = operator.pow
+        elif isinstance(e, sympy.Pow) and e.exp == sympy.Rational(1, 2):      # math.sqrt(n)
+            terms, fn = [self.build_float(e.base)], torch._sym_sqrt
+        elif isinstance(e, sympy.Pow) and e.exp.is_Number:                  # n ** -0.5, as Python computes it
+            terms = [self.build_float(e.base), float(e.exp)]
+            fn = operator.pow
         else:
             raise SymbolicUnsupported(f"ember AOT: no FX form for the symbolic float {e}")
-        out = terms[0]
+        out = terms[0] if len(terms) > 1 else self._call(fn, terms[0])
         for t in terms[1:]:
             out = self._call(fn, out, t)
         if isinstance(out, fx.Node) and val is not None:

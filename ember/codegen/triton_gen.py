@@ -63,12 +63,16 @@ def is_persistent(rnumel: int, inner: bool) -> bool:
 
 
 def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, inner: bool,
-                  int64: bool) -> LaunchConfig:
+                  int64: bool, hinted_row: bool = False) -> LaunchConfig:
+    """The heuristic configuration. ``hinted_row``: the row length is symbolic and ``rnumel`` its hint; a
+    looped reduction whose hinted row a static kernel would hold whole gets the persistent kernel's blocks
+    (``RBLOCK = next_pow2(rnumel)``, several rows per program): one pass over the row at the hinted size, and
+    still correct (looped) for every row length, so no guard splits the sizes into classes."""
     if not reduction:
         xb = min(1024, next_pow2(xnumel))
         warps = 4 if xb >= 512 else 2 if xb >= 256 else 1
         rb = 1
-    elif persistent:
+    elif persistent or hinted_row and is_persistent(rnumel, inner):
         rb = next_pow2(rnumel)
         xb = min(next_pow2(xnumel), max(1, heuristics().triton_tile // rb), 128)
         warps = max(1, min(8, xb * rb // 256))
@@ -85,10 +89,10 @@ def launch_config(xnumel: int, rnumel: int, reduction: bool, persistent: bool, i
 
 
 def candidate_configs(xnumel: int, rnumel: int, reduction: bool, persistent: bool, inner: bool,
-                      int64: bool) -> list[LaunchConfig]:
+                      int64: bool, hinted_row: bool = False) -> list[LaunchConfig]:
     """What max-autotune benchmarks: the heuristic configuration first, then other block sizes and warps
     (for looped reductions also software pipelining depths)."""
-    base = launch_config(xnumel, rnumel, reduction, persistent, inner, int64)
+    base = launch_config(xnumel, rnumel, reduction, persistent, inner, int64, hinted_row)
     xmax = next_pow2(xnumel)
     shapes: list[tuple[int, int, int, int]] = []       # (xblock, rblock, num_warps, num_stages)
     if not reduction:
@@ -532,7 +536,8 @@ def _sizes(body: KernelBody, persistent: bool, table: Any = None) -> tuple:
     int64 = sym.needs_int64(body_indices(body), numel, table)
     # a persistent row is sized for the longest row the ranges allow (persistent_for), a looped one at the hint
     rnumel = sym.row_bound(table, k.rnumel) if persistent and sym.is_symbolic(k.rnumel) else sym.hint(table, k.rnumel)
-    return sym.hint(table, k.xnumel), rnumel, k.is_reduction, persistent, inner, int64
+    hinted_row = not persistent and sym.is_symbolic(k.rnumel)     # a looped row sized at its hint
+    return sym.hint(table, k.xnumel), rnumel, k.is_reduction, persistent, inner, int64, hinted_row
 
 
 def _symbolic(cfg: LaunchConfig, body: KernelBody, table: Any) -> LaunchConfig:

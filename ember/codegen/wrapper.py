@@ -190,15 +190,37 @@ class _Writer:
                         sources[sym] = f"(({n.name}.size({d}) - {b}) // {a})"
         for sym, buf in getattr(g, "items", {}).items():      # an unbacked int read from an input: t.item()
             sources.setdefault(sym, f"{buf}.item()")
+        replaced = []
         for sym in size_symbols(*exprs):
             if sym not in sources and sym.name[0] == "u":   # a data-dependent size: read from an extern's result
                 self.unbound.add(sym)
+                continue
+            if sym not in sources and self._replaced(sym, sources) is not None:
+                replaced.append(sym)
                 continue
             if sym not in sources:
                 raise SymbolicUnsupported(f"ember.codegen: the size symbol {sym} of graph {g.name} is not a size, "
                                           "stride or int of one of its inputs")
             self.lines.append(f"    {sym.name} = {sources[sym]}")
+        bound = set(size_symbols(*exprs))
+        for sym in replaced:
+            for s in size_symbols(active_table().replacements[sym]):
+                if s not in bound:
+                    bound.add(s)
+                    self.lines.append(f"    {s.name} = {sources[s]}")
+            self.lines.append(f"    {sym.name} = {self._replaced(sym, sources)}")
         self.check_asserts()
+
+    @staticmethod
+    def _replaced(sym: Any, sources: dict) -> str | None:
+        """``s1`` that the table replaced (``s1 == s0`` was decided): the expression it equals, over symbols
+        read from the inputs (input layouts are in the table's symbols; a value's metadata may still say
+        ``s1``)."""
+        table = active_table()
+        rep = table.replacements.get(sym) if table is not None else None
+        if rep is None or not all(s in sources for s in size_symbols(rep)):
+            return None
+        return to_python(rep)
 
     def bind_unbacked(self, name: str, target: Any) -> None:
         """``u0 = buf3.size(0)``: the unbacked sizes of a data-dependent ATen call's result (``nonzero``,

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import sympy
 
 from .ir import prod, same_size  # noqa: F401  (same_size: used here and re-exported)
+from ember.shapes import active_table, size_hint
 
 
 @lru_cache(maxsize=None)
@@ -203,7 +204,8 @@ def split_point(sizes: Sequence[Any], outer: Any) -> int | None:
 def steps_by_one(index: Any, sym: sympy.Symbol, min_run: int = 16) -> bool:
     """Whether ``index`` moves by 1 as ``sym`` moves by 1, over runs of at least ``min_run`` points: a term
     ``sym`` of coefficient 1, or ``Mod(sym + c, m)`` with ``m >= min_run`` (the innermost dim of a value seen
-    through a split or a concatenation, such as the H*W plane of an NCHW image or one head of a fused qkv)."""
+    through a split or a concatenation, such as the H*W plane of an NCHW image or one head of a fused qkv).
+    A symbolic run length (``Mod(r0, s2*s3)``) counts at the hints: this only ever tunes."""
     if not isinstance(index, sympy.Basic) or sym not in index.free_symbols:
         return False
     index = sympy.expand(index)
@@ -211,8 +213,17 @@ def steps_by_one(index: Any, sym: sympy.Symbol, min_run: int = 16) -> bool:
         return True
     for term in sympy.Add.make_args(index):
         c, f = term.as_coeff_Mul()
-        if c == 1 and isinstance(f, sympy.Mod) and f.args[1].is_Integer and int(f.args[1]) >= min_run \
+        if c == 1 and isinstance(f, sympy.Mod) and _run_length(f.args[1]) >= min_run \
                 and sympy.expand(f.args[0]).coeff(sym) == 1:
             return True
     return False
+
+
+def _run_length(m: Any) -> int:
+    """A modulus as a run length: its value, or for a symbolic one its hint (0 outside a symbolic compile)."""
+    if m.is_Integer:
+        return int(m)
+    if not m.free_symbols or active_table() is None:
+        return 0
+    return int(size_hint(m))
 

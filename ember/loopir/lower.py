@@ -501,8 +501,9 @@ def _operand_layout(op: str, tv: TV, meta: Any) -> Layout | None:
     (the bf16 cast of ``P`` in ``P^T @ dO``, an attention's value gradient) is stored in its input's order and
     passed transposed (cuBLAS takes either order): the kernel computing it then reads and writes in memory
     order, and can share its loads with a kernel over the same input (BERT's softmax backward read the saved
-    probabilities twice, once across rows). Otherwise the layout it had in the trace."""
-    if op in _MATMULS and tv.view is None and tv.ndim in (2, 3) and all(isinstance(d, int) for d in tv.shape):
+    probabilities twice, once across rows). Otherwise the layout it had in the trace. Sizes may be symbolic:
+    the strides are then expressions of them, so a dynamic graph gets the static graph's layout."""
+    if op in _MATMULS and tv.view is None and tv.ndim in (2, 3):
         idx = xvars(tv.ndim)
         lds = [n.index for n in walk(tv.loader(idx)) if isinstance(n, Load)]
         if lds and all(steps_by_one(i, idx[-2]) and not steps_by_one(i, idx[-1]) for i in lds):

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from ember.shapes import expr_of, size_hint
+from ember.shapes import active_table, expr_of, size_hint
 
 from .ir import Layout
 
@@ -38,10 +38,15 @@ def register_lowering(*names: str) -> Callable[[Callable], Callable]:
 def layout_of(meta: Any) -> Layout:
     """The layout of a buffer bound to a tensor (a graph input, an extern's result): offset 0, since kernels
     get the tensor's data pointer, which already includes its storage offset. Symbolic sizes (``torch.SymInt``
-    of a fake tensor) become their sympy expressions."""
+    of a fake tensor) become their sympy expressions, in the symbols the table keeps: a placeholder's sizes
+    were made before the trace learned ``s5 == s2`` (a matmul of two inputs), and the views the trace made
+    later say ``s2``; left as ``s5`` the input was not recognized as the source of those views (a copy)."""
     shape, stride = tuple(meta.shape), tuple(meta.stride() if callable(meta.stride) else meta.stride)
     if any(isinstance(v, torch.SymInt) for v in shape + stride):
         shape, stride = tuple(map(expr_of, shape)), tuple(map(expr_of, stride))
+    table = active_table()
+    if table is not None and table.replacements:
+        shape, stride = tuple(map(table.simplify, shape)), tuple(map(table.simplify, stride))
     return Layout(shape, stride, meta.dtype, torch.device(meta.device), 0)
 
 

@@ -11,10 +11,10 @@ import torch
 from ember.decomp.meta import canonical_dims, cdiv, same
 from ember.shapes import active_table, size_hint
 
-from .expr import Bind, Const, IndexValue, Load, Op, _py_cast, cast, indirect_symbol, substitute
+from .expr import Bind, Const, IndexValue, Load, Op, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
 from .lowering_table import UseExtern, register_lowering  # ``Lowerer`` in annotations: lower.py's
-from .values import TV, buffer_view, constant, index_value, masked, pointwise, restride
+from .values import TV, _scalar, buffer_view, constant, index_value, masked, pointwise, restride
 from ember.heuristics import heuristics
 
 UNARY = ("neg abs exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh "
@@ -46,14 +46,19 @@ for _n in BOOL_UNARY + COMPARE:
 @register_lowering("where")
 def _where(L: Lowerer, cond: Any, a: Any, b: Any) -> TV:
     dt = _dtype_of([a, b]) if isinstance(a, TV) or isinstance(b, TV) else (
-        torch.float32 if isinstance(a, float) or isinstance(b, float) else torch.int64)
+        torch.float32 if _float_scalar(a) or _float_scalar(b) else torch.int64)
     t0 = next(x for x in (cond, a, b) if isinstance(x, TV))
 
     def load(idx: Sequence[sympy.Expr]) -> Any:
         c = cond.loader(idx) if isinstance(cond, TV) else Const(bool(cond), torch.bool)
-        ops = [x.loader(idx) if isinstance(x, TV) else Const(_py_cast(x, dt), dt) for x in (a, b)]
+        ops = [x.loader(idx) if isinstance(x, TV) else _scalar(x, dt) for x in (a, b)]
         return Op("where", (c, *ops), dt)
     return TV(t0.shape, dt, t0.device, load)
+
+
+def _float_scalar(x: Any) -> bool:
+    """A float scalar operand: a Python float or a float expression of the sizes (``s0 / 2``)."""
+    return isinstance(x, float) or isinstance(x, sympy.Basic) and bool(x.free_symbols) and not x.is_integer
 
 
 @register_lowering("convert_element_type")
@@ -205,8 +210,10 @@ def _reshape(L: Lowerer, x: TV, shape: Sequence) -> TV:
 
 def _view_stride(old: tuple, stride: tuple, new: tuple) -> list | None:
     """Strides of ``new`` viewing the memory of a tensor of shape ``old`` and strides ``stride`` (ATen's
-    computeStride): None when the reshape needs a copy. Static sizes only."""
-    if not all(isinstance(v, int) for v in old + stride + new) or prod(old) != prod(new) or prod(old) == 0:
+    computeStride): None when the reshape needs a copy. Symbolic sizes: two dims merge, and a run of new dims
+    ends, only where the expressions are equal for every size (``same``); the hints only choose how far a
+    run of new dims grows, so the answer holds for every size the graph runs with (else None: a copy)."""
+    if not same(prod(old), prod(new)) or size_hint(prod(old)) == 0:
         return None
     if not old:
         return [1] * len(new)
@@ -216,17 +223,21 @@ def _view_stride(old: tuple, stride: tuple, new: tuple) -> list | None:
     t_numel = v_numel = 1
     for d in range(len(old) - 1, -1, -1):
         t_numel *= old[d]
-        if d == 0 or (old[d - 1] != 1 and stride[d - 1] != t_numel * base):
-            while view_d >= 0 and (v_numel < t_numel or new[view_d] == 1):
+        if d == 0 or (not _is_one(old[d - 1]) and not same(stride[d - 1], t_numel * base)):
+            while view_d >= 0 and (size_hint(v_numel) < size_hint(t_numel) or _is_one(new[view_d])):
                 out[view_d] = v_numel * base
                 v_numel *= new[view_d]
                 view_d -= 1
-            if v_numel != t_numel:
+            if not same(v_numel, t_numel):
                 return None
             if d > 0:
                 base = stride[d - 1]
                 t_numel = v_numel = 1
     return out if view_d == -1 else None
+
+
+def _is_one(n: Any) -> bool:
+    return isinstance(n, int) and n == 1 or isinstance(n, sympy.Basic) and n == 1
 
 
 def _reshape_groups(old: tuple, new: tuple) -> list[tuple[list[int], list[int]]]:

@@ -52,7 +52,7 @@ def restride(x: TV, shape: tuple, index_map: Callable[[Sequence[sympy.Expr]], li
 
 
 def constant(shape: tuple, value: Any, dtype: torch.dtype, device: torch.device) -> TV:
-    c = Const(_py_cast(value, dtype), dtype)
+    c = _scalar(value, dtype)       # a number, or a size expression (``full(..., s1 / s0)``)
     return TV(tuple(shape), dtype, device, lambda idx: c)
 
 
@@ -116,6 +116,10 @@ def _float_tree(e: sympy.Expr, dt: torch.dtype) -> Expr:
         return Const(float(e), dt)
     if e.is_integer:
         return IndexValue(e, dt)
+    if isinstance(e, sympy.Pow) and e.exp.is_Number and not e.exp.is_Integer:     # sqrt(n), n ** -0.5
+        if e.exp == sympy.Rational(1, 2):
+            return Op("sqrt", (_float_tree(e.base, dt),), dt)
+        return Op("pow", (_float_tree(e.base, dt), Const(float(e.exp), dt)), dt)
     num, den = e.as_numer_denom()
     if den != 1:
         return Op("div", (_float_tree(num, dt), _float_tree(den, dt)), dt)

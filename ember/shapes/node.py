@@ -179,6 +179,7 @@ class SymNode:
         return self._new(sympy.Add(*[a.expr for a in args]), self.pytype, sum(a.hint for a in args))
 
     def sym_float(self) -> "SymNode": return self._new(self.expr, float, float(self.hint))
+    def sym_sqrt(self) -> "SymNode": return self._new(sympy.sqrt(self.expr), float, math.sqrt(self.hint))
 
     def sym_int(self) -> "SymNode":
         return self._new(sympy.floor(self.expr) if self.pytype is float else self.expr, int, int(self.hint))

@@ -60,7 +60,7 @@ def _operand(v: Value) -> Value | None:
     t = type(v)
     if t is FloatItemVar:
         return v.t
-    if t is SymNumVar or (t is Const and type(v.value) in (int, float, bool)):
+    if t is SymNumVar or t.__name__ == "SymFloatVar" or (t is Const and type(v.value) in (int, float, bool)):
         return v
     return None
 

@@ -137,7 +137,7 @@ def node_arg(d, f, v: Value) -> Any:
     t = type(v)
     if t is TensorVar:
         return v.node
-    if t.__name__ == "SymNumVar":
+    if t.__name__ in ("SymNumVar", "SymFloatVar"):
         return v.node
     if t is OpaqueVar and type(v.obj) in (float, int, bool):   # a number from outside the graph: a scalar input
         return d.torch.scalar_input(d, v)
@@ -181,7 +181,7 @@ def meta_arg(v: Value) -> Any:
     t = type(v)
     if t is TensorVar:
         return v.meta
-    if t.__name__ == "SymNumVar":
+    if t.__name__ in ("SymNumVar", "SymFloatVar"):
         return v.sym.node.hint      # the meta run is at the hints (symsize/propagate.py computes the symbols)
     if t is OpaqueVar:
         return torch.empty((), dtype=scalar_dtype(v.obj), device=META)

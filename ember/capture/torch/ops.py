@@ -200,7 +200,7 @@ def _tensor_operand(v: Value) -> bool:
         return type(v.obj) in (int, float)
     if type(v) is Const:
         return isinstance(v.value, (int, float, bool, complex)) or v.value is None
-    return type(v).__name__ in ("TupleVar", "ListVar", "SymNumVar")
+    return type(v).__name__ in ("TupleVar", "ListVar", "SymNumVar", "SymFloatVar")
 
 
 def compare(d, f, op: str, a: Value, b: Value):

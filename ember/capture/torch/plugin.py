@@ -23,6 +23,7 @@ from .located import graph_error
 from . import dynamic as DYN
 from .dynamic import module_weight as _module_weight
 from . import symsize as _symsize  # noqa: F401  (registers the rules of symbolic ints)
+from . import symfloat as _symfloat   # (registers the rules of symbolic floats)
 from .modules import NNModuleVar, _has_hooks, _own_getattribute, construct_module
 from .ops import record
 
@@ -354,6 +355,9 @@ class TorchPlugin:
         if why is not None:
             raise d.unsupported(f, why, "it runs eagerly at this graph break (fullgraph=True allows none: move the "
                                          "call out of the compiled function)")
+        r = _symfloat.call(d, f, fn, args, kwargs)
+        if r is not None:
+            return r
         try:
             special = _CTX.get(fn) or _CONST_RULES.get(fn) or _CONST_RULES.get(_unwrapped(fn, _CONST_RULES))
         except TypeError:

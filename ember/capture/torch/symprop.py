@@ -156,7 +156,7 @@ def _sym_meta(st, v: Value) -> Any:
         if v.sym is None:
             return v.meta
         return symbolic_meta(st.table, v.meta, v.sym)
-    if t is SymNumVar:
+    if t is SymNumVar or t.__name__ == "SymFloatVar":
         return v.sym
     if t is Const:
         return v.value
@@ -220,6 +220,8 @@ def _sym_arg(v: Value) -> Any:
         return TSizes(v.sym if v.sym is not None else tuple(int(n) for n in v.meta.shape))
     if t is SymNumVar:
         return v.sym.node.expr
+    if t.__name__ == "SymFloatVar":     # a float operand: sizes never depend on its value
+        return v.sym.node.hint
     if t is Const:
         return v.value
     if t in (TupleVar, ListVar):

@@ -116,13 +116,13 @@ def _binary(d, f, op: str, a: Value, b: Value):
     if pa is None or pb is None:
         if type(a).__name__ == "TensorVar" or type(b).__name__ == "TensorVar":
             return NotImplemented
-        if type(a) is SymNumVar and type(b) is Const and type(b.value) is float:
-            return d.binary(f, op, Const(specialize(a, "arithmetic with a float", f)), b)
-        if type(b) is SymNumVar and type(a) is Const and type(a.value) is float:
-            return d.binary(f, op, a, Const(specialize(b, "arithmetic with a float", f)))
+        if type(a) is Const and type(a.value) is float or type(b) is Const and type(b.value) is float:
+            return FLOAT["arithmetic"](d, f, op, a, b)      # a symbolic float (symfloat.py)
         return NotImplemented
     fn = _INT_OPS.get(base)
-    if fn is None:      # /, **, shifts, bit operations: computed on the specialized values
+    if base in ("/", "**"):     # a float (or, for **, an int) that stays symbolic (symfloat.py)
+        return FLOAT["arithmetic"](d, f, op, a, b)
+    if fn is None:      # shifts, bit operations: computed on the specialized values
         va = specialize(a, f"the operator {op}", f) if type(a) is SymNumVar else pa[0]
         vb = specialize(b, f"the operator {op}", f) if type(b) is SymNumVar else pb[0]
         return d.binary(f, op, Const(va), Const(vb))
@@ -145,6 +145,10 @@ def _compare(d, f, op: str, a: Value, b: Value):
         other = b if pb is None else a
         if type(other) is Const and type(other.value) is float:
             sv = a if pa is not None else b
+            if not (type(sv) is SymNumVar and sv.sym.node.table.unbacked):     # a relation (``s0 > 3.5``)
+                xa, xb = (sv.sym, other.value) if sv is a else (other.value, sv.sym)
+                with located(where(f)):
+                    return Const(bool(COMPARE_FNS[op](xa, xb)))
             x = specialize(sv, "compared with a float", f)
             va, vb = (x, other.value) if sv is a else (other.value, x)
             return Const(COMPARE_FNS[op](va, vb))
@@ -183,6 +187,10 @@ def _reconstruct(glue, v: SymNumVar) -> str:
         nm = UNBACKED["reconstruct_names"](glue, table, expr, nm)
     return to_python(expr, nm)
 
+
+# ``symfloat.py`` (which imports this module) registers ``arithmetic`` here: int arithmetic whose result is a
+# float (``/``, ``**``, a float operand).
+FLOAT: dict[str, Any] = {}
 
 # Handlers for data-dependent (unbacked) sizes: ``unbacked.py`` (which imports this module) registers
 # ``compare`` and ``reconstruct_names`` here when it is imported (tensor.py and ops.py import it).
