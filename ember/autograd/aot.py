@@ -366,9 +366,9 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
                             bwd_graph=bwd_graph, compile_bwd=compile_bwd,
                             multi_output_views=multi_output_views(traced.gm, n_user) & frozenset(diff))
-    graphs.version_inputs = [i for i in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
+    graphs.version_inputs = [(i, m) for i, m in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
     viewing = {a.output for a in aliases if a.base_layout is None}     # checked through their input
-    graphs.version_outputs = [k for k in traced.saved_outputs if k < n_user and k not in viewing]
+    graphs.version_outputs = [(k, m) for k, m in traced.saved_outputs if k < n_user and k not in viewing]
     return graphs, traced.out_spec
 
 
