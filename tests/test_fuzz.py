@@ -68,9 +68,10 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # (tests/autograd/test_view_outputs_inplace.py); 341232: zeros for a gradient with symbolic sizes
 # (tests/autograd/test_unused_outputs_grads.py); 350265, 350314, 350820, 351005, 351044, 341019, 341059,
 # 370485: a saved tensor's version checked where eager's backward never reads it (dead value, unused output,
-# value the compiled forward saved that aliases an input or output: tests/autograd/test_saved_versions.py).
+# value the compiled forward saved that aliases an input or output: tests/autograd/test_saved_versions.py);
+# 360755: the backward reached the history of an input no output depends on (same file).
 REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232,
-                    350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485]
+                    350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

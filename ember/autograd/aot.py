@@ -215,6 +215,22 @@ def _grad_tangents(traced: TracedGraph, joint: fx.GraphModule, diff: list[int], 
     return tangent_dependencies(traced.gm, traced.num_inputs, diff)
 
 
+def _unconnected(traced: TracedGraph, write_backs: Sequence[tuple[int, int]]) -> list[int]:
+    """The inputs that require grad but that eager's autograd graph does not connect to any output (the traced
+    ``autograd.grad`` gave None: a value only dead code used, a branch the outputs do not depend on), and that
+    the graph does not modify in place (a write-back gives those a history of their own).
+    ``runtime.run_training`` passes them to ``AotFunction`` detached: as inputs of its node, the backward
+    would reach their history with an undefined gradient, and the nodes there would still run and unpack what
+    they saved, raising where eager's graph never goes (fuzz seed 360755)."""
+    if not traced.num_tangents:
+        return []
+    out = next(n for n in traced.gm.graph.nodes if n.op == "output")
+    n_fwd = traced.num_forward_outputs
+    grads = list(out.args[0])[n_fwd:n_fwd + len(traced.grad_input_indices)]
+    mutated = {i for i, _ in write_backs}
+    return [i for i, g in zip(traced.grad_input_indices, grads) if g is None and i not in mutated]
+
+
 def _mutates(gm: fx.GraphModule) -> bool:
     """Whether the (unfunctionalized) trace calls an ATen op that writes into one of its arguments."""
     return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
@@ -366,6 +382,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
                             bwd_graph=bwd_graph, compile_bwd=compile_bwd,
                             multi_output_views=multi_output_views(traced.gm, n_user) & frozenset(diff))
+    graphs.unconnected = _unconnected(traced, write_backs)
     graphs.version_inputs = [(i, m) for i, m in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
     viewing = {a.output for a in aliases if a.base_layout is None}     # checked through their input
     graphs.version_outputs = [(k, m) for k, m in traced.saved_outputs if k < n_user and k not in viewing]

@@ -87,6 +87,7 @@ class CompiledGraphs:
     version_inputs: list[tuple[int, int]] = field(default_factory=list)
     version_outputs: list[tuple[int, int]] = field(default_factory=list)
     aliased_saved: dict | None = None       # saved positions aliasing an input/output (``_aliased_saved``)
+    unconnected: list[int] = field(default_factory=list)    # inputs passed detached (``aot._unconnected``)
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -120,7 +121,7 @@ def _run(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class AotFunction(torch.autograd.Function):
-    """``AotFunction.apply(graphs, *args)`` runs ``graphs.fwd``; its backward runs ``graphs.bwd``."""
+    """``AotFunction.apply(graphs, *primals)`` runs ``graphs.fwd``; its backward runs ``graphs.bwd``."""
 
     @staticmethod
     def forward(ctx: Any, graphs: CompiledGraphs, *primals: Any) -> tuple[Any, ...]:
@@ -355,11 +356,17 @@ def tangent_dependencies(joint: Any, num_inputs: int, diff_outputs: Sequence[int
 
 def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
     """Run ``graphs`` on ``args`` through ``AotFunction``; write mutated inputs back; return user outputs."""
+    primals = args
+    if graphs.unconnected:
+        primals = list(args)
+        for i in graphs.unconnected:
+            if isinstance(primals[i], torch.Tensor):
+                primals[i] = primals[i].detach()
     if torch.is_grad_enabled():
-        outs = list(AotFunction.apply(graphs, *args))
+        outs = list(AotFunction.apply(graphs, *primals))
     else:       # the graph enables grad itself: which outputs are differentiable was decided by the trace
         with torch.enable_grad():
-            outs = list(AotFunction.apply(graphs, *args))
+            outs = list(AotFunction.apply(graphs, *primals))
     node = _node_of(graphs, outs) if graphs.version_inputs or graphs.version_outputs else None
     finish(graphs.write_backs, graphs.aliases, args, outs)
     if graphs.multi_output_views and graphs.aliases:

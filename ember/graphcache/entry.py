@@ -74,7 +74,7 @@ def _meta(built: Any) -> dict:
                  non_diff_outputs=list(built.non_diff_outputs), tangent_contiguous=list(built.tangent_contiguous),
                  grad_tangents=[sorted(g) for g in built.grad_tangents], dynamic=bool(built.dynamic),
                  multi_output_views=sorted(built.multi_output_views), version_inputs=list(built.version_inputs),
-                 version_outputs=list(built.version_outputs))
+                 version_outputs=list(built.version_outputs), unconnected=list(built.unconnected))
     return json.loads(json.dumps(m))        # fails here (not cached) on anything that is not plain data
 
 
@@ -197,6 +197,7 @@ def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], A
                        grad_tangents=[frozenset(x) for x in m["grad_tangents"]], dynamic=m["dynamic"],
                        multi_output_views=frozenset(m["multi_output_views"]))
     g.version_inputs, g.version_outputs = list(m["version_inputs"]), list(m["version_outputs"])
+    g.unconnected = list(m["unconnected"])
     return g
 
 

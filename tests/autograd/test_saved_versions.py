@@ -308,3 +308,85 @@ def test_saved_tensor_check_under_saved_tensors_hooks(fn, after, used, raises):
     if not raises:
         torch.testing.assert_close(actual[2], expected[2])
         torch.testing.assert_close(actual[3], expected[3])
+
+
+# -- an input that eager's graph does not connect to any output ----------------------------------------------
+# A compiled graph's autograd node had an edge to every input that requires grad, so the backward reached the
+# history of an input the outputs do not depend on (used by dead code, detached, compared) with an undefined
+# gradient: the nodes there still ran and unpacked what they saved, raising where eager's backward never goes
+# (fuzz seed 360755: a dead ``t3.expand(...) * t3`` after a graph break, t3 modified in place earlier). Each
+# row: (fn(u, x), eager raises at backward); u's history holds a saved tensor modified after it was saved.
+def g_dead(u, x):
+    _dead = u * 3
+    return x * 2
+
+
+def g_detached(u, x):
+    return x * 2 + u.detach()
+
+
+def g_compared(u, x):
+    return x * (u > 0)
+
+
+def g_argmax_output(u, x):
+    return x * 2, u.argmax()
+
+
+def g_dead_across_break(u, x):
+    t = u * 3
+    _graph_break(x)
+    return x * 2 + t.detach()
+
+
+def g_inplace_on_dead_view(u, x):
+    t = u * 1
+    t[0].zero_()
+    return x.sin()
+
+
+def g_used(u, x):
+    return x * 2 + u
+
+
+def g_used_after_break(u, x):
+    _graph_break(x)
+    return x * u
+
+
+UNCONNECTED_CASES = [(g_dead, False), (g_detached, False), (g_compared, False), (g_argmax_output, False),
+                     (g_dead_across_break, False), (g_inplace_on_dead_view, False), (g_used, True),
+                     (g_used_after_break, True)]
+
+
+def _run_unconnected(fn, seed):
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(4, 3, generator=gen, requires_grad=True)
+    x = torch.randn(4, 3, generator=gen, requires_grad=True)
+    b = a * 1
+    u = b.sin()             # SinBackward saves b ...
+    with torch.no_grad():
+        b.add_(1)           # ... which is then modified: reaching u's history raises
+    STATE.clear()
+    outs = fn(u, x)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    try:
+        sum(o.float().sum() for o in outs if o.requires_grad).backward()
+    except RuntimeError as e:
+        return "backward", type(e).__name__, None, None
+    return None, None, [o.detach() for o in outs], [a.grad, x.grad]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+@pytest.mark.parametrize("fn,raises", UNCONNECTED_CASES, ids=[c[0].__name__ for c in UNCONNECTED_CASES])
+def test_input_eager_does_not_connect_is_not_reached(fn, raises, backend):
+    ember.reset()
+    compiled = ember.compile(fn, backend=backend)
+    for seed in (0, 1):
+        expected = _run_unconnected(fn, seed)
+        assert (expected[0] == "backward") == raises, expected
+        actual = _run_unconnected(compiled, seed)
+        assert actual[:2] == expected[:2], f"eager: {expected[:2]}, ember {backend}: {actual[:2]}"
+        if not raises:
+            torch.testing.assert_close(actual[2], expected[2])
+            torch.testing.assert_close(actual[3], expected[3])
