@@ -265,15 +265,21 @@ _saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 def _aliased_saved(graphs: CompiledGraphs, saved: list, primals: Sequence[Any], outs: Sequence[Any]
                    ) -> dict[int, tuple[bool, bool]]:
     """Saved position -> ``(is an output's, eager saved its memory)`` for the saved values sharing memory with
-    an input or a forward output. Computed on the first call: which saved values alias the graph's inputs and
+    an input or a forward output, except those eager checks whenever this backward runs. Computed on the first call: which saved values alias the graph's inputs and
     outputs is a property of the compiled graph (the guards fix which inputs share memory)."""
     keys = {_storage(p): False for p in primals}
     keys.update({_storage(o): True for o in outs})
     keys.pop(None, None)
-    eager = {_storage(primals[i]) for i, _ in graphs.version_inputs}
-    eager |= {_storage(outs[k]) for k, _ in graphs.version_outputs}
+    eager: dict[Any, int] = {}      # storage -> mask of the outputs whose gradient makes eager check it
+    for k, m in [(_storage(primals[i]), m) for i, m in graphs.version_inputs] + \
+            [(_storage(outs[j]), m) for j, m in graphs.version_outputs]:
+        eager[k] = eager.get(k, 0) | m
+    every = _flowing(graphs, outs)      # all differentiable outputs
     found = {i: _storage(s) for i, s in enumerate(saved)}
-    return {i: (keys[k], k in eager) for i, k in found.items() if k in keys}
+    # eager checks it whenever any gradient flows: autograd's own check on the saved tensor is eager's (the
+    # common case, a weight: no cost per call)
+    return {i: (keys[k], k in eager) for i, k in found.items()
+            if k in keys and eager.get(k, 0) & every != every}
 
 
 def _storage(t: Any) -> Any:
