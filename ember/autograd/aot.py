@@ -184,7 +184,15 @@ def _aliases(traced: TracedGraph, binder: SymbolBinder | None = None) -> list[Al
                 i = storages.get(v._meta.untyped_storage()._cdata)
             if i is not None and _val(phs[i]).dtype == v.dtype:
                 found.append(_alias_info(k, i, v, binder, _val(phs[i])))
+                found[-1].view = _made_by_view(o)
     return found + output_views(_user_output_vals(traced), set(storages))
+
+
+def _made_by_view(node: Any) -> bool:
+    """Whether ``node`` is a view op's result (a new tensor in eager, whatever its layout: ``x[:]`` is not x)."""
+    from ember.autograd.functionalize import _is_view
+    return isinstance(node, fx.Node) and node.op == "call_function" and (
+        node.target is operator.getitem or _is_view(node.target))
 
 
 def _viewed_input(node: Any, phs: list) -> int | None:

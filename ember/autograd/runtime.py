@@ -56,6 +56,9 @@ class AliasInfo:
     base_layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     # symbolic layout (a graph with symbolic sizes): args -> (size, stride, offset from the input's start)
     dynamic: Callable[[Sequence[Any]], tuple] | None = None
+    # made by a view op (``x[:]``, ``x.view_as(x)``): eager returns a new view even where it has the input's
+    # own layout; otherwise (``return x``, ``x.add_(1)``) the input itself
+    view: bool = False
 
 
 @dataclass
@@ -457,7 +460,8 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
             size, stride, offset = a.dynamic(args)
             outs[a.output] = base.as_strided(size, stride, base.storage_offset() + offset)
             continue
-        if tuple(base.shape) == a.size and tuple(base.stride()) == a.stride and base.storage_offset() == a.offset:
+        if not a.view and tuple(base.shape) == a.size and tuple(base.stride()) == a.stride \
+                and base.storage_offset() == a.offset:
             outs[a.output] = base
         else:
             outs[a.output] = base.as_strided(a.size, a.stride, a.offset)

@@ -66,7 +66,8 @@ def _meta(built: Any) -> dict:
         if a.dynamic is not None:
             raise NotCacheable("an output views an input with a symbolic layout")
         aliases.append([a.output, a.input, list(a.size), list(a.stride), a.offset, a.requires_grad,
-                        None if a.base_layout is None else [list(a.base_layout[0]), list(a.base_layout[1])]])
+                        None if a.base_layout is None else [list(a.base_layout[0]), list(a.base_layout[1])],
+                        bool(a.view)])
     m = {"num_user_outputs": built.num_user_outputs, "write_backs": [list(w) for w in built.write_backs],
          "aliases": aliases, "grad_after": bool(built.grad_after)}
     if hasattr(built, "diff_outputs"):
@@ -183,8 +184,8 @@ def _wrapper(rec: dict, blob: memoryview) -> tuple[Any, Any]:
 def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], Any]) -> Any:
     from ember.autograd.runtime import AliasInfo, CompiledGraphs
     aliases = [AliasInfo(o, i, tuple(sz), tuple(st), off, rg,
-                         None if bl is None else (tuple(bl[0]), tuple(bl[1])))
-               for o, i, sz, st, off, rg, bl in m["aliases"]]
+                         None if bl is None else (tuple(bl[0]), tuple(bl[1])), view=view)
+               for o, i, sz, st, off, rg, bl, view in m["aliases"]]
     write_backs = [tuple(w) for w in m["write_backs"]]
     if kind == "inference":
         from ember.autograd.aot import _Inference
