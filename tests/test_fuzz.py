@@ -66,8 +66,13 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # named): 320090, 320256, 320385 (backward), 330002 (call): writes into expanded tensors
 # (tests/autograd/test_expanded_writes.py); 320314: a view output updated in place after a graph break
 # (tests/autograd/test_view_outputs_inplace.py); 341232: zeros for a gradient with symbolic sizes
-# (tests/autograd/test_unused_outputs_grads.py).
-REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232]
+# (tests/autograd/test_unused_outputs_grads.py); 350265, 350314, 350820, 351005, 351044, 341019, 341059,
+# 370485: a saved tensor's version checked where eager's backward never reads it (dead value, unused output,
+# value the compiled forward saved that aliases an input or output: tests/autograd/test_saved_versions.py);
+# 360755: the backward reached the history of an input no output depends on (same file); 380041: ``x[:]``
+# returned as the input itself (tests/autograd/test_identity_views.py).
+REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232,
+                    350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

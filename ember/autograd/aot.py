@@ -184,7 +184,15 @@ def _aliases(traced: TracedGraph, binder: SymbolBinder | None = None) -> list[Al
                 i = storages.get(v._meta.untyped_storage()._cdata)
             if i is not None and _val(phs[i]).dtype == v.dtype:
                 found.append(_alias_info(k, i, v, binder, _val(phs[i])))
+                found[-1].view = _made_by_view(o)
     return found + output_views(_user_output_vals(traced), set(storages))
+
+
+def _made_by_view(node: Any) -> bool:
+    """Whether ``node`` is a view op's result (a new tensor in eager, whatever its layout: ``x[:]`` is not x)."""
+    from ember.autograd.functionalize import _is_view
+    return isinstance(node, fx.Node) and node.op == "call_function" and (
+        node.target is operator.getitem or _is_view(node.target))
 
 
 def _viewed_input(node: Any, phs: list) -> int | None:
@@ -213,6 +221,22 @@ def _grad_tangents(traced: TracedGraph, joint: fx.GraphModule, diff: list[int], 
     if any(i >= n_user for i in diff):
         return []
     return tangent_dependencies(traced.gm, traced.num_inputs, diff)
+
+
+def _unconnected(traced: TracedGraph, write_backs: Sequence[tuple[int, int]]) -> list[int]:
+    """The inputs that require grad but that eager's autograd graph does not connect to any output (the traced
+    ``autograd.grad`` gave None: a value only dead code used, a branch the outputs do not depend on), and that
+    the graph does not modify in place (a write-back gives those a history of their own).
+    ``runtime.run_training`` passes them to ``AotFunction`` detached: as inputs of its node, the backward
+    would reach their history with an undefined gradient, and the nodes there would still run and unpack what
+    they saved, raising where eager's graph never goes (fuzz seed 360755)."""
+    if not traced.num_tangents:
+        return []
+    out = next(n for n in traced.gm.graph.nodes if n.op == "output")
+    n_fwd = traced.num_forward_outputs
+    grads = list(out.args[0])[n_fwd:n_fwd + len(traced.grad_input_indices)]
+    mutated = {i for i, _ in write_backs}
+    return [i for i, g in zip(traced.grad_input_indices, grads) if g is None and i not in mutated]
 
 
 def _mutates(gm: fx.GraphModule) -> bool:
@@ -367,9 +391,10 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
                             bwd_graph=bwd_graph, compile_bwd=compile_bwd,
                             multi_output_views=multi_output_views(traced.gm, n_user) & frozenset(diff))
-    graphs.version_inputs = [i for i in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
+    graphs.unconnected = _unconnected(traced, write_backs)
+    graphs.version_inputs = [(i, m) for i, m in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
     viewing = {a.output for a in aliases if a.base_layout is None}     # checked through their input
-    graphs.version_outputs = [k for k in traced.saved_outputs if k < n_user and k not in viewing]
+    graphs.version_outputs = [(k, m) for k, m in traced.saved_outputs if k < n_user and k not in viewing]
     return graphs, traced.out_spec
 
 

@@ -56,6 +56,9 @@ class AliasInfo:
     base_layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     # symbolic layout (a graph with symbolic sizes): args -> (size, stride, offset from the input's start)
     dynamic: Callable[[Sequence[Any]], tuple] | None = None
+    # made by a view op (``x[:]``, ``x.view_as(x)``): eager returns a new view even where it has the input's
+    # own layout; otherwise (``return x``, ``x.add_(1)``) the input itself
+    view: bool = False
 
 
 @dataclass
@@ -81,9 +84,13 @@ class CompiledGraphs:
     bwd_variants: dict = field(default_factory=dict)    # frozenset of absent tangents -> (bwd, zero outputs)
     multi_output_views: frozenset = frozenset()     # user outputs eager makes with split/unbind: kept views
     # inputs and user outputs sharing memory with a tensor eager's autograd would have saved: their versions
-    # at the end of the call are checked before the backward (``check_versions``)
-    version_inputs: list[int] = field(default_factory=list)
-    version_outputs: list[int] = field(default_factory=list)
+    # at the end of the call are checked before the backward (``check_versions``), each (index, mask): only
+    # when one of the user outputs in the mask (bit k: output k) gets a gradient, as eager checks a saved
+    # tensor only when the backward node that saved it runs
+    version_inputs: list[tuple[int, int]] = field(default_factory=list)
+    version_outputs: list[tuple[int, int]] = field(default_factory=list)
+    aliased_saved: dict | None = None       # saved positions aliasing an input/output (``_aliased_saved``)
+    unconnected: list[int] = field(default_factory=list)    # inputs passed detached (``aot._unconnected``)
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -129,6 +136,11 @@ class AotFunction(torch.autograd.Function):
         if graphs.write_backs:     # an input about to be overwritten: the backward needs its old value
             mutated = {id(primals[i]) for i, _ in graphs.write_backs}
             saved = [s.clone() if id(s) in mutated else s for s in saved]
+        aliased = graphs.aliased_saved
+        if aliased is None:
+            aliased = graphs.aliased_saved = _aliased_saved(graphs, saved, primals, fwd_outs)
+        if aliased:
+            saved = _keep_aliased(ctx, saved, aliased)
         tensor_pos = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
         ctx.save_for_backward(*[saved[i] for i in tensor_pos])
         ctx.saved_other = [None if isinstance(s, torch.Tensor) else s for s in saved]
@@ -153,7 +165,11 @@ class AotFunction(torch.autograd.Function):
         graphs: CompiledGraphs = ctx.graphs
         versions = getattr(ctx, "versions", None)
         if versions:
-            check_versions(versions)
+            check_versions(versions, _flowing(graphs, grad_outputs))
+        bwd, zeros, used = _backward_for(graphs, grad_outputs)
+        aliased = getattr(ctx, "aliased", None)
+        if aliased:
+            _check_aliased(aliased, used)
         saved = list(ctx.saved_other)
         for pos, t in zip(ctx.tensor_pos, ctx.saved_tensors):
             saved[pos] = t
@@ -167,12 +183,11 @@ class AotFunction(torch.autograd.Function):
             if graphs.tangent_contiguous and graphs.tangent_contiguous[k] and not g.is_contiguous():
                 g = g.contiguous()
             tangents.append(g)
-        bwd, zeros = _backward_for(graphs, grad_outputs)
         if torch.is_grad_enabled():     # create_graph=True: the graph runs, but its gradients cannot be
             with torch.no_grad():       # differentiated again
                 grads = list(_run(bwd, *saved, *tangents))
             pos = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
-            anchors = [t for t in list(ctx.saved_tensors) + tangents
+            anchors = [t for t in [*ctx.saved_tensors, *(a[1] for a in aliased or ())] + tangents
                        if isinstance(t, torch.Tensor) and t.requires_grad]
             if pos and anchors:
                 wrapped = _NoDoubleBackward.apply(len(pos), *[grads[i] for i in pos], *anchors)
@@ -235,18 +250,91 @@ def _unviewed(outs: list, primals: tuple, keep: frozenset) -> list:
     return out
 
 
-def _backward_for(graphs: CompiledGraphs, grad_outputs: tuple) -> tuple[Any, dict]:
+def _backward_for(graphs: CompiledGraphs, grad_outputs: tuple) -> tuple[Any, dict, frozenset | None]:
     """The backward to run: ``graphs.bwd``, or where the loss left outputs unused, a variant without what
-    depends on their tangents alone (``ember.autograd.tangents``), compiled once per such pattern."""
+    depends on their tangents alone (``ember.autograd.tangents``), compiled once per such pattern; with the
+    positions of the saved values it reads (None: all)."""
     absent = frozenset(k for k, i in enumerate(graphs.diff_outputs) if grad_outputs[i] is None)
     if not absent or graphs.bwd_graph is None:
-        return graphs.bwd, {}
+        return graphs.bwd, {}, None
     hit = graphs.bwd_variants.get(absent)
     if hit is None:
         from ember.autograd.tangents import without_tangents
         gm, zeros = without_tangents(graphs.bwd_graph, len(graphs.diff_outputs), absent)
-        hit = graphs.bwd_variants[absent] = (graphs.compile_bwd(gm) if graphs.compile_bwd else gm, zeros)
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"][:graphs.num_saved]
+        used = frozenset(k for k, n in enumerate(phs) if n.users)
+        hit = graphs.bwd_variants[absent] = (graphs.compile_bwd(gm) if graphs.compile_bwd else gm, zeros, used)
     return hit
+
+
+# -- saved values that are the caller's tensors ---------------------------------------------------------------
+# The compiled forward may save an input or an output (or a view of one), and the caller may modify it in place
+# after the call, where eager raises nothing: eager checks only what its own nodes saved, and only in the nodes
+# a gradient reaches (``check_versions``). ``save_for_backward`` would make autograd check it whenever this
+# backward runs. So, for a value sharing memory with what eager saved, the saved tensor is its ``.data`` (the
+# same memory under a version counter of its own: autograd's check passes) and its version is checked here
+# instead, only where the backward that runs (the variant for the absent tangents) reads it. Under the user's
+# saved-tensor hooks autograd checks no version: the hooks get the tensor itself, and only this check runs.
+# A value eager did not save (the partitioner recomputes ``tanh(x)`` from the input ``x`` where eager saved the
+# tanh): a later in-place change of it is none of eager's business, so the forward saves a copy of it.
+_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+
+
+def _aliased_saved(graphs: CompiledGraphs, saved: list, primals: Sequence[Any], outs: Sequence[Any]
+                   ) -> dict[int, tuple[bool, bool]]:
+    """Saved position -> ``(is an output's, eager saved its memory)`` for the saved values sharing memory with
+    an input or a forward output, except those eager checks whenever this backward runs. Computed on the first call: which saved values alias the graph's inputs and
+    outputs is a property of the compiled graph (the guards fix which inputs share memory)."""
+    keys = {_storage(p): False for p in primals}
+    keys.update({_storage(o): True for o in outs})
+    keys.pop(None, None)
+    eager: dict[Any, int] = {}      # storage -> mask of the outputs whose gradient makes eager check it
+    for k, m in [(_storage(primals[i]), m) for i, m in graphs.version_inputs] + \
+            [(_storage(outs[j]), m) for j, m in graphs.version_outputs]:
+        eager[k] = eager.get(k, 0) | m
+    every = _flowing(graphs, outs)      # all differentiable outputs
+    found = {i: _storage(s) for i, s in enumerate(saved)}
+    # eager checks it whenever any gradient flows: autograd's own check on the saved tensor is eager's (the
+    # common case, a weight: no cost per call)
+    return {i: (keys[k], k in eager) for i, k in found.items()
+            if k in keys and eager.get(k, 0) & every != every}
+
+
+def _storage(t: Any) -> Any:
+    try:
+        return t.untyped_storage()._cdata if isinstance(t, torch.Tensor) else None
+    except (RuntimeError, NotImplementedError):     # no storage (sparse, nested)
+        return None
+
+
+def _keep_aliased(ctx: Any, saved: list, aliased: dict[int, tuple[bool, bool]]) -> list:
+    """``saved`` with the values aliasing an input or output that eager saved behind ``.data`` (without
+    saved-tensor hooks), those eager did not save copied; ``ctx.aliased``: ``(position, tensor, version)`` of
+    each checked one (an output detached: the node holding its own output is a reference cycle; an input as it
+    is, for the gradients' ``requires_grad`` under create_graph)."""
+    hooks = _saved_hooks(False) is not None
+    kept, saved = [], list(saved)
+    for i, (out, eager) in aliased.items():
+        t = saved[i]
+        if not isinstance(t, torch.Tensor):
+            continue
+        if not eager:
+            with torch.no_grad():
+                saved[i] = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+            if not out and t.requires_grad:
+                kept.append((i, t, None))       # not checked: for ``requires_grad`` under create_graph only
+            continue
+        kept.append((i, t.detach() if out else t, t._version))
+        if not hooks:
+            saved[i] = t.data
+    ctx.aliased = kept
+    return saved
+
+
+def _check_aliased(aliased: list, used: frozenset | None) -> None:
+    for pos, t, version in aliased:
+        if version is not None and t._version != version and (used is None or pos in used):
+            raise modified_error(t, version)    # the backward would read a value changed since the call
 
 
 def _unreached(graphs: CompiledGraphs, grad_outputs: tuple, grads: list) -> list:
@@ -292,11 +380,17 @@ def tangent_dependencies(joint: Any, num_inputs: int, diff_outputs: Sequence[int
 
 def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
     """Run ``graphs`` on ``args`` through ``AotFunction``; write mutated inputs back; return user outputs."""
+    primals = args
+    if graphs.unconnected:
+        primals = list(args)
+        for i in graphs.unconnected:
+            if isinstance(primals[i], torch.Tensor):
+                primals[i] = primals[i].detach()
     if torch.is_grad_enabled():
-        outs = list(AotFunction.apply(graphs, *args))
+        outs = list(AotFunction.apply(graphs, *primals))
     else:       # the graph enables grad itself: which outputs are differentiable was decided by the trace
         with torch.enable_grad():
-            outs = list(AotFunction.apply(graphs, *args))
+            outs = list(AotFunction.apply(graphs, *primals))
     node = _node_of(graphs, outs) if graphs.version_inputs or graphs.version_outputs else None
     finish(graphs.write_backs, graphs.aliases, args, outs)
     if graphs.multi_output_views and graphs.aliases:
@@ -325,10 +419,17 @@ def modified_error(t: torch.Tensor, expected: int) -> RuntimeError:
     return RuntimeError(MODIFIED_MSG.format(what=what, now=t._version, expected=expected))
 
 
-def check_versions(versions: Sequence[tuple[torch.Tensor, int]]) -> None:
-    for t, v in versions:
-        if t._version != v:
+def check_versions(versions: Sequence[tuple[torch.Tensor, int, int]], flowing: int) -> None:
+    """Raise eager's error for a ``(tensor, version, mask)`` whose version changed, where a gradient flows
+    into an output of ``mask`` (``flowing``: the mask of the outputs whose gradient is defined)."""
+    for t, v, mask in versions:
+        if mask & flowing and t._version != v:
             raise modified_error(t, v)
+
+
+def _flowing(graphs: CompiledGraphs, grad_outputs: tuple) -> int:
+    """Bit mask of the user outputs whose gradient reached this backward (None: the loss does not use it)."""
+    return sum(1 << i for i in graphs.diff_outputs if grad_outputs[i] is not None)
 
 
 def _node_of(graphs: CompiledGraphs, outs: list[Any]) -> Any:
@@ -342,9 +443,9 @@ def _node_of(graphs: CompiledGraphs, outs: list[Any]) -> Any:
 
 def _record_versions(node: Any, graphs: CompiledGraphs, args: Sequence[Any], outs: list[Any]) -> None:
     # outputs through ``detach()`` (same version counter): the node holding its own output is a cycle
-    node.versions = ([(args[i], args[i]._version) for i in graphs.version_inputs]
-                     + [(o.detach(), o._version) for o in (outs[k] for k in graphs.version_outputs)
-                        if isinstance(o, torch.Tensor)])
+    node.versions = ([(args[i], args[i]._version, m) for i, m in graphs.version_inputs]
+                     + [(outs[k].detach(), outs[k]._version, m) for k, m in graphs.version_outputs
+                        if isinstance(outs[k], torch.Tensor)])
 
 
 def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo], args: Sequence[Any],
@@ -374,7 +475,8 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
             size, stride, offset = a.dynamic(args)
             outs[a.output] = base.as_strided(size, stride, base.storage_offset() + offset)
             continue
-        if tuple(base.shape) == a.size and tuple(base.stride()) == a.stride and base.storage_offset() == a.offset:
+        if not a.view and tuple(base.shape) == a.size and tuple(base.stride()) == a.stride \
+                and base.storage_offset() == a.offset:
             outs[a.output] = base
         else:
             outs[a.output] = base.as_strided(a.size, a.stride, a.offset)

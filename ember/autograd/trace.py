@@ -56,9 +56,11 @@ class TracedGraph:
     num_tangents: int = 0
     write_backs: list[tuple[int, int]] = field(default_factory=list)  # (input index, output index)
     # tensors eager's autograd saved for backward that the caller can reach (``SavedVersions``): the inputs
-    # and forward outputs that share their storage, whose versions the runtime checks before the backward
-    saved_inputs: list[int] = field(default_factory=list)
-    saved_outputs: list[int] = field(default_factory=list)
+    # and forward outputs that share their storage, whose versions the runtime checks before the backward,
+    # each with the bit mask of the forward outputs (bit k: flat output k) whose gradient reaches a backward
+    # node that unpacks it: eager checks a saved tensor only when such a node runs
+    saved_inputs: list[tuple[int, int]] = field(default_factory=list)
+    saved_outputs: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Recorder(TorchDispatchMode):
@@ -174,10 +176,18 @@ class SavedVersions:
     these do it themselves: a trace whose function modifies a saved tensor after saving it raises as eager's
     backward would, and the graph then runs as captured, with eager autograd, which raises at backward.
     They also record what was saved: the inputs and outputs sharing those storages, the tensors a caller can
-    still modify in place after the call (``runtime.AotFunction`` checks their versions before the backward)."""
+    still modify in place after the call (``runtime.AotFunction`` checks their versions before the backward).
+
+    Eager checks a saved tensor only when the backward node that saved it runs, and that node runs only when a
+    gradient flows into it: from an output the loss uses, not through a detached branch nor from an output
+    whose gradient is None. So each saved tensor also records the nodes that unpacked it in the traced backward
+    (which runs every node a gradient can reach), and ``reachable`` gives each value the mask of the forward
+    outputs whose gradients reach one of those nodes; the runtime checks it only when one of them has a
+    gradient (``runtime.check_versions``)."""
 
     def __init__(self) -> None:
         self.saved: list[torch.Tensor] = []
+        self.unpacked_by: dict[int, list[Any]] = {}     # saved index -> backward nodes that unpacked it
         self._hooks: Any = None
 
     def __enter__(self) -> "SavedVersions":
@@ -191,22 +201,59 @@ class SavedVersions:
             self._hooks.__exit__(*exc)
             self._hooks = None
 
-    def _pack(self, t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def _pack(self, t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
         self.saved.append(t)
-        return t, t._version
+        return t, t._version, len(self.saved) - 1
 
-    @staticmethod
-    def _unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
-        t, version = packed
+    def _unpack(self, packed: tuple[torch.Tensor, int, int]) -> torch.Tensor:
+        t, version, k = packed
         if t._version != version:
             raise modified_error(t, version)
+        self.unpacked_by.setdefault(k, []).append(torch._C._current_autograd_node())
         return t
 
-    def reachable(self, values: Sequence[Any]) -> list[int]:
-        """Indices of ``values`` (fake tensors) that share a storage with a saved tensor."""
-        storages = {_storage_key(t) for t in self.saved}
-        storages.discard(None)
-        return [i for i, v in enumerate(values) if _storage_key(v) in storages] if storages else []
+    def reachable(self, values: Sequence[Any], outputs: Sequence[Any]) -> list[tuple[int, int]]:
+        """``(i, mask)`` for each of ``values`` (fake tensors) sharing a storage with a saved tensor that the
+        traced backward unpacked: ``mask`` has bit k set where the gradient of ``outputs[k]`` reaches a node
+        that unpacks it (eager checks that tensor's version only when one of those outputs gets a gradient)."""
+        if not self.unpacked_by:
+            return []
+        masks = _output_masks(outputs)
+        every = sum(1 << k for k, o in enumerate(outputs) if getattr(o, "grad_fn", None) is not None)
+        by_storage: dict[int, int] = {}
+        for k, nodes in self.unpacked_by.items():
+            key = _storage_key(self.saved[k])
+            if key is not None:
+                mask = 0
+                for node in nodes:      # None: not inside a node (never seen): checked whenever any flows
+                    mask |= every if node is None else masks.get(node, 0)
+                by_storage[key] = by_storage.get(key, 0) | mask
+        found = [(i, by_storage.get(_storage_key(v), 0)) for i, v in enumerate(values)]
+        return [(i, m) for i, m in found if m]
+
+
+def _output_masks(outputs: Sequence[Any]) -> dict[Any, int]:
+    """Backward node -> bit mask of the ``outputs`` whose gradient reaches it (bit k: ``outputs[k]``)."""
+    roots = [(getattr(o, "grad_fn", None), k) for k, o in enumerate(outputs) if isinstance(o, torch.Tensor)]
+    roots = [(n, k) for n, k in roots if n is not None]
+    order, seen, stack = [], set(), [(n, False) for n, _ in roots]
+    while stack:        # depth-first post-order over next_functions: a node after every node it feeds
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+        elif node not in seen:
+            seen.add(node)
+            stack.append((node, True))
+            stack.extend((nxt, False) for nxt, _ in node.next_functions if nxt is not None and nxt not in seen)
+    masks: dict[Any, int] = {}
+    for node, k in roots:
+        masks[node] = masks.get(node, 0) | (1 << k)
+    for node in reversed(order):        # consumers first: each passes its mask on to what it feeds
+        m = masks.get(node, 0)
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                masks[nxt] = masks.get(nxt, 0) | m
+    return masks
 
 
 def _storage_key(t: Any) -> int | None:
@@ -254,7 +301,8 @@ def trace_aten(fn: Callable[..., Any], example_inputs: Sequence[Any], *, trainin
         setattr(root, name, value)
     gm = fx.GraphModule(root, graph)
     return TracedGraph(gm, len(fakes), len(flat_outs), spec, grad_idx, n_tan,
-                       saved_inputs=saved.reachable(fakes), saved_outputs=saved.reachable(flat_outs))
+                       saved_inputs=saved.reachable(fakes, flat_outs),
+                       saved_outputs=saved.reachable(flat_outs, flat_outs))
 
 
 def _trace_backward(rec: _Recorder, inputs: list[Any], flat_outs: list[Any]

@@ -80,6 +80,7 @@ class Build:
         self.cache, self.key, self.source, self.graph = cache, key, source, graph
         self.proc, self.tmp, self.cmd = proc, tmp, cmd
         self.lib: ctypes.CDLL | None = None
+        self.verified: bytes | None = None      # a cache hit's verified content, until it is loaded
 
     @property
     def source_path(self) -> Path:
@@ -89,7 +90,8 @@ class Build:
         if self.lib is not None:
             return self.lib
         if self.proc is None:
-            self.lib = self.cache.load(self.key)
+            self.lib = self.cache.load(self.key, self.verified)
+            self.verified = None
             if self.lib is None:        # verified but not loadable: rebuild it once, now
                 rebuilt = self.cache.compile(self.key, self.source, self.graph)
                 self.proc, self.tmp, self.cmd = rebuilt.proc, rebuilt.tmp, rebuilt.cmd
@@ -107,14 +109,15 @@ class Build:
                 f"ember.codegen.cpp: compiling the kernels of graph {self.graph} failed; generated source: "
                 f"{self.source_path}\ncommand: {shlex.join(self.cmd)}\n{tail}")
         # load what this process built (a concurrent process may replace or reject the published file), then
-        # publish it: signed and renamed atomically
+        # publish a copy of it (signed, renamed atomically): the loaded file itself is never in the cache
+        # (``_dlopen_private``)
+        data = self.tmp.read_bytes()
         try:
-            lib = ctypes.CDLL(str(self.tmp))
+            lib = _dlopen_private(self.tmp)
         except OSError as e:
-            self.tmp.unlink(missing_ok=True)
             raise CppCompileError(f"ember.codegen.cpp: the shared object built for graph {self.graph} does not "
                                   f"load ({e}); generated source: {self.source_path}") from e
-        self.cache.store.commit(self.tmp, f"{self.key}.so")
+        self.cache.store.write(f"{self.key}.so", data)
         self.cache._libs[self.key] = lib
         self.proc = None
         return lib
@@ -140,9 +143,15 @@ class CppCache:
 
     def start(self, source: str, graph: str) -> Build:
         key = self.key(source)
-        if key in self._libs or self.store.check(f"{key}.so"):
+        if key in self._libs:
             self.hits += 1
             return Build(self, key, source, graph, None, None, [])
+        data = self.store.read(f"{key}.so")
+        if data is not None:        # verified: what is loaded is a private copy of these very bytes
+            self.hits += 1
+            build = Build(self, key, source, graph, None, None, [])
+            build.verified = data
+            return build
         return self.compile(key, source, graph)
 
     def compile(self, key: str, source: str, graph: str) -> Build:
@@ -165,18 +174,38 @@ class CppCache:
         counters.bump("kernel_compiles")
         return Build(self, key, source, graph, proc, tmp, cmd)
 
-    def load(self, key: str) -> ctypes.CDLL | None:
-        """The loaded shared object ``key`` (verified by ``start``); None when the loader rejects the file (then
-        it is deleted)."""
+    def load(self, key: str, data: bytes | None = None) -> ctypes.CDLL | None:
+        """The loaded shared object ``key`` from ``data``, its content verified by ``start`` (None: read and
+        verified now); None when it is missing or the loader rejects it (then it is deleted)."""
         lib = self._libs.get(key)
         if lib is None:
+            data = data if data is not None else self.store.read(f"{key}.so")
+            if data is None:
+                return None
+            tmp = self.store.temp(".so")
             try:
-                lib = self._libs[key] = ctypes.CDLL(str(self.store.entry(f"{key}.so")))
+                tmp.write_bytes(data)
+                lib = self._libs[key] = _dlopen_private(tmp)
             except OSError as e:
+                tmp.unlink(missing_ok=True)
                 logs.log("cache", f"ember cache: cannot load {self.store.entry(f'{key}.so')} ({e}); rebuilding it")
                 self.store.discard(f"{key}.so")
                 return None
         return lib
+
+
+def _dlopen_private(path: Path) -> ctypes.CDLL:
+    """Load the shared object at ``path``, a file of this process's own, then unlink it (also when loading
+    fails). The mapping keeps the unlinked file alive, and no one can open it again: a cache entry is never
+    the loaded file. A file loaded from the cache and then rewritten in place (truncated, overwritten: by
+    another tool, or by a test that damages an entry) would lose the pages the process runs from, and the
+    process would die of SIGBUS when it next called a kernel or at exit, when the loader runs the library's
+    destructors; and what is loaded is exactly what was verified, with no window between the check and the
+    ``dlopen``. Each path is new (the loader knows a library by its path)."""
+    try:
+        return ctypes.CDLL(str(path))
+    finally:
+        path.unlink(missing_ok=True)
 
 
 _CACHES: dict[Path, CppCache] = {}

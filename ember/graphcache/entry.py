@@ -70,7 +70,8 @@ def _meta(built: Any) -> dict:
         if a.dynamic is not None:
             raise NotCacheable("an output views an input with a symbolic layout")
         aliases.append([a.output, a.input, list(a.size), list(a.stride), a.offset, a.requires_grad,
-                        None if a.base_layout is None else [list(a.base_layout[0]), list(a.base_layout[1])]])
+                        None if a.base_layout is None else [list(a.base_layout[0]), list(a.base_layout[1])],
+                        bool(a.view)])
     m = {"num_user_outputs": built.num_user_outputs, "write_backs": [list(w) for w in built.write_backs],
          "aliases": aliases, "grad_after": bool(built.grad_after)}
     if hasattr(built, "diff_outputs"):
@@ -78,7 +79,7 @@ def _meta(built: Any) -> dict:
                  non_diff_outputs=list(built.non_diff_outputs), tangent_contiguous=list(built.tangent_contiguous),
                  grad_tangents=[sorted(g) for g in built.grad_tangents], dynamic=bool(built.dynamic),
                  multi_output_views=sorted(built.multi_output_views), version_inputs=list(built.version_inputs),
-                 version_outputs=list(built.version_outputs))
+                 version_outputs=list(built.version_outputs), unconnected=list(built.unconnected))
     return json.loads(json.dumps(m))        # fails here (not cached) on anything that is not plain data
 
 
@@ -199,8 +200,8 @@ def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], A
            rebuild: Callable[[], Any] | None = None, sources: list | None = None) -> Any:
     from ember.autograd.runtime import AliasInfo, CompiledGraphs
     aliases = [AliasInfo(o, i, tuple(sz), tuple(st), off, rg,
-                         None if bl is None else (tuple(bl[0]), tuple(bl[1])))
-               for o, i, sz, st, off, rg, bl in m["aliases"]]
+                         None if bl is None else (tuple(bl[0]), tuple(bl[1])), view=view)
+               for o, i, sz, st, off, rg, bl, view in m["aliases"]]
     write_backs = [tuple(w) for w in m["write_backs"]]
     if kind == "inference":
         from ember.autograd.aot import _Inference
@@ -219,6 +220,7 @@ def _built(kind: str, m: dict, graphs: dict, finish: Callable[[Any, str, Any], A
             grad_tangents=[frozenset(x) for x in m["grad_tangents"]], dynamic=m["dynamic"],
             multi_output_views=frozenset(m["multi_output_views"]), **extra)
     g.version_inputs, g.version_outputs = list(m["version_inputs"]), list(m["version_outputs"])
+    g.unconnected = list(m["unconnected"])
     return g
 
 

@@ -169,3 +169,224 @@ def test_error_names_the_modified_tensor():
     y.add_(1)
     with pytest.raises(RuntimeError, match=r"modified by an inplace operation.*\[torch.float32 \[3\]\].*version 1"):
         y.sum().backward()
+
+
+# -- eager checks a saved tensor only when the backward node that saved it runs ------------------------------
+# (a gradient flows into it): not for an output the loss leaves unused, a detached branch, a dead value, nor a
+# value the compiled forward saved that aliases an output the loss does not reach (fuzz seeds 350265, 350314,
+# 350820, 351005, 341019). Each row: (fn, after the call, the outputs the loss uses, eager raises at backward).
+def f_sin_and_scale(x, w):
+    return x.sin() * w, x * 2
+
+
+def f_detached_sin(x, w):
+    d = x.sin().detach()
+    return x * 3 + d * w
+
+
+def f_exp_and_scale(x, w):
+    return (x * w).exp(), w * 3
+
+
+def f_sigmoid_twice(x, w):
+    s = (x + w).sigmoid()
+    return s, s * 2, w * 4
+
+
+def f_dead_sin_across_break(x, w):
+    t = x.tanh() / 3
+    keep = [t, t * 2, t.sin()]      # the sin is dead: never reached by a gradient
+    _graph_break(x)
+    t.narrow(0, 0, 2).add_(w[:2])
+    return (t,)
+
+
+def f_log_softmax_unused_across_break(x, w):
+    t1 = torch.log_softmax(x, 1)[::2]
+    t3 = x * w
+    _graph_break(x)
+    t1.zero_()
+    return (t3,)
+
+
+def f_log_softmax_used_across_break(x, w):
+    t1 = torch.log_softmax(x, 1)[::2]
+    t3 = x * w
+    _graph_break(x)
+    t1.zero_()
+    return t3, t1
+
+
+def f_tanh_of_input(x, w):
+    return x.tanh() * 2 + w         # eager saves the tanh, not x: the caller may then modify x
+
+
+def f_relu_of_input_times_weight(x, w):
+    return x.relu() * w
+
+
+def _mut_first_output(ins, outs):
+    outs[0].add_(1)
+
+
+FLOW_CASES = [
+    (f_sin_and_scale, _mut_input, (1,), False),
+    (f_sin_and_scale, _mut_input, (0,), True),
+    (f_sin_and_scale, _mut_input, (0, 1), True),
+    (f_detached_sin, _mut_input, (0,), False),
+    (f_exp_and_scale, _mut_first_output, (1,), False),
+    (f_exp_and_scale, _mut_first_output, (0,), True),
+    (f_sigmoid_twice, _mut_first_output, (2,), False),
+    (f_sigmoid_twice, _mut_first_output, (1,), True),
+    (f_sigmoid_twice, _mut_first_output, (1, 2), True),
+    (f_dead_sin_across_break, _nothing, (0,), False),
+    (f_log_softmax_unused_across_break, _nothing, (0,), False),
+    (f_log_softmax_used_across_break, _nothing, (0,), False),
+    (f_log_softmax_used_across_break, _nothing, (1,), True),
+    (f_tanh_of_input, _mut_input, (0,), False),
+    (f_relu_of_input_times_weight, _mut_input, (0,), False),
+    (f_relu_of_input_times_weight, _mut_weight, (0,), True),
+]
+
+
+def _run_loss(fn, after, used, seed):
+    """As ``_run``, with a loss of the outputs ``used`` only."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(4, 3, generator=gen, requires_grad=True)
+    w = torch.randn(4, 3, generator=gen, requires_grad=True)
+    x = a * 1
+    STATE.clear()
+    outs = fn(x, w)
+    after([x, w], outs)
+    try:
+        sum((outs[i] * (i + 1)).sum() for i in used).backward()
+    except RuntimeError as e:
+        return "backward", type(e).__name__, None, None
+    return None, None, [o.detach() for o in outs], [a.grad, w.grad]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+@pytest.mark.parametrize("fn,after,used,raises", FLOW_CASES,
+                         ids=[f"{c[0].__name__}-{c[1].__name__}-{'_'.join(map(str, c[2]))}" for c in FLOW_CASES])
+def test_saved_tensor_checked_only_where_a_gradient_flows(fn, after, used, raises, backend):
+    ember.reset()
+    compiled = ember.compile(fn, backend=backend)
+    for seed in (0, 1):
+        expected = _run_loss(fn, after, used, seed)
+        assert (expected[0] == "backward") == raises, expected      # the table says what eager does
+        actual = _run_loss(compiled, after, used, seed)
+        assert actual[:2] == expected[:2], f"eager: {expected[:2]}, ember {backend}: {actual[:2]}"
+        if not raises:
+            torch.testing.assert_close(actual[2], expected[2])
+            torch.testing.assert_close(actual[3], expected[3])
+
+
+@pytest.mark.parametrize("fn,after,used,raises", FLOW_CASES,
+                         ids=[f"{c[0].__name__}-{c[1].__name__}-{'_'.join(map(str, c[2]))}" for c in FLOW_CASES])
+def test_saved_tensor_check_under_saved_tensors_hooks(fn, after, used, raises):
+    """The same table under the user's saved-tensor hooks, where autograd checks no version itself: where
+    eager's check would not raise, ember does not either and computes eager's values. Where it would, eager
+    under hooks computes from the modified tensor, which a backward that saved other values cannot reproduce:
+    ember raises as without hooks (an error, not a gradient that differs from eager's)."""
+    ember.reset()
+    compiled = ember.compile(fn)
+
+    def run(f):
+        packed = []
+
+        def pack(t):
+            packed.append(t)
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            res = _run_loss(f, after, used, 0)
+        return res, packed
+    expected, _ = run(fn)
+    actual, packed = run(compiled)
+    assert expected[0] is None, expected        # eager under hooks: no check
+    assert actual[0] == ("backward" if raises else None), f"eager: {expected[:2]}, ember: {actual[:2]}"
+    assert packed, "the pack hook saw the compiled forward's saves"
+    if not raises:
+        torch.testing.assert_close(actual[2], expected[2])
+        torch.testing.assert_close(actual[3], expected[3])
+
+
+# -- an input that eager's graph does not connect to any output ----------------------------------------------
+# A compiled graph's autograd node had an edge to every input that requires grad, so the backward reached the
+# history of an input the outputs do not depend on (used by dead code, detached, compared) with an undefined
+# gradient: the nodes there still ran and unpacked what they saved, raising where eager's backward never goes
+# (fuzz seed 360755: a dead ``t3.expand(...) * t3`` after a graph break, t3 modified in place earlier). Each
+# row: (fn(u, x), eager raises at backward); u's history holds a saved tensor modified after it was saved.
+def g_dead(u, x):
+    _dead = u * 3
+    return x * 2
+
+
+def g_detached(u, x):
+    return x * 2 + u.detach()
+
+
+def g_compared(u, x):
+    return x * (u > 0)
+
+
+def g_argmax_output(u, x):
+    return x * 2, u.argmax()
+
+
+def g_dead_across_break(u, x):
+    t = u * 3
+    _graph_break(x)
+    return x * 2 + t.detach()
+
+
+def g_inplace_on_dead_view(u, x):
+    t = u * 1
+    t[0].zero_()
+    return x.sin()
+
+
+def g_used(u, x):
+    return x * 2 + u
+
+
+def g_used_after_break(u, x):
+    _graph_break(x)
+    return x * u
+
+
+UNCONNECTED_CASES = [(g_dead, False), (g_detached, False), (g_compared, False), (g_argmax_output, False),
+                     (g_dead_across_break, False), (g_inplace_on_dead_view, False), (g_used, True),
+                     (g_used_after_break, True)]
+
+
+def _run_unconnected(fn, seed):
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(4, 3, generator=gen, requires_grad=True)
+    x = torch.randn(4, 3, generator=gen, requires_grad=True)
+    b = a * 1
+    u = b.sin()             # SinBackward saves b ...
+    with torch.no_grad():
+        b.add_(1)           # ... which is then modified: reaching u's history raises
+    STATE.clear()
+    outs = fn(u, x)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    try:
+        sum(o.float().sum() for o in outs if o.requires_grad).backward()
+    except RuntimeError as e:
+        return "backward", type(e).__name__, None, None
+    return None, None, [o.detach() for o in outs], [a.grad, x.grad]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+@pytest.mark.parametrize("fn,raises", UNCONNECTED_CASES, ids=[c[0].__name__ for c in UNCONNECTED_CASES])
+def test_input_eager_does_not_connect_is_not_reached(fn, raises, backend):
+    ember.reset()
+    compiled = ember.compile(fn, backend=backend)
+    for seed in (0, 1):
+        expected = _run_unconnected(fn, seed)
+        assert (expected[0] == "backward") == raises, expected
+        actual = _run_unconnected(compiled, seed)
+        assert actual[:2] == expected[:2], f"eager: {expected[:2]}, ember {backend}: {actual[:2]}"
+        if not raises:
+            torch.testing.assert_close(actual[2], expected[2])
+            torch.testing.assert_close(actual[3], expected[3])

@@ -358,3 +358,40 @@ def test_two_processes_compile_the_same_kernel_into_one_empty_cache(cache, tmp_p
     assert diskcache.store_at(cache / "cpp").check(so.name)
     _check(lambda x: (x.sin() * 11.0 + x.cos()).sum(-1))
     assert cpp_build.default_cache().compiler_runs == 0
+
+
+# A shared object this process loaded, whose cache entry is then rewritten in place (truncated, emptied,
+# overwritten: another tool, or a test that damages an entry): the loaded file was the entry itself, so the
+# process lost the pages it runs from and died of SIGBUS when it next called the kernel or at exit, when the
+# loader ran the library's destructors (tests/runtime/test_cache_safety.py run alone ended with "Bus error").
+# The loaded file is now a private, unlinked copy. Run in a child process: the failure kills the process.
+_IN_PLACE = """
+import os, sys, torch, ember
+from pathlib import Path
+fn = lambda x: (x.sin() * 2.5 + x.cos()).sum(-1)
+if sys.argv[2] == "hit":        # a cache hit: the entry was built by an earlier process
+    ember.compile(fn, options={"cpu_backend": "cpp"})(torch.randn(5, 7))
+    ember.reset()
+    from ember.codegen import cpp_build
+    cpp_build._CACHES.clear()
+f = ember.compile(fn, options={"cpu_backend": "cpp"})
+x = torch.randn(5, 7)
+torch.testing.assert_close(f(x), fn(x))
+(so,) = [p for p in (Path(os.environ["EMBER_CACHE_DIR"]) / "cpp").glob("*.so") if not p.name.startswith(".")]
+data = so.read_bytes()
+with open(so, "r+b") as fh:     # in place: the same file, as ``truncate`` or ``cp`` over it would
+    fh.truncate(0)
+    fh.write({"truncated": data[:len(data) // 3], "empty": b"", "garbage": os.urandom(len(data))}[sys.argv[1]])
+x = torch.randn(5, 7)
+torch.testing.assert_close(f(x), fn(x))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("damage,how", [("truncated", "built"), ("garbage", "built"), ("truncated", "hit"),
+                                        ("empty", "hit")])
+def test_loaded_shared_object_survives_its_entry_rewritten_in_place(damage, how, cache) -> None:
+    env = {**os.environ, "EMBER_CACHE_DIR": str(cache), "EMBER_COMPILE_WORKERS": "0", "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", _IN_PLACE, damage, how], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", (res.returncode, res.stderr[-2000:])
