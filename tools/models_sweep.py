@@ -102,6 +102,69 @@ MODELS: dict[str, dict] = {
                    attention_probs_dropout_prob=0.0, drop_path_rate=0.0, num_labels=3),
     "hf_convnext": _hf("convnext", "AutoModelForImageClassification", "image", hidden_sizes=[8, 16],
                        depths=[1, 1], num_stages=2, image_size=32, drop_path_rate=0.0, num_labels=3),
+    # beyond the list: more families of transformers 5
+    "hf_gptj": _hf("gptj", "AutoModelForCausalLM", "causal", vocab_size=99, n_embd=32, n_layer=2, n_head=4,
+                   rotary_dim=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "hf_gpt_neox": _hf("gpt_neox", "AutoModelForCausalLM", "causal", **_DEC, hidden_dropout=0.0,
+                       attention_dropout=0.0),
+    "hf_gpt_bigcode": _hf("gpt_bigcode", "AutoModelForCausalLM", "causal", vocab_size=99, n_embd=32, n_layer=2,
+                          n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "hf_codegen": _hf("codegen", "AutoModelForCausalLM", "causal", vocab_size=99, n_embd=32, n_layer=2, n_head=4,
+                      rotary_dim=4, n_positions=64, n_ctx=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "hf_gemma": _hf("gemma", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2, head_dim=8),
+    "hf_gemma2": _hf("gemma2", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2, head_dim=8,
+                     sliding_window=4),
+    "hf_mixtral": _hf("mixtral", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2,
+                      num_local_experts=4, num_experts_per_tok=2),
+    "hf_qwen2_moe": _hf("qwen2_moe", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2,
+                        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        shared_expert_intermediate_size=32),
+    "hf_stablelm": _hf("stablelm", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2),
+    "hf_starcoder2": _hf("starcoder2", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2,
+                         residual_dropout=0.0, embedding_dropout=0.0),
+    "hf_xlm_roberta": _hf("xlm-roberta", "AutoModelForSequenceClassification", "text", **_BERTISH),
+    "hf_mpnet": _hf("mpnet", "AutoModelForSequenceClassification", "text", **_BERTISH),
+    "hf_convbert": _hf("convbert", "AutoModelForSequenceClassification", "text", **_BERTISH, embedding_size=32),
+    "hf_funnel": _hf("funnel", "AutoModelForSequenceClassification", "text", vocab_size=99, d_model=32, n_head=2,
+                     d_head=16, d_inner=64, block_sizes=[1, 1], num_decoder_layers=1, hidden_dropout=0.0,
+                     attention_dropout=0.0, activation_dropout=0.0, num_labels=3),
+    "hf_xlnet": _hf("xlnet", "AutoModelForSequenceClassification", "text", vocab_size=99, d_model=32, n_layer=2,
+                    n_head=2, d_inner=64, dropout=0.0, num_labels=3),
+    "hf_squeezebert": _hf("squeezebert", "AutoModelForSequenceClassification", "text", **_BERTISH,
+                          embedding_size=32),
+    "hf_pegasus": _hf("pegasus", "AutoModelForSeq2SeqLM", "seq2seq", **_BART),
+    "hf_marian": _hf("marian", "AutoModelForSeq2SeqLM", "seq2seq", **_BART, decoder_vocab_size=99),
+    "hf_mbart": _hf("mbart", "AutoModelForSeq2SeqLM", "seq2seq", **_BART),
+    "hf_beit": _hf("beit", "AutoModelForImageClassification", "image", **_VIT, use_relative_position_bias=True),
+    "hf_deit": _hf("deit", "AutoModelForImageClassification", "image", **_VIT),
+    "hf_dinov2": _hf("dinov2", "AutoModelForImageClassification", "image", **_VIT),
+    "hf_mobilevit": _hf("mobilevit", "AutoModelForImageClassification", "image", image_size=32, patch_size=2,
+                        hidden_sizes=[16, 16, 16], neck_hidden_sizes=[8, 8, 8, 8, 8, 8, 16],
+                        num_attention_heads=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        classifier_dropout_prob=0.0, num_labels=3),
+    "hf_levit": _hf("levit", "AutoModelForImageClassification", "image", image_size=32, hidden_sizes=[16, 24, 32],
+                    num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8], drop_path_rate=0.0,
+                    num_labels=3),
+    "hf_poolformer": _hf("poolformer", "AutoModelForImageClassification", "image", hidden_sizes=[8, 16, 16, 16],
+                         depths=[1, 1, 1, 1], num_labels=3),
+    "hf_resnet": _hf("resnet", "AutoModelForImageClassification", "image", embedding_size=8,
+                     hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], num_labels=3),
+    "hf_regnet": _hf("regnet", "AutoModelForImageClassification", "image", embedding_size=8,
+                     hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], groups_width=8, num_labels=3),
+    "hf_wav2vec2": _hf("wav2vec2", "AutoModelForSequenceClassification", "audio", vocab_size=99,
+                       hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                       conv_dim=(16, 16), conv_stride=(4, 4), conv_kernel=(8, 8), num_conv_pos_embeddings=8,
+                       num_conv_pos_embedding_groups=2, hidden_dropout=0.0, attention_dropout=0.0,
+                       activation_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0,
+                       classifier_proj_size=16, num_labels=3),
+    "hf_hubert": _hf("hubert", "AutoModelForSequenceClassification", "audio", vocab_size=99, hidden_size=32,
+                     num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, conv_dim=(16, 16),
+                     conv_stride=(4, 4), conv_kernel=(8, 8), num_conv_pos_embeddings=8,
+                     num_conv_pos_embedding_groups=2, hidden_dropout=0.0, attention_dropout=0.0,
+                     activation_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0,
+                     classifier_proj_size=16, num_labels=3),
+    "hf_mamba": _hf("mamba", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                    state_size=4, expand=2, conv_kernel=4, time_step_rank=4),
     "tv_mobilenet_v2": _tv("mobilenet_v2", dropout=0.0, num_classes=10),
     "tv_mobilenet_v3_small": _tv("mobilenet_v3_small", dropout=0.0, num_classes=10),
     "tv_efficientnet_b0": _tv("efficientnet_b0", dropout=0.0, stochastic_depth_prob=0.0, num_classes=10),
@@ -152,10 +215,12 @@ def _hf_inputs(spec: dict, cfg, batch: int, seed: int, labels: bool) -> dict:
               "decoder_input_ids": ids(6)}
     elif kind == "image":
         kw = {"pixel_values": torch.randn(batch, 3, 32, 32, generator=g)}
+    elif kind == "audio":
+        kw = {"input_values": torch.randn(batch, 400, generator=g)}
     else:  # clip
         kw = {"input_ids": ids(), "pixel_values": torch.randn(batch, 3, 32, 32, generator=g)}
     if labels:
-        if kind == "text" or kind == "image":
+        if kind in ("text", "image", "audio"):
             kw["labels"] = torch.randint(0, 3, (batch,), generator=g)
         elif kind == "causal":
             kw["labels"] = kw["input_ids"].clone()
@@ -170,11 +235,14 @@ def _build_hf(spec: dict):
     import torch
     import transformers
     cfg = transformers.AutoConfig.for_model(spec["type"], **spec["cfg"])
-    if hasattr(cfg, "pad_token_id") and cfg.pad_token_id is None:
-        cfg.pad_token_id = 0
+    for key, tok in (("pad_token_id", 0), ("bos_token_id", 1), ("eos_token_id", 2),
+                     ("decoder_start_token_id", 1)):
+        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= 99 or \
+                (key == "pad_token_id" and getattr(cfg, key, 0) is None):
+            setattr(cfg, key, tok)          # tiny vocabularies: the default ids of the big models are out of range
     torch.manual_seed(0)
     model = getattr(transformers, spec["head"]).from_config(cfg)
-    return model, lambda b, s, labels: ((), _hf_inputs(spec, cfg, b, s, labels)), True
+    return model, lambda b, s, labels: ((), _hf_inputs(spec, cfg, b, s, labels), None), True
 
 
 def _build_tv(spec: dict):
@@ -191,8 +259,8 @@ def _build_tv(spec: dict):
         g = torch.Generator().manual_seed(s)
         x = torch.randn(b, 3, res, res, generator=g)
         if spec["fn"].startswith("detection."):
-            return ([t for t in x],), {}
-        return (x,), ({"labels": torch.randint(0, 10, (b,), generator=g)} if labels else {})
+            return ([t for t in x],), {}, None
+        return (x,), {}, torch.randint(0, 10, (b,), generator=g)
     return model, inputs, spec["train"]
 
 
@@ -251,7 +319,7 @@ def _compare_outputs(what, got, ref32, ref64) -> list[str]:
     return [m for i, (x, y, z) in enumerate(zip(a, b, c)) if (m := _mismatch(f"{what}[{i}]", x, y, z))]
 
 
-def _loss(out, args) -> "object":
+def _loss(out, target) -> "object":
     import torch
     loss = getattr(out, "loss", None)
     if loss is None and isinstance(out, dict):
@@ -259,7 +327,7 @@ def _loss(out, args) -> "object":
     if loss is not None:
         return loss
     logits = out if isinstance(out, torch.Tensor) else _flat(out)[0]
-    return torch.nn.functional.cross_entropy(logits, args[1]["labels"])
+    return torch.nn.functional.cross_entropy(logits, target)
 
 
 # ----------------------------------------------------------------------------------------- child steps
@@ -275,7 +343,7 @@ def _stats_delta(before: dict) -> dict:
 def _eval_phase(model, m64, compiled, inputs, res: dict) -> None:
     import torch
     for call, batch in enumerate((2, 3)):
-        args, kw = inputs(batch, 100 + call, False)
+        args, kw, _ = inputs(batch, 100 + call, False)
         with torch.no_grad():
             ref32 = model(*args, **kw)
             ref64 = m64(*_to64(args), **_to64(kw))
@@ -285,7 +353,7 @@ def _eval_phase(model, m64, compiled, inputs, res: dict) -> None:
 
 def _timing(model, compiled, inputs, res: dict, reps: int = 5) -> None:
     import torch
-    args, kw = inputs(3, 7, False)
+    args, kw, _ = inputs(3, 7, False)
 
     def med(f):
         ts = []
@@ -299,12 +367,12 @@ def _timing(model, compiled, inputs, res: dict, reps: int = 5) -> None:
 
 
 def _train_phase(model, m64, cmodel, compiled, inputs, res: dict) -> None:
-    args, kw = inputs(2, 200, True)
+    args, kw, target = inputs(2, 200, True)
     for m in (model, m64, cmodel):
         m.train()
-    l32 = _loss(model(*args, **kw), (args, kw))
-    l64 = _loss(m64(*_to64(args), **_to64(kw)), (args, kw))
-    lc = _loss(compiled(*args, **kw), (args, kw))
+    l32 = _loss(model(*args, **kw), target)
+    l64 = _loss(m64(*_to64(args), **_to64(kw)), target)
+    lc = _loss(compiled(*args, **kw), target)
     for loss in (l32, l64, lc):
         loss.backward()
     res["problems"] += [m for m in [_mismatch("loss", lc.detach(), l32.detach(), l64.detach())] if m]
@@ -318,13 +386,14 @@ def _train_phase(model, m64, cmodel, compiled, inputs, res: dict) -> None:
             res["problems"].append(m)
 
 
-def _break_reasons(model, inputs) -> list[str]:
+def _break_reasons(model, inputs, train: bool) -> list[str]:
     import torch
     import ember
-    args, kw = inputs(2, 100, False)
-    with torch.no_grad():
+    args, kw, _ = inputs(2, 100, train)
+    model.train(train)
+    with torch.set_grad_enabled(train):
         ex = ember.explain(copy.deepcopy(model))(*args, **kw)
-    return [str(r) for r in ex.break_reasons]
+    return [("train: " if train else "") + str(r) for r in ex.break_reasons]
 
 
 def run_one(name: str) -> dict:
@@ -350,10 +419,10 @@ def run_one(name: str) -> dict:
         before = ember.stats()
         _train_phase(model, m64, cmodel, compiled, inputs, res)
         res["train"] = _stats_delta(before)
-    if res["eval"]["graph_breaks"] or res.get("train", {}).get("graph_breaks"):
-        res["phase"] = "explain"
-        model.eval()
-        res["breaks"] = _break_reasons(model, inputs)
+    res["phase"] = "explain"
+    res["breaks"] = _break_reasons(model, inputs, False) if res["eval"]["graph_breaks"] else []
+    if res.get("train", {}).get("graph_breaks"):
+        res["breaks"] += _break_reasons(model, inputs, True)
     res["phase"] = "done"
     return res
 
