@@ -18,6 +18,7 @@ import types
 import weakref
 from typing import Any
 
+from ..emit import object_name
 from . import rules as R
 from . import dunders, polyfills, subclasses
 from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
@@ -526,9 +527,12 @@ def _call_pure(d: SymbolicDomain, f, fn, args, kwargs) -> Value | None:
 
 
 def _fn_name(fn: Any) -> str:
-    mod = getattr(fn, "__module__", None)
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    return f"{mod}.{name}" if mod and mod != "builtins" else name
+    try:
+        mod = getattr(fn, "__module__", None)
+    except Exception:       # noqa: BLE001 - see object_name
+        mod = None
+    name = object_name(fn)
+    return f"{mod}.{name}" if isinstance(mod, str) and mod and mod != "builtins" else name
 
 
 def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
