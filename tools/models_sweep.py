@@ -16,8 +16,8 @@ Usage (transformers and torchvision are not dependencies of ember; put them on t
 
     PYTHONPATH=/tmp/tvpkgs:/tmp/hfpkgs python tools/models_sweep.py [NAME_OR_PREFIX ...] [--timeout S]
 
-Prints one row per model: status (ok / wrong / crash / breaks / timeout / skip), graphs, breaks, recompiles,
-eager and compiled cached-call times, and the first reason.
+Prints one row per model: status (ok / wrong / crash / breaks / nograph / skip), graphs (compiled or read from the
+whole-graph cache), breaks, recompiles, eager and compiled cached-call times, and the first reason.
 """
 from __future__ import annotations
 
@@ -352,7 +352,8 @@ def _stats_delta(before: dict) -> dict:
     import ember
     now = ember.stats()
     return {k: now.get(k, 0) - before.get(k, 0) for k in ("graphs_compiled", "graph_breaks", "recompiles",
-                                                             "fallbacks_to_eager", "frames_compiled")}
+                                                             "fallbacks_to_eager", "frames_compiled", "graph_cache_hits",
+                                                             "cache_hits")}
 
 
 def _eval_phase(model, m64, compiled, inputs, res: dict) -> None:
@@ -478,7 +479,7 @@ def _status(res: dict) -> tuple[str, str]:
         return "wrong", f"{len(res['problems'])} mismatches; first: {res['problems'][0]}"
     if res.get("breaks") or res["eval"]["graph_breaks"] or res.get("train", {}).get("graph_breaks"):
         return "breaks", (res.get("breaks") or ["?"])[0]
-    if not res["eval"]["graphs_compiled"]:
+    if not res["eval"]["graphs_compiled"] and not res["eval"].get("graph_cache_hits"):
         return "nograph", "no graph compiled: ember ran it eagerly"
     return "ok", ""
 
@@ -486,8 +487,9 @@ def _status(res: dict) -> tuple[str, str]:
 def _row(name: str, res: dict) -> str:
     status, why = _status(res)
     ev, tr = res.get("eval", {}), res.get("train", {})
-    cells = [name, status, str(ev.get("graphs_compiled", "")), str(ev.get("graph_breaks", "")),
-             str(ev.get("recompiles", "")), str(tr.get("graphs_compiled", "")), str(tr.get("graph_breaks", "")),
+    graphs = lambda st: str(st["graphs_compiled"] + st.get("graph_cache_hits", 0)) if st else ""  # noqa: E731
+    cells = [name, status, graphs(ev), str(ev.get("graph_breaks", "")),
+             str(ev.get("recompiles", "")), graphs(tr), str(tr.get("graph_breaks", "")),
              str(res.get("eager_ms", "")), str(res.get("ember_ms", "")), why.replace("|", "/")[:160]]
     return "| " + " | ".join(cells) + " |"
 
