@@ -88,9 +88,11 @@ def object_name(obj: Any) -> str:
 
 def c_name(hint: Any, fallback: str = "v") -> str:
     """An identifier made of ``[A-Za-z0-9_]`` from ``hint`` (for C/C++, Triton and Python names)."""
-    if not isinstance(hint, (str, int)):
-        hint = object_name(hint)
-    s = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in str(hint))
+    try:
+        text = str(hint)
+    except Exception:       # noqa: BLE001 - an object whose repr raises (see object_name)
+        text = object_name(hint)
+    s = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in text)
     if not s or s[0].isdigit():
         s = f"{fallback}_{s}"
     return s
