@@ -72,9 +72,27 @@ def py_name(name: Any) -> str:
     return name
 
 
+def object_name(obj: Any) -> str:
+    """``obj``'s ``__qualname__`` (or ``__name__``) when it is a string, else its type's name. Read defensively:
+    objects answer any attribute (``torch.classes`` namespaces, mocks, proxies) with another object, or raise
+    errors other than AttributeError, and must not break the compile that names them."""
+    for attr_name in ("__qualname__", "__name__"):
+        try:
+            v = getattr(obj, attr_name, None)
+        except Exception:       # noqa: BLE001 - a user __getattr__ may raise anything
+            v = None
+        if isinstance(v, str) and v:
+            return v
+    return type(obj).__name__
+
+
 def c_name(hint: Any, fallback: str = "v") -> str:
     """An identifier made of ``[A-Za-z0-9_]`` from ``hint`` (for C/C++, Triton and Python names)."""
-    s = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in str(hint))
+    try:
+        text = str(hint)
+    except Exception:       # noqa: BLE001 - an object whose repr raises (see object_name)
+        text = object_name(hint)
+    s = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else "_" for ch in text)
     if not s or s[0].isdigit():
         s = f"{fallback}_{s}"
     return s

@@ -534,7 +534,14 @@ def _locals(d, f, args, kwargs):
 def _id(d, f, args, kwargs):
     ro = args[0].real_object()
     if ro is NULL or getattr(args[0], "is_new", False):
-        raise d.unsupported(f, "id() of a value made inside compiled code")
+        # a value made by the trace has no object yet: it is identified by its Value, and a sentinel kept
+        # alive with the compiled code lends it an id that no other object has (copy.deepcopy keys its memo
+        # on ids). Like eager's ids of new objects, the number says nothing but identity.
+        tok = d.new_ids.get(id(args[0]))
+        if tok is None:
+            tok = d.new_ids[id(args[0])] = (args[0], object())
+            d.keepalive.append(tok[1])
+        return Const(id(tok[1]))
     return Const(id(ro))
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..emit import object_name
 from .sources import Codegen, Source, literal
 
 
@@ -69,7 +70,7 @@ class GuardSet:
                  f"type of {self.cg.plain(src)} is {t.__qualname__}")
 
     def id_match(self, src: Source, obj: object) -> None:
-        name = getattr(obj, "__qualname__", None) or type(obj).__name__
+        name = object_name(obj)
         self.add(f"{src.expr(self.cg)} is {self.cg.bind(obj, name)}", f"{self.cg.plain(src)} is the same {name}")
 
     def _same_or(self, e: str, v: object, check: str) -> str:

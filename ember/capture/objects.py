@@ -18,8 +18,9 @@ import types
 import weakref
 from typing import Any
 
+from ..emit import object_name
 from . import rules as R
-from . import dunders, subclasses
+from . import dunders, polyfills, subclasses
 from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
 from .instance_attrs import lookup_type_attr, real_instance_attr  # noqa: F401  (lookup_type_attr: part of this module's interface)
 from .interpreter import NULL, UserException
@@ -402,6 +403,10 @@ def _iter_method(d, f, v, name, args, kwargs):
     return stop_if_done(d, f, *d.next(f, v))
 
 
+def _declined(d, f, args, kwargs):
+    return NotImplemented
+
+
 # -- calls -----------------------------------------------------------------------------------------------
 @R.CALL.register(Const)
 def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
@@ -459,6 +464,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         return dunders.object_compare(d, f, fn.__name__, args[0], args[1])
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
             and lookup_type_attr(type(args[0].obj), fn.__name__) is fn:
+        r = polyfills.C_METHOD_RULES.get(fn, _declined)(d, f, args, kwargs)
+        if r is not NotImplemented:
+            return r
         raise d.unsupported(f, f"calling {_fn_name(fn)} (a method written in C) on a "
                                f"{type(args[0].obj).__name__} object")
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and type(args[0]) is not Const:
@@ -519,9 +527,12 @@ def _call_pure(d: SymbolicDomain, f, fn, args, kwargs) -> Value | None:
 
 
 def _fn_name(fn: Any) -> str:
-    mod = getattr(fn, "__module__", None)
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    return f"{mod}.{name}" if mod and mod != "builtins" else name
+    try:
+        mod = getattr(fn, "__module__", None)
+    except Exception:       # noqa: BLE001 - see object_name
+        mod = None
+    name = object_name(fn)
+    return f"{mod}.{name}" if isinstance(mod, str) and mod and mod != "builtins" else name
 
 
 def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:

@@ -45,6 +45,7 @@ class SymbolicDomain:
         self.by_id: dict[int, Value] = {}
         self.real_of: dict[int, Any] = {}      # id(value) -> the existing object it wraps (a tensor input too)
         self.keepalive: list[Any] = []
+        self.new_ids: dict[int, tuple[Value, object]] = {}    # id() of values made by the trace
         self.side_effects: list[Value] = []          # mutated existing values, in first-mutation order
         self.global_writes: dict[tuple[int, str], tuple[dict, str, Any]] = {}
         self.new_objects: list[ObjectVar] = []

@@ -167,13 +167,38 @@ def full_like(x: Any, value: Any, dtype: torch.dtype | None = None) -> Any:
 
 
 def memory_order(x: Any) -> tuple[int, ...] | None:
-    """The dims of ``x`` from outermost to innermost in memory, the layout ``empty_like(x)`` allocates (dims
-    sorted by decreasing stride, ties in dim order); None when that is row-major, or when a stride is symbolic
-    (the order is then unknown: row-major is assumed)."""
+    """The dims of ``x`` from outermost to innermost in memory in the layout ``empty_like(x)`` allocates; None
+    when that is row-major, or when a stride is symbolic (the order is then unknown: row-major is assumed).
+
+    PyTorch orders the dims by an insertion sort from the innermost dim out that swaps two dims only when the
+    outer one has the smaller stride (equal strides: the larger size goes out) and treats a stride of 0 as
+    comparable with nothing, so an expanded dim stays where row-major order puts it: ``empty_like`` of
+    ``k[:, :, None].expand(...).reshape(b, h, l, e)`` (strides ``(l*e, 0, e, 1)``) is row-major, not one with
+    ``h`` innermost (a plain sort by stride gave that, and an attention kernel then read keys whose last dim
+    did not have stride 1)."""
     try:        # sympy strides (int() of a torch.SymInt would pin the size): a symbol raises
         strides = [int(st) for st in meta_of(x).stride]
     except TypeError:
         return None
-    order = tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d)))
+    sizes = list(x.shape)
+
+    def outer_first(a: int, b: int) -> int:      # > 0: dim a must go inside dim b
+        if strides[a] == 0 or strides[b] == 0:
+            return 0
+        if strides[a] != strides[b]:
+            return 1 if strides[a] > strides[b] else -1
+        return 1 if sizes[a] > sizes[b] else 0
+
+    perm = list(range(len(strides)))[::-1]       # innermost first
+    for i in range(1, len(perm)):
+        j = i
+        for k in range(i - 1, -1, -1):
+            c = outer_first(perm[k], perm[j])
+            if c > 0:
+                perm[k], perm[j] = perm[j], perm[k]
+                j = k
+            elif c < 0:
+                break
+    order = tuple(reversed(perm))
     big = [d for d in order if x.shape[d] != 1]       # size-1 dims do not change where elements lie
     return None if big == sorted(big) else order

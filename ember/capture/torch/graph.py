@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ember.autograd.overlap import ORDER, check_writes, may_overlap
 
+from ...emit import object_name
 from ...errors import Unsupported
 from ..interpreter import UserException
 from ..sources import Source
@@ -374,7 +375,7 @@ def _cpu_scalars(args):
 
 
 def _name(fn) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return object_name(fn)
 
 
 _SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}

@@ -1,0 +1,53 @@
+"""Methods of ``object`` written in C that the trace runs as Python, where the C code's behaviour for a plain
+Python class is short enough to restate.
+
+``copy.copy``/``copy.deepcopy`` of a user object (transformers deep-copies its config inside ``forward`` to
+build a cache) ends in ``object.__reduce_ex__(obj, 4)``. For a class made only of Python classes, without
+``__slots__`` and without its own ``__reduce__``/``__getstate__``/``__getnewargs__``, CPython's ``reduce_newobj``
+returns ``(copyreg.__newobj__, (cls,), state, None, None)`` where ``state`` is the instance ``__dict__`` itself,
+or None when it is empty; ``copy._reconstruct`` then makes the object with ``cls.__new__`` and updates its
+``__dict__``, all of which the interpreter follows. Any other class keeps the graph break (its C path differs).
+
+Rules take ``(d, f, args, kwargs)`` like the builtin rules and return NotImplemented to decline.
+"""
+from __future__ import annotations
+
+import copyreg
+
+from .instance_attrs import lookup_type_attr
+from .interpreter import NULL
+
+_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class written in Python
+
+
+def _plain_python_class(cls: type) -> bool:
+    """Every class of the MRO but ``object`` is a Python class with an instance ``__dict__`` and no slots, and
+    nothing overrides how ``object`` reduces it."""
+    if cls is object:
+        return False
+    for k in cls.__mro__[:-1]:
+        if not (k.__flags__ & _HEAPTYPE) or "__slots__" in k.__dict__:
+            return False
+    own = (("__reduce__", object.__reduce__), ("__getstate__", object.__getstate__),
+           ("__getnewargs_ex__", NULL), ("__getnewargs__", NULL))
+    return all(lookup_type_attr(cls, n) is want for n, want in own) and lookup_type_attr(cls, "__dict__") is not NULL
+
+
+def _reduce_newobj(obj, protocol):
+    state = object.__getattribute__(obj, "__dict__")
+    return copyreg.__newobj__, (type(obj),), (state if state else None), None, None
+
+
+def _reduce_ex_rule(d, f, args, kwargs):
+    if len(args) != 2 or kwargs:
+        return NotImplemented
+    cls = args[0].python_type()
+    protocol = d.as_python(f, args[1])
+    if not isinstance(protocol, int) or protocol < 2 or not _plain_python_class(cls):
+        return NotImplemented
+    return d.inline(f, _reduce_newobj, list(args), {})
+
+
+C_METHOD_RULES = {object.__reduce_ex__: _reduce_ex_rule}
+
+__all__ = ["C_METHOD_RULES"]

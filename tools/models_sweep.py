@@ -1,0 +1,529 @@
+"""Sweep real models outside the zoo through ``ember.compile`` and compare with eager.
+
+For each model of the table (transformers models built from tiny configs, torchvision models with
+``weights=None``; random weights, nothing downloaded) a child process
+
+* runs the eval forward twice, the second time with another batch size (a dynamic-shape recompile);
+* runs one training step (``loss.backward()``) and compares the loss, every parameter's gradient and every
+  buffer after the step (BatchNorm statistics);
+* counts graphs, graph breaks and recompiles (``ember.stats()``), and the break reasons (``ember.explain``);
+* times a cached eval call against eager.
+
+Values are compared against a float64 eager reference: the compiled result may be off from it by at most
+``ERR_FACTOR`` times what eager float32 is off (plus a tiny relative floor), as issue 31 measures ShuffleNetV2.
+
+Usage (transformers and torchvision are not dependencies of ember; put them on the path)::
+
+    PYTHONPATH=/tmp/tvpkgs:/tmp/hfpkgs python tools/models_sweep.py [NAME_OR_PREFIX ...] [--timeout S]
+
+Prints one row per model: status (ok / wrong / crash / breaks / nograph / skip), graphs (compiled or read from the
+whole-graph cache), breaks, recompiles, eager and compiled cached-call times, and the first reason.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ERR_FACTOR = 10.0
+REL_FLOOR = 1e-5
+
+# ---------------------------------------------------------------------------------------------- the table
+
+
+def _hf(model_type: str, head: str, kind: str, **cfg):
+    return {"src": "hf", "type": model_type, "head": head, "kind": kind, "cfg": cfg}
+
+
+def _tv(fn: str, res: int = 64, train: bool = True, **kw):
+    return {"src": "tv", "fn": fn, "res": res, "train": train, "kw": kw}
+
+
+_BERTISH = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0, num_labels=3)
+_DEC = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=64)
+_BART = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+             decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+             dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+_VIT = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3)
+
+MODELS: dict[str, dict] = {
+    "hf_t5": _hf("t5", "AutoModelForSeq2SeqLM", "seq2seq", vocab_size=99, d_model=32, d_kv=8, d_ff=64,
+                 num_layers=2, num_heads=4, dropout_rate=0.0),
+    "hf_bart": _hf("bart", "AutoModelForSeq2SeqLM", "seq2seq", **_BART),
+    "hf_whisper": _hf("whisper", "AutoModelForSpeechSeq2Seq", "whisper",
+                      **{**_BART, "num_mel_bins": 16, "max_source_positions": 16, "max_target_positions": 32}),
+    "hf_vit": _hf("vit", "AutoModelForImageClassification", "image", **_VIT),
+    "hf_clip": _hf("clip", "AutoModel", "clip",
+                   text_config=dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                    intermediate_size=64, max_position_embeddings=64),
+                   vision_config=dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, intermediate_size=64), projection_dim=16),
+    "hf_distilbert": _hf("distilbert", "AutoModelForSequenceClassification", "text", vocab_size=99, dim=32,
+                         n_layers=2, n_heads=2, hidden_dim=64, dropout=0.0, attention_dropout=0.0,
+                         seq_classif_dropout=0.0, num_labels=3),
+    "hf_roberta": _hf("roberta", "AutoModelForSequenceClassification", "text", **_BERTISH),
+    "hf_electra": _hf("electra", "AutoModelForSequenceClassification", "text", **_BERTISH, embedding_size=16),
+    "hf_albert": _hf("albert", "AutoModelForSequenceClassification", "text", **_BERTISH, embedding_size=16,
+                     classifier_dropout_prob=0.0),
+    "hf_deberta_v2": _hf("deberta-v2", "AutoModelForSequenceClassification", "text", **_BERTISH),
+    "hf_mobilebert": _hf("mobilebert", "AutoModelForSequenceClassification", "text", **_BERTISH,
+                         embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16,
+                         num_feedforward_networks=2),
+    "hf_mistral": _hf("mistral", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2),
+    "hf_qwen2": _hf("qwen2", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2),
+    "hf_phi": _hf("phi", "AutoModelForCausalLM", "causal", **_DEC, resid_pdrop=0.0, embd_pdrop=0.0),
+    "hf_gpt_neo": _hf("gpt_neo", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32, num_layers=2,
+                      num_heads=4, attention_types=[[["global", "local"], 1]], max_position_embeddings=64,
+                      window_size=4, embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0),
+    "hf_opt": _hf("opt", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, ffn_dim=64, word_embed_proj_dim=32, max_position_embeddings=64,
+                  dropout=0.0, attention_dropout=0.0),
+    "hf_falcon": _hf("falcon", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32,
+                     num_hidden_layers=2, num_attention_heads=4, hidden_dropout=0.0, attention_dropout=0.0),
+    "hf_bloom": _hf("bloom", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32, n_layer=2,
+                    n_head=4, hidden_dropout=0.0, attention_dropout=0.0),
+    "hf_segformer": _hf("segformer", "AutoModelForImageClassification", "image", num_channels=3,
+                        num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
+                        patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
+                        classifier_dropout_prob=0.0, num_labels=3, image_size=32),
+    "hf_swin": _hf("swin", "AutoModelForImageClassification", "image", image_size=32, patch_size=4,
+                   embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=2, hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0, drop_path_rate=0.0, num_labels=3),
+    "hf_convnext": _hf("convnext", "AutoModelForImageClassification", "image", hidden_sizes=[8, 16],
+                       depths=[1, 1], num_stages=2, image_size=32, drop_path_rate=0.0, num_labels=3),
+    # beyond the issue's list: more families of transformers 5
+    "hf_gptj": _hf("gptj", "AutoModelForCausalLM", "causal", vocab_size=99, n_embd=32, n_layer=2, n_head=4,
+                   rotary_dim=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "hf_gpt_neox": _hf("gpt_neox", "AutoModelForCausalLM", "causal", **_DEC, hidden_dropout=0.0,
+                       attention_dropout=0.0),
+    "hf_gpt_bigcode": _hf("gpt_bigcode", "AutoModelForCausalLM", "causal", vocab_size=99, n_embd=32, n_layer=2,
+                          n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "hf_codegen": _hf("codegen", "AutoModelForCausalLM", "causal", vocab_size=99, n_embd=32, n_layer=2, n_head=4,
+                      rotary_dim=4, n_positions=64, n_ctx=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "hf_gemma": _hf("gemma", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2, head_dim=8),
+    "hf_gemma2": _hf("gemma2", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2, head_dim=8,
+                     sliding_window=4),
+    "hf_mixtral": _hf("mixtral", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2,
+                      num_local_experts=4, num_experts_per_tok=2),
+    "hf_qwen2_moe": _hf("qwen2_moe", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2,
+                        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        shared_expert_intermediate_size=32),
+    "hf_stablelm": _hf("stablelm", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2),
+    "hf_starcoder2": _hf("starcoder2", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2,
+                         residual_dropout=0.0, embedding_dropout=0.0),
+    "hf_xlm_roberta": _hf("xlm-roberta", "AutoModelForSequenceClassification", "text", **_BERTISH),
+    "hf_mpnet": _hf("mpnet", "AutoModelForSequenceClassification", "text", **_BERTISH),
+    "hf_convbert": _hf("convbert", "AutoModelForSequenceClassification", "text", **_BERTISH, embedding_size=32),
+    "hf_funnel": _hf("funnel", "AutoModelForSequenceClassification", "text", vocab_size=99, d_model=32, n_head=2,
+                     d_head=16, d_inner=64, block_sizes=[1, 1], num_decoder_layers=1, hidden_dropout=0.0,
+                     attention_dropout=0.0, activation_dropout=0.0, num_labels=3),
+    "hf_xlnet": _hf("xlnet", "AutoModelForSequenceClassification", "text", vocab_size=99, d_model=32, n_layer=2,
+                    n_head=2, d_inner=64, dropout=0.0, num_labels=3),
+    "hf_squeezebert": _hf("squeezebert", "AutoModelForSequenceClassification", "text", **_BERTISH,
+                          embedding_size=32),
+    "hf_pegasus": _hf("pegasus", "AutoModelForSeq2SeqLM", "seq2seq", **_BART),
+    "hf_marian": _hf("marian", "AutoModelForSeq2SeqLM", "seq2seq", **_BART, decoder_vocab_size=99),
+    "hf_mbart": _hf("mbart", "AutoModelForSeq2SeqLM", "seq2seq", **_BART),
+    "hf_beit": _hf("beit", "AutoModelForImageClassification", "image", **_VIT, use_relative_position_bias=True),
+    "hf_deit": _hf("deit", "AutoModelForImageClassification", "image", **_VIT, architectures=[]),
+    "hf_dinov2": _hf("dinov2", "AutoModelForImageClassification", "image", **_VIT),
+    "hf_mobilevit": _hf("mobilevit", "AutoModelForImageClassification", "image", image_size=32, patch_size=2,
+                        hidden_sizes=[16, 16, 16], neck_hidden_sizes=[8, 8, 8, 8, 8, 8, 16],
+                        num_attention_heads=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        classifier_dropout_prob=0.0, num_labels=3),
+    "hf_levit": _hf("levit", "AutoModelForImageClassification", "image", image_size=32, hidden_sizes=[16, 24, 32],
+                    num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8], num_labels=3),
+    "hf_poolformer": _hf("poolformer", "AutoModelForImageClassification", "image", hidden_sizes=[8, 16, 16, 16],
+                         depths=[1, 1, 1, 1], num_labels=3),
+    "hf_resnet": _hf("resnet", "AutoModelForImageClassification", "image", embedding_size=8,
+                     hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], num_labels=3),
+    "hf_regnet": _hf("regnet", "AutoModelForImageClassification", "image", embedding_size=8,
+                     hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], groups_width=8, num_labels=3),
+    "hf_wav2vec2": _hf("wav2vec2", "AutoModelForAudioClassification", "audio", vocab_size=99,
+                       hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                       conv_dim=(16, 16), conv_stride=(4, 4), conv_kernel=(8, 8), num_conv_pos_embeddings=8,
+                       num_conv_pos_embedding_groups=2, hidden_dropout=0.0, attention_dropout=0.0,
+                       activation_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0,
+                       classifier_proj_size=16, num_labels=3),
+    "hf_hubert": _hf("hubert", "AutoModelForAudioClassification", "audio", vocab_size=99, hidden_size=32,
+                     num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, conv_dim=(16, 16),
+                     conv_stride=(4, 4), conv_kernel=(8, 8), num_conv_pos_embeddings=8,
+                     num_conv_pos_embedding_groups=2, hidden_dropout=0.0, attention_dropout=0.0,
+                     activation_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0,
+                     classifier_proj_size=16, num_labels=3),
+    "hf_mamba": _hf("mamba", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                    state_size=4, expand=2, conv_kernel=4, time_step_rank=4),
+    "tv_mobilenet_v2": _tv("mobilenet_v2", dropout=0.0, num_classes=10),
+    "tv_mobilenet_v3_small": _tv("mobilenet_v3_small", dropout=0.0, num_classes=10),
+    "tv_efficientnet_b0": _tv("efficientnet_b0", dropout=0.0, stochastic_depth_prob=0.0, num_classes=10),
+    "tv_regnet_y_400mf": _tv("regnet_y_400mf", num_classes=10),
+    "tv_densenet121": _tv("densenet121", res=32, num_classes=10),
+    "tv_shufflenet_v2": _tv("shufflenet_v2_x0_5", num_classes=10),
+    "tv_squeezenet": _tv("squeezenet1_1", dropout=0.0, num_classes=10),
+    "tv_vit_b_16": _tv("vit_b_16", res=32, image_size=32, num_classes=10),
+    "tv_swin_t": _tv("swin_t", res=64, num_classes=10),
+    "tv_convnext_tiny": _tv("convnext_tiny", res=32, stochastic_depth_prob=0.0, num_classes=10),
+    "tv_resnext50": _tv("resnext50_32x4d", res=32, num_classes=10),
+    "tv_googlenet": _tv("googlenet", train=False, aux_logits=False, init_weights=True, dropout=0.0,
+                        num_classes=10),
+    "tv_inception_v3": _tv("inception_v3", res=80, train=False, aux_logits=False, init_weights=True,
+                           dropout=0.0, num_classes=10),
+    "tv_fasterrcnn_mnv3": _tv("detection.fasterrcnn_mobilenet_v3_large_fpn", res=96, train=False,
+                              weights_backbone=None, num_classes=5, min_size=96, max_size=96),
+    "tv_maskrcnn": _tv("detection.maskrcnn_resnet50_fpn", res=96, train=False, weights_backbone=None,
+                       num_classes=5, min_size=96, max_size=96),
+}
+
+# ------------------------------------------------------------------------------------- building a model
+
+
+def _zero_dropout(model) -> None:
+    """Dropout draws from the RNG in an order a compiler may change: switch it off everywhere."""
+    import torch.nn as nn
+    for m in model.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            m.p = 0.0
+        for k, v in list(vars(m).items()):
+            if "drop" in k and isinstance(v, float):
+                setattr(m, k, 0.0)
+
+
+def _hf_inputs(spec: dict, cfg, batch: int, seed: int, labels: bool) -> dict:
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    seq = 8
+    ids = lambda n=seq: torch.randint(3, 99, (batch, n), generator=g)  # noqa: E731
+    kind = spec["kind"]
+    if kind in ("text", "causal"):
+        kw = {"input_ids": ids(), "attention_mask": torch.ones(batch, seq, dtype=torch.long)}
+    elif kind == "seq2seq":
+        kw = {"input_ids": ids(), "decoder_input_ids": ids(6)}
+    elif kind == "whisper":
+        kw = {"input_features": torch.randn(batch, cfg.num_mel_bins, 32, generator=g),
+              "decoder_input_ids": ids(6)}
+    elif kind == "image":
+        kw = {"pixel_values": torch.randn(batch, 3, 32, 32, generator=g)}
+    elif kind == "audio":
+        kw = {"input_values": torch.randn(batch, 400, generator=g)}
+    else:  # clip
+        kw = {"input_ids": ids(), "pixel_values": torch.randn(batch, 3, 32, 32, generator=g)}
+    if labels:
+        if kind in ("text", "image", "audio"):
+            kw["labels"] = torch.randint(0, 3, (batch,), generator=g)
+        elif kind == "causal":
+            kw["labels"] = kw["input_ids"].clone()
+        elif kind in ("seq2seq", "whisper"):
+            kw["labels"] = torch.randint(3, 99, (batch, 6), generator=g)
+        else:
+            kw["return_loss"] = True
+    return kw
+
+
+def _build_hf(spec: dict):
+    import torch
+    import transformers
+    cfg = transformers.AutoConfig.for_model(spec["type"], **spec["cfg"])
+    for key, tok in (("pad_token_id", 0), ("bos_token_id", 1), ("eos_token_id", 2),
+                     ("decoder_start_token_id", 1)):
+        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= 99 or \
+                (key == "pad_token_id" and getattr(cfg, key, 0) is None):
+            setattr(cfg, key, tok)          # tiny vocabularies: the default ids of the big models are out of range
+    torch.manual_seed(0)
+    model = getattr(transformers, spec["head"]).from_config(cfg)
+    return model, lambda b, s, labels: ((), _hf_inputs(spec, cfg, b, s, labels), None), True
+
+
+def _build_tv(spec: dict):
+    import torch
+    import torchvision.models as tvm
+    fn = tvm
+    for part in spec["fn"].split("."):
+        fn = getattr(fn, part)
+    torch.manual_seed(0)
+    model = fn(weights=None, **spec["kw"])
+    res = spec["res"]
+
+    def inputs(b, s, labels):
+        g = torch.Generator().manual_seed(s)
+        x = torch.randn(b, 3, res, res, generator=g)
+        if spec["fn"].startswith("detection."):
+            return ([t for t in x],), {}, None
+        return (x,), {}, torch.randint(0, 10, (b,), generator=g)
+    return model, inputs, spec["train"]
+
+
+# ------------------------------------------------------------------------------------------ comparing
+
+
+def _flat(out) -> list:
+    import torch
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        return [t for v in out.values() for t in _flat(v)]
+    if isinstance(out, (list, tuple)):
+        return [t for v in out for t in _flat(v)]
+    if hasattr(out, "to_tuple"):
+        return _flat(out.to_tuple())
+    return []
+
+
+def _to64(x):
+    import torch
+    if isinstance(x, torch.Tensor):
+        return x.double() if x.is_floating_point() else x
+    if isinstance(x, dict):
+        return {k: _to64(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to64(v) for v in x)
+    return x
+
+
+def _mismatch(what: str, got, ref32, ref64) -> str | None:
+    """None when ``got`` is within ERR_FACTOR of eager float32's error against the float64 reference (without
+    one, as for ops with no float64 kernel: within 1e-4 relative of eager float32)."""
+    import torch
+    if ref64 is None and ref32 is not None:
+        ref64 = ref32
+        if got is not None and got.is_floating_point() and got.shape == ref32.shape:
+            err = (got.double() - ref32.double()).abs().max().item() if got.numel() else 0.0
+            scale = ref32.double().abs().max().item() if got.numel() else 0.0
+            return None if err <= 1e-4 * scale + 1e-6 else f"{what}: err {err:.3g} vs eager fp32 (no fp64 run)"
+    if got is None or ref32 is None:
+        return None if got is None and ref32 is None else f"{what}: None vs tensor"
+    if got.shape != ref32.shape:
+        return f"{what}: shape {tuple(got.shape)} vs eager {tuple(ref32.shape)}"
+    if not got.is_floating_point():
+        return None if torch.equal(got, ref32) else f"{what}: integer values differ"
+    g, e, r = got.double(), ref32.double(), ref64.double()
+    if g.isnan().any() != e.isnan().any():
+        return f"{what}: NaN pattern differs"
+    fin = torch.isfinite(r)
+    err_e = (e - r)[fin].abs().max().item() if fin.any() else 0.0
+    err_c = (g - r)[fin].abs().max().item() if fin.any() else 0.0
+    scale = r[fin].abs().max().item() if fin.any() else 0.0
+    if err_c <= ERR_FACTOR * err_e + REL_FLOOR * scale + 1e-7:
+        return None
+    return f"{what}: err {err_c:.3g} vs eager fp32 err {err_e:.3g} (scale {scale:.3g})"
+
+
+def _compare_outputs(what, got, ref32, ref64) -> list[str]:
+    a, b = _flat(got), _flat(ref32)
+    c = _flat(ref64) if ref64 is not None else [None] * len(b)
+    if len(a) != len(b):
+        return [f"{what}: {len(a)} output tensors vs eager {len(b)}"]
+    return [m for i, (x, y, z) in enumerate(zip(a, b, c)) if (m := _mismatch(f"{what}[{i}]", x, y, z))]
+
+
+def _loss(out, target) -> "object":
+    import torch
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    if loss is not None:
+        return loss
+    logits = out if isinstance(out, torch.Tensor) else _flat(out)[0]
+    return torch.nn.functional.cross_entropy(logits, target)
+
+
+# ----------------------------------------------------------------------------------------- child steps
+
+
+def _run64(m64, args, kw):
+    """The float64 reference's output, or None where the model has an op without a float64 kernel."""
+    try:
+        return m64(*_to64(args), **_to64(kw))
+    except RuntimeError:
+        return None
+
+
+def _stats_delta(before: dict) -> dict:
+    import ember
+    now = ember.stats()
+    return {k: now.get(k, 0) - before.get(k, 0) for k in ("graphs_compiled", "graph_breaks", "recompiles",
+                                                             "fallbacks_to_eager", "frames_compiled", "graph_cache_hits",
+                                                             "cache_hits")}
+
+
+def _eval_phase(model, m64, compiled, inputs, res: dict) -> None:
+    import torch
+    for call, batch in enumerate((2, 3)):
+        args, kw, _ = inputs(batch, 100 + call, False)
+        with torch.no_grad():
+            ref32 = model(*args, **kw)
+            ref64 = _run64(m64, args, kw)
+            got = compiled(*args, **kw)
+        res["problems"] += _compare_outputs(f"eval call {call + 1}", got, ref32, ref64)
+
+
+def _timing(model, compiled, inputs, res: dict, reps: int = 5) -> None:
+    import torch
+    args, kw, _ = inputs(3, 7, False)
+
+    def med(f):
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                f(*args, **kw)
+            ts.append(time.perf_counter() - t0)
+        return sorted(ts)[reps // 2] * 1000
+    res["eager_ms"], res["ember_ms"] = round(med(model), 2), round(med(compiled), 2)
+
+
+def _train_phase(model, m64, cmodel, compiled, inputs, res: dict) -> None:
+    args, kw, target = inputs(2, 200, True)
+    for m in (model, m64, cmodel):
+        m.train()
+    l32 = _loss(model(*args, **kw), target)
+    out64 = _run64(m64, args, kw)
+    l64 = _loss(out64, target) if out64 is not None else None
+    lc = _loss(compiled(*args, **kw), target)
+    for loss in (l32, l64, lc):
+        if loss is not None:
+            loss.backward()
+    res["problems"] += [m for m in [_mismatch("loss", lc.detach(), l32.detach(),
+                                              None if l64 is None else l64.detach())] if m]
+    p32, p64 = dict(model.named_parameters()), dict(m64.named_parameters())
+    for name, p in cmodel.named_parameters():
+        if (m := _mismatch(f"grad {name}", p.grad, p32[name].grad, None if l64 is None else p64[name].grad)):
+            res["problems"].append(m)
+    b32, b64 = dict(model.named_buffers()), dict(m64.named_buffers())
+    for name, b in cmodel.named_buffers():
+        if name in b32 and (m := _mismatch(f"buffer {name}", b, b32[name], None if l64 is None else b64[name])):
+            res["problems"].append(m)
+
+
+def _break_reasons(model, inputs, train: bool) -> list[str]:
+    import torch
+    import ember
+    args, kw, _ = inputs(2, 100, train)
+    model.train(train)
+    with torch.set_grad_enabled(train):
+        ex = ember.explain(copy.deepcopy(model))(*args, **kw)
+    return [("train: " if train else "") + str(r) for r in ex.break_reasons]
+
+
+def run_one(name: str) -> dict:
+    import torch
+    import ember
+    torch.set_num_threads(1)
+    spec = MODELS[name]
+    res: dict = {"name": name, "problems": [], "phase": "build"}
+    model, inputs, train = (_build_hf if spec["src"] == "hf" else _build_tv)(spec)
+    _zero_dropout(model)
+    model.eval()
+    m64 = copy.deepcopy(model).double()
+    cmodel = copy.deepcopy(model)
+    compiled = ember.compile(cmodel)
+    before = ember.stats()
+    res["phase"] = "eval"
+    _eval_phase(model, m64, compiled, inputs, res)
+    res["eval"] = _stats_delta(before)
+    res["phase"] = "timing"
+    _timing(model, compiled, inputs, res)
+    if train:
+        res["phase"] = "train"
+        before = ember.stats()
+        _train_phase(model, m64, cmodel, compiled, inputs, res)
+        res["train"] = _stats_delta(before)
+    res["phase"] = "explain"
+    res["breaks"] = _break_reasons(model, inputs, False) if res["eval"]["graph_breaks"] else []
+    if res.get("train", {}).get("graph_breaks"):
+        res["breaks"] += _break_reasons(model, inputs, True)
+    res["phase"] = "done"
+    return res
+
+
+# --------------------------------------------------------------------------------------------- parent
+
+
+def _child(name: str) -> None:
+    sys.path.insert(0, ROOT)
+    try:
+        res = run_one(name)
+    except ImportError as e:
+        res = {"name": name, "skip": str(e)}
+    except BaseException as e:  # noqa: BLE001 - a crash is a result of the sweep
+        tb = traceback.extract_tb(e.__traceback__)
+        if not any("/ember/" in f.filename for f in tb) and any(f.name in ("_build_hf", "_build_tv") for f in tb):
+            print("RESULT " + json.dumps({"name": name, "skip": f"model not built: {type(e).__name__}: "
+                                          f"{str(e)[:200]}"}), flush=True)
+            return
+        where = next((f"{os.path.basename(f.filename)}:{f.lineno}" for f in reversed(tb)
+                      if "/ember/" in f.filename), "?")
+        res = {"name": name, "crash": f"{type(e).__name__}: {str(e)[:300]} [{where}]"}
+        traceback.print_exc()
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def _status(res: dict) -> tuple[str, str]:
+    if "skip" in res:
+        return "skip", res["skip"]
+    if "crash" in res:
+        return "crash", res["crash"]
+    if res.get("phase") != "done" and "crash" not in res:
+        return "crash", f"stopped in {res.get('phase')}"
+    if res["problems"]:
+        return "wrong", f"{len(res['problems'])} mismatches; first: {res['problems'][0]}"
+    if res.get("breaks") or res["eval"]["graph_breaks"] or res.get("train", {}).get("graph_breaks"):
+        return "breaks", (res.get("breaks") or ["?"])[0]
+    if not res["eval"]["graphs_compiled"] and not res["eval"].get("graph_cache_hits"):
+        return "nograph", "no graph compiled: ember ran it eagerly"
+    return "ok", ""
+
+
+def _row(name: str, res: dict) -> str:
+    status, why = _status(res)
+    ev, tr = res.get("eval", {}), res.get("train", {})
+    graphs = lambda st: str(st["graphs_compiled"] + st.get("graph_cache_hits", 0)) if st else ""  # noqa: E731
+    cells = [name, status, graphs(ev), str(ev.get("graph_breaks", "")),
+             str(ev.get("recompiles", "")), graphs(tr), str(tr.get("graph_breaks", "")),
+             str(res.get("eager_ms", "")), str(res.get("ember_ms", "")), why.replace("|", "/")[:160]]
+    return "| " + " | ".join(cells) + " |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help="model names or prefixes (default: all)")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--json", help="also write the raw results to this file")
+    a = ap.parse_args()
+    if a.one:
+        return _child(a.one)
+    names = [n for n in MODELS if not a.names or any(n.startswith(p) for p in a.names)]
+    print("| model | status | eval graphs | eval breaks | recompiles | train graphs | train breaks | eager ms "
+          "| ember ms | reason |\n|" + "---|" * 10, flush=True)
+    results = []
+    for name in names:
+        t0 = time.time()
+        try:
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name], cwd=ROOT,
+                               capture_output=True, text=True, timeout=a.timeout)
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+            res = json.loads(line[-1][7:]) if line else {"name": name, "crash": f"rc {p.returncode}: "
+                                                         + p.stderr.strip()[-300:]}
+        except subprocess.TimeoutExpired:
+            res = {"name": name, "crash": f"timeout after {a.timeout:.0f}s"}
+        res["seconds"] = round(time.time() - t0, 1)
+        results.append(res)
+        print(_row(name, res), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
