@@ -57,8 +57,31 @@ def _isinstance(d, f, args, kwargs):
             return Const(isinstance(v.value, c))
         except TypeError as e:
             raise UserException(e) from None
+    return Const(_instance_of(d, f, v, c))
+
+
+# Metaclass checks whose answer is the instance's type (ABCMeta, typing's _ProtocolMeta: their checks run C
+# code the interpreter does not inline) or torch's own (torch.nn.Parameter's, decided by the type ember tracks).
+_TYPE_DECIDED = ("abc", "_py_abc", "typing", "torch")
+
+
+def _instance_of(d, f, v: Value, c) -> bool:
+    """CPython's ``isinstance`` of a traced value: a tuple is any of its members; an exact type match is True;
+    otherwise the metaclass's ``__instancecheck__`` decides: the value's own answer (a tensor's dtype and device
+    for torch.FloatTensor), a Python-level check inlined (it may read the instance's attributes), or the type."""
+    if type(c) is tuple:
+        return any(_instance_of(d, f, v, m) for m in c)
+    t = type_of(v)
+    if t is c:
+        return True
+    own = v.instance_check(c)
+    if own is not None:
+        return own
+    check = lookup_type_attr(type(c), "__instancecheck__")
+    if isinstance(check, types.FunctionType) and not check.__module__.split(".")[0] in _TYPE_DECIDED:
+        return d.truth(f, d.call(f, Const(check), [Const(c), v], {}))
     try:
-        return Const(issubclass(type_of(v), c))
+        return issubclass(t, c)
     except TypeError as e:
         raise UserException(e) from None
 

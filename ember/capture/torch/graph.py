@@ -26,6 +26,7 @@ from ..sources import Source
 from ..values import NUMPY_SCALARS, Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
 
 META = torch.device("meta")
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)     # torch.tensortype
 
 
 class TensorVar(Value):
@@ -44,6 +45,14 @@ class TensorVar(Value):
 
     def python_type(self):
         return self.cls
+
+    def instance_check(self, cls):
+        # torch's legacy tensor types (torch.FloatTensor, torch.cuda.LongTensor...) are instance checks on dtype,
+        # device type and layout, which a tensor's guards fix
+        if type(cls) is _LEGACY_TENSOR_TYPE:
+            dev = "cuda" if cls.is_cuda else "cpu"
+            return cls.dtype == self.meta.dtype and self.device.type == dev and cls.is_sparse == self.meta.is_sparse
+        return None
 
     def describe(self):
         return f"Tensor{tuple(self.meta.shape)} {str(self.meta.dtype).replace('torch.', '')} {self.device}"
