@@ -58,6 +58,13 @@ class SymbolicDomain:
         for p in self.plugins:
             p.start(self)
 
+    def release(self) -> None:
+        """Drop every reference the finished trace holds. The domain and its frames form reference cycles
+        (a frame holds its domain, the domain its top frame), and through them the user's arguments (``real_of``,
+        the torch plugin's inputs): without this, a tensor passed in stayed alive after the call until the
+        cycle collector ran (eager frees it when the caller drops it). Entries copy what they keep."""
+        vars(self).clear()
+
     # -- errors ----------------------------------------------------------------------------------------
     def unsupported(self, f: Frame | None, reason: str, hint: str = ""):
         from ..errors import Unsupported

@@ -67,3 +67,69 @@ def test_isinstance_metaclass_instancecheck(fresh_ember, fn, dtype):
         o.tag = tag
         x = torch.randn(4, dtype=dtype)
         torch.testing.assert_close(cfn(x, o), fn(x, o))
+
+
+# -- a compile keeps nothing of the call alive ------------------------------------------------------------
+# The trace's domain and its frames form reference cycles that held the call's arguments (by id, and as graph
+# inputs): after the call, a tensor or module the caller dropped stayed alive until the cycle collector ran.
+# Eager frees it at once; so must a compiled call (weakref dead right after ``del``, no gc.collect()).
+class _Box:
+    def __init__(self, t):
+        self.t = t
+
+
+def _arg_tensor(x):
+    return x, (lambda a: a + a)
+
+
+def _arg_module(x):
+    m = torch.nn.Linear(4, 4)
+    return m, (lambda m: m(x) * 2)
+
+
+def _arg_list(x):
+    return [x, x + 1], (lambda xs: xs[0] * xs[1])
+
+
+def _arg_object(x):
+    return _Box(x), (lambda b: b.t.sin())
+
+
+def _with_break(x):
+    def fn(a):
+        y = a * 2
+        print("", end="")       # a graph break: the frame is traced twice
+        return y + 1
+    return x, fn
+
+
+def _break_in_callee(x):
+    def inner(a):
+        torch._dynamo.graph_break()
+        return a.cos()
+
+    def fn(a):
+        return inner(a * 2) + 1
+    return x, fn
+
+
+_RELEASE = [_arg_tensor, _arg_module, _arg_list, _arg_object, _with_break, _break_in_callee]
+
+
+@pytest.mark.parametrize("backend", ["eager", "counter"])
+@pytest.mark.parametrize("case", _RELEASE, ids=lambda f: f.__name__)
+def test_compiled_call_keeps_no_argument_alive(fresh_ember, case, backend):
+    import gc
+    import weakref
+    from torch._dynamo.testing import CompileCounter
+    x = torch.randn(4)
+    arg, fn = case(x)
+    cfn = ember.compile(fn, backend=CompileCounter() if backend == "counter" else "eager")
+    ref = weakref.ref(arg if not isinstance(arg, list) else arg[0])
+    gc.disable()
+    try:
+        cfn(arg)
+        del arg, x
+        assert ref() is None
+    finally:
+        gc.enable()
