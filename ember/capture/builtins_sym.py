@@ -391,6 +391,10 @@ def _abs(d, f, args, kwargs):
     return d.unary(f, "abs", args[0])
 
 
+_NUMERIC = (int, float, complex)
+_NUMERIC_TYPES = (int, float, complex, bool)     # symbolic numbers: their own rules, not their dunders
+
+
 def _convert(pyfn, dunder):
     def h(d, f, args, kwargs):
         if pyfn is int and len(args) == 1 and not kwargs and type(args[0]).__name__ == "SymNumVar":
@@ -405,6 +409,9 @@ def _convert(pyfn, dunder):
             name = "__repr__"           # object.__str__ is repr(): the class's own __repr__ runs
         if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), name) is not NULL:
             return d.call_method(f, v, name, [], {})
+        if pyfn in _NUMERIC and len(args) == 1 and not kwargs and type_of(v) not in _NUMERIC_TYPES \
+                and lookup_type_attr(type_of(v), name) is not NULL:
+            return d.call_method(f, v, name, [], {})      # float(t) is t.__float__(): a tensor's own rule
         if pyfn is bool and v is not None:
             return Const(d.truth(f, v))
         return NotImplemented

@@ -436,6 +436,7 @@ class FrameCache:
         d = SymbolicDomain(self.plugins_factory(), self.options)
         d.dynamic = self.dynamic
         d.is_resume = self.resume is not None
+        d.fullgraph = self.fullgraph
         d.frame_state = self.frame_state
         d.static_shapes = self.static_shapes
         return d

@@ -133,3 +133,81 @@ def test_compiled_call_keeps_no_argument_alive(fresh_ember, case, backend):
         assert ref() is None
     finally:
         gc.enable()
+
+
+# -- .item() / float(t) under fullgraph=True --------------------------------------------------------------
+# torch.compile turns capture_scalar_outputs on under fullgraph=True (a break would be an error there), so
+# Dynamo's tests compile these with nopython=True; ember refused them. float(t) also missed Tensor.__float__
+# (the builtin float() of a tensor fell to "creating a float object"), so it broke even with the option on.
+def _int_item_returned(x):
+    return x.max().int().item()
+
+
+def _int_item_scales(x):
+    return x * x.max().int().item()
+
+
+def _float_item(x):
+    return x * x.sum().item() + 1
+
+
+def _float_builtin(x):
+    return x * float(x.sum())
+
+
+def _float_builtin_of_0dim(x):
+    s = x[0]
+    return x - float(s) * 2
+
+
+def _int_builtin_of_int_tensor(x):
+    return x + int(x.long().sum())
+
+
+_ITEMS = [_int_item_returned, _int_item_scales, _float_item, _float_builtin, _float_builtin_of_0dim,
+          _int_builtin_of_int_tensor]
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+@pytest.mark.parametrize("fn", _ITEMS, ids=lambda f: f.__name__)
+def test_item_and_float_of_tensor(fresh_ember, fn, fullgraph):
+    cfn = ember.compile(fn, backend="eager", fullgraph=fullgraph)
+    for _ in range(3):          # fresh values each call: the number is read when the graph runs
+        x = torch.randn(5) * 4
+        got, want = cfn(x), fn(x)
+        assert type(got) is type(want)
+        torch.testing.assert_close(got, want)
+
+
+def test_float_builtin_captured_with_option(fresh_ember):
+    cfn = ember.compile(_float_builtin, backend="eager", fullgraph=True,
+                        options={"capture_scalar_outputs": True})
+    x = torch.randn(5)
+    torch.testing.assert_close(cfn(x), _float_builtin(x))
+
+
+# .item() inside a function given to torch.func.vmap raises vmap's RuntimeError in eager. With the float read
+# captured (option on, or fullgraph=True now), ember computed a result instead: its float path records no item
+# node for vmap to refuse at run time.
+def _vmap_float_item(x):
+    return torch.func.vmap(lambda a: a * a.sum().item())(x)
+
+
+def _vmap_int_item(x):
+    return torch.func.vmap(lambda a: a * a.long().sum().item())(x)
+
+
+def _vmap_float_builtin(x):
+    return torch.func.vmap(lambda a: a * float(a[0]))(x)
+
+
+@pytest.mark.parametrize("kw", [{"options": {"capture_scalar_outputs": True}}, {"fullgraph": True}, {}],
+                         ids=["option_on", "fullgraph", "default"])
+@pytest.mark.parametrize("fn", [_vmap_float_item, _vmap_int_item, _vmap_float_builtin], ids=lambda f: f.__name__)
+def test_item_inside_vmap_raises_as_eager(fresh_ember, fn, kw):
+    x = torch.randn(3, 2)
+    with pytest.raises(RuntimeError, match="vmap: It looks like you're calling .item"):
+        fn(x)
+    expected = ember.Unsupported if kw.get("fullgraph") else RuntimeError
+    with pytest.raises(expected, match=r"vmap: It looks like you're calling \.item"):
+        ember.compile(fn, backend="eager", **kw)(x)

@@ -76,6 +76,7 @@ class TorchState:
         self.grad_enabled = torch.is_grad_enabled()
         self.grad_observed = False      # the trace read or set a requires_grad (or what depends on it)
         self.records = None             # the entry's fastguard.Records, once a weight is checked by identity
+        self.transforms: tuple[str, ...] = ()   # torch.func transforms whose function is being traced
         self.autocast: dict[str, tuple[bool, torch.dtype]] = {}
         for dev in ("cpu", "cuda"):
             try:
