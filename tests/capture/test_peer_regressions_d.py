@@ -211,3 +211,40 @@ def test_item_inside_vmap_raises_as_eager(fresh_ember, fn, kw):
     expected = ember.Unsupported if kw.get("fullgraph") else RuntimeError
     with pytest.raises(expected, match=r"vmap: It looks like you're calling \.item"):
         ember.compile(fn, backend="eager", **kw)(x)
+
+
+# -- closures from torch's Python modules ------------------------------------------------------------------
+# torch.nn.modules.utils._pair is _ntuple(2)'s closure ``parse``. Every Python function of torch's Python
+# modules was recorded as a graph node by module and __name__, and the graph's code then failed with
+# "module 'torch.nn.modules.utils' has no attribute 'parse'". A function its module does not name is now traced.
+from torch.nn.modules import utils as _nn_utils  # noqa: E402
+
+
+def _pair_of_size(x):
+    return torch.zeros(_nn_utils._pair(x.size())) + x
+
+
+def _ntuple_made_inside(x):
+    return x + torch.ones(_nn_utils._ntuple(3)(2)).sum()
+
+
+def _single_triple_quadruple(x):
+    return x * (sum(_nn_utils._single(2)) + sum(_nn_utils._triple(1)) + len(_nn_utils._quadruple(x.shape[0])))
+
+
+def _pair_in_module_init(x):
+    conv = torch.nn.Conv2d(1, 1, 3)      # its __init__ calls _pair
+    return torch.tensor(conv.kernel_size + conv.stride, dtype=x.dtype).sum() + x
+
+
+_TORCH_CLOSURES = [_pair_of_size, _ntuple_made_inside, _single_triple_quadruple, _pair_in_module_init]
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("fn", _TORCH_CLOSURES, ids=lambda f: f.__name__)
+def test_torch_module_closures_are_traced(fresh_ember, fn, backend, dynamic):
+    cfn = ember.compile(fn, backend=backend, dynamic=dynamic)
+    for n in (4, 5):
+        x = torch.randn(n, n)
+        torch.testing.assert_close(cfn(x), fn(x))

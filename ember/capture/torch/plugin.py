@@ -175,6 +175,12 @@ def _set_grad_call(d, f, args, kwargs):
 _CONST_RULES = _constant_rules()
 
 
+def _named_in_module(fn: types.FunctionType, mod: str) -> bool:
+    """Whether ``fn`` is its module's attribute of its own name (what FX's code for a call_function names)."""
+    import sys
+    return getattr(sys.modules.get(mod), fn.__name__, None) is fn
+
+
 def is_torch_op(fn: Any) -> bool:
     if isinstance(fn, type):
         return False
@@ -184,8 +190,9 @@ def is_torch_op(fn: Any) -> bool:
             return True
         self_ = getattr(fn, "__self__", None)
         return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch._C")
-    if type(fn) is types.FunctionType:
-        return mod in _TORCH_PY_MODULES or mod == "torch"
+    if type(fn) is types.FunctionType:     # a graph node must name it: a closure (torch.nn.modules.utils'
+        #                                       _pair is _ntuple's ``parse``) is traced through instead
+        return (mod in _TORCH_PY_MODULES or mod == "torch") and _named_in_module(fn, mod)
     if type(fn) in (types.MethodDescriptorType, types.WrapperDescriptorType):
         return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
     return isinstance(fn, torch._ops.OpOverload) or isinstance(fn, torch._ops.OpOverloadPacket)
