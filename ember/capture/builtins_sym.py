@@ -423,6 +423,16 @@ for _fn, _d in ((int, "__int__"), (float, "__float__"), (bool, "__bool__"), (str
     BUILTIN_RULES[_fn] = _convert(_fn, _d)
 
 
+@rule(slice)
+def _slice(d, f, args, kwargs):
+    """``slice(...)`` is BUILD_SLICE: bounds that are not constants (a tensor, a symbolic int) make a slice
+    value the subscript rules take, as ``x[a:b]`` does."""
+    if kwargs or not 1 <= len(args) <= 3:
+        raise UserException(TypeError(f"slice expected 1 to 3 positional arguments, got {len(args)}"
+                                      + (" and keyword arguments" if kwargs else "")))
+    return d.build_slice(f, [Const(None), args[0]] if len(args) == 1 else list(args))
+
+
 @rule(print)
 def _print(d, f, args, kwargs):
     raise d.unsupported(f, "print() inside compiled code",

@@ -248,3 +248,49 @@ def test_torch_module_closures_are_traced(fresh_ember, fn, backend, dynamic):
     for n in (4, 5):
         x = torch.randn(n, n)
         torch.testing.assert_close(cfn(x), fn(x))
+
+
+# -- slices with tensor bounds ------------------------------------------------------------------------------
+# slice(t, None) called as a builtin was "creating a slice object" (a graph break); the object then reached the
+# resumed trace (or came in as an argument) as a constant, and the graph's code named its tensor: NameError
+# 'int64' when the graph ran (peer test_repros::test_slicing_dynamic_shape_setitem).
+def _builtin_slice_setitem(n, y, s):
+    y[(3, slice(n[3], None, None))] = 0
+    return y * 2
+
+
+def _builtin_slice_forms(n, y, s):
+    return y[slice(2)].sum(0) + y[slice(1, 3)].sum(0) + y[slice(0, 6, 2)].sum(0) + y[slice(n[0], None)]
+
+
+def _slice_argument_setitem(n, y, s):
+    y[2, s] = -1.0
+    return y + 1
+
+
+def _slice_argument_getitem_const_bound(n, y, s):
+    return y[:, slice(s.start.item(), None)].sum() + y
+
+
+def _slice_made_before_break(n, y, s):
+    sl = slice(n[1], None)
+    torch._dynamo.graph_break()
+    y[0, sl] = 3.0
+    return y
+
+
+_SLICES = [_builtin_slice_setitem, _builtin_slice_forms, _slice_argument_setitem, _slice_argument_getitem_const_bound,
+           _slice_made_before_break]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("fn", _SLICES, ids=lambda f: f.__name__)
+def test_slices_with_tensor_bounds(fresh_ember, fn, backend):
+    cfn = ember.compile(fn, backend=backend)
+    for v in (2, 4, 2):
+        n = torch.full((6,), v, dtype=torch.int64)
+        s = slice(torch.tensor(v), None)
+        y = torch.randn(6, 8)
+        y1, y2 = y.clone(), y.clone()
+        torch.testing.assert_close(cfn(n, y2, s), fn(n, y1, s))
+        torch.testing.assert_close(y2, y1)
