@@ -732,17 +732,22 @@ def _real_key(k: Value) -> Any:
     object that existed before the call, or a tuple of those; NULL otherwise."""
     if type(k) is Const:
         return k.value
-    if type(k) is TupleVar and k.cls is None:
+    if (type(k) is TupleVar and k.cls is None) or type(k) is ListVar:     # ListVar: Callable[[int], int]
         keys = [_real_key(x) for x in k.items]
-        return NULL if any(x is NULL for x in keys) else tuple(keys)
+        return NULL if any(x is NULL for x in keys) else (tuple(keys) if type(k) is TupleVar else keys)
     if type(k) is ObjectVar and not k.is_new and not k.mutated:
         return k.obj
     return NULL
 
 
+def _typing_form(x: Any) -> bool:
+    """typing.List, Optional, Union, Dict, Callable... and list[int]: subscripting them makes a new alias (pure)."""
+    return type(x).__module__ == "typing" or isinstance(x, (types.GenericAlias, types.UnionType))
+
+
 @R.GETITEM.register(Const)
 def _const_getitem(d, f, v, k):
-    key = _real_key(k) if isinstance(v.value, type) else NULL
+    key = _real_key(k) if isinstance(v.value, type) or _typing_form(v.value) else NULL
     if key is not NULL:       # typing generics: list[int], Color['RED'], OrderedSet[T] (T a module's TypeVar)
         try:
             return Const(v.value[key])

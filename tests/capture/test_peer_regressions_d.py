@@ -294,3 +294,60 @@ def test_slices_with_tensor_bounds(fresh_ember, fn, backend):
         y1, y2 = y.clone(), y.clone()
         torch.testing.assert_close(cfn(n, y2, s), fn(n, y1, s))
         torch.testing.assert_close(y2, y1)
+
+
+# -- subscripted typing forms ------------------------------------------------------------------------------
+# An annotation such as ``y: typing.List[Variable]`` on a nested function is evaluated when the def runs;
+# indexing typing.List / Optional / Union / Callable was "indexing typing.List" (a graph break, an error
+# under fullgraph; peer test_misc::test_function_annotation). Subscripting them is pure: the real alias.
+import typing  # noqa: E402
+
+
+class _Variable:
+    pass
+
+
+# (this file has ``from __future__ import annotations``: the subscripts are written out, as the def would run them)
+def _list_of_class(x):
+    return x + 1, typing.List[_Variable]
+
+
+def _closure_class_maker():
+    class Local:        # a class the compiled function reaches through a closure cell (as in the peer test)
+        pass
+
+    def _list_of_closure_class(x):
+        alias = typing.List[Local]
+        return x + 1, alias.__args__[0] is Local
+    return _list_of_closure_class
+
+
+_list_of_closure_class = _closure_class_maker()
+
+
+def _optional_dict_union(x):
+    return x * 2, (typing.Optional[typing.Dict[str, int]], typing.Union[int, _Variable])
+
+
+def _callable_and_tuple(x):
+    return x - 1, (typing.Callable[[int], int], typing.Tuple[int, ...])
+
+
+def _builtin_generic_alias(x):
+    alias = list[int]
+    return x + len(alias.__args__), dict[str, typing.List[int]]
+
+
+_TYPING = [_list_of_class, _list_of_closure_class, _optional_dict_union, _callable_and_tuple, _builtin_generic_alias]
+
+
+@pytest.mark.parametrize("fn", _TYPING, ids=lambda f: f.__name__)
+def test_typing_subscripts(fresh_ember, fn):
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    got, want = cfn(x), fn(x)
+    if isinstance(want, tuple):
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    else:
+        torch.testing.assert_close(got, want)
