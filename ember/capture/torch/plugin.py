@@ -176,9 +176,10 @@ _CONST_RULES = _constant_rules()
 
 
 def _named_in_module(fn: types.FunctionType, mod: str) -> bool:
-    """Whether ``fn`` is its module's attribute of its own name (what FX's code for a call_function names)."""
+    """Whether FX's code for a call_function can name ``fn`` (its module's attribute of its own name): not a
+    closure. (Not an identity check: torch may rebind a name to a wrapper, ``torch.manual_seed``.)"""
     import sys
-    return getattr(sys.modules.get(mod), fn.__name__, None) is fn
+    return "<locals>" not in fn.__qualname__ and callable(getattr(sys.modules.get(mod), fn.__name__, None))
 
 
 def is_torch_op(fn: Any) -> bool:
