@@ -403,6 +403,22 @@ def _iter_method(d, f, v, name, args, kwargs):
 
 
 # -- calls -----------------------------------------------------------------------------------------------
+def compiled_original(fn: types.FunctionType) -> tuple[str, Any] | None:
+    """(attribute, function) that the compiled wrapper ``fn`` runs: ember.compile's dispatcher (its cache's
+    function, ``__wrapped__``) or torch.compile's (``_torchdynamo_inline``); None for other functions.
+    Called from compiled code, the wrapper's own machinery (a lock, its cache) is not the program: as
+    torch.compile does for nested compiled functions, the outer trace runs the original and its compiler
+    (backend, options) applies to it."""
+    own = fn.__dict__
+    cache = own.get("__ember_cache__")
+    if cache is not None and getattr(cache, "fn", None) is not None and own.get("__wrapped__") is cache.fn:
+        return "__wrapped__", cache.fn
+    orig = own.get("_torchdynamo_inline")          # torch.compile's wrappers (a disable wrapper has none)
+    if orig is not None and callable(orig) and not own.get("_torchdynamo_disable"):
+        return "_torchdynamo_inline", orig
+    return None
+
+
 @R.CALL.register(Const)
 def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
     fn = v.value
@@ -429,6 +445,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
             and fn.__name__ == "with_traceback":       # the trace's own exception object: run it
         return Const(fn(*[d.as_python(f, a) for a in args]))
     if t is types.FunctionType:
+        orig = compiled_original(fn)
+        if orig is not None:        # a compiled function called from compiled code: its code is traced here
+            return d.call(f, d.wrap(orig[1], AttrSource(v.source, orig[0]) if v.source else None), args, kwargs)
         return d.inline(f, fn, args, kwargs, v.source)
     if t is types.MethodType:
         return d.call(f, BoundMethod(Const(fn.__func__), d.wrap(fn.__self__, None)), args, kwargs)

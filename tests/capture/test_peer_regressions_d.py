@@ -351,3 +351,61 @@ def test_typing_subscripts(fresh_ember, fn):
         assert got[1] == want[1]
     else:
         torch.testing.assert_close(got, want)
+
+
+# -- compiled functions inside compiled code ---------------------------------------------------------------
+# Calling an ember.compile'd (or torch.compile'd) function from compiled code traced into the wrapper's own
+# machinery: "calling RLock.__enter__ (a method written in C)", a graph break (an error under fullgraph; peer
+# test_misc::test_nested_optimize*). As torch.compile does, the outer trace runs the original function, and
+# compiling a compiled function compiles its original (the outer compiler wins).
+def _nested_body(x):
+    return torch.relu(torch.cos(x) + torch.sin(x))
+
+
+def _chain_inner(x):
+    return torch.sin(x) * 10
+
+
+def _nested_cases():
+    from torch._dynamo.testing import CompileCounter
+    inner_cnt = CompileCounter()
+    inner = ember.compile(_chain_inner, backend=inner_cnt, fullgraph=True)
+    middle = ember.compile(lambda x: inner(x) + 1, backend=CompileCounter(), fullgraph=True)
+    dyn_run = torch._dynamo.run()(_chain_inner)
+    tc = torch.compile(_chain_inner, backend="eager")
+    mod = torch.nn.Linear(4, 4)
+    om = ember.compile(mod, backend="eager")
+    return inner_cnt, {
+        "compiled_callee": (lambda x: inner(x) * 2, lambda x: _chain_inner(x) * 2),
+        "two_levels": (lambda x: torch.relu(middle(x)), lambda x: torch.relu(_chain_inner(x) + 1)),
+        "dynamo_run_callee": (lambda x: dyn_run(x) - 1, lambda x: _chain_inner(x) - 1),
+        "torch_compile_callee": (lambda x: tc(x) + x, lambda x: _chain_inner(x) + x),
+        "compiled_module_callee": (lambda x: om(x).tanh(), lambda x: mod(x).tanh()),
+    }
+
+
+@pytest.mark.parametrize("name", ["compiled_callee", "two_levels", "dynamo_run_callee", "torch_compile_callee",
+                                  "compiled_module_callee"])
+def test_compiled_function_called_from_compiled_code(fresh_ember, name):
+    from torch._dynamo.testing import CompileCounter
+    inner_cnt, cases = _nested_cases()
+    fn, ref = cases[name]
+    outer = CompileCounter()
+    cfn = ember.compile(fn, backend=outer, fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(cfn(x), ref(x))
+    assert outer.frame_count == 1            # one graph, the callee's work in it
+    assert inner_cnt.frame_count == 0        # the callee's own compiler never ran
+
+
+def test_compile_of_compiled_function_compiles_the_original(fresh_ember):
+    from torch._dynamo.testing import CompileCounter
+    c1, c2 = CompileCounter(), CompileCounter()
+    fn1 = ember.compile(_nested_body, backend=c1, fullgraph=True)
+    fn2 = ember.compile(fn1, backend=c2, fullgraph=True)
+    x = torch.randn(4)
+    torch.testing.assert_close(fn2(x), _nested_body(x))
+    assert (c1.frame_count, c2.frame_count) == (0, 1)
+    torch.testing.assert_close(fn1(x), _nested_body(x))     # the inner wrapper, called itself, still compiles
+    assert c1.frame_count == 1

@@ -355,9 +355,7 @@ class TorchPlugin:
 
     # -- calls -----------------------------------------------------------------------------------------
     def call(self, d, f, fn: Any, args, kwargs):
-        cache = getattr(fn, "__ember_cache__", None)
-        if cache is not None and type(fn) is types.FunctionType:
-            return d.call(f, Const(cache.fn), args, kwargs)
+        # (a compiled function's wrapper, ember's or torch.compile's: objects.compiled_original)
         why = _explicit_break(fn)
         if why is not None:
             raise d.unsupported(f, why, "it runs eagerly at this graph break (fullgraph=True allows none: move the "
