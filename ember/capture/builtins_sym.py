@@ -524,7 +524,21 @@ def classmethod_rule(fn):
     if type(fn) is types.BuiltinMethodType and fn.__name__ == "fromkeys" and isinstance(owner, type) \
             and issubclass(owner, dict):
         return lambda d, f, args, kwargs: _dict_fromkeys(d, f, args, kwargs, owner)
+    if type(fn) is types.BuiltinMethodType and fn.__name__ == "__subclasses__" and isinstance(owner, type):
+        return lambda d, f, args, kwargs: _subclasses(d, f, owner, args, kwargs)
     return None
+
+
+def _subclasses(d, f, cls: type, args, kwargs):
+    """``C.__subclasses__()``: the live subclasses (weakly held by CPython, so the answer changes as classes are
+    made and collected) as a new list, guarded on being the same classes in the same order."""
+    if args or kwargs:
+        raise UserException(TypeError("type.__subclasses__() takes no arguments"))
+    subs = cls.__subclasses__()
+    cg = d.cg
+    d.guards.add(f"{cg.bind(cls, 'cls')}.__subclasses__() == {cg.bind(subs, 'subclasses')}",
+                 f"{cls.__qualname__} has the subclasses {[c.__qualname__ for c in subs]}")
+    return ListVar([Const(c) for c in subs])
 
 
 @rule(functools.partial)

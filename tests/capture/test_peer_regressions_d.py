@@ -409,3 +409,46 @@ def test_compile_of_compiled_function_compiles_the_original(fresh_ember):
     assert (c1.frame_count, c2.frame_count) == (0, 1)
     torch.testing.assert_close(fn1(x), _nested_body(x))     # the inner wrapper, called itself, still compiles
     assert c1.frame_count == 1
+
+
+# -- type.__subclasses__() ---------------------------------------------------------------------------------
+# C.__subclasses__() was "call to C.__subclasses__ is not supported" (peer test_misc::
+# test_builtin_subclasses_as_method_*). It is the live set of subclasses: compiled code must see classes made
+# after the first call (a guard on the answer), not a stale list.
+class _Base:
+    def tag(self):
+        return 1
+
+
+class _Child(_Base):
+    def tag(self):
+        return 2
+
+
+def _count_subclasses(x):
+    return x + len(_Base.__subclasses__())
+
+
+def _subclass_of_subclass(x):
+    subs = _Base.__subclasses__()
+    return x * len(subs[0].__subclasses__()), [c.__name__ for c in subs]
+
+
+def _call_through_subclass(x):
+    return x + _Base.__subclasses__()[0]().tag()
+
+
+@pytest.mark.parametrize("fn", [_count_subclasses, _subclass_of_subclass, _call_through_subclass],
+                         ids=lambda f: f.__name__)
+def test_type_subclasses(fresh_ember, fn):
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    made = []
+    for step in range(3):
+        x = torch.randn(3)
+        got, want = cfn(x), fn(x)
+        if isinstance(want, tuple):
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1] == want[1]
+        else:
+            torch.testing.assert_close(got, want)
+        made.append(type(f"_Made{step}", (_Child if step % 2 else _Base,), {}))   # the answer changes
