@@ -70,6 +70,9 @@ def _compile(model: Any, cfg: _Config, disable: bool):
     if isinstance(model, types.MethodType) and type(model.__func__) is types.FunctionType:
         return types.MethodType(cfg.frame_cache(model.__func__).dispatch, model.__self__)
     if type(model) is types.FunctionType:
+        inner = model.__dict__.get("__ember_cache__")
+        if inner is not None and inner.fn is not None:
+            model = inner.fn        # compiling a compiled function compiles its original (the outer wins)
         cache = cfg.frame_cache(model)
         disp = cache.dispatch
         functools.update_wrapper(disp, model)

@@ -23,7 +23,7 @@ class CompileOptions:
     heuristics: Any = None               # ember.heuristics.Heuristics (or a dict of its fields); None: the defaults
     verify_ir: bool = False              # check each compile pass's output IR ($EMBER_VERIFY_IR=1; on in the tests)
     fallback_random: bool = False        # torch.compile's name; ember's random ops always match eager (see _doc)
-    capture_scalar_outputs: bool = False           # .item()/int(t) of an integer tensor: an unbacked int
+    capture_scalar_outputs: bool | None = None     # .item()/float(t)/int(t): None: on under fullgraph=True only
     capture_dynamic_output_shape_ops: bool = True  # nonzero, x[mask], masked_select, unique: unbacked sizes
 
     _doc = {
@@ -35,10 +35,12 @@ class CompileOptions:
         "coordinate_descent_tuning": "accepted for torch.compile compatibility; not implemented yet (no effect)",
         "epilogue_fusion": "max-autotune: fuse the pointwise kernel after a matmul into its Triton templates",
         "debug_graphs": "keep captured graphs on cache entries for inspection",
-        "capture_scalar_outputs": "capture .item() / int(t) of an integer tensor as an unbacked symbolic int "
-                                  "(u0) inside the graph (torch._dynamo.config's name; off by default, as in torch.compile: a captured int "
-                                  "that Python then uses as a number (range(n), print, a branch) only moves "
-                                  "the graph break to that use); off: a graph break at .item()",
+        "capture_scalar_outputs": "capture .item() / int(t) / float(t) of a one-element tensor inside the graph "
+                                  "(an unbacked symbolic int u0, or a float read at run time; torch._dynamo.config's "
+                                  "name). Unset (None), as in torch.compile: on under fullgraph=True, where a break "
+                                  "would be an error, off otherwise. A captured number that Python then uses as a "
+                                  "number (range(n), print, a branch) only moves the graph break to that use; "
+                                  "False: a graph break at .item() even under fullgraph=True",
         "capture_dynamic_output_shape_ops": "capture ops whose output size depends on tensor data (nonzero, "
                                             "x[mask], masked_select, unique) with an unbacked size (u0) read "
                                             "at run time; off: a graph break",

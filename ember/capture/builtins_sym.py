@@ -57,8 +57,31 @@ def _isinstance(d, f, args, kwargs):
             return Const(isinstance(v.value, c))
         except TypeError as e:
             raise UserException(e) from None
+    return Const(_instance_of(d, f, v, c))
+
+
+# Metaclass checks whose answer is the instance's type (ABCMeta, typing's _ProtocolMeta: their checks run C
+# code the interpreter does not inline) or torch's own (torch.nn.Parameter's, decided by the type ember tracks).
+_TYPE_DECIDED = ("abc", "_py_abc", "typing", "torch")
+
+
+def _instance_of(d, f, v: Value, c) -> bool:
+    """CPython's ``isinstance`` of a traced value: a tuple is any of its members; an exact type match is True;
+    otherwise the metaclass's ``__instancecheck__`` decides: the value's own answer (a tensor's dtype and device
+    for torch.FloatTensor), a Python-level check inlined (it may read the instance's attributes), or the type."""
+    if type(c) is tuple:
+        return any(_instance_of(d, f, v, m) for m in c)
+    t = type_of(v)
+    if t is c:
+        return True
+    own = v.instance_check(c)
+    if own is not None:
+        return own
+    check = lookup_type_attr(type(c), "__instancecheck__")
+    if isinstance(check, types.FunctionType) and not check.__module__.split(".")[0] in _TYPE_DECIDED:
+        return d.truth(f, d.call(f, Const(check), [Const(c), v], {}))
     try:
-        return Const(issubclass(type_of(v), c))
+        return issubclass(t, c)
     except TypeError as e:
         raise UserException(e) from None
 
@@ -368,6 +391,10 @@ def _abs(d, f, args, kwargs):
     return d.unary(f, "abs", args[0])
 
 
+_NUMERIC = (int, float, complex)
+_NUMERIC_TYPES = (int, float, complex, bool)     # symbolic numbers: their own rules, not their dunders
+
+
 def _convert(pyfn, dunder):
     def h(d, f, args, kwargs):
         if pyfn is int and len(args) == 1 and not kwargs and type(args[0]).__name__ == "SymNumVar":
@@ -382,6 +409,9 @@ def _convert(pyfn, dunder):
             name = "__repr__"           # object.__str__ is repr(): the class's own __repr__ runs
         if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), name) is not NULL:
             return d.call_method(f, v, name, [], {})
+        if pyfn in _NUMERIC and len(args) == 1 and not kwargs and type_of(v) not in _NUMERIC_TYPES \
+                and lookup_type_attr(type_of(v), name) is not NULL:
+            return d.call_method(f, v, name, [], {})      # float(t) is t.__float__(): a tensor's own rule
         if pyfn is bool and v is not None:
             return Const(d.truth(f, v))
         return NotImplemented
@@ -391,6 +421,16 @@ def _convert(pyfn, dunder):
 for _fn, _d in ((int, "__int__"), (float, "__float__"), (bool, "__bool__"), (str, "__str__"),
                 (repr, "__repr__"), (complex, "__complex__"), (hash, "__hash__")):
     BUILTIN_RULES[_fn] = _convert(_fn, _d)
+
+
+@rule(slice)
+def _slice(d, f, args, kwargs):
+    """``slice(...)`` is BUILD_SLICE: bounds that are not constants (a tensor, a symbolic int) make a slice
+    value the subscript rules take, as ``x[a:b]`` does."""
+    if kwargs or not 1 <= len(args) <= 3:
+        raise UserException(TypeError(f"slice expected 1 to 3 positional arguments, got {len(args)}"
+                                      + (" and keyword arguments" if kwargs else "")))
+    return d.build_slice(f, [Const(None), args[0]] if len(args) == 1 else list(args))
 
 
 @rule(print)
@@ -484,7 +524,21 @@ def classmethod_rule(fn):
     if type(fn) is types.BuiltinMethodType and fn.__name__ == "fromkeys" and isinstance(owner, type) \
             and issubclass(owner, dict):
         return lambda d, f, args, kwargs: _dict_fromkeys(d, f, args, kwargs, owner)
+    if type(fn) is types.BuiltinMethodType and fn.__name__ == "__subclasses__" and isinstance(owner, type):
+        return lambda d, f, args, kwargs: _subclasses(d, f, owner, args, kwargs)
     return None
+
+
+def _subclasses(d, f, cls: type, args, kwargs):
+    """``C.__subclasses__()``: the live subclasses (weakly held by CPython, so the answer changes as classes are
+    made and collected) as a new list, guarded on being the same classes in the same order."""
+    if args or kwargs:
+        raise UserException(TypeError("type.__subclasses__() takes no arguments"))
+    subs = cls.__subclasses__()
+    cg = d.cg
+    d.guards.add(f"{cg.bind(cls, 'cls')}.__subclasses__() == {cg.bind(subs, 'subclasses')}",
+                 f"{cls.__qualname__} has the subclasses {[c.__qualname__ for c in subs]}")
+    return ListVar([Const(c) for c in subs])
 
 
 @rule(functools.partial)

@@ -436,6 +436,7 @@ class FrameCache:
         d = SymbolicDomain(self.plugins_factory(), self.options)
         d.dynamic = self.dynamic
         d.is_resume = self.resume is not None
+        d.fullgraph = self.fullgraph
         d.frame_state = self.frame_state
         d.static_shapes = self.static_shapes
         return d
@@ -448,14 +449,20 @@ class FrameCache:
         return self.compile_entry(args, kwargs)
 
     def compile_entry(self, args, kwargs) -> Entry:
-        t0 = time.perf_counter()
         d = self._domain()
+        try:
+            return self._compile_in(d, args, kwargs)
+        finally:
+            d.release()
+
+    def _compile_in(self, d: SymbolicDomain, args, kwargs) -> Entry:
+        t0 = time.perf_counter()
         try:
             ret = self._trace(d, args, kwargs)
             return self._make_entry(d, ret, t0)
         except Unsupported as e:
             STATS.bump("graph_breaks")
-            self.break_reasons.append(e)
+            self.break_reasons.append(_detached(e))
             if self.fullgraph:
                 raise
             if self.session is not None:
@@ -513,6 +520,8 @@ class FrameCache:
             logs.log("graph_breaks", f"{self.name}: cannot continue after the break ({e2.reason}); "
                                      "the frame runs in ember's interpreter")
             return self._eager_entry(f"{e}; then {e2.reason}", d.guards.guards, d, concrete=True)
+        finally:
+            d2.release()
 
     def _make_entry(self, d: SymbolicDomain, ret: Any, t0: float) -> Entry:
         step = self.session.step if self.session is not None else None
@@ -543,6 +552,15 @@ class FrameCache:
         bindings = dict(d.cg.bindings if d is not None else {}, __MISS=MISS, __fn=run, **self.sig_binds)
         return Entry(_exec(src, bindings, f"<ember eager {self.name}>"), "", src, list(guards), bindings, eager=True,
                      reason=reason)
+
+
+def _detached(e: Unsupported) -> Unsupported:
+    """A copy of a break's exception without its traceback (and context), to keep in ``break_reasons``: the
+    traceback's frames hold the call's arguments, which the cache would keep alive as long as it lives."""
+    c = type(e).__new__(type(e))
+    c.__dict__.update(vars(e))
+    c.args = e.args
+    return c
 
 
 def _symbolic_unsupported(e: BaseException) -> bool:

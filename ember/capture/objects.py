@@ -408,6 +408,22 @@ def _declined(d, f, args, kwargs):
 
 
 # -- calls -----------------------------------------------------------------------------------------------
+def compiled_original(fn: types.FunctionType) -> tuple[str, Any] | None:
+    """(attribute, function) that the compiled wrapper ``fn`` runs: ember.compile's dispatcher (its cache's
+    function, ``__wrapped__``) or torch.compile's (``_torchdynamo_inline``); None for other functions.
+    Called from compiled code, the wrapper's own machinery (a lock, its cache) is not the program: as
+    torch.compile does for nested compiled functions, the outer trace runs the original and its compiler
+    (backend, options) applies to it."""
+    own = fn.__dict__
+    cache = own.get("__ember_cache__")
+    if cache is not None and getattr(cache, "fn", None) is not None and own.get("__wrapped__") is cache.fn:
+        return "__wrapped__", cache.fn
+    orig = own.get("_torchdynamo_inline")          # torch.compile's wrappers (a disable wrapper has none)
+    if orig is not None and callable(orig) and not own.get("_torchdynamo_disable"):
+        return "_torchdynamo_inline", orig
+    return None
+
+
 @R.CALL.register(Const)
 def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
     fn = v.value
@@ -434,6 +450,9 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
             and fn.__name__ == "with_traceback":       # the trace's own exception object: run it
         return Const(fn(*[d.as_python(f, a) for a in args]))
     if t is types.FunctionType:
+        orig = compiled_original(fn)
+        if orig is not None:        # a compiled function called from compiled code: its code is traced here
+            return d.call(f, d.wrap(orig[1], AttrSource(v.source, orig[0]) if v.source else None), args, kwargs)
         return d.inline(f, fn, args, kwargs, v.source)
     if t is types.MethodType:
         return d.call(f, BoundMethod(Const(fn.__func__), d.wrap(fn.__self__, None)), args, kwargs)
@@ -743,17 +762,22 @@ def _real_key(k: Value) -> Any:
     object that existed before the call, or a tuple of those; NULL otherwise."""
     if type(k) is Const:
         return k.value
-    if type(k) is TupleVar and k.cls is None:
+    if (type(k) is TupleVar and k.cls is None) or type(k) is ListVar:     # ListVar: Callable[[int], int]
         keys = [_real_key(x) for x in k.items]
-        return NULL if any(x is NULL for x in keys) else tuple(keys)
+        return NULL if any(x is NULL for x in keys) else (tuple(keys) if type(k) is TupleVar else keys)
     if type(k) is ObjectVar and not k.is_new and not k.mutated:
         return k.obj
     return NULL
 
 
+def _typing_form(x: Any) -> bool:
+    """typing.List, Optional, Union, Dict, Callable... and list[int]: subscripting them makes a new alias (pure)."""
+    return type(x).__module__ == "typing" or isinstance(x, (types.GenericAlias, types.UnionType))
+
+
 @R.GETITEM.register(Const)
 def _const_getitem(d, f, v, k):
-    key = _real_key(k) if isinstance(v.value, type) else NULL
+    key = _real_key(k) if isinstance(v.value, type) or _typing_form(v.value) else NULL
     if key is not NULL:       # typing generics: list[int], Color['RED'], OrderedSet[T] (T a module's TypeVar)
         try:
             return Const(v.value[key])

@@ -59,6 +59,13 @@ class SymbolicDomain:
         for p in self.plugins:
             p.start(self)
 
+    def release(self) -> None:
+        """Drop every reference the finished trace holds. The domain and its frames form reference cycles
+        (a frame holds its domain, the domain its top frame), and through them the user's arguments (``real_of``,
+        the torch plugin's inputs): without this, a tensor passed in stayed alive after the call until the
+        cycle collector ran (eager frees it when the caller drops it). Entries copy what they keep."""
+        vars(self).clear()
+
     # -- errors ----------------------------------------------------------------------------------------
     def unsupported(self, f: Frame | None, reason: str, hint: str = ""):
         from ..errors import Unsupported
@@ -162,6 +169,13 @@ class SymbolicDomain:
             self.guards.add(f"type({e}) is {self.cg.bind(t, 'function')} and {e}.__code__ is "
                             f"{self.cg.bind(obj.__code__, 'code')}", f"{self.cg.plain(source)} runs {obj.__qualname__}")
             return Const(obj, source)
+        if t is slice and not all(type(b) in (int, type(None)) for b in (obj.start, obj.stop, obj.step)):
+            # a slice holding a tensor or another object: its bounds are values of the trace (a constant
+            # would put the tensor into the graph's code, and compare it by value in the guard)
+            if g:
+                g.type_match(source, slice)
+            return SliceVar([self.wrap(getattr(obj, a), AttrSource(source, a) if source else None)
+                             for a in ("start", "stop", "step")])
         if isinstance(obj, enum.Enum) or isinstance(obj, IDENTITY_TYPES) or t in (type(Ellipsis), range, slice):
             if g:
                 g.id_match(source, obj) if not isinstance(obj, (range, slice)) else g.equals(source, obj)

@@ -75,6 +75,11 @@ class Value:
         """The underlying existing object (identity), or NULL."""
         return NULL
 
+    def instance_check(self, cls: type) -> bool | None:
+        """``isinstance(self, cls)`` where ``cls``'s metaclass answers from the instance's state (not its type),
+        or None where the value has nothing to say (then the metaclass's own check, or the type, decides)."""
+        return None
+
     def describe(self) -> str:
         return self.python_type().__name__
 

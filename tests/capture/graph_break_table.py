@@ -98,6 +98,8 @@ class BreakProgram:
     cached: bool = True         # later calls compile nothing new (with Alt arguments: from run 3 on)
     raises: type | None = None  # the exception the program raises out of the call
     ops: tuple = ()             # op names that must appear in a captured graph (tensor work stays compiled)
+    full: str | None = None     # fullgraph=True's break where it differs from ``fg`` (.item() is captured
+    #                             under fullgraph, as torch.compile does), "" where fullgraph compiles it all
 
     def __repr__(self):
         return self.name
@@ -108,7 +110,8 @@ PROGRAMS: list[BreakProgram] = []
 
 def breaks(*args: Any, fg: str, stack: tuple = (), graphs: int | None = None, nbreaks: int | None = None,
            grad: bool = True, runs: int | None = None, globals_: tuple = (), tol: dict | None = None,
-           cached: bool = True, raises: type | None = None, ops: tuple = (), **kwargs: Any):
+           cached: bool = True, raises: type | None = None, ops: tuple = (), full: str | None = None,
+           **kwargs: Any):
     """Register a breaking program. ``fg``: tag of its first break's line; ``graphs``/``nbreaks``: the counts
     ``ember.explain`` must report; ``grad=False`` for programs whose outputs are not differentiable or that
     mutate their inputs; ``runs`` defaults to 2 (4 when an ``Alt`` argument makes the branch alternate);
@@ -118,7 +121,7 @@ def breaks(*args: Any, fg: str, stack: tuple = (), graphs: int | None = None, nb
         alt = any(isinstance(a, Alt) for a in _flat((args, kwargs)))
         PROGRAMS.append(BreakProgram(fn.__name__, fn, args, kwargs, fg, tuple(stack), graphs, nbreaks, grad,
                                      runs or (4 if alt else 2), isinstance(fn, type), tuple(globals_),
-                                     tol or {}, cached, raises, tuple(ops)))
+                                     tol or {}, cached, raises, tuple(ops), full))
         return fn
     return deco
 

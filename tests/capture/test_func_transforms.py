@@ -201,13 +201,14 @@ def test_func_transform_with_symbolic_sizes(prog, backend):
 
 
 def test_graph_break_inside_the_function_names_its_line():
+    # (not .item(): under fullgraph=True it is captured, and inside vmap it raises vmap's own error, as eager)
     def f(x):
-        return vmap(lambda a: a * a.sum().item())(x)
+        return vmap(lambda a: print(a) or a * 2)(x)
     ember.reset()
     with pytest.raises(ember.Unsupported) as e:
         ember.compile(f, fullgraph=True)(torch.randn(3, 2))
     msg = str(e.value)
-    assert "inside the function given to torch.func.vmap" in msg and "item()" in msg
+    assert "inside the function given to torch.func.vmap" in msg and "print()" in msg
     assert "test_func_transforms.py" in msg
 
 

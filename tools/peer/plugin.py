@@ -9,6 +9,7 @@ patches, before the test modules are imported:
   takes torch.compile-contract backends; Inductor ``options`` are dropped);
 - ``torch._dynamo.optimize(backend, nopython=...)`` and ``optimize_assert`` -> a decorator compiling with ember
   (``nopython`` is ``fullgraph``); used as a context manager it compiles nothing (the block runs eagerly);
+  ``torch._dynamo.export`` / ``explain`` stay Dynamo's (they are not torch.compile);
 - ``torch._dynamo.reset()`` / ``torch.compiler.reset()`` also reset ember;
 - ``torch._dynamo.disable`` / ``torch.compiler.disable`` -> ``ember.disable``;
 - ``torch._dynamo.exc.Unsupported`` -> a subclass whose ``issubclass``/``isinstance`` also accept
@@ -32,7 +33,6 @@ def _backend(b):
 def _install() -> None:
     import torch
     import torch._dynamo
-    import torch._dynamo.eval_frame as ef
 
     import ember
 
@@ -76,9 +76,10 @@ def _install() -> None:
 
     _alias_unsupported(torch._dynamo.exc, ember.Unsupported)
     torch.compile = compile
-    for mod in (torch._dynamo, ef):
-        mod.optimize = optimize
-        mod.optimize_assert = optimize_assert
+    # the public names only: eval_frame's own globals stay Dynamo's, since Dynamo's export() and explain()
+    # call them (redirected, they handed Dynamo's internal backends to ember)
+    torch._dynamo.optimize = optimize
+    torch._dynamo.optimize_assert = optimize_assert
     torch._dynamo.reset = reset
     torch.compiler.reset = reset
     torch._dynamo.disable = disable

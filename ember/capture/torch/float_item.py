@@ -43,10 +43,10 @@ class FloatItemVar(Value):
 def item(d, f, t: TensorVar, name: str) -> Value | None:
     """``t.item()`` / ``float(t)`` of a one-element float tensor, or None where this does not apply."""
     from .ops import record
-    from .unbacked import _enabled
+    from .unbacked import scalar_allowed
     if name not in _METHODS or t.meta.numel() != 1 or not t.meta.dtype.is_floating_point:
         return None
-    if not _enabled(d, _OPTION):
+    if not scalar_allowed(d, f, name):
         raise d.unsupported(f, f"Tensor.{name}() turns a tensor value into a Python float, and option {_OPTION!r} "
                                "is off", f"compile with options={{{_OPTION!r}: True}} to keep it in the graph")
     x = record(d, f, "call_method", "detach", [t], {})

@@ -135,7 +135,12 @@ def _call_transform(d, f, v: TransformVar, args, kwargs):
     metas, syms = [x.meta for x in leaves], None
     if v.kind == "vmap":
         metas, syms = _per_example(d, f, v.opts.get("in_dims", 0), skel, leaves)
-    body = trace_body(d, f, v.fn, list(args), dict(kwargs), metas, f"torch.func.{v.kind}", syms)
+    st = d.torch
+    st.transforms += (v.kind,)
+    try:
+        body = trace_body(d, f, v.fn, list(args), dict(kwargs), metas, f"torch.func.{v.kind}", syms)
+    finally:
+        st.transforms = st.transforms[:-1]
     return _apply(d, f, v.kind, v.opts, body, skel, leaves)
 
 

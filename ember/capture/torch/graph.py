@@ -27,6 +27,7 @@ from ..sources import Source
 from ..values import NUMPY_SCALARS, Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
 
 META = torch.device("meta")
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)     # torch.tensortype
 
 
 class TensorVar(Value):
@@ -45,6 +46,14 @@ class TensorVar(Value):
 
     def python_type(self):
         return self.cls
+
+    def instance_check(self, cls):
+        # torch's legacy tensor types (torch.FloatTensor, torch.cuda.LongTensor...) are instance checks on dtype,
+        # device type and layout, which a tensor's guards fix
+        if type(cls) is _LEGACY_TENSOR_TYPE:
+            dev = "cuda" if cls.is_cuda else "cpu"
+            return cls.dtype == self.meta.dtype and self.device.type == dev and cls.is_sparse == self.meta.is_sparse
+        return None
 
     def describe(self):
         return f"Tensor{tuple(self.meta.shape)} {str(self.meta.dtype).replace('torch.', '')} {self.device}"
@@ -68,6 +77,7 @@ class TorchState:
         self.grad_enabled = torch.is_grad_enabled()
         self.grad_observed = False      # the trace read or set a requires_grad (or what depends on it)
         self.records = None             # the entry's fastguard.Records, once a weight is checked by identity
+        self.transforms: tuple[str, ...] = ()   # torch.func transforms whose function is being traced
         self.autocast: dict[str, tuple[bool, torch.dtype]] = {}
         for dev in ("cpu", "cuda"):
             try:

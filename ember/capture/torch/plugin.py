@@ -176,6 +176,13 @@ def _set_grad_call(d, f, args, kwargs):
 _CONST_RULES = _constant_rules()
 
 
+def _named_in_module(fn: types.FunctionType, mod: str) -> bool:
+    """Whether FX's code for a call_function can name ``fn`` (its module's attribute of its own name): not a
+    closure. (Not an identity check: torch may rebind a name to a wrapper, ``torch.manual_seed``.)"""
+    import sys
+    return "<locals>" not in fn.__qualname__ and callable(getattr(sys.modules.get(mod), fn.__name__, None))
+
+
 def is_torch_op(fn: Any) -> bool:
     if isinstance(fn, type):
         return False
@@ -185,8 +192,9 @@ def is_torch_op(fn: Any) -> bool:
             return True
         self_ = getattr(fn, "__self__", None)
         return isinstance(self_, types.ModuleType) and self_.__name__.startswith("torch._C")
-    if type(fn) is types.FunctionType:
-        return mod in _TORCH_PY_MODULES or mod == "torch"
+    if type(fn) is types.FunctionType:     # a graph node must name it: a closure (torch.nn.modules.utils'
+        #                                       _pair is _ntuple's ``parse``) is traced through instead
+        return (mod in _TORCH_PY_MODULES or mod == "torch") and _named_in_module(fn, mod)
     if type(fn) in (types.MethodDescriptorType, types.WrapperDescriptorType):
         return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
     return isinstance(fn, torch._ops.OpOverload) or isinstance(fn, torch._ops.OpOverloadPacket)
@@ -348,9 +356,7 @@ class TorchPlugin:
 
     # -- calls -----------------------------------------------------------------------------------------
     def call(self, d, f, fn: Any, args, kwargs):
-        cache = getattr(fn, "__ember_cache__", None)
-        if cache is not None and type(fn) is types.FunctionType:
-            return d.call(f, Const(cache.fn), args, kwargs)
+        # (a compiled function's wrapper, ember's or torch.compile's: objects.compiled_original)
         why = _explicit_break(fn)
         if why is not None:
             raise d.unsupported(f, why, "it runs eagerly at this graph break (fullgraph=True allows none: move the "

@@ -48,10 +48,24 @@ def lookup(kind: str, target: Any) -> Callable | None:
         return None
 
 
+def scalar_allowed(d, f, name: str) -> bool:
+    """Whether ``Tensor.<name>()`` may become a number read at run time. Inside a function given to
+    torch.func.vmap it raises, as eager's vmap does (the float path records no ``item`` node that would)."""
+    if "vmap" in d.torch.transforms:
+        from ..interpreter import UserException
+        raise UserException(RuntimeError("vmap: It looks like you're calling .item() on a Tensor. We don't "
+                                         "support vmap over calling .item() on a Tensor, please try to rewrite "
+                                         "what you're doing with other operations."))
+    return _enabled(d, _SCALAR_OPTION)
+
+
 def _enabled(d, option: str) -> bool:
     from ...options import CompileOptions
     opts = d.torch.options if d.torch.options is not None else CompileOptions()
-    return bool(getattr(opts, option))
+    v = getattr(opts, option)
+    if v is None:       # capture_scalar_outputs left unset: on under fullgraph=True (a break would be an
+        return bool(getattr(d, "fullgraph", False))     # error there), off otherwise, as torch.compile does
+    return bool(v)
 
 
 def _off(d, f, what: str, option: str):
@@ -209,7 +223,7 @@ def item(d, f, t: TensorVar, name: str) -> Value | None:
         return None
     if t.meta.dtype.is_floating_point or t.meta.dtype.is_complex or t.meta.dtype == torch.bool:
         return None
-    if not _enabled(d, _SCALAR_OPTION):
+    if not scalar_allowed(d, f, name):
         raise d.unsupported(f, f"Tensor.{name}() turns a tensor value into a Python int, and option "
                                f"{_SCALAR_OPTION!r} is off", f"compile with options={{{_SCALAR_OPTION!r}: True}} "
                                                              "to capture it as a symbolic int read at run time")
