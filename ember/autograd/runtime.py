@@ -210,14 +210,14 @@ class AotFunction(torch.autograd.Function):
                 shapes = getattr(ctx, "primal_shapes", None)
                 shape = shapes[j] if shapes is not None else tuple(int(d) for d in shape)
             grads[j] = torch.zeros(shape, dtype=dtype, device=device)
-        if versions:
+        if versions or aliased:
             _release_versions(ctx)
         return (None, *_unreached(graphs, grad_outputs, grads))
 
 
 def _release_versions(ctx: Any) -> None:
-    """After a backward that does not retain the graph, drop the tensors kept for the version check, as autograd
-    drops the saved tensors: the node lives as long as the loss does, and the outputs it held (a KV cache, a
+    """After a backward that does not retain the graph, drop the tensors kept for the version checks
+    (``ctx.versions``, ``ctx.aliased``), as autograd drops the saved tensors: the node lives as long as the loss does, and the outputs it held (a KV cache, a
     forward output the backward read) stayed alive after the user dropped them (CUDA graphs then re-recorded
     every training step, their outputs counted as still in use). ``maybe_clear_saved_tensors`` frees the saved
     tensors unless the graph is retained; reading them afterwards tells which it did."""
@@ -225,7 +225,7 @@ def _release_versions(ctx: Any) -> None:
     try:
         ctx.saved_tensors
     except RuntimeError:
-        ctx.versions = None
+        ctx.versions = ctx.aliased = None
 
 
 def _unviewed(outs: list, primals: tuple, keep: frozenset) -> list:
