@@ -113,6 +113,8 @@ def epilogue_of(sched: Schedule, i: int, bodies: dict[str, KernelBody]) -> int |
     produced_after = set()
     for j in range(i + 1, len(sched.steps)):
         s = sched.steps[j]
+        if s is None:           # a step a memory pass folded into another (a copy a scatter now writes over)
+            continue
         if isinstance(s, Kernel) and e.name in s.reads:
             body = bodies.get(s.name)
             if body is None or s.rnumel != 1 or s.xnumel != prod(e.layout.shape) or body.aliased:
@@ -350,7 +352,7 @@ def use_templates(sched: Schedule, kernels: dict[str, tuple[Any, KernelBody]], t
         body = bodies[kern.name] if kern is not None else None
         store_mm = e.name in outputs or any(
             e.name in (s.reads if isinstance(s, Kernel) else s.reads()) for s in sched.steps[i + 1:]
-            if s is not kern)
+            if s is not kern and s is not None)
         if kern is None and not store_mm:
             continue                 # nothing reads it
         a, b, bias = _mats(e)  # type: ignore[misc]

@@ -30,6 +30,15 @@ def _attention(q, k, v):
     return torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v
 
 
+def _mm_then_scatter_chain(x, w, h1, h2):
+    """A matmul whose epilogue comes after an accumulation chain: the chain's copies leave the schedule (a
+    scatter writes over the buffer it copied), and the template search must step over the empty steps."""
+    y = x @ w
+    out = torch.zeros(6, 8).index_add(0, torch.tensor([0, 2, 5]), h1)
+    out = out.index_add(0, torch.tensor([1, 2, 3]), h2)
+    return (y + out.sum()).relu(), out
+
+
 # name: (fn, inputs, train, tolerance, float_only), as in tests/codegen/test_triton.py's table
 CASES = {
     "linear_gelu_residual": (lambda x, w, b, r: F.gelu(F.linear(x, w, b)) + r,
@@ -45,6 +54,8 @@ CASES = {
                    lambda: [_rn(19, 8), _rn(8, 21)], True, 1e-4, False),
     "epilogue_reads_a_reduction": (lambda x, w, y: x @ w + y.sum(-1, keepdim=True),
                                    lambda: [_rn(16, 8), _rn(8, 16), _rn(16, 33)], True, 1e-4, False),
+    "mm_then_scatter_chain": (_mm_then_scatter_chain, lambda: [_rn(10, 16), _rn(16, 12), _rn(3, 8), _rn(3, 8)],
+                              True, 1e-4, False),
     "mlp_block": (lambda x, w1, b1, w2, b2: x + F.linear(F.silu(F.linear(x, w1, b1)), w2, b2),
                   lambda: [_rn(20, 16), _rn(48, 16), _rn(48), _rn(16, 48), _rn(16)], True, 1e-4, False),
 }
