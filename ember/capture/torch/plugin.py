@@ -177,10 +177,12 @@ _CONST_RULES = _constant_rules()
 
 
 def _named_in_module(fn: types.FunctionType, mod: str) -> bool:
-    """Whether FX's code for a call_function can name ``fn`` (its module's attribute of its own name): not a
-    closure. (Not an identity check: torch may rebind a name to a wrapper, ``torch.manual_seed``.)"""
+    """Whether FX's code for a call_function can name ``fn`` (its module's attribute of its own name): the very
+    object (a closure the module holds, ``torch.unique`` from ``boolean_dispatch``), or, where torch rebound the
+    name to a wrapper (``torch.manual_seed``), a function that is not a closure."""
     import sys
-    return "<locals>" not in fn.__qualname__ and callable(getattr(sys.modules.get(mod), fn.__name__, None))
+    held = getattr(sys.modules.get(mod), fn.__name__, None)
+    return held is fn or ("<locals>" not in fn.__qualname__ and callable(held))
 
 
 def is_torch_op(fn: Any) -> bool:
