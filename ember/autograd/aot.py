@@ -712,6 +712,12 @@ def _build(training: bool, fn: Callable[..., Any], args: Sequence[Any], decompos
             else _build_inference(fn, args, decompose, compile_graph, binder))
 
 
+def _left_to_eager_autograd(e: Exception) -> None:     # what AOT cannot trace runs as captured: said, counted
+    counters.bump("eager_autograd_graphs")
+    first = (str(e) or " ").splitlines()[0]
+    logs.log("perf_hints", f"aot_eager: {type(e).__name__}: {first}; this graph runs with eager autograd")
+
+
 def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
                 decompose: bool | None = None, recompute: bool = True,
                 compile_graph: GraphCompiler | None = None, graph_cache: Any = None) -> Callable[..., Any]:
@@ -774,11 +780,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
                 raise
             hit = (_EAGER, None, None)
         except (EmberError, RuntimeError, NotImplementedError) as e:
-            # what AOT tracing cannot handle (data-dependent shapes, ops without meta kernels...) runs
-            # as captured, with eager autograd: correct, not optimized, and said so
-            logs.log("perf_hints", f"aot_eager: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
-                                   "this graph runs with eager autograd")
-            counters.bump("eager_autograd_graphs")
+            _left_to_eager_autograd(e)
             hit = (_EAGER, None, None)
         variants[key_of(flat)] = hit
         return hit

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import enum
-import logging
 import math
 import operator
 import re
@@ -24,6 +23,7 @@ from . import dunders, polyfills, subclasses
 from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
 from .instance_attrs import lookup_type_attr, real_instance_attr  # noqa: F401  (lookup_type_attr: part of this module's interface)
 from .interpreter import NULL, UserException
+from .logging_calls import defer_logging, is_logger_method
 from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource, Source, instance_dict_source
 from .symbolic import SliceVar, SymbolicDomain
@@ -424,6 +424,14 @@ def compiled_original(fn: types.FunctionType) -> tuple[str, Any] | None:
     return None
 
 
+def _builtin_rule(fn: Any) -> Any:
+    from .builtins_sym import BUILTIN_RULES, classmethod_rule
+    try:
+        return BUILTIN_RULES.get(fn) or classmethod_rule(fn)
+    except TypeError:       # an unhashable callable
+        return None
+
+
 @R.CALL.register(Const)
 def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
     fn = v.value
@@ -431,17 +439,13 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         r = p.call(d, f, fn, args, kwargs)
         if r is not None:
             return r
-    from .builtins_sym import BUILTIN_RULES, classmethod_rule
-    try:
-        rule = BUILTIN_RULES.get(fn) or classmethod_rule(fn)
-    except TypeError:
-        rule = None
+    rule = _builtin_rule(fn)
     if rule is not None:
         r = rule(d, f, args, kwargs)
         if r is not NotImplemented:
             return r
-    if _is_logger_method(fn, args):
-        return _defer_logging(d, f, v, args, kwargs)
+    if is_logger_method(fn, args):
+        return defer_logging(d, f, v, args, kwargs, _fn_name(fn))
     if getattr(fn, "__ember_disable__", False):
         raise d.unsupported(f, f"call to {_fn_name(fn)}, which is marked ember.disable",
                             "it runs eagerly; compile the code around it separately")
@@ -506,33 +510,6 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
         return d.inline(f, call, [v] + args, kwargs)
     raise d.unsupported(f, f"call to {_fn_name(fn)} is not supported",
                         "ember captures Python functions, builtins on constants, and torch operations")
-
-
-_LOG_LEVELS = ("debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log")
-
-
-def _is_logger_method(fn, args) -> bool:
-    """``logger.warning(...)``, transformers' ``logger.warning_once(...)``: a method of ``logging.Logger``
-    (also one a library added to it) that emits a record, called on a logger. Emitting methods are the
-    level methods and ``log``, and the ones a library added under a level name (``warning_once``,
-    ``warning_advice``); ``isEnabledFor`` and the like return values and run in the trace."""
-    name = getattr(fn, "__name__", None)
-    if not args or not isinstance(name, str) or name.split("_")[0] not in _LOG_LEVELS:
-        return False
-    ro = args[0].real_object() if isinstance(args[0], ObjectVar) else getattr(args[0], "value", None)
-    return isinstance(ro, logging.Logger) and lookup_type_attr(type(ro), name) is fn
-
-
-def _defer_logging(d: SymbolicDomain, f, v: Value, args, kwargs) -> Value:
-    """A logging call whose arguments are constants runs after the graph, in program order with the other
-    logging calls of the trace: logging returns None and reads no tensor, so only its order against the
-    tensor work changes. Other arguments (a tensor to format) end the graph."""
-    if kwargs or not all(type(a) is Const for a in args[1:]):
-        raise d.unsupported(f, f"logging call {_fn_name(v.value)} with non-constant arguments",
-                            "log constants (the message formatted from Python values), or log after the "
-                            "compiled function returns")
-    d.deferred_calls.append((v, list(args)))
-    return Const(None)
 
 
 def _call_pure(d: SymbolicDomain, f, fn, args, kwargs) -> Value | None:
