@@ -252,6 +252,9 @@ def scatter_into_dead_source(graph: LoopGraph, sched: Schedule, inplace: dict[st
         t, k = step_of.get(target.name), step_of[node.name]
         if t is None or t >= k or not _dead_after(graph, sched, inplace, src, t, outputs | viewed):
             continue
+        made = sched.steps[step_of.get(src.name, t)]
+        if isinstance(made, Kernel) and src.name not in made.stores:
+            continue        # the source is a value inside a fused kernel, never stored: the copy is its only store
         kern = sched.steps[t]
         if any(target.name in {ld.buf for ld in loads(m.body)} for m in kern.nodes if m is not target):
             continue        # a node fused beside the copy reads it

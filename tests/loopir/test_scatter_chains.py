@@ -78,6 +78,14 @@ def sum_broadcasting_an_accumulation(x, idx, v):
     return x[0].exp() + torch.zeros_like(x).index_put((idx[0],), v[0], accumulate=True)
 
 
+def put_into_a_fused_value(x, idx, v):
+    # y is made inside the kernel that also computes t and its sum, and stored nowhere but through its copy:
+    # the put keeps that copy (fuzz seed 1017: the put wrote into a buffer no kernel had stored)
+    y = x * torch.tanh(x)
+    t = y * 0 + 1
+    return t.sum(), y.index_put((idx[0][:2],), v[0][0, 0]), t
+
+
 # name -> (program, most "=copy" kernels its wrapper may run)
 CASES = {"index_add_chain": (index_add_chain, 1), "index_put_accumulate_chain": (index_put_accumulate_chain, 0),
          "scatter_add_chain": (scatter_add_chain, 0), "setitem_chain": (setitem_chain, 0),
@@ -85,7 +93,8 @@ CASES = {"index_add_chain": (index_add_chain, 1), "index_put_accumulate_chain": 
          "chain_from_an_input": (chain_from_an_input, 1),
          "sum_of_accumulations_into_zeros": (sum_of_accumulations_into_zeros, 0),
          "sum_with_a_plain_put_into_zeros": (sum_with_a_plain_put_into_zeros, 2),
-         "sum_broadcasting_an_accumulation": (sum_broadcasting_an_accumulation, 1)}
+         "sum_broadcasting_an_accumulation": (sum_broadcasting_an_accumulation, 1),
+         "put_into_a_fused_value": (put_into_a_fused_value, 1)}
 
 
 def _inputs(seed):
