@@ -37,11 +37,12 @@ class Heuristics:
     outer_min_rnumel: int = 2048
     outer_min_chunk: int = 256
     # CPU outer sums of rows at least this long are split for accuracy (``_accuracy_split``), in chunks of at
-    # least accurate_min_chunk points. From 4096 and 1024 (issue 31): NHWC batch statistics and average pools over
-    # 256-4095 points stayed 10-40x less accurate than eager (relative 1.6e-6 against 4e-8 at 2048 points), enough
-    # to flip a ReLU at -1.6e-6 in a RegNet-Y and move 45 gradients by up to 3.6; at 256 and 32 they are 2-6x
-    # eager's, and a conv-BN-ReLU training step on the CPU took the same time within noise
-    accurate_min_rnumel: int = 256
+    # least accurate_min_chunk points. From 4096 and 1024 (issue 31): NHWC batch statistics over 2048-4095 points
+    # stayed 10-40x less accurate than eager (relative 1.6e-6 against 4e-8 at 2048 points), enough to flip a ReLU
+    # at -1.6e-6 in a RegNet-Y and move 45 gradients by up to 3.6; split, 2-6x eager's. Not lower yet: rows of
+    # 256-2047 points are as inaccurate, but splitting them loses the per-channel sums kernel that stores a
+    # batch norm backward's output gradient (tests/codegen/test_derived_placement.py)
+    accurate_min_rnumel: int = 2048
     accurate_min_chunk: int = 32
 
     # -- recompute or store (loopir.lower) -------------------------------------------------------

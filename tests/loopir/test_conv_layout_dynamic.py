@@ -13,7 +13,6 @@ another layout at run time (the backward takes the forward's channels-last saved
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 
 import pytest
@@ -22,7 +21,6 @@ import torch
 from torch import nn
 
 import ember
-import ember.heuristics as H
 from ember.loopir import conv_layout
 from ember.loopir.ir import Extern, Pointwise
 from tests.loopir.test_conv_layout import _restrides
@@ -192,9 +190,7 @@ def test_symbolic_graph_hoists_per_channel_values_as_static(monkeypatch):
 
 def _check_static_plan(mode: str, train: bool, monkeypatch) -> list:
     """Compile the network with ``mode``'s symbolic sizes and static at its hints; check they get the same plan;
-    return the (symbolic, static) loop graphs. Outer sums are not split for accuracy in either: the split is
-    decided on static row lengths only (``lowerings._accuracy_split``), and the layout plan is the subject here."""
-    monkeypatch.setattr(H, "DEFAULT", dataclasses.replace(H.DEFAULT, accurate_min_rnumel=1 << 30))
+    return the (symbolic, static) loop graphs."""
     monkeypatch.setattr(conv_layout, "NHWC_WEIGHTS", {"cpu"})
     monkeypatch.setattr(conv_layout, "DTYPES", {"cpu": (torch.float32,)})
     dynamic, mark, sizes = MODES[mode]

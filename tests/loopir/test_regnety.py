@@ -4,9 +4,8 @@ trained through the whole compiler.
 A float32 training step of such a network is chaotic where a ReLU's input is within rounding of zero: in
 issue 31 one element of torchvision's RegNet-Y-400MF trunk at -1.6e-6 (float64) came out of ember's forward as
 +2e-6, and that single mask bit moved 45 gradients by up to 3.6. ember's backward was right for its forward;
-its forward was 3-4x less accurate than eager's, because per-channel statistics and average pools over
-channels-last rows of a few thousand points were added one point after another (``_accuracy_split`` began at
-4096 points); run in float64, ember's training step matched eager's to 1e-9. In float32 its output and
+its forward was 3-4x less accurate than eager's, because per-channel statistics over channels-last rows of
+2048 points were added one point after another (``_accuracy_split`` began at 4096 points); run in float64, ember's training step matched eager's to 1e-9. In float32 its output and
 gradients must be as close to float64 as eager's, within a small multiple."""
 from __future__ import annotations
 

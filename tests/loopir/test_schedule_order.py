@@ -152,12 +152,10 @@ def _channel_sum_and_pointwise(g, x, y):
 
 
 @pytest.mark.parametrize("cpu_backend", CPU_BACKENDS)
-def test_channels_last_pointwise_stays_out_of_a_per_channel_reduction(cpu_backend, monkeypatch):
+def test_channels_last_pointwise_stays_out_of_a_per_channel_reduction(cpu_backend):
     """The pointwise value would sit on the per-channel reduction's rows in flat order while the sums read across
     rows: neither runs contiguously (9.6-11 ms against about 2 ms for the sums alone, on the CPU). It gets a
-    kernel of its own; a contiguous one over the same rows still joins a row reduction. (The rows of 576 points
-    are not split into partial sums for accuracy here: the fusion decision is the subject, not the split.)"""
-    monkeypatch.setattr(H, "DEFAULT", dataclasses.replace(H.DEFAULT, accurate_min_rnumel=1 << 30))
+    kernel of its own; a contiguous one over the same rows still joins a row reduction."""
     args = [torch.randn(4, 16, 12, 12).to(memory_format=torch.channels_last) for _ in range(3)]
     kernels = [k for k in _schedule(_channel_sum_and_pointwise, *args).steps if isinstance(k, Kernel)]
     assert len(kernels) == 2 and all(len(k.nodes) == 1 for k in kernels), [k.fused() for k in kernels]
