@@ -37,9 +37,13 @@ class Heuristics:
     outer_min_rnumel: int = 2048
     outer_min_chunk: int = 256
     # CPU outer sums of rows at least this long are split for accuracy (``_accuracy_split``), in chunks of at
-    # least accurate_min_chunk points
-    accurate_min_rnumel: int = 4096
-    accurate_min_chunk: int = 1024
+    # least accurate_min_chunk points. From 4096 and 1024 (issue 31): NHWC batch statistics over 2048-4095 points
+    # stayed 10-40x less accurate than eager (relative 1.6e-6 against 4e-8 at 2048 points), enough to flip a ReLU
+    # at -1.6e-6 in a RegNet-Y and move 45 gradients by up to 3.6; split, 2-6x eager's. Not lower yet: rows of
+    # 256-2047 points are as inaccurate, but splitting them loses the per-channel sums kernel that stores a
+    # batch norm backward's output gradient (tests/codegen/test_derived_placement.py)
+    accurate_min_rnumel: int = 2048
+    accurate_min_chunk: int = 32
 
     # -- recompute or store (loopir.lower) -------------------------------------------------------
     # a pointwise value used more than once is recomputed by each user unless it has an expensive op, reads more

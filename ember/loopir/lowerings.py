@@ -484,7 +484,9 @@ def _accuracy_split(device: torch.device, rnumel: Any, kind: str, dtype: torch.d
     sum, 1e-3 of a variance, where ATen's cascade sums keep 1e-7). Partials over chunks of about the row's
     square root, then their sum, bound both additions' lengths by that root. A contiguous row (not outer) is
     spread over the lanes, each adding a vector's share of it, and is left whole: its chunks would read it
-    through divisions (an NCHW batch norm's rows of H*W points ran 10x slower)."""
+    through divisions (an NCHW batch norm's rows of H*W points ran 10x slower). Rows from 2048 points on are
+    split (``accurate_min_rnumel``): a RegNet-Y's batch statistics over 2048 points, added whole, flipped a ReLU
+    whose input was 1.6e-6 from zero and moved its gradients by up to 3.6 (issue 31)."""
     if device.type != "cpu" or not outer or kind not in ("sum", "welford") or not dtype.is_floating_point \
             or not isinstance(rnumel, int) or rnumel < heuristics().accurate_min_rnumel:
         return 1

@@ -26,6 +26,13 @@ CASES = {
     "nhwc_global_avg_pool": (lambda x: x.mean((2, 3)), _nhwc(2, 64, 128, 128)),
     "token_bias_grad": (lambda x: x.reshape(-1, 96).sum(0),
                         lambda g: torch.rand(8, 4096, 96, generator=g) + 1),
+    # rows of a few thousand points (issue 31: a RegNet-Y's batch statistics over 2x32x32 points were 10-40x
+    # eager's error, enough to flip a ReLU and move its gradients)
+    "nhwc_channel_stats_2048": (lambda x: (x.sum((0, 2, 3)), x.var((0, 2, 3))), _nhwc(2, 48, 32, 32)),
+    "nhwc_var_mean_2048": (lambda x: torch.var_mean(x * 2, (0, 2, 3), correction=0), _nhwc(2, 104, 32, 32)),
+    "nhwc_avg_pool_2304": (lambda x: x.mean((2, 3)), _nhwc(2, 48, 48, 48)),
+    "nhwc_avg_pool_3136": (lambda x: x.mean((2, 3)), _nhwc(2, 48, 56, 56)),
+    "column_sum_3000_rows": (lambda x: x.sum(0), lambda g: torch.rand(3000, 64, generator=g) + 1),
 }
 MULTIPLE = 10            # ember's error within this multiple of eager float32's ...
 FLOOR = 1e-6             # ... or this fraction of the result's magnitude
