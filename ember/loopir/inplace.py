@@ -215,16 +215,7 @@ def scatter_in_place(graph: LoopGraph, sched: Schedule, write_backs: Sequence[tu
         later = sched.steps[k + 1:]
         if any(inp.name in (s.reads if isinstance(s, Kernel) else s.reads()) for s in later if s is not None):
             continue
-        t = step_of[target.name]
-        kern = sched.steps[t]
-        if len(kern.nodes) == 1:
-            sched.steps[t] = None
-        else:
-            kern.nodes = [m for m in kern.nodes if m is not target]
-            kern.stores = [b for b in kern.stores if b != target.name]
-        for frees in sched.frees:
-            if target.name in frees:
-                frees.remove(target.name)
+        _drop_copy(sched, step_of[target.name], target, [target.name])
         inplace.pop(target.name, None)
         inplace[node.name] = inp.name
 
@@ -258,18 +249,25 @@ def scatter_into_dead_source(graph: LoopGraph, sched: Schedule, inplace: dict[st
         kern = sched.steps[t]
         if any(target.name in {ld.buf for ld in loads(m.body)} for m in kern.nodes if m is not target):
             continue        # a node fused beside the copy reads it
-        if len(kern.nodes) == 1:
-            sched.steps[t] = None
-        else:
-            kern.nodes = [m for m in kern.nodes if m is not target]
-            kern.stores = [b for b in kern.stores if b != target.name]
-        for frees in sched.frees:
-            for b in (target.name, src.name):
-                if b in frees:
-                    frees.remove(b)
+        _drop_copy(sched, t, target, [target.name, src.name])
         sched.frees[k].append(src.name)
         inplace.pop(target.name, None)
         inplace[node.name] = src.name
+
+
+def _drop_copy(sched: Schedule, t: int, target: Any, unfreed: list[str]) -> None:
+    """The copy ``target`` leaves its step ``t`` (the whole step when it is the step's only node), and the
+    names ``unfreed`` leave the frees (the scatter that takes the memory over frees it)."""
+    kern = sched.steps[t]
+    if len(kern.nodes) == 1:
+        sched.steps[t] = None
+    else:
+        kern.nodes = [m for m in kern.nodes if m is not target]
+        kern.stores = [b for b in kern.stores if b != target.name]
+    for frees in sched.frees:
+        for b in unfreed:
+            if b in frees:
+                frees.remove(b)
 
 
 def _copied(graph: LoopGraph, target: Any) -> Any:
