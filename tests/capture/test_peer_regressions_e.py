@@ -1,0 +1,87 @@
+"""Reproducers from PyTorch's Dynamo test files run against ember, fifth batch (issue 32, tools/peer on
+test_misc / test_repros / test_functions): each compiled and compared with eager on fresh inputs."""
+from __future__ import annotations
+
+import typing
+
+import pytest
+import torch
+
+import ember
+
+
+# -- attribute writes through a data descriptor ------------------------------------------------------------
+# CPython's generic setattr hands ``obj.name = v`` to the class attribute's ``__set__`` (``del`` to its
+# ``__delete__``) whenever its type defines one, with or without ``__get__``. ember wrote a descriptor that has
+# no ``__get__`` into the instance ``__dict__`` in the trace (the read after it saw the raw value, and the
+# replay called ``__set__`` later), and refused every other Python descriptor.
+class _SetOnly:
+    """A descriptor with ``__set__`` and no ``__get__``: reads go to the instance ``__dict__``."""
+
+    def __set__(self, obj, value):
+        obj.__dict__["field"] = obj.__dict__.get("field", 0) + value * 2
+
+
+class _Full:
+    def __get__(self, obj, owner=None):
+        return self if obj is None else obj.__dict__.get("_v", -1) * 10
+
+    def __set__(self, obj, value):
+        obj.__dict__["_v"] = value + 1
+
+    def __delete__(self, obj):
+        obj.__dict__.pop("_v", None)
+
+
+class _Holder:
+    field = _SetOnly()
+    full = _Full()
+
+    def __init__(self):
+        self.__dict__["field"] = 0
+
+
+def _set_only(x, o):
+    o.field = 10
+    return x + o.field
+
+
+def _set_twice(x, o):
+    o.field = 1
+    o.field = 2
+    return x * o.field
+
+
+def _full_set_get(x, o):
+    o.full = 3
+    return x + o.full
+
+
+def _full_delete(x, o):
+    o.full = 3
+    del o.full
+    return x + o.full
+
+
+def _new_object_through_descriptor(x, o):
+    h = _Holder()
+    h.full = 5
+    h.field = 1
+    return x + h.full + h.field, h.__dict__
+
+
+_DESCRIPTOR = [_set_only, _set_twice, _full_set_get, _full_delete, _new_object_through_descriptor]
+
+
+def _state(o):
+    return dict(o.__dict__)
+
+
+@pytest.mark.parametrize("fn", _DESCRIPTOR, ids=lambda f: f.__name__)
+def test_setattr_through_data_descriptor(fn):
+    x = torch.randn(3)
+    o_eager, o_comp = _Holder(), _Holder()
+    expected = fn(x, o_eager)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(x, o_comp)
+    torch.testing.assert_close(got, expected)
+    assert _state(o_comp) == _state(o_eager)
