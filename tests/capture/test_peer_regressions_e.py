@@ -85,3 +85,70 @@ def test_setattr_through_data_descriptor(fn):
     got = ember.compile(fn, backend="eager", fullgraph=True)(x, o_comp)
     torch.testing.assert_close(got, expected)
     assert _state(o_comp) == _state(o_eager)
+
+
+# -- a tuple made in the trace is one object wherever it goes ----------------------------------------------
+# The glue rebuilt a tuple made in the trace at every place it was stored (the stack and a local at a graph
+# break, two slots of the result), so ``a is b`` failed and an attribute set on one copy of a tuple subclass
+# with a ``__dict__`` (a subclass of a NamedTuple) was lost from the other.
+class _NT(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class _NTWithDict(_NT):
+    pass
+
+
+def _attr_after_break(x):
+    t = _NTWithDict(x + 1, x)
+    t.c = x * 3                 # ember breaks the graph on this write: the glue hands t to the native step
+    return t, t.c
+
+
+def _same_tuple_twice(x):
+    t = (x + 1, x)
+    return t, t
+
+
+def _same_namedtuple_in_list(x):
+    t = _NT(x + 1, x - 1)
+    return [t, t], t
+
+
+def _tuple_in_dict_and_result(x):
+    t = (x.sin(),)
+    return {"k": t}, t
+
+
+_IDENTITY = [_attr_after_break, _same_tuple_twice, _same_namedtuple_in_list, _tuple_in_dict_and_result]
+
+
+def _shape_of(r):
+    """The identity structure of a result: for each pair of tuples in it, whether they are one object."""
+    seen = []
+
+    def walk(v):
+        if isinstance(v, tuple):
+            seen.append(v)
+        if isinstance(v, (list, tuple)):
+            for i in v:
+                walk(i)
+        elif isinstance(v, dict):
+            for i in v.values():
+                walk(i)
+
+    walk(r)
+    return [[a is b for b in seen] for a in seen]
+
+
+@pytest.mark.parametrize("fn", _IDENTITY, ids=lambda f: f.__name__)
+def test_tuple_identity_kept(fn):
+    x = torch.randn(4)
+    expected = fn(x)
+    got = ember.compile(fn, backend="eager")(x)
+    torch.testing.assert_close(got, expected)
+    assert _shape_of(got) == _shape_of(expected)
+    if fn is _attr_after_break:
+        assert got[0].__dict__.keys() == expected[0].__dict__.keys()
+        torch.testing.assert_close(got[0].c, expected[0].c)
