@@ -152,3 +152,91 @@ def test_tuple_identity_kept(fn):
     if fn is _attr_after_break:
         assert got[0].__dict__.keys() == expected[0].__dict__.keys()
         torch.testing.assert_close(got[0].c, expected[0].c)
+
+
+# -- builtin min/max over one-element tensors --------------------------------------------------------------
+# max(a, b) on tensors compares them and takes the truth of a tensor: a graph break (test_functions'
+# test_min_max; a fullgraph compile failed). Each step is now torch.where(x > best, x, best) in the graph:
+# the first of equal candidates wins and a NaN never replaces the best, as in Python.
+def _max_two(a, b):
+    return max(a.sum(), b.sum()) * 2
+
+
+def _min_two(a, b):
+    return min(a.sum(), b.sum()) - 1
+
+
+def _clamp_by_numbers(a, b):
+    s, t = a.sum(), b.sum()
+    s = min(max(s, 0), 1)
+    t = max(0, min(1, t))
+    return max(s, t) - min(s, t) + a
+
+
+def _over_a_list(a, b):
+    return max([a.sum(), b.sum(), a.mean(), 0.5]) + min((a.max(), b.min()))
+
+
+def _nan_keeps_first(a, b):
+    n = a.sum() * float("nan")
+    return max(a.sum(), n), max(n, a.sum()), min(n, b.sum())
+
+
+def _ties_keep_first(a, b):
+    s = a.sum()
+    return max(s, s.clone()) + min(b.sum(), b.sum().clone())
+
+
+def _int_tensors(a, b):
+    i, j = a.sum().round().long(), b.sum().round().long()
+    return max(i, j, 0), min(i, -3), a * max(i, j)
+
+
+def _with_grad(a, b):
+    return max(a.sum() * 2, b.sum()) + min(a.sum(), b.sum())
+
+
+_MINMAX = [_max_two, _min_two, _clamp_by_numbers, _over_a_list, _nan_keeps_first, _ties_keep_first, _int_tensors,
+           _with_grad]
+
+
+def _numbers_as_tensors(r):
+    """Python picks a number candidate itself; the graph gives it as a tensor of the same value."""
+    if isinstance(r, tuple):
+        return tuple(_numbers_as_tensors(x) for x in r)
+    return torch.tensor(r) if isinstance(r, (int, float)) else r
+
+
+@pytest.mark.parametrize("fn", _MINMAX, ids=lambda f: f.__name__)
+def test_builtin_min_max_of_tensors(fn):
+    for _ in range(3):
+        a = torch.randn(5, requires_grad=fn is _with_grad)
+        b = torch.randn(5, requires_grad=fn is _with_grad)
+        expected = fn(a, b)
+        got = ember.compile(fn, backend="eager", fullgraph=True)(a, b)
+        torch.testing.assert_close(_numbers_as_tensors(got), _numbers_as_tensors(expected), equal_nan=True)
+        if fn is _with_grad:
+            ga = torch.autograd.grad(expected, (a, b))
+            torch.testing.assert_close(torch.autograd.grad(got, (a, b)), ga)
+
+
+def _mixed_shapes(a, b):
+    return max(a.sum(), b.sum().reshape(1))       # the result's shape would depend on the data
+
+
+def _mixed_dtypes(a, b):
+    return max(a.sum(), b.sum().double())
+
+
+def _key_given(a, b):
+    return max(a.sum(), b.sum(), key=lambda t: -t)
+
+
+@pytest.mark.parametrize("fn", [_mixed_shapes, _mixed_dtypes, _key_given], ids=lambda f: f.__name__)
+def test_builtin_min_max_not_exact_still_correct(fn):
+    """Where the choice would change the result's metadata, ember keeps Python's semantics (a graph break)."""
+    a, b = torch.randn(5), torch.randn(5)
+    expected = fn(a, b)
+    got = ember.compile(fn, backend="eager")(a, b)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected)
