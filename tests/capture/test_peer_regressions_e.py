@@ -240,3 +240,29 @@ def test_builtin_min_max_not_exact_still_correct(fn):
     got = ember.compile(fn, backend="eager")(a, b)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     torch.testing.assert_close(got, expected)
+
+
+# -- int() of a one-element floating tensor ----------------------------------------------------------------
+# With capture_scalar_outputs (on under fullgraph=True) int(t) of an integer tensor was a symbolic int, but of
+# a floating tensor a graph break: a fullgraph compile failed. It is t.trunc().to(int64)'s item now.
+def _int_of_sum(x):
+    return x * int(x.sum() * 3)
+
+
+def _int_of_negative(x):
+    return x + int(-x.abs().sum() - 0.5)
+
+
+def _int_as_size(x):
+    return torch.ones(int(x.abs().sum().clamp(max=4)) + 1)
+
+
+def _int_of_half(x):
+    return x + int(x.sum().half())
+
+
+@pytest.mark.parametrize("fn", [_int_of_sum, _int_of_negative, _int_as_size, _int_of_half], ids=lambda f: f.__name__)
+def test_int_of_float_tensor_fullgraph(fn):
+    for _ in range(3):
+        x = torch.randn(4)
+        torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
