@@ -266,3 +266,103 @@ def test_int_of_float_tensor_fullgraph(fn):
     for _ in range(3):
         x = torch.randn(4)
         torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# -- attributes a custom autograd.Function reads off its class or a module are guarded ----------------------
+# With an input that requires grad, Function.apply becomes one graph node whose forward/backward AOT autograd
+# traces at compile time. The globals and closure cells the methods read were guarded, but not the attributes
+# read off them (``Cls.scale``, ``cfg.factor``): after ``Cls.scale = 5`` the compiled code kept multiplying
+# by the old value, in the forward and in the gradient.
+class _Cfg:
+    factor = 2.0
+
+
+class _Inner:
+    k = 2.0
+
+
+class _ScaleInForward(torch.autograd.Function):
+    scale = 2.0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * _ScaleInForward.scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * _ScaleInForward.scale
+
+
+class _ScaleThroughCtx(torch.autograd.Function):
+    scale = 2.0
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.s = _ScaleThroughCtx.scale
+        return x * ctx.s
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.s
+
+
+class _ScaleFromOtherClass(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x + _Cfg.factor
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * _Cfg.factor
+
+
+class _ScaleChained(torch.autograd.Function):
+    inner = _Inner
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * _ScaleChained.inner.k
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * _ScaleChained.inner.k
+
+
+def _closure_function():
+    holder = _Cfg
+
+    class _FromClosure(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * holder.factor
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * holder.factor
+
+    return _FromClosure
+
+
+_FromClosure = _closure_function()
+
+
+_AUTOGRAD_ATTRS = [(_ScaleInForward, _ScaleInForward, "scale"), (_ScaleThroughCtx, _ScaleThroughCtx, "scale"),
+                   (_ScaleFromOtherClass, _Cfg, "factor"), (_ScaleChained, _Inner, "k"), (_FromClosure, _Cfg, "factor")]
+
+
+@pytest.mark.parametrize("cls,owner,attr", _AUTOGRAD_ATTRS, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_autograd_function_attribute_change_recompiles(cls, owner, attr):
+    def fn(x):
+        return cls.apply(x) * 3
+
+    old = getattr(owner, attr)
+    compiled = ember.compile(fn)
+    try:
+        for value in (2.0, 5.0, 2.0, -1.5):
+            setattr(owner, attr, value)
+            x = torch.randn(4, requires_grad=True)
+            expected, got = fn(x), compiled(x)
+            torch.testing.assert_close(got, expected)
+            torch.testing.assert_close(torch.autograd.grad(got.sum(), x), torch.autograd.grad(expected.sum(), x))
+    finally:
+        setattr(owner, attr, old)
