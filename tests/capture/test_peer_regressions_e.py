@@ -209,15 +209,18 @@ def _numbers_as_tensors(r):
 
 @pytest.mark.parametrize("fn", _MINMAX, ids=lambda f: f.__name__)
 def test_builtin_min_max_of_tensors(fn):
-    for _ in range(3):
+    torch.manual_seed(0)
+    for _ in range(6):
         a = torch.randn(5, requires_grad=fn is _with_grad)
         b = torch.randn(5, requires_grad=fn is _with_grad)
         expected = fn(a, b)
         got = ember.compile(fn, backend="eager", fullgraph=True)(a, b)
         torch.testing.assert_close(_numbers_as_tensors(got), _numbers_as_tensors(expected), equal_nan=True)
-        if fn is _with_grad:
-            ga = torch.autograd.grad(expected, (a, b))
-            torch.testing.assert_close(torch.autograd.grad(got, (a, b)), ga)
+        if fn is _with_grad:        # (an input no candidate chosen came from: eager's grad is None, the
+            def grads(r):           # graph's where() gives zeros)
+                g = torch.autograd.grad(r, (a, b), allow_unused=True)
+                return [torch.zeros_like(a) if x is None else x for x in g]
+            torch.testing.assert_close(grads(got), grads(expected))
 
 
 def _mixed_shapes(a, b):
