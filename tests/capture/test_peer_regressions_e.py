@@ -369,3 +369,62 @@ def test_autograd_function_attribute_change_recompiles(cls, owner, attr):
             torch.testing.assert_close(torch.autograd.grad(got.sum(), x), torch.autograd.grad(expected.sum(), x))
     finally:
         setattr(owner, attr, old)
+
+
+# -- a failed fullgraph compile does not keep the program's objects alive -----------------------------------
+# The error a fullgraph=True compile raised kept, in its chained context (the UserException of the trace) and
+# in reference cycles through its traceback's frames, the interpreter's values and so the call's arguments:
+# with the error kept as unittest's assertRaises keeps it (its own traceback's frames cleared, the chain not),
+# they stayed alive, and without the collector even when it was dropped.
+class _Payload:
+    pass
+
+
+def _raises_in_trace(x, o):
+    y = x + 1
+    raise ValueError("boom")
+
+
+def _reads_missing_attribute(x, o):
+    return x + o.missing
+
+
+def _bad_view(x, o):
+    return x.view(7, 7)
+
+
+def _branch_on_data(x, o):
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+def _prints(x, o):
+    print("side effect")
+    return x + 1
+
+
+_FAILING = [_raises_in_trace, _reads_missing_attribute, _bad_view, _branch_on_data, _prints]
+
+
+@pytest.mark.parametrize("fn", _FAILING, ids=lambda f: f.__name__)
+def test_failed_fullgraph_compile_frees_arguments(fn):
+    import gc
+    import unittest
+    import weakref
+
+    case = unittest.TestCase()
+    compiled = ember.compile(fn, fullgraph=True)
+    gc.collect()
+    gc.disable()
+    try:
+        x, o = torch.randn(100), _Payload()
+        refs = weakref.ref(x), weakref.ref(o)
+        with case.assertRaises(Exception) as cm:      # keeps the error, clears only its own traceback
+            compiled(x, o)
+        del x, o
+        alive = [r() is not None for r in refs]
+        assert cm.exception is not None
+        assert alive == [False, False]
+    finally:
+        gc.enable()
