@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import traceback
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -464,6 +465,7 @@ class FrameCache:
             STATS.bump("graph_breaks")
             self.break_reasons.append(_detached(e))
             if self.fullgraph:
+                _drop_context(e)
                 raise
             if self.session is not None:
                 self.session.log_break(self.name, e)
@@ -479,12 +481,12 @@ class FrameCache:
             where = (getattr(ue, "user_stack", None) or ["?"])[-1]
             why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
             STATS.bump("graph_breaks")
-            if self.fullgraph:
-                raise Unsupported(f"the traced code {why}", "if eager raises this too, fix the program; "
-                                  "otherwise this is an ember bug worth reporting",
-                                  getattr(ue, "user_stack", None)) from None
-            logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
-            return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
+            if not self.fullgraph:
+                logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
+                return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
+            err = Unsupported(f"the traced code {why}", "if eager raises this too, fix the program; "
+                              "otherwise this is an ember bug worth reporting", getattr(ue, "user_stack", None))
+            _drop_context(ue)       # (its frames hold it: a cycle that only the collector would free)
         except EmberError as e:
             if _symbolic_unsupported(e) and not self.static_shapes:
                 return self._static_retry(e, args, kwargs)
@@ -497,6 +499,9 @@ class FrameCache:
                                                    f"({self._where()}), running it eagerly: {type(e).__name__}: {e}")
             STATS.bump("fallbacks_to_eager")
             return self._eager_entry(f"internal error: {e}", [], concrete=self.resume is not None)
+        # raised out of the except block: no __context__ holding the UserException, whose traceback keeps the
+        # interpreter's frames, and through them the program's objects, alive as long as the error is kept
+        raise err
 
     def _on_break(self, e: Unsupported, d: SymbolicDomain, args, kwargs, t0: float) -> Entry:
         """Split the frame at the instruction that broke: trace again up to it, and let the glue run it
@@ -561,6 +566,27 @@ def _detached(e: Unsupported) -> Unsupported:
     c.__dict__.update(vars(e))
     c.args = e.args
     return c
+
+
+def _drop_context(e: BaseException) -> None:
+    """A break about to reach the program (fullgraph=True): the exceptions chained to it, ember's own from
+    the trace, keep the interpreter's frames alive, and through them the program's objects, for as long as the
+    error is kept (unittest's assertRaises keeps it, clearing only its own traceback's frames). A context that
+    is not shown (``raise ... from None``) is dropped; the frames of a shown one lose their locals (the
+    traceback still prints); so do the finished frames of its own traceback, which the trace's values (and
+    the exception itself, in a frame that caught it) would otherwise keep in a cycle."""
+    if e.__traceback__ is not None:
+        traceback.clear_frames(e.__traceback__)
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        if x.__suppress_context__ and x.__cause__ is None:
+            x.__context__ = None
+        nxt = x.__cause__ or x.__context__
+        if nxt is not None and nxt.__traceback__ is not None:
+            traceback.clear_frames(nxt.__traceback__)
+        x = nxt
 
 
 def _symbolic_unsupported(e: BaseException) -> bool:

@@ -64,13 +64,12 @@ class GlueBuilder:
         if t is TupleVar:
             if v.source is not None and all(x.source is not None for x in v.items):
                 return v.source.expr(self.cg)
-            inner = ", ".join(self.expr(x) for x in v.items)
-            if v.cls is None:
-                return f"({inner}{',' if len(v.items) == 1 else ''})"
-            cls = self.cg.bind(v.cls, v.cls.__name__)
-            if is_python_class(v.cls):       # not the class's own __new__ again (see values.make_tuple)
-                return f"tuple.__new__({cls}, ({inner}{',' if v.items else ''}))"
-            return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
+            # made once, as every new object: a tuple stored in two places is one object (``is`` holds, and
+            # an attribute set on a tuple subclass's instance is seen through each)
+            name, fresh = self._temp(v, "tup")
+            if fresh:
+                self.creations.append(f"{name} = {self._tuple(v)}")
+            return name
         if t in (ListVar, DictVar, SetVar, DequeVar, ProxyVar):     # new mutable containers: made once
             name, fresh = self._temp(v, "new")
             if fresh:
@@ -96,6 +95,15 @@ class GlueBuilder:
             return f"slice({', '.join(self.expr(p) for p in v.parts)})"
         raise self.d.unsupported(None, f"returning or storing a {v.describe()} ({type(v).__name__}) out of "
                                        "compiled code is not supported")
+
+    def _tuple(self, v: TupleVar) -> str:
+        inner = ", ".join(self.expr(x) for x in v.items)
+        if v.cls is None:
+            return f"({inner}{',' if len(v.items) == 1 else ''})"
+        cls = self.cg.bind(v.cls, v.cls.__name__)
+        if is_python_class(v.cls):       # not the class's own __new__ again (see values.make_tuple)
+            return f"tuple.__new__({cls}, ({inner}{',' if v.items else ''}))"
+        return f"{cls}({inner})" if hasattr(v.cls, "_fields") else f"{cls}(({inner},))"
 
     def _temp(self, v: Value, prefix: str) -> tuple[str, bool]:
         hit = self._temps.get(id(v))

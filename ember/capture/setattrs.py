@@ -30,9 +30,29 @@ def object_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) ->
             raise UserException(AttributeError(f"can't set attribute {name!r}"))
         d.call(f, Const(fn), [v] + ([value] if value is not NULL else []), {})
         return
-    if cattr is not NULL and _is_data_descriptor(cattr) and type(cattr) not in (types.MemberDescriptorType,):
-        raise d.unsupported(f, f"assigning attribute {name!r} through a {type(cattr).__name__}")
+    if cattr is not NULL and type(cattr) is not types.MemberDescriptorType and _writes_through(cattr):
+        _descriptor_set(d, f, v, cattr, name, value)
+        return
     generic_setattr(d, f, v, name, value)
+
+
+def _writes_through(cattr: Any) -> bool:
+    """Whether a class attribute takes over writes of its name on instances: its type defines ``__set__`` or
+    ``__delete__`` (CPython's ``tp_descr_set``), with or without a ``__get__``."""
+    t = type(cattr)
+    return lookup_type_attr(t, "__set__") is not NULL or lookup_type_attr(t, "__delete__") is not NULL
+
+
+def _descriptor_set(d: SymbolicDomain, f, v: ObjectVar, cattr: Any, name: str, value: Any) -> None:
+    """``obj.name = value`` / ``del obj.name`` through a data descriptor: its ``__set__``/``__delete__``
+    runs, as CPython's generic setattr does; the instance ``__dict__`` is not written."""
+    meth = "__set__" if value is not NULL else "__delete__"
+    fn = lookup_type_attr(type(cattr), meth)
+    if type(fn) is not types.FunctionType:
+        if fn is NULL:
+            raise UserException(AttributeError(meth))
+        raise d.unsupported(f, f"assigning attribute {name!r} through a {type(cattr).__name__}")
+    d.inline(f, fn, [d.wrap(cattr, None), v] + ([value] if value is not NULL else []), {})
 
 
 def generic_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:

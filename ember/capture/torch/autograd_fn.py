@@ -113,6 +113,7 @@ class _Check:
     seen: set = dataclasses.field(default_factory=set)
     globals_read: list = dataclasses.field(default_factory=list)     # (globals dict, name, value)
     cells_read: list = dataclasses.field(default_factory=list)       # (cell, value)
+    attrs_read: list = dataclasses.field(default_factory=list)       # ((globals, name) | cell, chain, value)
 
 
 def _free_value_reason(value, where: str, chk: _Check, depth: int) -> str | None:
@@ -161,6 +162,16 @@ def _function_reason(fn: types.FunctionType, where: str, chk: _Check, depth: int
             chk.globals_read.append((fn.__globals__, x.argval, g))
             if (r := _free_value_reason(_builtin(x.argval) if g is NULL else g, where, chk, depth)):
                 return r
+            if g is not NULL and (r := _attr_reads(ins, i, (fn.__globals__, x.argval), g, where, chk, depth)):
+                return r
+        if x.opname == "LOAD_DEREF" and x.argval in code.co_freevars:
+            cell = fn.__closure__[code.co_freevars.index(x.argval)]
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            if (r := _attr_reads(ins, i, cell, v, where, chk, depth)):
+                return r
     for cell in fn.__closure__ or ():
         try:
             v = cell.cell_contents
@@ -170,6 +181,30 @@ def _function_reason(fn: types.FunctionType, where: str, chk: _Check, depth: int
         if (r := _free_value_reason(v, where, chk, depth)):
             return r
     return None
+
+
+def _attr_reads(ins: list, i: int, root: tuple | types.CellType, value, where: str, chk: _Check,
+                depth: int) -> str | None:
+    """The attributes read off a global or closure value (``Cls.scale``, ``mod.table.k``: the LOAD_ATTR /
+    LOAD_METHOD run after ``ins[i]``): the value reached is checked like a free value and recorded, for a
+    guard that it is still the same object (a class attribute changed after compiling must not be read
+    stale). Attributes of torch's own modules and classes are not followed."""
+    chain = []
+    for x in ins[i + 1:]:
+        if x.opname not in ("LOAD_ATTR", "LOAD_METHOD"):
+            break
+        chain.append(x.argval)
+    if not chain or (getattr(value, "__module__", None) or getattr(value, "__name__", "")).split(".")[0] == "torch":
+        return None
+    for name in chain:
+        try:
+            value = getattr(value, name)
+        except Exception:  # noqa: BLE001
+            return f"{where} reads attribute {name!r} that it cannot resolve ahead of the call"
+    chk.attrs_read.append((root, chain, value))
+    if isinstance(value, (types.MethodType, classmethod, staticmethod)):
+        value = value.__func__
+    return _free_value_reason(value, where, chk, depth)
 
 
 def check_class(cls: type) -> tuple[str | None, _Check]:
@@ -210,6 +245,16 @@ def guard_reads(d, chk: _Check) -> None:
     for cell, value in chk.cells_read:
         d.guards.add(f"{d.cg.bind(cell, 'cell')}.cell_contents is {d.cg.bind(value, 'found')}",
                      "a closure variable of a custom autograd.Function is the same object")
+    for root, chain, value in chk.attrs_read:
+        if isinstance(root, tuple):      # (globals dict, name)
+            if d._trusted_globals(root[0]):
+                continue
+            name = root[1]
+            base = f"{d.cg.bind(root[0], 'G')}[{py_str(name)}]"
+        else:
+            base, name = f"{d.cg.bind(root, 'cell')}.cell_contents", "a closure variable"
+        d.guards.add(f"{base}.{'.'.join(chain)} is {d.cg.bind(value, 'found')}",
+                     f"{name}.{'.'.join(chain)} read by a custom autograd.Function is the same object")
 
 
 @functools.lru_cache(maxsize=None)

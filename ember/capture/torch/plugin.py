@@ -24,6 +24,7 @@ from . import dynamic as DYN
 from .dynamic import module_weight as _module_weight
 from . import symsize as _symsize  # noqa: F401  (registers the rules of symbolic ints)
 from . import symfloat as _symfloat   # (registers the rules of symbolic floats)
+from . import minmax as _minmax
 from .modules import NNModuleVar, _has_hooks, _own_getattribute, construct_module
 from .ops import record
 
@@ -364,6 +365,8 @@ class TorchPlugin:
             raise d.unsupported(f, why, "it runs eagerly at this graph break (fullgraph=True allows none: move the "
                                          "call out of the compiled function)")
         r = _symfloat.call(d, f, fn, args, kwargs)
+        if r is None:
+            r = _minmax.call(d, f, fn, args, kwargs)
         if r is not None:
             return r
         try:

@@ -221,12 +221,16 @@ def item(d, f, t: TensorVar, name: str) -> Value | None:
     (a ``SymNumVar``), or None (other dtypes: the caller's graph break)."""
     if name not in _ITEM_METHODS or t.meta.numel() != 1 or t.sym is not None:
         return None
-    if t.meta.dtype.is_floating_point or t.meta.dtype.is_complex or t.meta.dtype == torch.bool:
+    truncate = name == "__int__" and t.meta.dtype.is_floating_point     # int(t) of a float: toward zero
+    if (t.meta.dtype.is_floating_point and not truncate) or t.meta.dtype.is_complex or t.meta.dtype == torch.bool:
         return None
     if not scalar_allowed(d, f, name):
         raise d.unsupported(f, f"Tensor.{name}() turns a tensor value into a Python int, and option "
                                f"{_SCALAR_OPTION!r} is off", f"compile with options={{{_SCALAR_OPTION!r}: True}} "
                                                              "to capture it as a symbolic int read at run time")
+    if truncate:        # (a NaN, an infinity or a value past int64 gives no error, as under torch.compile)
+        from .ops import record
+        t = record(d, f, "call_method", "to", [record(d, f, "call_method", "trunc", [t], {}), Const(torch.int64)], {})
     table = _table(d)
     u = table.new_unbacked(f"{name}() at {where(f)}", lo=None, hi=None)
     st = d.torch
