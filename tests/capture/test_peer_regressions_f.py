@@ -62,3 +62,97 @@ def test_typing_alias_in_trace(fresh_ember, fn):
     for _ in range(2):
         x = torch.randn(3)
         torch.testing.assert_close(cfn(x), fn(x))
+
+
+# -- sets holding tensors or user objects, passed in -----------------------------------------------------------
+# An input set's members were all wrapped as constants: a tensor's data was baked into the graph (a stale result
+# after an in-place update of the member) and ``z += member`` raised TypeError in the trace; a user object's
+# attributes were read once and never guarded (a dict's user-object keys too). Members that are not plain values
+# are now the live objects, guarded by identity.
+class _Obj:
+    def __init__(self, w):
+        self.w = w
+
+
+class _EqObj:
+    """Equal (and hashing equal) to any _EqObj with the same key, whatever its weight."""
+
+    def __init__(self, key, w):
+        self.key, self.w = key, w
+
+    def __eq__(self, other):
+        return isinstance(other, _EqObj) and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+
+def _sum_inplace(x, s):
+    z = torch.zeros_like(x)
+    for t in s:
+        z += t
+    return x + z
+
+
+def _sum_gen(x, s):
+    return x + sum(t * 2 for t in s)
+
+
+def _weights(x, s):
+    return x * sum(o.w for o in s)
+
+
+def _member_test(x, s):
+    return x + 1 if any(o.w > 1 for o in s) else x - 1
+
+
+def _tensors(kind):
+    a, b = torch.randn(3), torch.randn(3)
+    return (a, b), kind((a, b))
+
+
+def _objects(kind):
+    a, b = _Obj(1.0), _Obj(2.0)
+    return (a, b), kind((a, b))
+
+
+def _eq_objects(kind):
+    a, b = _EqObj("a", 1.0), _EqObj("b", 2.0)
+    return (a, b), kind((a, b))
+
+
+def _mutate_tensor(members, s, kind):
+    members[0].add_(10.0)
+    return s
+
+
+def _mutate_object(members, s, kind):
+    members[0].w = 7.0
+    return s
+
+
+def _swap_equal_object(members, s, kind):
+    return kind([_EqObj("a", 5.0), members[1]])      # equal to the old one, other weights
+
+
+_SET_CASES = [
+    (_sum_inplace, _tensors, _mutate_tensor),
+    (_sum_gen, _tensors, _mutate_tensor),
+    (_weights, _objects, _mutate_object),
+    (_member_test, _objects, _mutate_object),
+    (_weights, _eq_objects, _swap_equal_object),
+]
+
+
+@pytest.mark.parametrize("kind", [set, frozenset, dict.fromkeys], ids=["set", "frozenset", "dict_keys"])
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+@pytest.mark.parametrize("fn,make,change", _SET_CASES,
+                         ids=[f"{c[0].__name__}-{c[2].__name__}" for c in _SET_CASES])
+def test_set_of_live_objects(fresh_ember, fn, make, change, kind, backend):
+    cfn = ember.compile(fn, backend=backend)
+    members, s = make(kind)
+    for step in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(cfn(x, s), fn(x, s))
+        if step == 0:
+            s = change(members, s, kind)
