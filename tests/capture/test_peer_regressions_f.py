@@ -156,3 +156,68 @@ def test_set_of_live_objects(fresh_ember, fn, make, change, kind, backend):
         torch.testing.assert_close(cfn(x, s), fn(x, s))
         if step == 0:
             s = change(members, s, kind)
+
+
+class _Log(list):
+    pass
+
+
+# -- changing the items of an existing list-subclass object ---------------------------------------------------
+# An existing container-subclass object's items are a read-only copy in the trace; the methods that write them
+# are refused. append/extend/insert/reverse/sort were missing from that list: they changed the copy only, and the
+# caller's object was left unchanged (a silent wrong result). The list is now checked against the built-ins.
+def test_every_container_writer_is_refused_on_existing_objects():
+    import collections
+    import types
+
+    from ember.capture import dunders
+    from ember.capture.subclasses import _MUTATORS
+
+    reads = {"copy", "fromkeys", "__reversed__"}
+    for base, twin in ((list, tuple), (set, frozenset), (dict, types.MappingProxyType),
+                       (collections.OrderedDict, types.MappingProxyType)):
+        writers = {n for n in dir(base) if not hasattr(twin, n)} - reads
+        assert writers <= _MUTATORS | set(dunders.INPLACE), (base, writers - _MUTATORS - set(dunders.INPLACE))
+
+
+def _ls_append(t, log):
+    log.append(1.5)
+    return t + len(log)
+
+
+def _ls_extend(t, log):
+    log.extend([2.0, 3.0])
+    return t * len(log)
+
+
+def _ls_insert(t, log):
+    log.insert(0, 4.0)
+    return t - log[0]
+
+
+def _ls_sort_reverse(t, log):
+    log.sort()
+    log.reverse()
+    return t + log[0]
+
+
+def _ls_unbound_append(t, log):
+    list.append(log, 5.0)
+    return t + log[-1]
+
+
+def _ls_iadd(t, log):
+    log += [6.0]
+    return t + log[-1]
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+@pytest.mark.parametrize("fn", [_ls_append, _ls_extend, _ls_insert, _ls_sort_reverse, _ls_unbound_append, _ls_iadd],
+                         ids=lambda f: f.__name__)
+def test_existing_list_subclass_changed(fresh_ember, fn, backend):
+    cfn = ember.compile(fn, backend=backend)
+    for _ in range(2):
+        t = torch.randn(3)
+        log_e, log_c = _Log([3.0, 1.0]), _Log([3.0, 1.0])
+        torch.testing.assert_close(cfn(t, log_c), fn(t, log_e))
+        assert list(log_c) == list(log_e)
