@@ -19,7 +19,7 @@ import sys
 
 from .. import logs
 from ..errors import EmberError, InternalError, Unsupported
-from .generators import check_suspended
+from .generators import check_suspended, close_dropped
 from .bytecode import decode
 from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
@@ -134,6 +134,8 @@ def run_top(d: SymbolicDomain, frame: Frame, stop_at: int | None) -> Value | Fra
     frame.stop_at = stop_at
     r = frame.run()
     try:
+        if type(r) is not Stop:
+            close_dropped(d, frame, r.value)     # CPython closes them as the frame's locals go
         check_suspended(d)      # a generator paused in try/finally: its cleanup must not be skipped
     except Unsupported as e:
         e.resumable = False     # not an instruction the glue could run natively

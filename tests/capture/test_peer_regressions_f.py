@@ -158,6 +158,123 @@ def test_set_of_live_objects(fresh_ember, fn, make, change, kind, backend):
             s = change(members, s, kind)
 
 
+# -- generators dropped while paused inside try/finally or with ------------------------------------------------
+# CPython closes a generator when the frame holding its last reference returns: the ``finally`` (or the
+# ``with`` exit) around the paused ``yield`` runs then, after the return value is computed. The trace refused
+# any generator left paused in such a block; one made by the compiled function and not returned is now closed in
+# the trace, in the order of the locals that held it.
+class _CM:
+    def __init__(self, log, tag):
+        self.log, self.tag = log, tag
+
+    def __enter__(self):
+        self.log.append(f"enter {self.tag}")
+
+    def __exit__(self, *exc):
+        self.log.append(f"exit {self.tag} {exc[0].__name__ if exc[0] else None}")
+        return False
+
+
+def _gen_finally(t, log, tag):
+    try:
+        log.append(f"start {tag}")
+        yield t.sin()
+        yield t.cos()
+    finally:
+        log.append(f"finally {tag}")
+
+
+def _gen_except_finally(t, log, tag):
+    try:
+        yield t.sin()
+    except ValueError:
+        log.append(f"caught {tag}")
+        yield t.cos()
+    finally:
+        log.append(f"finally {tag}")
+    log.append("unreached")
+
+
+def _gen_nested(t, log, tag):
+    try:
+        try:
+            yield t + 1
+        except ValueError:
+            yield t + 2
+        finally:
+            log.append(f"inner {tag}")
+    except ValueError:
+        log.append("unreached")
+    finally:
+        log.append(f"outer {tag}")
+
+
+def _gen_with(t, log, tag):
+    with _CM(log, tag):
+        yield t * 2
+        yield t * 3
+
+
+def _drop_one(t, log):
+    g = _gen_finally(t, log, "a")
+    y = next(g)
+    log.append("body")
+    return y + 1
+
+
+def _drop_after_throw(t, log):
+    g = _gen_except_finally(t, log, "a")
+    y = next(g)
+    y = y + g.throw(ValueError)
+    return y
+
+
+def _drop_nested(t, log):
+    g = _gen_nested(t, log, "a")
+    next(g)
+    return g.throw(ValueError) * 2
+
+
+def _drop_with(t, log):
+    g = _gen_with(t, log, "w")
+    return next(g) - 1
+
+
+def _drop_two_in_local_order(t, log):
+    b = _gen_finally(t, log, "b")
+    a = _gen_with(t, log, "a")
+    y = next(a) + next(b)
+    return y
+
+
+def _drop_held_in_list(t, log):
+    gens = [_gen_finally(t, log, "x"), _gen_finally(t, log, "y")]
+    y = sum(next(g) for g in gens)
+    return y
+
+
+def _drop_returned_log(t, log):
+    g = _gen_finally(t, log, "a")
+    next(g)
+    return log, t + 1
+
+
+_DROPPED = [_drop_one, _drop_after_throw, _drop_nested, _drop_with, _drop_two_in_local_order, _drop_held_in_list,
+            _drop_returned_log]
+
+
+@pytest.mark.parametrize("fn", _DROPPED, ids=lambda f: f.__name__)
+def test_generator_closed_when_dropped(fresh_ember, fn):
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    for _ in range(2):
+        t = torch.randn(3)
+        log_e, log_c = [], []
+        ref = fn(t, log_e)
+        out = cfn(t, log_c)
+        torch.testing.assert_close(out[1] if isinstance(out, tuple) else out, ref[1] if isinstance(ref, tuple) else ref)
+        assert log_c == log_e
+
+
 class _Log(list):
     pass
 
@@ -221,3 +338,22 @@ def test_existing_list_subclass_changed(fresh_ember, fn, backend):
         log_e, log_c = _Log([3.0, 1.0]), _Log([3.0, 1.0])
         torch.testing.assert_close(cfn(t, log_c), fn(t, log_e))
         assert list(log_c) == list(log_e)
+
+
+def _make_and_drop(t, log):
+    g = _gen_finally(t, log, "inner")
+    return next(g)
+
+
+def _drop_in_callee(t, log):
+    y = _make_and_drop(t, log)      # CPython closes the generator here, before "after"
+    log.append("after")
+    return y
+
+
+def test_generator_dropped_by_callee_keeps_eager_order(fresh_ember):
+    cfn = ember.compile(_drop_in_callee, backend="eager")
+    t = torch.randn(3)
+    log_e, log_c = [], []
+    torch.testing.assert_close(cfn(t, log_c), _drop_in_callee(t, log_e))
+    assert log_c == log_e == ["start inner", "finally inner", "after"]
