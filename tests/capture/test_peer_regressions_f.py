@@ -357,3 +357,60 @@ def test_generator_dropped_by_callee_keeps_eager_order(fresh_ember):
     log_e, log_c = [], []
     torch.testing.assert_close(cfn(t, log_c), _drop_in_callee(t, log_e))
     assert log_c == log_e == ["start inner", "finally inner", "after"]
+
+
+# -- lazy builtins over generators returned unstarted ----------------------------------------------------------
+# ``return zip(range(3), gen_fn(t))`` (or map/filter/enumerate): neither the builtin's iterator nor the generator
+# has run, so the glue can make them again, lazily, as eager returns them; it refused ("returning a zip"). A
+# generator is remade only unstarted (one that ran is still refused), and a user iterable is never re-iterated.
+# enumerate(it, 1) with a positional start also raised TypeError in the trace (iter() of the start).
+def _gen_logged(t, log):
+    for k in range(3):
+        log.append(k)
+        yield t + k
+
+
+def _ret_zip(t, log):
+    return zip(range(3), _gen_logged(t, log)), t.sin()
+
+
+def _ret_zip_list(t, log):
+    return zip([t, t * 2], _gen_logged(t, log)), t.cos()
+
+
+def _ret_map(t, log):
+    return map(lambda a: a * 2, _gen_logged(t, log)), t + 1
+
+
+def _ret_filter(t, log):
+    return filter(lambda a: bool(a.sum() > -100.0), _gen_logged(t, log)), t - 1
+
+
+def _ret_enumerate(t, log):
+    return enumerate(_gen_logged(t, log), 1), t * 3
+
+
+def _ret_zip_two_gens(t, log):
+    return zip(_gen_logged(t, log), _gen_logged(t * 2, log)), t.abs()
+
+
+def _consume_enumerate_start(t, log):
+    acc = t
+    for i, v in enumerate([t, t + 1], 1):
+        acc = acc + i * v
+    return iter([acc]), acc
+
+
+@pytest.mark.parametrize("fn", [_ret_zip, _ret_zip_list, _ret_map, _ret_filter, _ret_enumerate, _ret_zip_two_gens,
+                                _consume_enumerate_start], ids=lambda f: f.__name__)
+def test_lazy_iterator_over_generator_returned(fresh_ember, fn):
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    for _ in range(2):
+        t = torch.randn(3)
+        log_e, log_c = [], []
+        it_e, y_e = fn(t, log_e)
+        it_c, y_c = cfn(t, log_c)
+        torch.testing.assert_close(y_c, y_e)
+        assert log_c == log_e           # nothing ran yet: the generators are lazy
+        torch.testing.assert_close(list(it_c), list(it_e))
+        assert log_c == log_e
