@@ -243,11 +243,16 @@ def _remake(name: str, args: list, kwargs: dict):
     """How to make the iterator again, unstarted (``return zip(xs, gen_fn(t))``: see the IterVar glue): the
     builtin and its arguments, when each iterable argument is a container or a generator (remade on its own,
     unstarted, or refused); None when one is a user iterable, whose ``__iter__`` would run twice."""
+    real = _REMAKE.get(name)
+    if real is None:        # itertools' iterators and reversed(): not remade
+        return None
     its = args[1:] if name in ("map", "filter") else args[:1] if name == "enumerate" else args
     if all(_is_container(a) or (type(a) is IterVar and a.frame is not None) for a in its):
-        import builtins
-        return getattr(builtins, name), list(args), dict(kwargs)
+        return real, list(args), dict(kwargs)
     return None
+
+
+_REMAKE = {"zip": zip, "map": map, "filter": filter, "enumerate": enumerate}
 
 
 def _is_container(v) -> bool:

@@ -401,8 +401,16 @@ def _consume_enumerate_start(t, log):
     return iter([acc]), acc
 
 
+def _consume_itertools(t, log):
+    import itertools
+    xs = list(itertools.chain([t + 1, t + 2], _gen_logged(t, log)))
+    ys = list(itertools.islice(itertools.count(1), 3)) + list(itertools.starmap(lambda a, b: a * b, [(t, 2)]))
+    log.clear()
+    return iter(xs), sum(ys[:3]) + ys[3]
+
+
 @pytest.mark.parametrize("fn", [_ret_zip, _ret_zip_list, _ret_map, _ret_filter, _ret_enumerate, _ret_zip_two_gens,
-                                _consume_enumerate_start], ids=lambda f: f.__name__)
+                                _consume_enumerate_start, _consume_itertools], ids=lambda f: f.__name__)
 def test_lazy_iterator_over_generator_returned(fresh_ember, fn):
     cfn = ember.compile(fn, backend="eager", fullgraph=True)
     for _ in range(2):
@@ -414,3 +422,4 @@ def test_lazy_iterator_over_generator_returned(fresh_ember, fn):
         assert log_c == log_e           # nothing ran yet: the generators are lazy
         torch.testing.assert_close(list(it_c), list(it_e))
         assert log_c == log_e
+
