@@ -423,3 +423,75 @@ def test_lazy_iterator_over_generator_returned(fresh_ember, fn):
         torch.testing.assert_close(list(it_c), list(it_e))
         assert log_c == log_e
 
+
+# -- an exception leaving the compiled call under fullgraph=True ------------------------------------------------
+# The program's own exception is its outcome, not a graph break: fullgraph=True raised ember.Unsupported ("the
+# traced code raised ...") in its place, and skipped the side effects before the raise. The call now runs as
+# eager does: the caller gets the program's exception, after the same side effects.
+def _gen_uncaught(t, log):
+    try:
+        log.append("start")
+        yield t.sin()
+    except ValueError:
+        log.append("caught")
+        yield t.cos()
+    finally:
+        log.append("finally")
+
+
+def _gen_reraise_other(t, log):
+    try:
+        yield t.sin()
+    except ValueError as e:
+        log.append("caught")
+        raise RuntimeError("converted") from e
+    finally:
+        log.append("finally")
+
+
+def _throw_not_caught(t, log):
+    g = _gen_uncaught(t, log)
+    a = next(g)
+    return a + g.throw(KeyError("k"))
+
+
+def _throw_converted(t, log):
+    g = _gen_reraise_other(t, log)
+    a = next(g)
+    return a + g.throw(ValueError)
+
+
+def _raise_after_work(t, log):
+    y = t * 2
+    log.append(y.shape[0])
+    if y.shape[0] == 3:
+        raise ValueError(f"bad size {y.shape[0]}")
+    return y
+
+
+def _missing_key(t, log):
+    d = {"a": t}
+    log.append("lookup")
+    return d["b"]
+
+
+def _raise_in_callee(t, log):
+    def check(v):
+        log.append("check")
+        raise TypeError("not allowed")
+    return check(t + 1)
+
+
+@pytest.mark.parametrize("fn", [_throw_not_caught, _throw_converted, _raise_after_work, _missing_key,
+                                _raise_in_callee], ids=lambda f: f.__name__)
+def test_exception_out_of_fullgraph_call(fresh_ember, fn):
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    for _ in range(2):
+        t = torch.randn(3)
+        log_e, log_c = [], []
+        with pytest.raises(Exception) as want:
+            fn(t, log_e)
+        with pytest.raises(Exception) as got:
+            cfn(t, log_c)
+        assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
+        assert log_c == log_e
