@@ -229,13 +229,30 @@ def _gen(fn, materialize: bool = False):
     so the iterator can be rebuilt at a graph break (``for i, (a, b) in enumerate(zip(xs, ys))``)."""
     def h(d, f, args, kwargs):
         name = fn.__name__.strip("_")
-        if materialize and name in ("enumerate", "zip"):    # these call iter() on their arguments at once
-            args = [a if _is_container(a) else d.iter(f, a) for a in args]
+        if materialize and name in ("enumerate", "zip"):    # these call iter() on their iterables at once
+            n = 1 if name == "enumerate" else len(args)     # enumerate(it, start): start is a number
+            args = [a if _is_container(a) or i >= n else d.iter(f, a) for i, a in enumerate(args)]
         if materialize and all(_is_container(a) for a in args):
             from .values import SeqIterVar
             return SeqIterVar(list(fn(d, f, *args, **kwargs)), f"{name} iterator")
-        return IterVar(fn(d, f, *args, **kwargs), name)
+        return IterVar(fn(d, f, *args, **kwargs), name, None, _remake(name, args, kwargs))
     return h
+
+
+def _remake(name: str, args: list, kwargs: dict):
+    """How to make the iterator again, unstarted (``return zip(xs, gen_fn(t))``: see the IterVar glue): the
+    builtin and its arguments, when each iterable argument is a container or a generator (remade on its own,
+    unstarted, or refused); None when one is a user iterable, whose ``__iter__`` would run twice."""
+    real = _REMAKE.get(name)
+    if real is None:        # itertools' iterators and reversed(): not remade
+        return None
+    its = args[1:] if name in ("map", "filter") else args[:1] if name == "enumerate" else args
+    if all(_is_container(a) or (type(a) is IterVar and a.frame is not None) for a in its):
+        return real, list(args), dict(kwargs)
+    return None
+
+
+_REMAKE = {"zip": zip, "map": map, "filter": filter, "enumerate": enumerate}
 
 
 def _is_container(v) -> bool:

@@ -20,7 +20,7 @@ import sys
 
 from .. import logs
 from ..errors import EmberError, InternalError, Unsupported
-from .generators import check_suspended
+from .generators import check_suspended, close_dropped
 from .bytecode import decode
 from .glue import GlueBuilder
 from .interpreter import NULL, Frame, Stop, UserException, bind_arguments
@@ -135,6 +135,8 @@ def run_top(d: SymbolicDomain, frame: Frame, stop_at: int | None) -> Value | Fra
     frame.stop_at = stop_at
     r = frame.run()
     try:
+        if type(r) is not Stop:
+            close_dropped(d, frame, r.value)     # CPython closes them as the frame's locals go
         check_suspended(d)      # a generator paused in try/finally: its cleanup must not be skipped
     except Unsupported as e:
         e.resumable = False     # not an instruction the glue could run natively
@@ -481,12 +483,11 @@ class FrameCache:
             where = (getattr(ue, "user_stack", None) or ["?"])[-1]
             why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
             STATS.bump("graph_breaks")
-            if not self.fullgraph:
-                logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
-                return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
-            err = Unsupported(f"the traced code {why}", "if eager raises this too, fix the program; "
-                              "otherwise this is an ember bug worth reporting", getattr(ue, "user_stack", None))
-            _drop_context(ue)       # (its frames hold it: a cycle that only the collector would free)
+            # An exception leaving the traced call is the program's own outcome, not a graph break: this call
+            # (and the next ones these guards admit) runs eagerly, so the caller gets that exception, after the
+            # same side effects, as from eager, under fullgraph=True too.
+            logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
+            return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
         except EmberError as e:
             if _symbolic_unsupported(e) and not self.static_shapes:
                 return self._static_retry(e, args, kwargs)

@@ -184,6 +184,61 @@ def _close_returns_value() -> bool:
     raise NotImplementedError(f"generator.close() on CPython {PY[0]}.{PY[1]}")
 
 
+def close_dropped(d, top: Frame, ret: Value) -> None:
+    """Close, in the trace, the generators the outermost frame made and drops as it returns.
+
+    CPython frees a frame's locals when it returns; a generator whose last reference goes then is closed, so a
+    ``finally``/``with`` around its paused ``yield`` runs right after the return value is computed (in the
+    order of the locals that held them). A generator that the return value reaches is not closed here (it
+    escapes: the glue refuses it), nor one made by an inlined callee (it was dropped, and closed, when that
+    callee returned: not modelled, left to ``check_suspended``)."""
+    pending = [it for it in d.generators if it.frame.parent is top and _needs_close(it.frame)]
+    if not pending:
+        return
+    escaping = {id(v) for v in _reachable([ret])}
+    names = top.code.co_varnames + top.code.co_cellvars
+    held = [top.locals.get(n) for n in names] if isinstance(top.locals, dict) else []
+    order = [v for v in _reachable([v for v in held if v is not None]) if type(v) is IterVar]
+    order += [it for it in pending if all(it is not v for v in order)]
+    for it in order:
+        if id(it) in escaping or all(it is not p for p in pending) or not _needs_close(it.frame):
+            continue
+        try:
+            close(d, top, it)
+        except UserException as ue:
+            raise it.frame.unsupported(
+                f"closing generator {it.frame.code.co_qualname} when the function returns raised "
+                f"{type(ue.exc).__name__}: {ue.exc} (CPython prints and ignores it)",
+                "close the generator inside the compiled function") from None
+
+
+def _needs_close(fr: Frame) -> bool:
+    return fr.cur is not None and not fr.done and _closing_runs_code(fr)
+
+
+def _reachable(roots: list):
+    """Values reachable from ``roots`` through containers and new objects' attributes, each once, depth first,
+    in the order CPython's deallocation releases them."""
+    from .values import DictVar, ListVar, SetVar, TupleVar
+    seen: set[int] = set()
+    stack = list(reversed(roots))
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        yield v
+        if type(v) in (ListVar, TupleVar):
+            kids = list(reversed(v.items))      # list and tuple deallocation frees the last item first
+        elif type(v) in (DictVar, SetVar):
+            kids = list(v.items.values()) + (list(v.keys.values()) if type(v) is DictVar else [])
+        elif isinstance(v, ObjectVar):
+            kids = [x for x in v.overlay.values() if isinstance(x, Value)]
+        else:
+            kids = []
+        stack.extend(reversed([k for k in kids if isinstance(k, Value)]))
+
+
 def check_suspended(d) -> None:
     """Unsupported if a generator of the trace is suspended where closing it would run user code."""
     for it in d.generators:

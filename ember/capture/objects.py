@@ -721,6 +721,8 @@ def _object_len(d, f, v):
 
 @R.GETITEM.register(ObjectVar)
 def _object_getitem(d, f, v, k):
+    if _typing_form(v.obj) and not v.is_new and not v.mutated:
+        return _const_getitem(d, f, Const(v.obj), k)     # typing.List[X], Optional[X]: folded, not traced
     if lookup_type_attr(type(v.obj), "__getitem__") is NULL:
         raise UserException(TypeError(f"'{type(v.obj).__name__}' object is not subscriptable"))
     return d.call_method(f, v, "__getitem__", [k], {})

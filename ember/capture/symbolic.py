@@ -218,11 +218,20 @@ class SymbolicDomain:
                 g.type_match(source, t)
                 self.guards.add(f"{source.expr(self.cg)} == {self.cg.bind(obj, 'fs')}", f"{source.expr(self.cg)} == {obj!r}")
             return Const(obj, source)
+        # A member that is not a plain value (a tensor, a user object) is wrapped as the live object, as a dict's
+        # keys are: a Const would bake a tensor's data into the graph. Such members are guarded by identity
+        # (equal-but-distinct objects would read another object's state).
+        by_identity = not all(is_immutable(x) for x in obj)
         if g:
             g.type_match(source, t)
-            self.guards.add(f"{source.expr(self.cg)} == {self.cg.bind(frozenset(obj), 'set')}",
-                            f"{source.expr(self.cg)} == {set(obj)!r}")
-        return SetVar({k: Const(k) for k in obj}, source, obj, frozen=t is frozenset)
+            e = source.expr(self.cg)
+            if by_identity:
+                ids = self.cg.bind(frozenset(map(id, obj)), 'ids')
+                self.guards.add(f"set(map(id, {e})) == {ids}", f"{e} holds the same {len(obj)} objects")
+            else:
+                self.guards.add(f"{e} == {self.cg.bind(frozenset(obj), 'set')}", f"{e} == {set(obj)!r}")
+        items = {k: self.wrap(k, ConstSource(id(k), k)) if by_identity and not is_immutable(k) else Const(k) for k in obj}
+        return SetVar(items, source, obj, frozen=t is frozenset)
 
     def _wrap_dict(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
         t = type(obj)
@@ -236,8 +245,13 @@ class SymbolicDomain:
         if g:
             g.type_match(source, t)
             g.dict_keys(source, list(obj))
+            live = frozenset(id(k) for k in obj if not is_immutable(k))
+            if live:        # keys equal to the old ones are not enough: the trace reads these very objects
+                e = source.expr(self.cg)
+                self.guards.add(f"{self.cg.bind(live, 'ids')} <= set(map(id, {e}))",
+                                f"{e} is keyed by the same {len(live)} objects")
         items = {k: self.wrap(v, ItemSource(source, k) if source else None) for k, v in obj.items()}
-        keys = {k: self.wrap(k, None) if not is_immutable(k) else Const(k) for k in obj}
+        keys = {k: self.wrap(k, ConstSource(id(k), k)) if not is_immutable(k) else Const(k) for k in obj}
         df = None
         if hasattr(obj, "default_factory"):
             df = self.wrap(obj.default_factory, AttrSource(source, "default_factory") if source else None)
