@@ -1,7 +1,7 @@
 """Sweep real models outside the zoo through ``ember.compile`` and compare with eager.
 
 For each model of the table (transformers models built from tiny configs, torchvision models with
-``weights=None``; random weights, nothing downloaded) a child process
+``weights=None``, timm models with ``pretrained=False``; random weights, nothing downloaded) a child process
 
 * runs the eval forward twice, the second time with another batch size (a dynamic-shape recompile);
 * runs one training step (``loss.backward()``) and compares the loss, every parameter's gradient and every
@@ -14,7 +14,7 @@ Values are compared against a float64 eager reference: the compiled result may b
 
 Usage (transformers and torchvision are not dependencies of ember; put them on the path)::
 
-    PYTHONPATH=/tmp/tvpkgs:/tmp/hfpkgs python tools/models_sweep.py [NAME_OR_PREFIX ...] [--timeout S]
+    PYTHONPATH=/tmp/timmpkgs:/tmp/tvpkgs:/tmp/hfpkgs python tools/models_sweep.py [NAME_OR_PREFIX ...] [--timeout S]
 
 Prints one row per model: status (ok / wrong / crash / breaks / nograph / skip), graphs (compiled or read from the
 whole-graph cache), breaks, recompiles, eager and compiled cached-call times, and the first reason.
@@ -43,6 +43,11 @@ def _hf(model_type: str, head: str, kind: str, **cfg):
 
 def _tv(fn: str, res: int = 64, train: bool = True, **kw):
     return {"src": "tv", "fn": fn, "res": res, "train": train, "kw": kw}
+
+
+def _tm(fn: str, res: int = 64, train: bool = True, **kw):
+    """A timm model by its registry name, random weights (``pretrained=False``), 10 classes."""
+    return {"src": "timm", "fn": fn, "res": res, "train": train, "kw": kw}
 
 
 _BERTISH = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -183,6 +188,34 @@ MODELS: dict[str, dict] = {
                               weights_backbone=None, num_classes=5, min_size=96, max_size=96),
     "tv_maskrcnn": _tv("detection.maskrcnn_resnet50_fpn", res=96, train=False, weights_backbone=None,
                        num_classes=5, min_size=96, max_size=96),
+    # timm (``pip install --no-deps --target DIR timm``; it imports torchvision): skipped where missing
+    "tm_resnet18": _tm("resnet18"),
+    "tm_resnet50d": _tm("resnet50d"),
+    "tm_efficientnet_b0": _tm("efficientnet_b0"),
+    "tm_mobilenetv3_small": _tm("mobilenetv3_small_100"),
+    "tm_convnext_atto": _tm("convnext_atto"),
+    "tm_convnext_nano": _tm("convnext_nano"),
+    "tm_vit_tiny": _tm("vit_tiny_patch16_224", img_size=64),
+    "tm_deit_tiny": _tm("deit_tiny_patch16_224", img_size=64),
+    "tm_swin_tiny": _tm("swin_tiny_patch4_window7_224", img_size=64, window_size=2),
+    "tm_regnety_002": _tm("regnety_002"),
+    "tm_rexnet_100": _tm("rexnet_100"),
+    "tm_ghostnet_100": _tm("ghostnet_100"),
+    "tm_mixer_s16": _tm("mixer_s16_224", img_size=64),
+    "tm_levit_128s": _tm("levit_128s", img_size=64),
+    "tm_coatnet_0": _tm("coatnet_0_rw_224", img_size=64),
+    "tm_maxvit_tiny": _tm("maxvit_tiny_rw_224", img_size=64),
+    "tm_poolformer_s12": _tm("poolformer_s12"),
+    "tm_cait_xxs24": _tm("cait_xxs24_224", img_size=64),
+    "tm_xcit_nano": _tm("xcit_nano_12_p16_224", img_size=64),
+    "tm_edgenext_xx_small": _tm("edgenext_xx_small"),
+    "tm_mobilevit_xxs": _tm("mobilevit_xxs"),
+    "tm_tinynet_a": _tm("tinynet_a"),
+    "tm_hrnet_w18_small": _tm("hrnet_w18_small"),
+    "tm_dla34": _tm("dla34"),
+    "tm_dpn68": _tm("dpn68"),
+    "tm_res2net50_14w_8s": _tm("res2net50_14w_8s"),
+    "tm_skresnet18": _tm("skresnet18"),
 }
 
 # ------------------------------------------------------------------------------------- building a model
@@ -261,6 +294,22 @@ def _build_tv(spec: dict):
             return ([t for t in x],), {}, None
         return (x,), {}, torch.randint(0, 10, (b,), generator=g)
     return model, inputs, spec["train"]
+
+
+def _build_timm(spec: dict):
+    import torch
+    import timm
+    torch.manual_seed(0)
+    model = timm.create_model(spec["fn"], pretrained=False, num_classes=10, **spec["kw"])
+    res = spec["res"]
+
+    def inputs(b, s, labels):
+        g = torch.Generator().manual_seed(s)
+        return (torch.randn(b, 3, res, res, generator=g),), {}, torch.randint(0, 10, (b,), generator=g)
+    return model, inputs, spec["train"]
+
+
+_BUILDERS = {"hf": _build_hf, "tv": _build_tv, "timm": _build_timm}
 
 
 # ------------------------------------------------------------------------------------------ comparing
@@ -421,7 +470,7 @@ def run_one(name: str) -> dict:
     torch.set_num_threads(1)
     spec = MODELS[name]
     res: dict = {"name": name, "problems": [], "phase": "build"}
-    model, inputs, train = (_build_hf if spec["src"] == "hf" else _build_tv)(spec)
+    model, inputs, train = _BUILDERS[spec["src"]](spec)
     _zero_dropout(model)
     model.eval()
     m64 = copy.deepcopy(model).double()
@@ -457,7 +506,7 @@ def _child(name: str) -> None:
         res = {"name": name, "skip": str(e)}
     except BaseException as e:  # noqa: BLE001 - a crash is a result of the sweep
         tb = traceback.extract_tb(e.__traceback__)
-        if not any("/ember/" in f.filename for f in tb) and any(f.name in ("_build_hf", "_build_tv") for f in tb):
+        if not any("/ember/" in f.filename for f in tb) and any(f.name.startswith("_build_") for f in tb):
             print("RESULT " + json.dumps({"name": name, "skip": f"model not built: {type(e).__name__}: "
                                           f"{str(e)[:200]}"}), flush=True)
             return

@@ -8,14 +8,22 @@ returns ``(copyreg.__newobj__, (cls,), state, None, None)`` where ``state`` is t
 or None when it is empty; ``copy._reconstruct`` then makes the object with ``cls.__new__`` and updates its
 ``__dict__``, all of which the interpreter follows. Any other class keeps the graph break (its C path differs).
 
+Locks (``threading.Lock``/``RLock``): ``with lock:`` around trace-time code (transformers installs its
+output-capturing hooks under one) traces as no-ops, as in torch.compile: the captured program runs
+single-threaded, so acquiring always succeeds at once (``True``) and releasing returns ``None``; the compiled
+code replays the block's effects without taking the lock. ``acquire(blocking=False)`` and ``timeout`` keep
+the break (their answer depends on other threads).
+
 Rules take ``(d, f, args, kwargs)`` like the builtin rules and return NotImplemented to decline.
 """
 from __future__ import annotations
 
+import _thread
 import copyreg
 
 from .instance_attrs import lookup_type_attr
 from .interpreter import NULL
+from .values import Const
 
 _HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class written in Python
 
@@ -48,6 +56,19 @@ def _reduce_ex_rule(d, f, args, kwargs):
     return d.inline(f, _reduce_newobj, list(args), {})
 
 
+def _lock_rule(result):
+    def rule(d, f, args, kwargs):
+        return Const(result) if len(args) == 1 and not kwargs else NotImplemented
+    return rule
+
+
+def _lock_exit_rule(d, f, args, kwargs):
+    return Const(None) if len(args) == 4 and not kwargs else NotImplemented
+
+
 C_METHOD_RULES = {object.__reduce_ex__: _reduce_ex_rule}
+for _lock in (_thread.LockType, _thread.RLock):
+    C_METHOD_RULES.update({_lock.__enter__: _lock_rule(True), _lock.acquire: _lock_rule(True),
+                           _lock.release: _lock_rule(None), _lock.__exit__: _lock_exit_rule})
 
 __all__ = ["C_METHOD_RULES"]

@@ -379,12 +379,30 @@ def _scalar_tensor(s: Any, *, dtype: Any = None, layout: Any = None, device: Any
     return P.full((), to(s, dt), dt, _dev(device))
 
 
+def _int_arange_bounds(start: Any, end: Any, step: Any, dt: torch.dtype) -> tuple[Any, Any, Any, Any]:
+    """An integer ``arange`` given float bounds (XLNet: ``arange(beg, end, -1.0, dtype=torch.int64)``): eager
+    truncates start and step to integers (the values are ``int(start) + i * int(step)``); the length comes from
+    the truncated bounds for int64 and from the float ones for the other integer dtypes. Integer values keep the
+    kernel's index expressions integral (a float step there cannot be generated)."""
+    if any(isinstance(v, sympy.Expr) and not v.is_number for v in (start, end, step)):
+        raise NotImplementedError("arange: an integer dtype with symbolic float bounds")
+    fs, fe, fst = float(start), float(end), float(step)
+    i_start, i_end, i_step = int(fs), int(fe), int(fst)
+    if i_step == 0:
+        raise RuntimeError("arange: step must be nonzero (an integer dtype truncates the step to 0)")
+    n = cdiv(i_end - i_start, i_step) if dt == torch.int64 else math.ceil((fe - fs) / fst)
+    return i_start, i_end, i_step, n
+
+
 @register_decomposition(aten.arange.start_step)
 def _arange(start: Any, end: Any, step: Any = 1, *, dtype: Any = None, layout: Any = None,
             device: Any = None, pin_memory: Any = None) -> Any:
     is_int = all(isinstance(v, int) or isinstance(v, sympy.Expr) and v.is_integer for v in (start, end, step))
     dt = dtype or (torch.int64 if is_int else torch.get_default_dtype())
-    n = cdiv(end - start, step) if is_int else math.ceil((end - start) / step)
+    if not is_int and not dt.is_floating_point and not dt.is_complex:
+        start, end, step, n = _int_arange_bounds(start, end, step, dt)
+    else:
+        n = cdiv(end - start, step) if is_int else math.ceil((end - start) / step)
     if isinstance(n, sympy.Expr):       # a symbolic length (``arange(s0)``): empty where it is negative
         return P.iota(n if guard(sympy.Ge(n, 0)) else 0, start, step, dt, _dev(device))
     return P.iota(max(n, 0), start, step, dt, _dev(device))
