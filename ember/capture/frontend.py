@@ -20,6 +20,7 @@ import sys
 
 from .. import logs
 from ..errors import EmberError, InternalError, Unsupported
+from ..gcpause import no_full_collections
 from .generators import check_suspended, close_dropped
 from .bytecode import decode
 from .glue import GlueBuilder
@@ -369,7 +370,7 @@ class FrameCache:
             if logs.enabled("recompiles"):
                 logs.log("recompiles", f"recompiling {self.name} ({self._where()}): "
                                        f"{self._why_missed(args, kwargs)}")
-        with _user_saved_tensors_hooks_off():
+        with _user_saved_tensors_hooks_off(), no_full_collections():    # no user code runs in a compile
             entry = self.compile_entry(args, kwargs)
         self._add(entry)
         return entry, None

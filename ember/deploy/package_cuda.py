@@ -241,12 +241,12 @@ def _load_extension(name: str, data: bytes) -> Any:
     import importlib.machinery
     import importlib.util
 
-    from .memfile import memory_file
-    path = memory_file(data, name)
-    if path is None:
-        raise RuntimeError("ember package: CUDA packages need memory files (Linux)")
-    loader = importlib.machinery.ExtensionFileLoader(name, path)
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    from .memfile import load_private
+
+    def load(path: str) -> Any:
+        loader = importlib.machinery.ExtensionFileLoader(name, path)
+        spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        return mod
+    return load_private(data, f"{name}.so", load)

@@ -291,7 +291,7 @@ class _Kernels:
             raise ProgramFormatError(f"kernel file {rel!r} is not in the manifest")
         lib = self.libs.get(rel)
         if lib is None:
-            lib = self.libs[rel] = _dlopen(self.data[rel], self.root / rel)
+            lib = self.libs[rel] = _dlopen(self.data[rel])
         sym = str(d["symbol"])
         if not sym.isidentifier():
             raise ProgramFormatError(f"bad kernel symbol {sym!r}")
@@ -308,11 +308,11 @@ class _Kernels:
         return self.cuda.bind(kind, d)
 
 
-def _dlopen(data: bytes, path: Path) -> ctypes.CDLL:
-    """Load the verified bytes themselves (``memfile``), not the file again."""
-    from .memfile import memory_file
-    mem = memory_file(data, "ember-kernel.so")
-    return ctypes.CDLL(mem if mem is not None else str(path))
+def _dlopen(data: bytes) -> ctypes.CDLL:
+    """Load the verified bytes themselves from a private copy (``memfile``), never the package's or the kernel
+    store's file, which may change (or be rewritten in place under the running process) after the check."""
+    from .memfile import load_private
+    return load_private(data, "ember-kernel.so", ctypes.CDLL)
 
 
 def _cpp_caller(fn: Any, n: int, parallel: bool, checked: bool, symbols: int) -> Callable[..., None]:

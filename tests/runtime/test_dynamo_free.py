@@ -55,3 +55,23 @@ torch.testing.assert_close(g(x), torch.relu(x + 1) * 2)
 print("ok")
 """)
     assert "ok" in out, out
+
+
+def test_every_wrapped_function_gets_a_stand_in():
+    """The stand-ins are found through the wrapper's code object (``gc.get_referrers``, not a Python loop over
+    the heap): every live function torch wrapped, and not called yet, is covered, as a full heap scan finds."""
+    out = _run("""
+import gc, types, torch, torch._refs, torch._decomp, torch._meta_registrations
+from ember import dynamo_free
+code = dynamo_free._wrapper_code()
+assert code is not None
+def wrapped():
+    return {id(c.cell_contents) for o in gc.get_objects() if type(o) is types.FunctionType and o.__code__ is code
+            and o.__closure__ for n, c in zip(code.co_freevars, o.__closure__) if n == "fn"}
+before = wrapped()
+dynamo_free.avoid_dynamo_import()
+patched = {id(f) for f in dynamo_free._PATCHED}
+assert before and before == patched, (len(before), len(patched))
+print("ok", len(patched))
+""")
+    assert "ok" in out, out
