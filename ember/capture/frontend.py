@@ -488,6 +488,7 @@ class FrameCache:
             # (and the next ones these guards admit) runs eagerly, so the caller gets that exception, after the
             # same side effects, as from eager, under fullgraph=True too.
             logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
+            _drop_context(ue)       # its traceback's frames hold the trace's values (the call's arguments)
             return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
         except EmberError as e:
             if _symbolic_unsupported(e) and not self.static_shapes:
