@@ -31,7 +31,7 @@ CHILD = """
 import time
 t_start = time.perf_counter()
 import json, sys, torch
-t_torch = time.perf_counter()
+t_torch, c_torch = time.perf_counter(), time.process_time()
 from ember.bench.engines import parse_engine
 from ember.bench.runner import make_step, zoo_case
 a = json.loads(sys.argv[1])
@@ -48,7 +48,8 @@ if dev.type == "cuda":
     torch.cuda.synchronize()
 t_end = time.perf_counter()
 row = {"first_call_s": round(t_end - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
-       "after_import_torch_s": round(t_end - t_torch, 3), "import_torch_s": round(t_torch - t_start, 3),
+       "after_import_torch_s": round(t_end - t_torch, 3),
+       "after_import_torch_cpu_s": round(time.process_time() - c_torch, 3), "import_torch_s": round(t_torch - t_start, 3),
        "dynamo": "torch._dynamo" in sys.modules}
 if "ember" in sys.modules and "ember.counters" in sys.modules:
     from ember import counters
@@ -104,7 +105,7 @@ def summary(a: argparse.Namespace, rows: list[dict]) -> dict:
     """The cold run's times and the warm runs' medians."""
     out: dict = {"summary": a.engine, "model": a.model, "task": a.task}
     warm = rows[1:]
-    for k in ("first_call_s", "after_import_torch_s"):
+    for k in ("first_call_s", "cpu_s", "after_import_torch_s", "after_import_torch_cpu_s"):
         out[f"cold_{k}"] = rows[0][k]
         if warm:
             out[f"warm_{k}_median"] = round(statistics.median(r[k] for r in warm), 3)
