@@ -89,8 +89,8 @@ def run_engine(a: argparse.Namespace) -> None:
         rows = []
         for i in range(a.runs):
             before = kernel_files(cache)
-            proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(vars(a))], env=env, capture_output=True,
-                                  text=True)
+            proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(vars(a))], env=env, cwd=root,
+                                  capture_output=True, text=True)
             if proc.returncode:
                 sys.exit(f"run {i} failed:\n{proc.stderr[-3000:]}")
             out = proc.stdout.strip().splitlines()[-1]
