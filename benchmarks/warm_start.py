@@ -49,7 +49,8 @@ if dev.type == "cuda":
 t_end = time.perf_counter()
 row = {"first_call_s": round(t_end - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
        "after_import_torch_s": round(t_end - t_torch, 3),
-       "after_import_torch_cpu_s": round(time.process_time() - c_torch, 3), "import_torch_s": round(t_torch - t_start, 3),
+       "after_import_torch_cpu_s": round(time.process_time() - c_torch, 3),
+       "import_torch_s": round(t_torch - t_start, 3),
        "dynamo": "torch._dynamo" in sys.modules}
 if "ember" in sys.modules and "ember.counters" in sys.modules:
     from ember import counters
