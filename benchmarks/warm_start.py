@@ -1,6 +1,9 @@
 """A warm start as a user meets it: the same compiled step in fresh processes sharing one cache folder (the first
 process compiles cold, the next ones should find every kernel on disk), each with its own string hash seed as
 Python gives it. Prints each process's first-call time and how many kernel files it added to the cache.
+``first_call_s`` is the compiled step's first call (capture, compile or cache hit, run); ``after_import_torch_s``
+is everything after ``import torch`` to the first output: importing the compiler (ember's pipeline and
+sympy, or torch._dynamo and Inductor), building the model, ``compile()``, the first call.
 
     python benchmarks/warm_start.py --model nanogpt --task train [--device cpu] [--runs 3] [--engine ember,inductor]
 
@@ -18,13 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 CHILD = """
-import json, sys, time, torch
+import time
+t_start = time.perf_counter()
+import json, sys, torch
+t_torch, c_torch = time.perf_counter(), time.process_time()
 from ember.bench.engines import parse_engine
 from ember.bench.runner import make_step, zoo_case
 a = json.loads(sys.argv[1])
@@ -39,7 +46,11 @@ t0, c0 = time.perf_counter(), time.process_time()
 step()
 if dev.type == "cuda":
     torch.cuda.synchronize()
-row = {"first_call_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
+t_end = time.perf_counter()
+row = {"first_call_s": round(t_end - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
+       "after_import_torch_s": round(t_end - t_torch, 3),
+       "after_import_torch_cpu_s": round(time.process_time() - c_torch, 3),
+       "import_torch_s": round(t_torch - t_start, 3),
        "dynamo": "torch._dynamo" in sys.modules}
 if "ember" in sys.modules and "ember.counters" in sys.modules:
     from ember import counters
@@ -76,16 +87,30 @@ def run_engine(a: argparse.Namespace) -> None:
         env = dict(os.environ, EMBER_CACHE_DIR=str(cache), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                    PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         env.pop("PYTHONHASHSEED", None)
+        rows = []
         for i in range(a.runs):
             before = kernel_files(cache)
-            proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(vars(a))], env=env, capture_output=True,
-                                  text=True)
+            proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(vars(a))], env=env, cwd=root,
+                                  capture_output=True, text=True)
             if proc.returncode:
                 sys.exit(f"run {i} failed:\n{proc.stderr[-3000:]}")
             out = proc.stdout.strip().splitlines()[-1]
             row = json.loads(out) | {"run": i, "cache": "cold" if i == 0 else "warm",
                                      "new_kernel_files": kernel_files(cache) - before}
             print(json.dumps({"model": a.model, "task": a.task, "engine": a.engine, **row}), flush=True)
+            rows.append(row)
+        print(json.dumps(summary(a, rows)), flush=True)
+
+
+def summary(a: argparse.Namespace, rows: list[dict]) -> dict:
+    """The cold run's times and the warm runs' medians."""
+    out: dict = {"summary": a.engine, "model": a.model, "task": a.task}
+    warm = rows[1:]
+    for k in ("first_call_s", "cpu_s", "after_import_torch_s", "after_import_torch_cpu_s"):
+        out[f"cold_{k}"] = rows[0][k]
+        if warm:
+            out[f"warm_{k}_median"] = round(statistics.median(r[k] for r in warm), 3)
+    return out
 
 
 if __name__ == "__main__":

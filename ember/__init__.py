@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from .errors import BackendCompilerFailed, EmberError, Unsupported
+from .gcpause import no_full_collections as _no_full_collections
 from .logs import set_logs
 
 __version__ = "0.1.0"
@@ -29,7 +30,8 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
         mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f".{mod}", __name__), attr)
+        with _no_full_collections():     # the pipeline's imports (sympy's among them): 0.1 s of full collections
+            value = getattr(importlib.import_module(f".{mod}", __name__), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'ember' has no attribute {name!r}")

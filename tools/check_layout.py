@@ -25,7 +25,7 @@ SIZED = ("ember", "tools", "benchmarks")
 
 # lowest first; a package may import the packages of earlier layers (and the stand-alone base modules)
 LAYERS: list[set[str]] = [
-    {"errors", "logs", "options", "heuristics", "emit", "dynamo_free", "diskcache", "shapes", "counters",
+    {"errors", "logs", "options", "heuristics", "emit", "dynamo_free", "gcpause", "diskcache", "shapes", "counters",
      "cache_artifacts", "__init__"},
     {"decomp"},
     {"autograd", "loopir"},

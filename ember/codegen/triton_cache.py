@@ -40,6 +40,9 @@ class SignedCacheManager(FileCacheManager):
     def get_file(self, filename) -> Optional[str]:
         if self._store is None:
             return super().get_file(filename)
+        if _shared_object(filename):
+            data = self._store.read(filename)
+            return None if data is None else _private_copy(filename, data)
         return str(self._store.entry(filename)) if self._store.check(filename) else None
 
     def get_group(self, filename: str) -> Optional[Dict[str, str]]:
@@ -67,7 +70,37 @@ class SignedCacheManager(FileCacheManager):
         if self._store is None:
             return super().put(data, filename, binary)
         raw = data if isinstance(data, bytes) else str(data).encode()
-        return str(self._store.write(filename, raw))
+        path = str(self._store.write(filename, raw))
+        return _private_copy(filename, raw) if _shared_object(filename) else path
+
+
+# Triton loads the launcher module it gets from get_file (or put) by path, right away. A path into the store would
+# be mapped by the process, and an entry truncated or rewritten in place while it runs (by a tool, another
+# process, a test damaging an entry) would take away the pages it runs from (SIGBUS or garbage code at the next
+# launch or at exit); and a check followed by a load by path leaves a window. A shared object is handed out as
+# a private copy of the verified bytes instead: a new file (its name kept: the loader goes by the suffix) in a
+# directory of this process's own, removed at exit (the loaded mappings outlive the files).
+_PRIVATE: list = []
+
+
+def _shared_object(filename: str) -> bool:
+    return str(filename).endswith((".so", ".pyd", ".dylib"))
+
+
+def _private_copy(filename: str, data: bytes) -> str:
+    import atexit
+    import shutil
+    import tempfile
+    if not _PRIVATE:
+        d = tempfile.mkdtemp(prefix="ember-triton-")
+        atexit.register(shutil.rmtree, d, True)
+        _PRIVATE.append(d)
+    sub = tempfile.mkdtemp(dir=_PRIVATE[0])         # each copy a new path: the loader knows a module by it
+    path = os.path.join(sub, os.path.basename(str(filename)))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
 
 
 def _store_for(d: Path) -> "diskcache.Store":

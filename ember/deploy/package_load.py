@@ -14,6 +14,7 @@ The hashes catch corruption, not malice (whoever can write the package can rewri
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -316,16 +317,22 @@ def _dlopen(data: bytes) -> ctypes.CDLL:
 
 
 def _cpp_caller(fn: Any, n: int, parallel: bool, checked: bool, symbols: int) -> Callable[..., None]:
-    """``call(*buffers, *sizes)``, as ``codegen.cpp`` makes it; generated here from counts only."""
+    """``call(*buffers, *sizes)``, as ``codegen.cpp`` makes it; generated here from counts only (the code once
+    per signature: a graph's kernels share a few, and compiling each took a graph-cache hit 0.5 ms a kernel)."""
+    ns: dict[str, Any] = {"fn": fn, "get_num_threads": torch.get_num_threads, "raise_index": _raise_index}
+    return types.FunctionType(_caller_code(n, parallel, checked, symbols), ns, "call")
+
+
+@functools.lru_cache(maxsize=None)
+def _caller_code(n: int, parallel: bool, checked: bool, symbols: int) -> types.CodeType:
     names = [f"a{i}" for i in range(n)]
     syms = [f"s{i}" for i in range(symbols)]
     ptrs = ", ".join([f"{a}.data_ptr()" for a in names] + syms)
     nt = "get_num_threads()" if parallel else "1"
     call = f"fn({ptrs}{', ' if n + symbols else ''}{nt})"
     body = f"    if {call}:\n        raise_index()\n" if checked else f"    {call}\n"
-    ns: dict[str, Any] = {"fn": fn, "get_num_threads": torch.get_num_threads, "raise_index": _raise_index}
-    exec(compile(f"def call({', '.join(names + syms)}):\n{body}", "<ember package kernel call>", "exec"), ns)
-    return ns["call"]
+    module = compile(f"def call({', '.join(names + syms)}):\n{body}", "<ember package kernel call>", "exec")
+    return next(c for c in module.co_consts if isinstance(c, types.CodeType))
 
 
 def _raise_index() -> None:

@@ -363,3 +363,28 @@ def test_package_calls_aten_in_a_fresh_process(name, fn, tmp_path):
     out = subprocess.run([sys.executable, "-c", FRESH, str(path), str(tmp_path / "io.pt")], capture_output=True,
                          text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("n,parallel,checked,symbols", [(2, True, False, 0), (3, False, True, 1), (1, True, True, 2),
+                                                        (0, False, False, 0)])
+def test_kernel_callers_share_code_but_call_their_own_kernel(n, parallel, checked, symbols):
+    """A graph's C++ kernel callers are made from one code object per signature (a graph-cache hit compiled one
+    per kernel); each still calls its own kernel, with the buffers' pointers, the sizes and the thread count."""
+    from ember.deploy.package_load import _cpp_caller
+    from ember.codegen.cpp import IndexOutOfRange
+    seen: list = []
+    mk = lambda tag, rc: (lambda *a: seen.append((tag, a)) or rc)       # noqa: E731
+    f, g = _cpp_caller(mk("f", 0), n, parallel, checked, symbols), _cpp_caller(mk("g", 1), n, parallel, checked,
+                                                                             symbols)
+    assert f.__code__ is g.__code__
+    bufs = [torch.zeros(2) for _ in range(n)]
+    f(*bufs, *range(7, 7 + symbols))
+    want = tuple(b.data_ptr() for b in bufs) + tuple(range(7, 7 + symbols)) + \
+        (torch.get_num_threads() if parallel else 1,)
+    assert seen == [("f", want)]
+    if checked:
+        with pytest.raises(IndexOutOfRange):
+            g(*bufs, *range(7, 7 + symbols))
+    else:
+        g(*bufs, *range(7, 7 + symbols))
+    assert seen[-1] == ("g", want)
