@@ -495,3 +495,44 @@ def test_exception_out_of_fullgraph_call(fresh_ember, fn):
             cfn(t, log_c)
         assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
         assert log_c == log_e
+
+
+# -- itertools.tee -------------------------------------------------------------------------------------------
+# tee was not supported (a graph break). It gives n lazy iterators sharing the items fetched from the source.
+def _tee_both(t, log):
+    import itertools
+    a, b = itertools.tee(_gen_logged(t, log))
+    first = next(a)
+    rest_b = list(b)
+    return first + sum(rest_b) + sum(a)
+
+
+def _tee_interleaved(t, log):
+    import itertools
+    a, b, c = itertools.tee(iter([t, t * 2, t * 3]), 3)
+    out = [next(a), next(b), next(a), next(c)]
+    log.append(len(list(b)))
+    return sum(out)
+
+
+def _tee_long_buffer(t, log):
+    import itertools
+    a, b = itertools.tee(iter(range(300)))
+    n = len(list(a))
+    return t + n + next(b)
+
+
+def _tee_zero(t, log):
+    import itertools
+    log.append(len(itertools.tee([1, 2], 0)))
+    return t - 1
+
+
+@pytest.mark.parametrize("fn", [_tee_both, _tee_interleaved, _tee_long_buffer, _tee_zero], ids=lambda f: f.__name__)
+def test_itertools_tee(fresh_ember, fn):
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    for _ in range(2):
+        t = torch.randn(3)
+        log_e, log_c = [], []
+        torch.testing.assert_close(cfn(t, log_c), fn(t, log_e))
+        assert log_c == log_e
