@@ -536,3 +536,58 @@ def test_itertools_tee(fresh_ember, fn):
         log_e, log_c = [], []
         torch.testing.assert_close(cfn(t, log_c), fn(t, log_e))
         assert log_c == log_e
+
+
+# -- tuple subclasses without a __new__ of their own -----------------------------------------------------------
+# ``class PT(tuple)`` (and a subclass of it) made in the trace was refused ("creating a PT object in compiled
+# code is not supported"): its __new__ is tuple's, written in C. It is tuple.__new__(cls, iterable), as
+# ``PT.__new__(PT, xs)`` already was, then the class's own __init__ if it has one.
+class _PT(tuple):
+    def total(self):
+        return sum(self)
+
+
+class _GPT(_PT):
+    pass
+
+
+class _InitPT(tuple):
+    def __init__(self, items):
+        super().__init__()
+
+
+def _tuple_sub_list(t):
+    a = _GPT([t, t + 1])
+    return (type(a) is _GPT) + a.total() + len(a)
+
+
+def _tuple_sub_genexpr(t):
+    b = _PT(x * 2 for x in (t, t - 1))
+    return b.total() * isinstance(b, tuple) + (b[1] if type(b) is _PT else 0)
+
+
+def _tuple_sub_empty(t):
+    e = _GPT()
+    return t + len(e) + (e == ())
+
+
+def _tuple_sub_init(t):
+    c = _InitPT([t, t * 3])
+    return c[0] + c[1] + (type(c) is _InitPT)
+
+
+def _tuple_sub_kwargs_error(t):
+    try:
+        _PT(iterable=[t])
+    except TypeError as e:
+        return t + len(str(e))
+    return t
+
+
+@pytest.mark.parametrize("fn", [_tuple_sub_list, _tuple_sub_genexpr, _tuple_sub_empty, _tuple_sub_init,
+                                _tuple_sub_kwargs_error], ids=lambda f: f.__name__)
+def test_tuple_subclass_made_in_trace(fresh_ember, fn):
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    for _ in range(2):
+        t = torch.randn(3)
+        torch.testing.assert_close(cfn(t), fn(t))
