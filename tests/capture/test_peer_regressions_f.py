@@ -2,6 +2,7 @@
 test_generator / test_unspec / test_python_autograd / test_backward_higher_order_ops / test_sets / test_list /
 test_exceptions / test_dicts): each compiled and compared with eager on fresh inputs."""
 # no `from __future__ import annotations`: the annotations below must be evaluated when their `def` runs
+import collections
 import typing
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
@@ -280,9 +281,10 @@ class _Log(list):
 
 
 # -- changing the items of an existing list-subclass object ---------------------------------------------------
-# An existing container-subclass object's items are a read-only copy in the trace; the methods that write them
-# are refused. append/extend/insert/reverse/sort were missing from that list: they changed the copy only, and the
-# caller's object was left unchanged (a silent wrong result). The list is now checked against the built-ins.
+# An existing container-subclass object's items were a read-only copy in the trace, and the methods that write
+# them were refused; append/extend/insert/reverse/sort were missing from that list: they changed the copy only,
+# and the caller's object was left unchanged (a silent wrong result). The list is checked against the built-ins,
+# and (next section) such writes are now replayed on the object.
 def test_every_container_writer_is_refused_on_existing_objects():
     import collections
     import types
@@ -591,3 +593,72 @@ def test_tuple_subclass_made_in_trace(fresh_ember, fn):
     for _ in range(2):
         t = torch.randn(3)
         torch.testing.assert_close(cfn(t), fn(t))
+
+
+# -- dict/set subclasses passed in: overrides run, base-type writes are replayed --------------------------------
+# A dict subclass whose __iter__/__getitem__ are dict's was held as a plain dict even when it overrides
+# __setitem__ (or update, get, ...): ``d[k] = v`` skipped the override (a silent wrong result). Such a class is
+# now an object whose overrides run; the writes that reach its C storage (``super().__setitem__``,
+# ``dict.__setitem__(d, ...)``, ``s.add``) change the trace's copy and are written back through the base type.
+class _TimesTen(dict):
+    def __setitem__(self, k, v):
+        super().__setitem__(k, v * 10)
+
+
+class _Tracked(dict):
+    def update(self, *a, **k):
+        self["updates"] = self.get("updates", 0) + 1
+        super().update(*a, **k)
+
+
+class _Od(collections.OrderedDict):
+    pass
+
+
+class _Set(set):
+    pass
+
+
+def _dsub_setitem(t, d):
+    d["z"] = 2
+    return t + d["z"]
+
+
+def _dsub_base_setitem(t, d):
+    dict.__setitem__(d, "w", 3)
+    return t * len(d)
+
+
+def _dsub_update_override(t, d):
+    d.update(q=4)
+    return t + sum(dict.values(d))
+
+
+def _odsub_move(t, d):
+    d["b"] = 5
+    d.move_to_end("a")
+    return t + list(d)[-1].__len__()
+
+
+def _setsub_add_discard(t, s):
+    s.add(7)
+    s.discard(1)
+    return t + sum(s)
+
+
+_SUBCLASS_WRITES = [(_dsub_setitem, lambda: _TimesTen(a=1)), (_dsub_base_setitem, lambda: _TimesTen(a=1)),
+                    (_dsub_update_override, lambda: _Tracked(a=1)), (_odsub_move, lambda: _Od(a=1, c=2)),
+                    (_setsub_add_discard, lambda: _Set({1, 2}))]
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+@pytest.mark.parametrize("fn,make", _SUBCLASS_WRITES, ids=[c[0].__name__ for c in _SUBCLASS_WRITES])
+def test_existing_container_subclass_written(fresh_ember, fn, make, backend):
+    cfn = ember.compile(fn, backend=backend, fullgraph=True)
+    for _ in range(2):
+        t = torch.randn(3)
+        o_e, o_c = make(), make()
+        torch.testing.assert_close(cfn(t, o_c), fn(t, o_e))
+        assert type(o_c) is type(o_e)
+        assert (list(o_c.items()) if isinstance(o_c, dict) else sorted(o_c)) == \
+            (list(o_e.items()) if isinstance(o_e, dict) else sorted(o_e))
