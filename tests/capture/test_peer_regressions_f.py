@@ -662,3 +662,29 @@ def test_existing_container_subclass_written(fresh_ember, fn, make, backend):
         assert type(o_c) is type(o_e)
         assert (list(o_c.items()) if isinstance(o_c, dict) else sorted(o_c)) == \
             (list(o_e.items()) if isinstance(o_e, dict) else sorted(o_e))
+
+
+def _drop_at_break(t, log):
+    for v in _gen_finally(t, log, "loop"):     # the iterator is popped at `break`: closed before "after"
+        log.append("got")
+        break
+    log.append("after")
+    return v
+
+
+def _drop_by_rebinding(t, log):
+    g = _gen_finally(t, log, "first")
+    y = next(g)
+    g = _gen_finally(t, log, "second")          # the first generator is closed here
+    log.append("rebound")
+    return y + next(g)
+
+
+@pytest.mark.parametrize("fn", [_drop_at_break, _drop_by_rebinding], ids=lambda f: f.__name__)
+def test_generator_dropped_mid_frame_keeps_eager_order(fresh_ember, fn):
+    cfn = ember.compile(fn, backend="eager")
+    for _ in range(2):
+        t = torch.randn(3)
+        log_e, log_c = [], []
+        torch.testing.assert_close(cfn(t, log_c), fn(t, log_e))
+        assert log_c == log_e
