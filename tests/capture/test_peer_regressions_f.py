@@ -56,8 +56,20 @@ def _alias_value(x):
     return x + 1 if alias.__args__[0] is _V else x - 1
 
 
+def _make_union_keys():
+    from typing import Union as U         # a local of the enclosing function: read through a closure cell
+
+    def fn(x):
+        d = {U[int, str]: x * 2, U[float, bool]: x * 3}
+        return d[U[int, str]] + d[U[float, bool]]
+    return fn
+
+
+_union_keys = _make_union_keys()
+
+
 @pytest.mark.parametrize("fn", [_ann_list, _ann_dict, _ann_optional, _ann_callable, _ann_union_tuple,
-                                _alias_value], ids=lambda f: f.__name__)
+                                _alias_value, _union_keys], ids=lambda f: getattr(f, "__name__", "f"))
 def test_typing_alias_in_trace(fresh_ember, fn):
     cfn = ember.compile(fn, backend="eager", fullgraph=True)
     for _ in range(2):
