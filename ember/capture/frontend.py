@@ -481,9 +481,9 @@ class FrameCache:
             where = (getattr(ue, "user_stack", None) or ["?"])[-1]
             why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
             STATS.bump("graph_breaks")
-            # An exception leaving the traced call is the program's own outcome, not a graph break: this
-            # call (and the next ones these guards admit) runs eagerly, so the caller gets that exception,
-            # after the same side effects, as from eager, under fullgraph=True too.
+            # An exception leaving the traced call is the program's own outcome, not a graph break: this call
+            # (and the next ones these guards admit) runs eagerly, so the caller gets that exception, after the
+            # same side effects, as from eager, under fullgraph=True too.
             logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
             return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
         except EmberError as e:
