@@ -20,12 +20,6 @@ from .sources import Source, literal
 from .values import Const, DictVar, ListVar, ObjectVar, SetVar, Value, is_immutable
 
 BASES = (dict, collections.OrderedDict, set, frozenset, list)
-# The base-type methods that change an object's items (in-place operators aside: dunders.INPLACE).
-# tests/capture/test_peer_regressions_f.py checks that every method of list/set/dict/OrderedDict that its
-# read-only twin (tuple, frozenset, mappingproxy) lacks is here or known not to write.
-_MUTATORS = {"__init__", "__setitem__", "__delitem__", "update", "setdefault", "pop", "popitem", "clear", "add",
-             "discard", "remove", "move_to_end", "difference_update", "intersection_update",
-             "symmetric_difference_update", "append", "extend", "insert", "reverse", "sort"}
 NEWS = tuple(b.__dict__["__new__"] for b in (dict, set, frozenset, list))
 _HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
 
