@@ -484,9 +484,10 @@ class FrameCache:
             where = (getattr(ue, "user_stack", None) or ["?"])[-1]
             why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
             STATS.bump("graph_breaks")
-            # An exception leaving the traced call is the program's own outcome, not a graph break: this call
-            # (and the next ones these guards admit) runs eagerly, so the caller gets that exception, after the
-            # same side effects, as from eager, under fullgraph=True too.
+            if self.fullgraph:
+                raise Unsupported(f"the traced code {why}", "if eager raises this too, fix the program; "
+                                  "otherwise this is an ember bug worth reporting",
+                                  getattr(ue, "user_stack", None)) from None
             logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
             _drop_context(ue)       # its traceback's frames hold the trace's values (the call's arguments)
             return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)

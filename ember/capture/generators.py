@@ -190,16 +190,17 @@ def close_dropped(d, top: Frame, ret: Value) -> None:
     CPython frees a frame's locals when it returns; a generator whose last reference goes then is closed, so a
     ``finally``/``with`` around its paused ``yield`` runs right after the return value is computed (in the
     order of the locals that held them). A generator that the return value reaches is not closed here (it
-    escapes: the glue refuses it), nor one made by an inlined callee (it was dropped, and closed, when that
-    callee returned: not modelled, left to ``check_suspended``)."""
+    escapes: the glue refuses it), nor one made by an inlined callee or no longer held by a local (it was
+    closed earlier, when its last reference went: not modelled, left to ``check_suspended``)."""
     pending = [it for it in d.generators if it.frame.parent is top and _needs_close(it.frame)]
     if not pending:
         return
     escaping = {id(v) for v in _reachable([ret])}
     names = top.code.co_varnames + top.code.co_cellvars
     held = [top.locals.get(n) for n in names] if isinstance(top.locals, dict) else []
+    # only those the locals still hold: one dropped earlier (a for loop's iterator popped at ``break``, a
+    # rebound name) was closed then, mid-frame (not modelled: check_suspended refuses it)
     order = [v for v in _reachable([v for v in held if v is not None]) if type(v) is IterVar]
-    order += [it for it in pending if all(it is not v for v in order)]
     for it in order:
         if id(it) in escaping or all(it is not p for p in pending) or not _needs_close(it.frame):
             continue

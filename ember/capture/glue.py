@@ -218,7 +218,9 @@ class GlueBuilder:
                           else f"{c}.cell_contents = {self._value(reads, v.written)}")
             return
         s = self._read(reads, v.source.expr(self.cg))
-        if type(v) is ListVar:
+        if type(v.source) is subclasses.PartSource:     # the items of an existing container-subclass object
+            writes.append(subclasses.replay_part(self, v, s, reads, self._read))
+        elif type(v) is ListVar:
             writes.append(f"{s}[:] = {self._read(reads, self.expr(ListVar(v.items)))}")
         elif type(v) is DequeVar:
             writes.append(f"{s}.clear(); {s}.extend({self._read(reads, self.expr(ListVar(v.items)))})")

@@ -555,6 +555,13 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
         elif args or kwargs:
             raise UserException(TypeError(f"{cls.__name__}() takes no arguments"))
         return ov
+    if new is tuple.__new__ and type(cls).__call__ is type.__call__ and not is_immutable_type(cls):
+        # a tuple subclass without a __new__ of its own: tuple.__new__(cls, iterable), then its __init__
+        obj = d.call(f, Const(tuple.__new__), [Const(cls)] + args, kwargs)
+        init = lookup_type_attr(cls, "__init__")
+        if type(init) is types.FunctionType:
+            d.inline(f, init, [obj] + args, kwargs)
+        return obj
     if issubclass(cls, NUMPY_VALUES) and all_const(args, kwargs):      # np.finfo's __new__ calls into C
         return call_real(d, f, cls, args, kwargs)
     if type(new) is types.FunctionType:

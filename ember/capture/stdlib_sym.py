@@ -12,7 +12,7 @@ import types
 from . import deques
 from .builtins_sym import BUILTIN_RULES, _gen
 from .interpreter import UserException
-from .values import BoundMethod, Const, DictVar, TupleVar
+from .values import BoundMethod, Const, DictVar, IterVar, TupleVar
 
 
 def _islice(d, f, it, *bounds):
@@ -173,6 +173,40 @@ for _fn, _impl in ((itertools.islice, _islice), (itertools.chain, _chain),
                    (itertools.repeat, _repeat), (itertools.product, _product), (itertools.accumulate, _accumulate),
                    (itertools.pairwise, _pairwise), (itertools.zip_longest, _zip_longest)):
     BUILTIN_RULES[_fn] = _gen(_impl)
+
+
+def _tee(d, f, args, kwargs):
+    """``itertools.tee(it, n=2)``: ``n`` lazy iterators over one source, sharing the items fetched so far (the
+    source advances only when the furthest one needs a new item, as the real tee's shared buffer does)."""
+    if not 1 <= len(args) + len(kwargs) <= 2 or set(kwargs) - {"n"} or (len(args) == 2 and kwargs):
+        return NotImplemented
+    n = d.as_python(f, args[1] if len(args) == 2 else kwargs.get("n", Const(2)))
+    if type(n) is not int:
+        raise UserException(TypeError(f"'{type(n).__name__}' object cannot be interpreted as an integer"))
+    if n < 0:
+        raise UserException(ValueError("n must be >= 0"))
+    src = d.iter(f, args[0])
+    fetched: list = []
+    state = {"done": False}
+
+    def one():
+        i = 0
+        while True:
+            if i == len(fetched):
+                if state["done"]:
+                    return
+                ok, v = d.next(f, src)
+                if not ok:
+                    state["done"] = True
+                    return
+                fetched.append(v)
+            yield fetched[i]
+            i += 1
+
+    return TupleVar([IterVar(one(), "itertools.tee iterator") for _ in range(n)])
+
+
+BUILTIN_RULES[itertools.tee] = _tee
 
 
 def _dict_subclass(cls):

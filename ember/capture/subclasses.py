@@ -20,15 +20,25 @@ from .sources import Source, literal
 from .values import Const, DictVar, ListVar, ObjectVar, SetVar, Value, is_immutable
 
 BASES = (dict, collections.OrderedDict, set, frozenset, list)
-# The base-type methods that change an object's items (in-place operators aside: dunders.INPLACE). An existing
-# object's part is read-only, so these must be refused there, never run on the copy (the change would be lost).
-# tests/capture/test_peer_regressions_f.py checks that every method of list/set/dict/OrderedDict that its
-# read-only twin (tuple, frozenset, mappingproxy) lacks is here or known not to write.
-_MUTATORS = {"__init__", "__setitem__", "__delitem__", "update", "setdefault", "pop", "popitem", "clear", "add",
-             "discard", "remove", "move_to_end", "difference_update", "intersection_update",
-             "symmetric_difference_update", "append", "extend", "insert", "reverse", "sort"}
 NEWS = tuple(b.__dict__["__new__"] for b in (dict, set, frozenset, list))
 _HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+
+_HARMLESS = ("__init__", "__repr__", "__str__", "__init_subclass__", "__class_getitem__", "__doc__",
+             "__new__", "__hash__")
+_DICT_NAMES = frozenset(n for n in dir(dict) if n not in _HARMLESS)
+
+
+def overrides_dict(t: type) -> bool:
+    """Whether a dict subclass defines in Python a method of dict's that the trace would otherwise run as
+    dict's (``__setitem__``, ``update``, ``get``...): it is then an object whose overrides run, not a plain
+    dict value."""
+    for k in t.__mro__:
+        if k in (dict, collections.OrderedDict, collections.defaultdict):
+            return False
+        if not _DICT_NAMES.isdisjoint(k.__dict__):
+            return True
+    return False
 
 
 def container_base(cls: type) -> type | None:
@@ -57,6 +67,20 @@ class BaseItemSource(Source):
         return f"{self.base.name_hint()}_{self.key}"
 
 
+@dataclass(frozen=True, slots=True)
+class PartSource(Source):
+    """The C storage of an existing container-subclass object: the object itself, written back through its
+    base type's methods (``glue._effect``): the class's own overrides do not run when changes are replayed."""
+    base: Source
+    owner: type
+
+    def _expr(self, cg):
+        return self.base.expr(cg)
+
+    def name_hint(self):
+        return self.base.name_hint()
+
+
 def part_of(v: Value, d=None):
     """The base part of ``v``, a container-subclass object, else None. For an object that existed before the call
     (given the domain ``d``), the part is made on first use from the object's items as its C base stores them,
@@ -78,18 +102,19 @@ def _existing_part(d, v: ObjectVar, base: type):
         if not all(is_immutable(k) for k in members):
             return None
         d.guards.add(f"{base.__name__}.__eq__({e}, {d.cg.bind(members, 'members')})", f"members of {d.cg.plain(src)}")
-        return SetVar({k: Const(k) for k in members}, frozen=base is frozenset)
+        return SetVar({k: Const(k) for k in members}, PartSource(src, base), obj, frozen=base is frozenset)
     if base is list:        # items by position (a list's iteration gives values, not keys)
         n = list.__len__(obj)
         d.guards.add(f"{d.cg.bind(list, 'list')}.__len__({e}) == {n}", f"{d.cg.plain(src)} has {n} items")
-        return ListVar([d.wrap(list.__getitem__(obj, i), BaseItemSource(src, i, list)) for i in range(n)])
+        return ListVar([d.wrap(list.__getitem__(obj, i), BaseItemSource(src, i, list)) for i in range(n)],
+                       PartSource(src, list), obj)
     keys = list(base.__iter__(obj))
     if not all(is_immutable(k) for k in keys):
         return None
     d.guards.add(f"tuple({d.cg.bind(base, base.__name__)}.__iter__({e})) == {literal(tuple(keys), d.cg)}",
                  f"keys of {d.cg.plain(src)} are {keys!r}")
     items = {k: d.wrap(base.__getitem__(obj, k), BaseItemSource(src, k, base)) for k in keys}
-    return DictVar(items, {k: Const(k) for k in keys}, base)
+    return DictVar(items, {k: Const(k) for k in keys}, base, PartSource(src, base), obj)
 
 
 def base_operand(v: Value, dunder: str, lookup, d=None) -> Value:
@@ -169,10 +194,9 @@ def run_init(d, f, ov: ObjectVar, args, kwargs, lookup) -> None:
 def part_method(d, f, ov: ObjectVar, name: str, args, kwargs) -> Value:
     """The base type's method ``name`` run on ``ov``'s items."""
     part = ov.base_part
-    if not ov.is_new and (name in _MUTATORS or name in dunders.INPLACE):
-        raise d.unsupported(f, f"changing the items of an existing {type(ov.obj).__name__} object through "
-                               f"{part.python_type().__name__}.{name}",
-                            "make the change outside the compiled function, or on a new object")
+    if not ov.is_new and name == "__init__":
+        raise d.unsupported(f, f"calling {part.python_type().__name__}.__init__ again on an existing "
+                               f"{type(ov.obj).__name__} object")
     if name == "__init__":
         if isinstance(part, SetVar):
             if kwargs:
@@ -237,4 +261,24 @@ def reconstruct(glue, v: ObjectVar, name: str, cls: str) -> None:
 
 
 __all__ = ["BASES", "NEWS", "container_base", "part_of", "base_operand", "applies", "construct", "part_method",
-           "reconstruct", "NULL"]
+           "reconstruct", "replay_part", "PartSource", "NULL"]
+
+
+def replay_part(glue, v: Value, s: str, reads: list, read) -> str:
+    """The statement that writes an existing container-subclass object's changed items back through its base
+    type (``list.__setitem__(obj, slice(None), [...])``, ``dict.clear`` then ``dict.__setitem__`` per item):
+    the class's own ``__setitem__``/``update`` overrides do not run again."""
+    base = glue.cg.bind(v.source.owner, v.source.owner.__name__)
+    if isinstance(v, ListVar):
+        return f"{base}.__setitem__({s}, slice(None), {read(reads, glue.expr(ListVar(v.items)))})"
+    if isinstance(v, SetVar):
+        return f"{base}.clear({s}); {base}.update({s}, {read(reads, glue.expr(SetVar(v.items)))})"
+    items = read(reads, glue.expr(DictVar(v.items, v.keys)))
+    return f"{glue.cg.bind(_refill, 'refill')}({base}, {s}, {items})"
+
+
+def _refill(base: type, obj: Any, items: dict) -> None:
+    base.clear(obj)
+    for k, x in items.items():
+        base.__setitem__(obj, k, x)
+

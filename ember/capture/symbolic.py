@@ -14,6 +14,7 @@ import types
 from typing import Any
 
 from . import rules as R
+from .subclasses import overrides_dict
 from .bytecode import PY
 from ..emit import py_str
 from .guards import GuardSet
@@ -218,20 +219,17 @@ class SymbolicDomain:
                 g.type_match(source, t)
                 self.guards.add(f"{source.expr(self.cg)} == {self.cg.bind(obj, 'fs')}", f"{source.expr(self.cg)} == {obj!r}")
             return Const(obj, source)
-        # A member that is not a plain value (a tensor, a user object) is wrapped as the live object, as a dict's
-        # keys are: a Const would bake a tensor's data into the graph. Such members are guarded by identity
-        # (equal-but-distinct objects would read another object's state).
+        # A member that is not a plain value (a tensor, a user object) is the live object, as dict keys are (a
+        # Const would bake a tensor's data in), guarded by identity (an equal object may hold other state).
         by_identity = not all(is_immutable(x) for x in obj)
         if g:
             g.type_match(source, t)
             e = source.expr(self.cg)
-            if by_identity:
-                ids = self.cg.bind(frozenset(map(id, obj)), 'ids')
-                self.guards.add(f"set(map(id, {e})) == {ids}", f"{e} holds the same {len(obj)} objects")
-            else:
-                self.guards.add(f"{e} == {self.cg.bind(frozenset(obj), 'set')}", f"{e} == {set(obj)!r}")
-        items = {k: self.wrap(k, ConstSource(id(k), k)) if by_identity and not is_immutable(k) else Const(k) for k in obj}
-        return SetVar(items, source, obj, frozen=t is frozenset)
+            ids = frozenset(map(id, obj))
+            self.guards.add(f"set(map(id, {e})) == {self.cg.bind(ids, 'ids')}" if by_identity
+                            else f"{e} == {self.cg.bind(frozenset(obj), 'set')}", f"{e} == {set(obj)!r}")
+        live = {k: self.wrap(k, ConstSource(id(k), k)) for k in obj if by_identity and not is_immutable(k)}
+        return SetVar({k: live.get(k) or Const(k) for k in obj}, source, obj, frozen=t is frozenset)
 
     def _wrap_dict(self, obj: Any, source: Source | None, g: GuardSet | None) -> Value | None:
         t = type(obj)
@@ -240,7 +238,7 @@ class SymbolicDomain:
             return wrap_proxy(self, obj, source, g)
         import collections
         if not (isinstance(obj, dict) and t.__iter__ in (dict.__iter__, collections.OrderedDict.__iter__)
-                and t.__getitem__ in (dict.__getitem__,) + _dict_getitems()):
+                and t.__getitem__ in (dict.__getitem__,) + _dict_getitems()) or overrides_dict(t):
             return None
         if g:
             g.type_match(source, t)
@@ -249,7 +247,7 @@ class SymbolicDomain:
             if live:        # keys equal to the old ones are not enough: the trace reads these very objects
                 e = source.expr(self.cg)
                 self.guards.add(f"{self.cg.bind(live, 'ids')} <= set(map(id, {e}))",
-                                f"{e} is keyed by the same {len(live)} objects")
+                                f"{e} has the same {len(live)} keys")
         items = {k: self.wrap(v, ItemSource(source, k) if source else None) for k, v in obj.items()}
         keys = {k: self.wrap(k, ConstSource(id(k), k)) if not is_immutable(k) else Const(k) for k in obj}
         df = None
