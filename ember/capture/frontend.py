@@ -484,13 +484,12 @@ class FrameCache:
             where = (getattr(ue, "user_stack", None) or ["?"])[-1]
             why = f"raised {type(ue.exc).__name__}: {ue.exc} (at {where})"
             STATS.bump("graph_breaks")
-            if self.fullgraph:
-                raise Unsupported(f"the traced code {why}", "if eager raises this too, fix the program; "
-                                  "otherwise this is an ember bug worth reporting",
-                                  getattr(ue, "user_stack", None)) from None
-            logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
             _drop_context(ue)       # its traceback's frames hold the trace's values (the call's arguments)
-            return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
+            if not self.fullgraph:
+                logs.log("graph_breaks", f"{self.name}: {why}; runs eagerly")
+                return self._eager_entry(why, d.guards.guards, d, concrete=self.resume is not None)
+            err = Unsupported(f"the traced code {why}", "if eager raises this too, fix the program; "
+                              "otherwise this is an ember bug worth reporting", getattr(ue, "user_stack", None))
         except EmberError as e:
             if _symbolic_unsupported(e) and not self.static_shapes:
                 return self._static_retry(e, args, kwargs)
