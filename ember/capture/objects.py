@@ -567,6 +567,8 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
         return obj
     if is_pure_callable(cls) and all_const(args, kwargs) and is_immutable_type(cls):
         return call_real(d, f, cls, args, kwargs)
+    if subclasses.is_structseq(cls) and len(args) == 1 and not kwargs:
+        return subclasses.structseq(d, f, cls, args[0])
     raise d.unsupported(f, f"creating a {cls.__qualname__} object in compiled code is not supported")
 
 

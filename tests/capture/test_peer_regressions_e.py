@@ -428,3 +428,50 @@ def test_failed_fullgraph_compile_frees_arguments(fn):
         assert alive == [False, False]
     finally:
         gc.enable()
+
+
+# -- struct sequences (torch.return_types) made in the trace ------------------------------------------------
+# torch.return_types.max((values, indices)) and kin are C struct sequence types: calling one in compiled code
+# broke the graph ("creating a max object ... is not supported"), and fullgraph compiles failed (test_misc's
+# test_structseq1/2). Such a call is a tuple of that class holding the sequence's items.
+def _structseq_returned(x, y):
+    return torch.return_types.max((x + 1, y))
+
+
+def _structseq_fields(x, y):
+    r = torch.return_types.sort([x * 2, y])
+    a, b = r
+    return r.values + a, r.indices, b
+
+
+def _structseq_to_tuple(x, y):
+    return tuple(torch.return_types.qr((2 * x, y - 1)))
+
+
+def _structseq_of_numbers(x, y):
+    r = torch.return_types.max((3, 4))
+    return x * r.values + r[1]
+
+
+_STRUCTSEQ = [_structseq_returned, _structseq_fields, _structseq_to_tuple, _structseq_of_numbers]
+
+
+@pytest.mark.parametrize("fn", _STRUCTSEQ, ids=lambda f: f.__name__)
+def test_structseq_made_in_trace(fn):
+    x, y = torch.randn(3, 2), torch.randn(3, 2)
+    expected = fn(x, y)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(x, y)
+    assert type(got) is type(expected)
+    torch.testing.assert_close(tuple(got), tuple(expected))
+
+
+def test_structseq_wrong_length_raises_as_eager():
+    def fn(x):
+        return torch.return_types.max((x, x, x))
+
+    with pytest.raises(TypeError, match="2-sequence"):
+        fn(torch.randn(2))
+    with pytest.raises((TypeError, ember.Unsupported), match="2-sequence"):
+        ember.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))
+    with pytest.raises(TypeError, match="2-sequence"):
+        ember.compile(fn, backend="eager")(torch.randn(2))
