@@ -554,3 +554,44 @@ def test_namedtuple_dunder_overrides(fn):
         le, lg = [], []
         assert _plain(got, lg) == _plain(expected, le)
         torch.testing.assert_close(lg, le)
+
+
+import numpy as np  # noqa: E402
+
+
+# -- true division of integer NumPy arrays -------------------------------------------------------------------
+# NumPy divides integers (and bools) in float64; torch._numpy, which the graph runs for NumPy code, gives the
+# default dtype (float32): t.numpy() / 4 came back float32, rounding large integers (a silent wrong result).
+def _div_by_int(t):
+    return t.numpy() / 4
+
+
+def _int_by_array(t):
+    return 3 / (t.numpy() + 1)
+
+
+def _array_by_array(t):
+    a = t.numpy()
+    return a / (a * 0 + 7), np.true_divide(a, 3), np.divide(a, a + 1)
+
+
+def _big_ints(t):
+    return (t.numpy() + 2**40 + 1) / 1
+
+
+def _mean_over_len(t):
+    a = t.numpy()
+    return a.sum() / len(a)
+
+
+_INT_DIVISION = [_div_by_int, _int_by_array, _array_by_array, _big_ints, _mean_over_len]
+
+
+@pytest.mark.parametrize("fn", _INT_DIVISION, ids=lambda f: f.__name__)
+def test_numpy_integer_true_division_is_float64(fn):
+    t = torch.arange(12).reshape(3, 4)
+    expected = fn(t)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(t)
+    for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+        assert np.asarray(g).dtype == np.asarray(e).dtype == np.float64
+        np.testing.assert_array_equal(g, e)

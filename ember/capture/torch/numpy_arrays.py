@@ -119,12 +119,32 @@ def _as_arrays(v: Value, scalar: bool) -> Value:
     return v
 
 
+# true division: NumPy gives float64 for integer (and bool) operands, torch._numpy the default dtype (float32)
+_TRUE_DIVISIONS = {"op_truediv", "divide", "true_divide", "ndarray___truediv__", "ndarray___rtruediv__"}
+
+
+def _integral(v: Value) -> bool:
+    if type(v) in (NdarrayVar, TensorVar):
+        t = v.t if type(v) is NdarrayVar else v
+        return not (t.meta.dtype.is_floating_point or t.meta.dtype.is_complex)
+    return type(v) is Const and type(v.value) in (int, bool)
+
+
+@functools.lru_cache(None)
+def _in_float64(fn: Callable) -> Callable:
+    def run(*args, **kwargs):
+        return fn(*[a.astype("float64") if isinstance(a, _tnp().ndarray) else a for a in args], **kwargs)
+    return run
+
+
 def run_numpy(d, f, fn: Callable, name: str, args, kwargs) -> Value:
     """``fn`` (a ``torch._numpy`` callable) on the arrays and values ``args``: one graph node; tensors out are
     arrays, a 0-d result included (NumPy's scalars are 0-d arrays here, as in ``torch._numpy``)."""
     from .ops import record
     if "out" in kwargs:
         raise d.unsupported(f, f"numpy {name}(..., out=...) writes an array in place")
+    if name in _TRUE_DIVISIONS and args and all(map(_integral, args)):
+        fn, name = _in_float64(fn), f"{name}_float64"
     a = [_plain_arg(d, f, x) for x in args]
     k = {key: _plain_arg(d, f, x) for key, x in kwargs.items()}
     return _as_arrays(record(d, f, "call_function", np_target(fn, name), a, k), name not in _ARRAY_MAKERS)
