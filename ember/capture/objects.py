@@ -137,6 +137,10 @@ def all_const(args, kwargs) -> bool:
 
 
 # -- getattr ---------------------------------------------------------------------------------------------
+_ITER_DUNDERS = {"__iter__": iter, "__reversed__": reversed}
+_CONST_ITERABLES = (range, tuple, str, bytes, frozenset)
+
+
 @R.GETATTR.register(Const)
 def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
     obj = v.value
@@ -150,6 +154,9 @@ def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
         if isinstance(e, AttributeError):
             namespace_lookup(d, obj, name)
         raise UserException(e) from None
+    if name in _ITER_DUNDERS and type(obj) in _CONST_ITERABLES:
+        # range(3).__iter__() is iter(range(3)): an iterator the trace advances, not a constant made by a call
+        return BoundMethod(Const(_ITER_DUNDERS[name]), v)
     if isinstance(obj, (types.ModuleType, type)) and not isinstance(obj, enum.EnumMeta):
         if is_immutable(attr) and not isinstance(attr, enum.Enum) and type(attr) is not type:
             base = v.source or ConstSource(id(obj), obj)

@@ -675,3 +675,43 @@ def test_numpy_input_not_from_numpy_stays_correct():
               np.float64(2.5) * np.ones(())):
         np.testing.assert_array_equal(c(a), fn(a))
         assert type(c(a)) is type(fn(a))
+
+
+# -- __iter__ / __reversed__ called on a constant container ------------------------------------------------
+# range(3).__iter__() ran the real method at trace time and kept the iterator it made as a constant; next()
+# on that constant then broke the graph (test_misc's test_range___iter__). It is iter(range(3)): an iterator
+# the trace advances.
+def _range_dunder_iter(x):
+    it = range(3).__iter__()
+    return x + next(it) + next(it) * 10
+
+
+def _tuple_dunder_iter(x):
+    it = (4, 5, 6).__iter__()
+    next(it)
+    return x * next(it)
+
+
+def _str_dunder_iter(x):
+    return x + len(list("abc".__iter__()))
+
+
+def _range_dunder_reversed(x):
+    it = range(1, 4).__reversed__()
+    return x + next(it) - next(it)
+
+
+def _dunder_iter_in_loop(x):
+    for i in range(2, 5).__iter__():
+        x = x * i
+    return x
+
+
+_CONST_DUNDER_ITER = [_range_dunder_iter, _tuple_dunder_iter, _str_dunder_iter, _range_dunder_reversed,
+                      _dunder_iter_in_loop]
+
+
+@pytest.mark.parametrize("fn", _CONST_DUNDER_ITER, ids=lambda f: f.__name__)
+def test_dunder_iter_on_constant(fn):
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
