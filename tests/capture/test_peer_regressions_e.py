@@ -715,3 +715,89 @@ _CONST_DUNDER_ITER = [_range_dunder_iter, _tuple_dunder_iter, _str_dunder_iter, 
 def test_dunder_iter_on_constant(fn):
     x = torch.randn(3)
     torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# -- attributes of dict/list/set-subclass objects passed in -------------------------------------------------
+# For a container-subclass input (an OrderedDict subclass such as transformers' ModelOutput), ``o.__dict__``
+# was a bound-method stand-in (item assignment and iteration on it broke the graph: test_misc's
+# test_mutable_mapping_* tests), ``o.attr = v`` broke the graph, and a property defined by the class was not
+# run: ``o.value`` came back as the real object's attribute read after the call, so a property reading a value
+# the trace had just written gave the old one (a silent wrong result).
+from collections import OrderedDict  # noqa: E402
+
+
+class _Mapping(OrderedDict):
+    pass
+
+
+class _WithProperty(dict):
+    def __init__(self):
+        super().__init__()
+        self.__dict__["_value"] = 0
+
+    @property
+    def value(self):
+        return self.__dict__.get("_value", 0)
+
+    @value.setter
+    def value(self, v):
+        self.__dict__["_value"] = v
+
+    def doubled(self):
+        return self.value * 2
+
+
+class _Items(list):
+    scale = 3
+
+
+def _write_through_dict(m, x):
+    m.__dict__["custom"] = 42
+    return x + m.__dict__["custom"]
+
+
+def _lazy_init(m, x):
+    if not hasattr(m, "_cache"):
+        m.__dict__["_cache"] = {}
+    m.__dict__["_cache"]["key"] = x.sum()
+    return x * len(m.__dict__)
+
+
+def _dict_then_attribute(m, x):
+    m.__dict__["a"] = 1
+    m.b = m.a + 1
+    return x * m.b, len(m.__dict__)
+
+
+def _property_after_write(m, x):
+    m.value = 100
+    return x + m.value + m.doubled()
+
+
+def _attribute_then_delete(m, x):
+    m.flag = 5
+    y = x * m.flag
+    del m.flag
+    return y, hasattr(m, "flag")
+
+
+def _class_attribute(m, x):
+    return x * m.scale
+
+
+_CONTAINER_ATTRS = [(_write_through_dict, _Mapping), (_lazy_init, _Mapping), (_dict_then_attribute, _Mapping),
+                    (_property_after_write, _WithProperty), (_attribute_then_delete, _WithProperty),
+                    (_class_attribute, _Items), (_dict_then_attribute, _Items)]
+
+
+@pytest.mark.parametrize("fn,cls", _CONTAINER_ATTRS, ids=lambda v: v.__name__)
+def test_container_subclass_attributes(fn, cls):
+    compiled = ember.compile(fn, backend="eager", fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(3)
+        m_eager, m_comp = cls(), cls()
+        expected, got = fn(m_eager, x), compiled(m_comp, x)
+        torch.testing.assert_close(got, expected)
+        assert {k: v for k, v in vars(m_comp).items() if k != "_cache"} == \
+            {k: v for k, v in vars(m_eager).items() if k != "_cache"}
+        assert vars(m_comp).keys() == vars(m_eager).keys()
