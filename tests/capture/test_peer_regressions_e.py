@@ -801,3 +801,32 @@ def test_container_subclass_attributes(fn, cls):
         assert {k: v for k, v in vars(m_comp).items() if k != "_cache"} == \
             {k: v for k, v in vars(m_eager).items() if k != "_cache"}
         assert vars(m_comp).keys() == vars(m_eager).keys()
+
+
+# -- float() of a one-element integer or bool tensor ----------------------------------------------------------
+# With capture_scalar_outputs (on under fullgraph=True) float(t) of a floating tensor stayed in the graph, but
+# of an integer or bool tensor it broke the graph (test_functions' test_cast_tensor_single_elem).
+def _float_of_int(x):
+    return float(x + 1)
+
+
+def _float_of_bool(x):
+    return float(x > 0) + 0.5
+
+
+def _float_of_big_int(x):
+    return float(x * 0 + 2**60 + 1)
+
+
+def _float_in_arithmetic(x):
+    return x.float() * float(x.sum())
+
+
+@pytest.mark.parametrize("fn", [_float_of_int, _float_of_bool, _float_of_big_int, _float_in_arithmetic],
+                         ids=lambda f: f.__name__)
+def test_float_of_integer_tensor_fullgraph(fn):
+    for v in (3, -2, 0):
+        x = torch.tensor([v])
+        got, expected = ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x)
+        assert type(got) is type(expected)
+        torch.testing.assert_close(got, expected)
