@@ -282,3 +282,32 @@ def test_float_of_integer_tensor_fullgraph(fn):
         got, expected = ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x)
         assert type(got) is type(expected)
         torch.testing.assert_close(got, expected)
+
+
+# -- torch.unique_consecutive: a data-dependent output size like unique -------------------------------------
+# unique had an unbacked output size under capture_dynamic_output_shape_ops (on under fullgraph=True), but
+# unique_consecutive broke the graph as an op with a data-dependent output (test_misc's
+# test_unique_consecutive).
+def _uc_values(x):
+    return torch.unique_consecutive(x) * 2 + 1
+
+
+def _uc_inverse_counts(x):
+    v, inv, counts = torch.unique_consecutive(x, return_inverse=True, return_counts=True)
+    return v, inv, counts.sum()
+
+
+def _uc_method_positional(x):
+    return x.unique_consecutive(True)
+
+
+def _uc_dim(x):
+    return torch.unique_consecutive(x.reshape(-1, 2), dim=0, return_counts=True)
+
+
+@pytest.mark.parametrize("fn", [_uc_values, _uc_inverse_counts, _uc_method_positional, _uc_dim],
+                         ids=lambda f: f.__name__)
+def test_unique_consecutive_fullgraph(fn):
+    compiled = ember.compile(fn, backend="eager", fullgraph=True)
+    for x in (torch.tensor([1, 1, 2, 2, 1, 3]), torch.tensor([5, 5, 5, 5]), torch.randint(0, 3, (8,))):
+        torch.testing.assert_close(compiled(x), fn(x))
