@@ -8,7 +8,7 @@ from . import dunders
 from . import rules as R
 from .interpreter import NULL, UserException
 from .symbolic import SymbolicDomain
-from .values import SeqIterVar, Const, DictVar, IterVar, ListVar, SetVar, TupleVar, Value
+from .values import SeqIterVar, Const, DictVar, IterVar, ListVar, SetVar, TupleVar, Value, tuple_override
 
 
 def _index(d: SymbolicDomain, f, k: Value):
@@ -24,6 +24,9 @@ def _index(d: SymbolicDomain, f, k: Value):
 
 @R.ITER.register(TupleVar, ListVar)
 def _seq_iter_rule(d, f, v):
+    fn = tuple_override(v, "__iter__")
+    if fn is not None:
+        return d.inline(f, fn, [v], {})
     return SeqIterVar(v, f"{v.python_type().__name__} iterator")
 
 
@@ -39,6 +42,9 @@ def _set_iter_rule(d, f, v):
 
 @R.LEN.register(TupleVar, ListVar, DictVar, SetVar)
 def _len(d, f, v):
+    fn = tuple_override(v, "__len__")
+    if fn is not None:
+        return d.as_python(f, d.call(f, Const(__import__("operator").index), [d.inline(f, fn, [v], {})], {}))
     return len(v.items)
 
 
@@ -49,6 +55,9 @@ def _truth(d, f, v):
 
 @R.GETITEM.register(TupleVar, ListVar)
 def _seq_getitem(d, f, v, k):
+    fn = tuple_override(v, "__getitem__")
+    if fn is not None:
+        return d.inline(f, fn, [v, k], {})
     i = _index(d, f, k)
     try:
         r = v.items[i]

@@ -112,9 +112,11 @@ class GuardSet:
             f" and {item_types}" if v else "")
         self.add(self._same_or(first, v, check), f"{self.cg.plain(src)} == {v!r}")
 
-    def length(self, src: Source, n: int) -> None:
+    def length(self, src: Source, n: int, owner: type | None = None) -> None:
+        """``len(src) == n``; through ``owner.__len__`` where the class overrides ``__len__``."""
         e = src.expr(self.cg)
-        self.add(f"len({e}) == {n}", f"len({self.cg.plain(src)}) == {n}")
+        fn = "len" if owner is None else f"{self.cg.bind(owner, owner.__name__)}.__len__"
+        self.add(f"{fn}({e}) == {n}", f"len({self.cg.plain(src)}) == {n}")
 
     def dict_keys(self, src: Source, keys: list) -> None:
         self.cg.hoist(src)        # its items are guarded next

@@ -9,7 +9,7 @@ from typing import Any
 from . import rules as R
 from .interpreter import NULL, UserException
 from .lookups import not_in_instance
-from .sources import AttrSource
+from .sources import AttrSource, instance_dict_source
 from .values import BoundMethod, CellVar, Const, IterVar, MethodOf, PartialVar, RealCellVar, TupleVar, is_immutable
 
 
@@ -29,9 +29,24 @@ def real_instance_attr(d, v, cattr: Any, name: str):
     attribute of that name: a data descriptor there wins, as in Python."""
     obj = getattr(v, "obj", NULL)
     inst = getattr(obj, "__dict__", None) if obj is not NULL else None
-    if not inst or name not in inst or is_data_descriptor(cattr):
+    if inst is None or is_data_descriptor(cattr):
+        return NULL
+    seen = d.by_id.get(id(inst))
+    if seen is not None and hasattr(seen, "items"):     # its __dict__ was read in the trace: it holds the writes
+        return seen.items.get(name, NULL)
+    if name not in inst:
         return NULL
     return d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)
+
+
+def container_dict(d, v):
+    """The instance ``__dict__`` of the real object behind a container-subclass value that existed before the
+    call (a dict/list/set subclass with attributes): its real dict, wrapped once (the same value on every
+    read), so writes through it are replayed on the object and reads by name see them; None otherwise."""
+    obj = v.real_object()
+    if obj is NULL or v.source is None or type(obj) in (list, dict, set) or not hasattr(obj, "__dict__"):
+        return None
+    return d.wrap(obj.__dict__, instance_dict_source(v.source, obj))
 
 
 def guard_absent(d, v, name: str) -> None:

@@ -21,13 +21,13 @@ from ..emit import object_name
 from . import rules as R
 from . import dunders, polyfills, subclasses
 from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
-from .instance_attrs import lookup_type_attr, real_instance_attr  # noqa: F401  (lookup_type_attr: part of this module's interface)
+from .instance_attrs import container_dict, lookup_type_attr, real_instance_attr  # noqa: F401  (lookup_type_attr: part of this module's interface)
 from .interpreter import NULL, UserException
 from .logging_calls import defer_logging, is_logger_method
 from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource, Source, instance_dict_source
 from .symbolic import SliceVar, SymbolicDomain
-from .values import (SeqIterVar, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
+from .values import (SeqIterVar, is_python_class, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
                      ObjectVar, PartialVar, SetVar, SuperVar, TupleVar, Value, is_immutable, is_plain_builtin,
                      make_mapping, make_tuple, NUMPY_VALUES)
 
@@ -137,6 +137,10 @@ def all_const(args, kwargs) -> bool:
 
 
 # -- getattr ---------------------------------------------------------------------------------------------
+_ITER_DUNDERS = {"__iter__": iter, "__reversed__": reversed}
+_CONST_ITERABLES = (range, tuple, str, bytes, frozenset)
+
+
 @R.GETATTR.register(Const)
 def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
     obj = v.value
@@ -150,6 +154,9 @@ def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
         if isinstance(e, AttributeError):
             namespace_lookup(d, obj, name)
         raise UserException(e) from None
+    if name in _ITER_DUNDERS and type(obj) in _CONST_ITERABLES:
+        # range(3).__iter__() is iter(range(3)): an iterator the trace advances, not a constant made by a call
+        return BoundMethod(Const(_ITER_DUNDERS[name]), v)
     if isinstance(obj, (types.ModuleType, type)) and not isinstance(obj, enum.EnumMeta):
         if is_immutable(attr) and not isinstance(attr, enum.Enum) and type(attr) is not type:
             base = v.source or ConstSource(id(obj), obj)
@@ -323,13 +330,19 @@ def _container_getattr(d, f, v, name):
     if name == "__class__":
         return Const(v.python_type())
     cls = v.python_type()
-    inst = real_instance_attr(d, v, lookup_type_attr(cls, name), name)
+    if name == "__dict__" and (dv := container_dict(d, v)) is not None:
+        return dv
+    cattr = lookup_type_attr(cls, name)
+    # what a Python subclass defines (a property, a method, a class attribute) is read as CPython reads it:
+    # a data descriptor before the instance __dict__, the rest after
+    own = cattr is not NULL and is_python_class(next(k for k in cls.__mro__ if name in k.__dict__))
+    if own and _is_data_descriptor(cattr):
+        return _descriptor_get(d, f, v, cattr, name, cls)
+    inst = real_instance_attr(d, v, cattr, name)
     if inst is not NULL:
         return inst
-    if cls not in (tuple, list, dict, set, frozenset):      # a subclass's own Python methods win
-        own = lookup_type_attr(cls, name)
-        if type(own) is types.FunctionType:
-            return BoundMethod(Const(own), v)
+    if own:
+        return _descriptor_get(d, f, v, cattr, name, cls)
     if name == "default_factory" and isinstance(v, DictVar):
         return v.default_factory or Const(None)
     if lookup_type_attr(v.python_type(), name) is NULL:
@@ -574,6 +587,8 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
         return obj
     if is_pure_callable(cls) and all_const(args, kwargs) and is_immutable_type(cls):
         return call_real(d, f, cls, args, kwargs)
+    if subclasses.is_structseq(cls) and len(args) == 1 and not kwargs:
+        return subclasses.structseq(d, f, cls, args[0])
     raise d.unsupported(f, f"creating a {cls.__qualname__} object in compiled code is not supported")
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 from . import rules as R
 from .interpreter import NULL, UserException
+from .instance_attrs import container_dict
 from .objects import _is_data_descriptor, lookup_type_attr
 from .sources import AttrSource
 from .symbolic import SymbolicDomain
-from .values import Const, FuncVar, ObjectVar
+from .values import Const, DictVar, FuncVar, ListVar, ObjectVar, SetVar
 
 
 # -- setattr ---------------------------------------------------------------------------------------------
@@ -112,6 +113,36 @@ def _has_own_attr(d: SymbolicDomain, f, v: ObjectVar, name: str, is_slot: bool) 
         return False
     d.wrap(inst[name], AttrSource(v.source, name) if v.source else None)     # guards that it is there
     return True
+
+
+@R.SETATTR.register(DictVar, ListVar, SetVar)
+def _container_setattr(d: SymbolicDomain, f, v, name: str, value: Any) -> None:
+    """An attribute write on a dict/list/set-subclass object that existed before the call: a class-defined
+    ``__setattr__``/``__delattr__``, a property or a data descriptor runs; anything else goes into the
+    object's instance ``__dict__`` (replayed on the real object as that dict's changes)."""
+    t = v.python_type()
+    sa = lookup_type_attr(t, "__setattr__" if value is not NULL else "__delattr__")
+    if sa is not NULL and type(sa) is types.FunctionType:
+        d.inline(f, sa, [v, Const(name)] + ([value] if value is not NULL else []), {})
+        return
+    cattr = lookup_type_attr(t, name)
+    if cattr is not NULL and type(cattr) is property:
+        fn = cattr.fset if value is not NULL else cattr.fdel
+        if fn is None:
+            raise UserException(AttributeError(f"can't set attribute {name!r}"))
+        d.call(f, Const(fn), [v] + ([value] if value is not NULL else []), {})
+        return
+    if cattr is not NULL and type(cattr) is not types.MemberDescriptorType and _writes_through(cattr):
+        _descriptor_set(d, f, v, cattr, name, value)
+        return
+    dv = container_dict(d, v) if cattr is NULL or not _is_data_descriptor(cattr) else None
+    if dv is None:
+        raise d.unsupported(f, f"{'deleting' if value is NULL else 'setting'} attribute {name!r} on a "
+                               f"{t.__name__} value")
+    if value is NULL:
+        d.delitem(f, dv, Const(name))
+    else:
+        d.setitem(f, dv, Const(name), value)
 
 
 # attributes of a function made in the trace that it may set (what functools.update_wrapper writes, and any

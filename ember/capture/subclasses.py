@@ -17,7 +17,7 @@ from . import dunders
 from . import rules as R
 from .interpreter import NULL, UserException
 from .sources import Source, literal
-from .values import Const, DictVar, ListVar, ObjectVar, SetVar, Value, is_immutable
+from .values import Const, DictVar, ListVar, ObjectVar, SetVar, TupleVar, Value, is_immutable, is_python_class
 
 BASES = (dict, collections.OrderedDict, set, frozenset, list)
 NEWS = tuple(b.__dict__["__new__"] for b in (dict, set, frozenset, list))
@@ -260,8 +260,27 @@ def reconstruct(glue, v: ObjectVar, name: str, cls: str) -> None:
             glue.fills.append(f"{base}.__setitem__({name}, {glue.expr(part.keys[k])}, {glue.expr(x)})")
 
 
+
+def is_structseq(cls: type) -> bool:
+    """A C struct sequence type (``torch.return_types.max``, ``os.stat_result``): a tuple of named fields."""
+    return issubclass(cls, tuple) and isinstance(getattr(cls, "n_sequence_fields", None), int) \
+        and not is_python_class(cls)
+
+
+def structseq(d, f, cls: type, seq: Value) -> Value:
+    """``cls(seq)`` of a struct sequence type: a tuple of ``cls`` holding ``seq``'s items (all of its fields
+    in the sequence part; anything else is refused as CPython would or left to a graph break)."""
+    items = d.call(f, Const(tuple), [seq], {}).items
+    if cls.n_sequence_fields != cls.n_fields:
+        raise d.unsupported(f, f"creating a {cls.__qualname__} object (it has fields outside its sequence)")
+    if len(items) != cls.n_fields:
+        raise UserException(TypeError(f"{cls.__module__}.{cls.__qualname__}() takes a {cls.n_fields}-sequence "
+                                      f"({len(items)}-sequence given)"))
+    return TupleVar(items, cls)
+
+
 __all__ = ["BASES", "NEWS", "container_base", "part_of", "base_operand", "applies", "construct", "part_method",
-           "reconstruct", "replay_part", "PartSource", "NULL"]
+           "reconstruct", "replay_part", "PartSource", "is_structseq", "structseq", "NULL"]
 
 
 def replay_part(glue, v: Value, s: str, reads: list, read) -> str:

@@ -21,9 +21,10 @@ from .guards import GuardSet
 from .opcode_errors import DuplicateKeyword, not_iterable
 from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_arguments
 from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
+from .subclasses import BaseItemSource
 from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
-                     is_immutable, is_plain_builtin, NUMPY_VALUES)
+                     is_immutable, is_plain_builtin, tuple_override, NUMPY_VALUES)
 
 
 def _cell_is_empty(cell) -> bool:
@@ -202,10 +203,15 @@ class SymbolicDomain:
             # an attribute holding a tuple of plain constants (a conv's stride, a config's sizes): one guard
             g.tuple_of_constants(source, obj)
             return TupleVar([Const(x, ItemSource(source, i)) for i, x in enumerate(obj)], None, source)
+        # a namedtuple class may override __getitem__/__len__ (to index its fields another way): its items and
+        # length are read through tuple's own, in guards and glue as here
+        own = t is not tuple and t is not list and (t.__getitem__ is not tuple.__getitem__
+                                                    or t.__len__ is not tuple.__len__)
         if g:
             g.type_match(source, t)
-            g.length(source, len(obj))
-        items = [self.wrap(x, ItemSource(source, i) if source else None) for i, x in enumerate(obj)]
+            g.length(source, tuple.__len__(obj) if own else len(obj), tuple if own else None)
+        items = [self.wrap(x, (BaseItemSource(source, i, tuple) if own else ItemSource(source, i)) if source else None)
+                 for i, x in enumerate(tuple.__iter__(obj) if own else obj)]
         if t is list:
             return ListVar(items, source, obj)
         return TupleVar(items, None if t is tuple else t, source)
@@ -604,7 +610,7 @@ class SymbolicDomain:
         ``dict.update``, ``deque.extendleft``) consume them: the caller acts on each item before the next is
         produced, so an iterator that reads the container being filled sees the items already added. A list
         or tuple is read as a snapshot (no user code runs between its items)."""
-        if isinstance(v, (TupleVar, ListVar)):
+        if isinstance(v, (TupleVar, ListVar)) and tuple_override(v, "__iter__") is None:
             yield from list(v.items)
             return
         it = self.iter(f, v)
@@ -624,7 +630,7 @@ class SymbolicDomain:
     def _unpack(self, f, v, n: int, after: int) -> list[Value]:
         """CPython's ``unpack_iterable``: ``n`` items, then one too many is an error (``after`` < 0) or the
         rest is collected; an iterator is only advanced as far as CPython would."""
-        if isinstance(v, (TupleVar, ListVar)):
+        if isinstance(v, (TupleVar, ListVar)) and tuple_override(v, "__iter__") is None:
             items = list(v.items)
             extra = len(items) > n and after < 0
         else:

@@ -159,6 +159,19 @@ class TupleVar(Value):
         return make_tuple(self.cls, tuple(i.as_python() for i in self.items))
 
 
+def tuple_override(v: Value, name: str):
+    """The Python function a tuple subclass (a NamedTuple with methods) defines for ``name`` over tuple's own,
+    else None: ``t[i]``, ``len(t)``, ``iter(t)`` (and so unpacking) run it, as CPython's type slots do."""
+    cls = v.cls if type(v) is TupleVar else None
+    if cls is None:
+        return None
+    for k in cls.__mro__:
+        if name in k.__dict__:
+            fn = k.__dict__[name]
+            return fn if type(fn) is types.FunctionType else None
+    return None
+
+
 class MutableVar(Value):
     """A value whose changes during the trace must be replayed if it existed before (it has a source)."""
     __slots__ = ("mutated", "obj")

@@ -428,3 +428,129 @@ def test_failed_fullgraph_compile_frees_arguments(fn):
         assert alive == [False, False]
     finally:
         gc.enable()
+
+
+# -- struct sequences (torch.return_types) made in the trace ------------------------------------------------
+# torch.return_types.max((values, indices)) and kin are C struct sequence types: calling one in compiled code
+# broke the graph ("creating a max object ... is not supported"), and fullgraph compiles failed (test_misc's
+# test_structseq1/2). Such a call is a tuple of that class holding the sequence's items.
+def _structseq_returned(x, y):
+    return torch.return_types.max((x + 1, y))
+
+
+def _structseq_fields(x, y):
+    r = torch.return_types.sort([x * 2, y])
+    a, b = r
+    return r.values + a, r.indices, b
+
+
+def _structseq_to_tuple(x, y):
+    return tuple(torch.return_types.qr((2 * x, y - 1)))
+
+
+def _structseq_of_numbers(x, y):
+    r = torch.return_types.max((3, 4))
+    return x * r.values + r[1]
+
+
+_STRUCTSEQ = [_structseq_returned, _structseq_fields, _structseq_to_tuple, _structseq_of_numbers]
+
+
+@pytest.mark.parametrize("fn", _STRUCTSEQ, ids=lambda f: f.__name__)
+def test_structseq_made_in_trace(fn):
+    x, y = torch.randn(3, 2), torch.randn(3, 2)
+    expected = fn(x, y)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(x, y)
+    assert type(got) is type(expected)
+    torch.testing.assert_close(tuple(got), tuple(expected))
+
+
+def test_structseq_wrong_length_raises_as_eager():
+    def fn(x):
+        return torch.return_types.max((x, x, x))
+
+    with pytest.raises(TypeError, match="2-sequence"):
+        fn(torch.randn(2))
+    with pytest.raises((TypeError, ember.Unsupported), match="2-sequence"):
+        ember.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))
+    with pytest.raises(TypeError, match="2-sequence"):
+        ember.compile(fn, backend="eager")(torch.randn(2))
+
+
+# -- a NamedTuple class's own __getitem__ / __len__ / __iter__ ---------------------------------------------
+# A NamedTuple subclass may define __getitem__ (index every field: test_misc's
+# test_namedtuple_with_custom_getitem), __len__ or __iter__. ember ignored them in the trace (t[0] gave the
+# first field: a wrong result), and its guards and glue read an input's items with t[i], which ran the
+# override: the fresh entry rejected the call that built it (an InternalError).
+class _Batch(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def __getitem__(self, index):
+        return _Batch(self.a[index], self.b[index])
+
+
+class _Sized(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def __len__(self):
+        return 7
+
+
+class _Reversed(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def __iter__(self):
+        return iter((self.b, self.a))
+
+
+def _field_of_input(t, x):
+    return t.a + x
+
+
+def _index_input(t, x):
+    return t[0], t[1:]
+
+
+def _index_new(t, x):
+    n = _Batch(x + 1, x * 2)
+    return n[0].a + n[1].b
+
+
+def _len_override(t, x):
+    s = _Sized(x, x)
+    return x * len(s)
+
+
+def _iter_override(t, x):
+    first, second = _Reversed(x + 1, x - 1)
+    return first * 2 + second
+
+
+def _sum_over_override(t, x):
+    return sum(_Reversed(x, x * 3)) + len(t)
+
+
+_TUPLE_OVERRIDES = [_field_of_input, _index_input, _index_new, _len_override, _iter_override, _sum_over_override]
+
+
+def _plain(r, leaves):
+    """The shape of a result (its tuples' classes, their stored items read without their __getitem__), its
+    tensors appended to ``leaves``."""
+    if isinstance(r, tuple):
+        return f"{type(r).__name__}({', '.join(_plain(x, leaves) for x in tuple.__iter__(r))})"
+    leaves.append(r)
+    return type(r).__name__
+
+
+@pytest.mark.parametrize("fn", _TUPLE_OVERRIDES, ids=lambda f: f.__name__)
+def test_namedtuple_dunder_overrides(fn):
+    compiled = ember.compile(fn, backend="eager", fullgraph=True)
+    for _ in range(2):          # the second call runs the guards of the first entry
+        t, x = _Batch(torch.randn(3), torch.randn(3)), torch.randn(3)
+        expected, got = fn(t, x), compiled(t, x)
+        le, lg = [], []
+        assert _plain(got, lg) == _plain(expected, le)
+        torch.testing.assert_close(lg, le)

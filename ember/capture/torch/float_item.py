@@ -44,7 +44,9 @@ def item(d, f, t: TensorVar, name: str) -> Value | None:
     """``t.item()`` / ``float(t)`` of a one-element float tensor, or None where this does not apply."""
     from .ops import record
     from .unbacked import scalar_allowed
-    if name not in _METHODS or t.meta.numel() != 1 or not t.meta.dtype.is_floating_point:
+    dt = t.meta.dtype
+    # float(t) of an integer or bool tensor is the float of its value (t.item() stays an int: unbacked.item)
+    if name not in _METHODS or t.meta.numel() != 1 or dt.is_complex or not (dt.is_floating_point or name == "__float__"):
         return None
     if not scalar_allowed(d, f, name):
         raise d.unsupported(f, f"Tensor.{name}() turns a tensor value into a Python float, and option {_OPTION!r} "

@@ -7,6 +7,7 @@ Only what cannot change an array in place is traced: in-place operators, item as
 mutating methods and functions stay graph breaks (an in-place change of ``t.numpy()`` writes ``t``'s memory)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from typing import Any, Callable
@@ -16,6 +17,7 @@ import torch
 
 from .. import rules as R
 from ..interpreter import UserException
+from ..sources import Source
 from ..values import Const, ListVar, TupleVar, Value
 from .graph import TensorVar
 
@@ -119,12 +121,32 @@ def _as_arrays(v: Value, scalar: bool) -> Value:
     return v
 
 
+# true division: NumPy gives float64 for integer (and bool) operands, torch._numpy the default dtype (float32)
+_TRUE_DIVISIONS = {"op_truediv", "divide", "true_divide", "ndarray___truediv__", "ndarray___rtruediv__"}
+
+
+def _integral(v: Value) -> bool:
+    if type(v) in (NdarrayVar, TensorVar):
+        t = v.t if type(v) is NdarrayVar else v
+        return not (t.meta.dtype.is_floating_point or t.meta.dtype.is_complex)
+    return type(v) is Const and type(v.value) in (int, bool)
+
+
+@functools.lru_cache(None)
+def _in_float64(fn: Callable) -> Callable:
+    def run(*args, **kwargs):
+        return fn(*[a.astype("float64") if isinstance(a, _tnp().ndarray) else a for a in args], **kwargs)
+    return run
+
+
 def run_numpy(d, f, fn: Callable, name: str, args, kwargs) -> Value:
     """``fn`` (a ``torch._numpy`` callable) on the arrays and values ``args``: one graph node; tensors out are
     arrays, a 0-d result included (NumPy's scalars are 0-d arrays here, as in ``torch._numpy``)."""
     from .ops import record
     if "out" in kwargs:
         raise d.unsupported(f, f"numpy {name}(..., out=...) writes an array in place")
+    if name in _TRUE_DIVISIONS and args and all(map(_integral, args)):
+        fn, name = _in_float64(fn), f"{name}_float64"
     a = [_plain_arg(d, f, x) for x in args]
     k = {key: _plain_arg(d, f, x) for key, x in kwargs.items()}
     return _as_arrays(record(d, f, "call_function", np_target(fn, name), a, k), name not in _ARRAY_MAKERS)
@@ -162,6 +184,39 @@ def tensor_numpy(d, f, t: TensorVar, args, kwargs) -> Value:
         raise UserException(TypeError(f"can't convert {t.device.type} device type tensor to numpy. Use "
                                       "Tensor.cpu() to copy the tensor to host memory first."))
     return NdarrayVar(t)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FromNumpySource(Source):
+    """The tensor over an input NumPy array's memory: ``torch.from_numpy(base)`` (no copy)."""
+    base: Source
+
+    def _expr(self, cg):
+        return f"{cg.bind(torch.from_numpy, 'from_numpy')}({self.base.expr(cg)})"
+
+    def name_hint(self):
+        return f"{self.base.name_hint()}_tensor"
+
+
+# dtypes torch.from_numpy takes (in native byte order)
+_FROM_NUMPY = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.complex64, np.complex128,
+                                                np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_))
+
+
+def wrap_input_array(plugin, d, a: np.ndarray, source: Source) -> Value | None:
+    """An input NumPy array, traced as tensor code like an array made from a tensor: the graph gets
+    ``torch.from_numpy(a)`` (the same memory), guarded as a tensor input; the value keeps the array's source,
+    so returning it gives the array itself. None (an opaque object) for what from_numpy refuses or would
+    warn about: another dtype or byte order, a read-only array, negative strides."""
+    if a.dtype not in _FROM_NUMPY or not a.dtype.isnative or not a.flags.writeable \
+            or any(st < 0 for st in a.strides) or a.ndim == 0:
+        return None
+    d.cg.hoist(source)
+    d.guards.type_match(source, np.ndarray)
+    t = plugin._wrap_tensor(d, torch.from_numpy(a), FromNumpySource(source))
+    v = NdarrayVar(t)
+    v.source = source
+    return v
 
 
 @R.GETATTR.register(NdarrayVar)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 from typing import Any, Callable
 
+import numpy as _np
 import torch
 import torch.fx as fx
 
@@ -267,6 +268,9 @@ class TorchPlugin:
             if source is not None:
                 d.guards.equals(source, obj)
             return Const(obj, source)
+        if type(obj) is _np.ndarray and source is not None:
+            from .numpy_arrays import wrap_input_array
+            return wrap_input_array(self, d, obj, source)
         return None
 
     def _wrap_tensor(self, d, t: torch.Tensor, source: Source | None):

@@ -178,17 +178,18 @@ def _mask_getitem(d, f, args: list, kwargs: dict):
 
 
 @op(torch.unique, ("method", "unique"))
-def _unique(d, f, args: list, kwargs: dict):
+def _unique(d, f, args: list, kwargs: dict, first: int = 2, name: str = "unique"):
     """``unique(x)``: ``(u,)`` values; ``unique(x, dim=k)``: ``x``'s sizes with ``u`` (distinct slices) at ``k``,
-    an inverse of ``(x.shape[k],)``; counts ``(u,)`` either way."""
-    x = _check_tensor(d, f, args[0], "unique")
-    dim = _arg(args, kwargs, 4, "dim")
+    an inverse of ``(x.shape[k],)``; counts ``(u,)`` either way. ``first``: the position of
+    ``return_inverse`` (``return_counts`` and ``dim`` follow it)."""
+    x = _check_tensor(d, f, args[0], name)
+    dim = _arg(args, kwargs, first + 2, "dim")
     if x is None or (dim is not None and type(dim) is not int):
         return None
     if not _enabled(d, _SHAPE_OPTION):
-        raise _off(d, f, "unique", _SHAPE_OPTION)
-    inverse = _arg(args, kwargs, 2, "return_inverse", False)
-    counts = _arg(args, kwargs, 3, "return_counts", False)
+        raise _off(d, f, name, _SHAPE_OPTION)
+    inverse = _arg(args, kwargs, first, "return_inverse", False)
+    counts = _arg(args, kwargs, first + 1, "return_counts", False)
     if type(inverse) is not bool or type(counts) is not bool:
         return None
     sizes = _sizes(x)
@@ -196,11 +197,11 @@ def _unique(d, f, args: list, kwargs: dict):
         return None         # the meta run raises eager's error
     table = _table(d)
     if dim is None:
-        u = _new(d, f, "unique", _numel(sizes))
+        u = _new(d, f, name, _numel(sizes))
         values, inv = (u,), sizes
     else:
         dim %= len(sizes)
-        u = _new(d, f, f"unique(dim={dim})", sizes[dim] if isinstance(sizes[dim], int) else None)
+        u = _new(d, f, f"{name}(dim={dim})", sizes[dim] if isinstance(sizes[dim], int) else None)
         values, inv = sizes[:dim] + (u,) + sizes[dim + 1:], (sizes[dim],)
     outs = [(_meta(table, values, x.meta.dtype), values)]
     if inverse:
@@ -210,6 +211,13 @@ def _unique(d, f, args: list, kwargs: dict):
     if len(outs) == 1:
         return outs[0]
     return tuple(m for m, _ in outs), [s for _, s in outs]
+
+
+@op(torch.unique_consecutive, ("method", "unique_consecutive"))
+def _unique_consecutive(d, f, args: list, kwargs: dict):
+    """``unique_consecutive(x, return_inverse, return_counts, dim)``: ``unique``'s sizes (runs instead of
+    distinct values)."""
+    return _unique(d, f, args, kwargs, first=1, name="unique_consecutive")
 
 
 # -- .item() --------------------------------------------------------------------------------------------------
