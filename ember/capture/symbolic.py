@@ -22,6 +22,7 @@ from .opcode_errors import DuplicateKeyword, not_iterable
 from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_arguments
 from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
 from .subclasses import BaseItemSource
+from .hashkeys import hash_key
 from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
                      is_immutable, is_plain_builtin, tuple_override, NUMPY_VALUES)
@@ -532,42 +533,8 @@ class SymbolicDomain:
                                    "format the value outside the compiled function") from None
 
     def hash_key(self, f, k: Value) -> Any:
-        """The real dict/set key standing for value ``k``."""
-        if type(k) is Const:
-            return k.value
-        part = getattr(k, "base_part", None)
-        if part is not None and type(k.obj).__hash__ in (None, frozenset.__hash__):
-            k = part        # a new dict/set/frozenset-subclass object hashes as its base type does
-        ro = k.real_object()
-        if getattr(k, "is_new", False) and type(ro).__hash__ not in (object.__hash__, None):
-            # an object made in the trace whose class hashes by value (a frozen dataclass): its real object is
-            # a bare instance whose fields live in the trace, so neither its real hash nor identity is right
-            raise self.unsupported(f, f"using a new {type(ro).__name__} object (its class defines __hash__) as "
-                                      "a dict key or set member")
-        if ro is NULL and id(k) in self.real_of:
-            # an existing object whose value has no real_object (a tensor input): its identity is the key, as
-            # in the existing dicts it may be looked up in; the trace then holds only for that same object
-            ro = self.real_of[id(k)]
-            if k.source is not None:
-                self.guards.id_match(k.source, ro)
-        if ro is not NULL and not isinstance(k, (ListVar, DictVar, SetVar)):
-            return ro
-        if isinstance(k, TupleVar):
-            return tuple(self.hash_key(f, x) for x in k.items)
-        if isinstance(k, (ListVar, DictVar, SetVar)) and not (isinstance(k, SetVar) and k.frozen):
-            raise UserException(TypeError(f"unhashable type: '{k.python_type().__name__}'"))
-        if isinstance(k, SetVar):       # a frozenset hashes by value: the frozenset of its items' keys
-            return frozenset(k.items)
-        if k.python_type() is int:          # a symbolic int: its value (specialized)
-            try:
-                return k.as_python()
-            except NotConst:
-                pass
-        if k.python_type() in _HASHED_BY_VALUE:
-            # a str/float/... whose value the trace does not know (a resumed frame's opaque stack entry): an
-            # identity key would never match the equal key already in the container
-            raise self.unsupported(f, f"using a {k.describe()} as a dict key or set member")
-        return _Identity(k)
+        """The real dict/set key standing for value ``k`` (``hashkeys.hash_key``)."""
+        return hash_key(self, f, k)
 
     def set_key(self, f, k: Value) -> Any:
         """The key a set looks ``k`` up by (``in``, ``remove``, ``discard``): a set stands for the frozenset of
@@ -770,21 +737,6 @@ class SliceVar(Value):
         return slice
 
 
-_HASHED_BY_VALUE = frozenset({str, bytes, int, float, complex, bool, tuple, frozenset, type(None), range, slice})
-
-
-class _Identity:
-    """A dict key standing for a value hashed by identity (objects made during the trace)."""
-    __slots__ = ("v",)
-
-    def __init__(self, v):
-        self.v = v
-
-    def __hash__(self):
-        return id(self.v)
-
-    def __eq__(self, other):
-        return type(other) is _Identity and other.v is self.v
 
 
 class _Deleted:

@@ -123,7 +123,7 @@ def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
         from .numpy_arrays import tensor_numpy
         return tensor_numpy(d, f, t, args, kwargs)
     if name in _DATA_DEPENDENT:
-        v = _unbacked.item(d, f, t, name)
+        v = _unbacked.item(d, f, t, name, record)
         if v is None:
             v = _float_item.item(d, f, t, name)
         if v is not None:

@@ -224,9 +224,10 @@ def _unique_consecutive(d, f, args: list, kwargs: dict):
 _ITEM_METHODS = ("item", "__int__", "__index__")
 
 
-def item(d, f, t: TensorVar, name: str) -> Value | None:
+def item(d, f, t: TensorVar, name: str, record: Callable[..., Value]) -> Value | None:
     """``t.item()`` / ``int(t)`` of a one-element integer tensor: an unbacked int ``u<k>`` read at run time
-    (a ``SymNumVar``), or None (other dtypes: the caller's graph break)."""
+    (a ``SymNumVar``), or None (other dtypes: the caller's graph break). ``record`` is ``ops.record`` (which
+    imports this module), for ``int(t)`` of a float tensor's truncation."""
     if name not in _ITEM_METHODS or t.meta.numel() != 1 or t.sym is not None:
         return None
     truncate = name == "__int__" and t.meta.dtype.is_floating_point     # int(t) of a float: toward zero
@@ -237,7 +238,6 @@ def item(d, f, t: TensorVar, name: str) -> Value | None:
                                f"{_SCALAR_OPTION!r} is off", f"compile with options={{{_SCALAR_OPTION!r}: True}} "
                                                              "to capture it as a symbolic int read at run time")
     if truncate:        # (a NaN, an infinity or a value past int64 gives no error, as under torch.compile)
-        from .ops import record
         t = record(d, f, "call_method", "to", [record(d, f, "call_method", "trunc", [t], {}), Const(torch.int64)], {})
     table = _table(d)
     u = table.new_unbacked(f"{name}() at {where(f)}", lo=None, hi=None)
