@@ -462,6 +462,8 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
     if getattr(fn, "__ember_disable__", False):
         raise d.unsupported(f, f"call to {_fn_name(fn)}, which is marked ember.disable",
                             "it runs eagerly; compile the code around it separately")
+    if polyfills.marked_constant(fn) and all_const(args, kwargs):      # assume_constant_result: run it once
+        return call_real(d, f, fn, args, kwargs)
     t = type(fn)
     if t is types.BuiltinMethodType and isinstance(fn.__self__, BaseException) \
             and fn.__name__ == "with_traceback":       # the trace's own exception object: run it
@@ -645,6 +647,8 @@ def cache_wrapped(fn: Any) -> types.FunctionType | None:
 
 @R.CALL.register(ObjectVar)
 def _object_call(d, f, v, args, kwargs):
+    if polyfills.marked_constant(v.obj) and all_const(args, kwargs):
+        return call_real(d, f, v.obj, args, kwargs)
     inner = cache_wrapped(v.obj)
     if inner is not None:
         return d.inline(f, inner, args, kwargs)

@@ -14,6 +14,11 @@ single-threaded, so acquiring always succeeds at once (``True``) and releasing r
 code replays the block's effects without taking the lock. ``acquire(blocking=False)`` and ``timeout`` keep
 the break (their answer depends on other threads).
 
+Functions marked constant (``torch._dynamo.assume_constant_result``, which sets ``_dynamo_marked_constant``;
+transformers marks its install probes ``is_torch_available()``, ``is_torch_distributed_available()`` so, under
+``lru_cache``): called on constant arguments, the trace runs them for real once and takes the result as a
+constant (``marked_constant``), as torch.compile does, instead of tracing through ``importlib.metadata``.
+
 Rules take ``(d, f, args, kwargs)`` like the builtin rules and return NotImplemented to decline.
 """
 from __future__ import annotations
@@ -66,9 +71,20 @@ def _lock_exit_rule(d, f, args, kwargs):
     return Const(None) if len(args) == 4 and not kwargs else NotImplemented
 
 
+def marked_constant(fn) -> bool:
+    """``fn`` (or the function under its ``lru_cache``) is marked ``assume_constant_result``."""
+    for g in (fn, getattr(fn, "__wrapped__", None) if type(fn).__name__ == "_lru_cache_wrapper" else None):
+        try:
+            if g is not None and getattr(g, "_dynamo_marked_constant", False) is True:
+                return True
+        except Exception:       # noqa: BLE001 - an odd object's __getattr__: not marked
+            pass
+    return False
+
+
 C_METHOD_RULES = {object.__reduce_ex__: _reduce_ex_rule}
 for _lock in (_thread.LockType, _thread.RLock):
     C_METHOD_RULES.update({_lock.__enter__: _lock_rule(True), _lock.acquire: _lock_rule(True),
                            _lock.release: _lock_rule(None), _lock.__exit__: _lock_exit_rule})
 
-__all__ = ["C_METHOD_RULES"]
+__all__ = ["C_METHOD_RULES", "marked_constant"]
