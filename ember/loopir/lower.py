@@ -138,6 +138,8 @@ class Lowerer:
             traced = [None] * len(leaves)
         refs = [self.realize(a, _operand_layout(op, a, m)) if isinstance(a, TV) else a
                 for a, m in zip(leaves, traced)]
+        if op in ("", "aten_extern"):
+            refs = [self._as_traced(a, r, m) if isinstance(a, TV) else r for a, r, m in zip(leaves, refs, traced)]
         pos = _ALIGNED_BIAS.get(target)
         if pos is not None and pos < len(leaves) and isinstance(leaves[pos], TV):
             refs[pos] = self._aligned_rows(leaves[pos], refs[pos])
@@ -164,6 +166,23 @@ class Lowerer:
         lay = layout_of(meta)
         self.nodes.append(Extern(name, lay, target, args, kwargs, fresh=fresh, op=op))
         return buffer_view(name, lay)
+
+    def _as_traced(self, tv: TV, ref: BufferRef, meta: Any) -> BufferRef:
+        """A stored argument of an ATen call, copied to the strides it had in the trace where this graph's
+        layout plan stored it otherwise (a channels-last activation). ATen kernels may read several arguments in
+        the memory format of one (CPU group norm's backward reads its gradient as its input is laid out), so
+        the call sees the layouts eager gives it."""
+        if tv.view is None or ref.layout is None or not hasattr(meta, "stride"):
+            return ref
+        try:
+            want = layout_of(meta)
+        except Exception:       # noqa: BLE001 - metadata without strides
+            return ref
+        if tuple(want.shape) != tuple(ref.layout.shape) or want.dtype != ref.layout.dtype or not is_dense(want):
+            return ref
+        if all(w == r for w, r, n in zip(want.stride, ref.layout.stride, want.shape) if n != 1):
+            return ref
+        return self.realize(tv, Layout(want.shape, want.stride, want.dtype, ref.layout.device, 0))
 
     def _aligned_rows(self, tv: TV, ref: BufferRef) -> BufferRef:
         """A CUDA attention kernel's bias with rows padded to ``ATTENTION_BIAS_ALIGN`` elements, as eager's
