@@ -374,7 +374,7 @@ class VecLoop:
         if isinstance(st, Accumulate):
             a, v = f"v{st.acc}{self.suffix}{'_p' if st.acc in self.part else ''}", self._v(st.var)
             if st.reduce_type == "welford":     # every lane has seen as many points: one count
-                n = f"{st.acc}{self.suffix}_vn"
+                n = f"{st.acc}{self.suffix}{'_p' if st.acc in self.part else ''}_vn"
                 return (f"{{ const vfloat d_ = {v} - {a}_mean; {a}_mean += d_ * ember_recip(++{n}); "
                         f"{a}_m2 += d_ * ({v} - {a}_mean); }}")
             return {"sum": f"{a} += {v};", "prod": f"{a} *= {v};",
