@@ -134,6 +134,9 @@ class Heuristics:
     cpp_scratch_room: int = 64 * 1024  # bytes of a stashed row per thread: within L2, and well within a thread's stack
     cpp_kernels_per_unit: int = 12  # a graph with more kernels than this compiles in several units, in parallel
     cpp_flat_serial_max: int = 1 << 20  # points of a flat reduction run on one thread (no split of the run yet)
+    # floating-point sums add a row in blocks of about sqrt(steps) steps, at least this many (codegen.cpp_cascade):
+    # a row of at most this many steps (vectors, or points in scalar loops) runs as one block, with no loop nest
+    cpp_sum_block: int = 16
 
     # -- Triton kernels (codegen.triton_gen) -----------------------------------------------------
     triton_persistent_max: int = 4096  # largest power-of-two row a persistent reduction keeps in registers

@@ -70,9 +70,11 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # 370485: a saved tensor's version checked where eager's backward never reads it (dead value, unused output,
 # value the compiled forward saved that aliases an input or output: tests/autograd/test_saved_versions.py);
 # 360755: the backward reached the history of an input no output depends on (same file); 380041: ``x[:]``
-# returned as the input itself (tests/autograd/test_identity_views.py).
+# returned as the input itself (tests/autograd/test_identity_views.py); 380329: a chunk of an input without
+# grad, returned across a graph break, then its base updated in place with grad (eager raises:
+# tests/autograd/test_view_outputs_inplace.py).
 REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232,
-                    350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041]
+                    350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041, 380329]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

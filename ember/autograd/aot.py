@@ -390,7 +390,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     graphs = CompiledGraphs(fwd, bwd, n_user, write_backs, num_saved, diff, non_diff, contiguous, aliases,
                             grad_after, grad_tangents=grad_tangents, dynamic=binder is not None,
                             bwd_graph=bwd_graph, compile_bwd=compile_bwd,
-                            multi_output_views=multi_output_views(traced.gm, n_user) & frozenset(diff))
+                            multi_output_views=multi_output_views(traced.gm, n_user))
     graphs.unconnected = _unconnected(traced, write_backs)
     graphs.version_inputs = [(i, m) for i, m in traced.saved_inputs if isinstance(inputs[i], torch.Tensor)]
     viewing = {a.output for a in aliases if a.base_layout is None}     # checked through their input

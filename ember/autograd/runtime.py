@@ -132,7 +132,7 @@ class AotFunction(torch.autograd.Function):
         n = graphs.num_user_outputs + len(graphs.write_backs)
         fwd_outs, saved = list(outs[:n]), list(outs[n:])
         if graphs.multi_output_views or any(isinstance(o, torch.Tensor) and o._is_view() for o in fwd_outs):
-            fwd_outs = _unviewed(fwd_outs, primals, graphs.multi_output_views)
+            fwd_outs = _unviewed(fwd_outs, primals, graphs.multi_output_views & frozenset(graphs.diff_outputs))
         if graphs.write_backs:     # an input about to be overwritten: the backward needs its old value
             mutated = {id(primals[i]) for i, _ in graphs.write_backs}
             saved = [s.clone() if id(s) in mutated else s for s in saved]
@@ -470,7 +470,10 @@ def finish(write_backs: Sequence[tuple[int, int]], aliases: Sequence[AliasInfo],
         if a.base_layout is not None:
             _rebuild_output_view(a, outs)
             continue
-        base = args[a.input] if a.requires_grad else args[a.input].detach()
+        # a view with no autograd history of an input that has one (``x.detach()[0]``) is a view of a detached
+        # alias; a view of an input without history stays its view, which autograd links to the input's later
+        # history as eager's (an in-place update of the input after a graph break)
+        base = args[a.input] if a.requires_grad or not args[a.input].requires_grad else args[a.input].detach()
         if a.dynamic is not None:
             size, stride, offset = a.dynamic(args)
             outs[a.output] = base.as_strided(size, stride, base.storage_offset() + offset)
@@ -489,10 +492,14 @@ def _mark_multi_output_views(graphs: CompiledGraphs, outs: list[Any]) -> None:
     """An output that eager makes with a multi-output view op (``split(x)[0]``) and ``finish`` rebuilt as a view
     of an input or of another output (``as_strided``, an ordinary view) is marked as such a view again, so
     that autograd refuses its in-place update as eager's does ("Output 0 of ... is a view and is being modified
-    inplace. This view is the output of a function that returns multiple views"), also after a graph break."""
+    inplace. This view is the output of a function that returns multiple views"), also after a graph break.
+    Also without autograd history (a chunk of an input that does not require grad): an in-place update of its
+    base with grad (after a graph break) makes eager refuse the view's later use ("A view was created in
+    no_grad mode and its base ... has been modified inplace with grad mode enabled. This view is the output of
+    a function that returns multiple views"), and ember's view must be refused the same way."""
     for a in graphs.aliases:
         o = outs[a.output] if a.output < len(outs) else None
-        if a.output in graphs.multi_output_views and isinstance(o, torch.Tensor) and o.requires_grad \
+        if a.output in graphs.multi_output_views and isinstance(o, torch.Tensor) \
                 and o._is_view() and torch._C._autograd._get_creation_meta(o) != _MULTI_OUTPUT:
             torch._C._autograd._set_creation_meta(o, _MULTI_OUTPUT)
 

@@ -26,7 +26,7 @@ import torch
 from ember.loopir.indexing import RINDEX, XINDEX
 from ember.loopir.kernel import HEAVY_OPS, Accumulate, Assign, KernelBody, Section, Store, stash_recomputed
 
-from . import cpp_colred, cpp_ops as C
+from . import cpp_cascade, cpp_colred, cpp_ops as C
 from .cpp_colred import coef
 from . import cpp_vec
 from .cpp_build import CppCache, cpu_features, default_cache
@@ -78,6 +78,7 @@ class _KernelWriter:
                                                      if c.ok()), None)
         self.tiled = self.xvec is None and self.reduction and self.hX >= 16 and _x_contiguous(body)
         self.wf_sums: set[str] = set()     # Welford accumulators of scalar loops, kept as shifted sums instead
+        self.part: dict[str, str] = {}      # accumulators being added through a block's partials (cpp_cascade)
         self.xvars: set[str] = set()
         if self.tiled:
             for sec in body.sections:
@@ -131,7 +132,7 @@ class _KernelWriter:
         return rt in ("amax", "amin") and dtype.is_floating_point
 
     def accumulate(self, st: Accumulate) -> str:
-        a, v, rt = self.ref(st.acc), self.ref(st.var), st.reduce_type
+        a, v, rt = self.part.get(st.acc) or self.ref(st.acc), self.ref(st.var), st.reduce_type
         if rt == "sum":
             return f"{a} += {v};"
         if rt == "prod":
@@ -147,7 +148,7 @@ class _KernelWriter:
         if rt == "all":
             return f"{a} &= ({v} != 0);"
         if st.acc in self.wf_sums:
-            return f"{a}_s1 += {v}; {a} += {v} * {v};"
+            return f"{self.part.get(st.acc + '_s1') or a + '_s1'} += {v}; {a} += {v} * {v};"
         if rt == "welford" and self.tiled:     # every outer point of a block has seen rindex + 1 points
             m = self.ref(st.acc + "_mean")
             ct = C.compute_type(st.dtype)
@@ -191,12 +192,14 @@ class _KernelWriter:
             return f"{'-' if rt == 'amax' else ''}std::numeric_limits<{ct}>::infinity()"
         return f"std::numeric_limits<{ct}>::{'lowest' if rt == 'amax' else 'max'}()"
 
-    def clauses(self, sec: Section) -> str:
+    def clauses(self, sec: Section, names: dict[str, str] | None = None) -> str:
+        """OpenMP reduction clauses for the section's accumulators (``names``: those renamed to partials)."""
         ops = {"sum": "+", "prod": "*", "amax": "max", "amin": "min", "any": "|", "all": "&"}
         out = []
-        for acc, rt, dt in sec.accumulators:
-            if acc in self.wf_sums:
-                out.append(f"reduction(+:{acc}) reduction(+:{acc}_s1)")
+        for orig, rt, dt in sec.accumulators:
+            acc = (names or {}).get(orig, orig)
+            if orig in self.wf_sums:
+                out.append(f"reduction(+:{acc}) reduction(+:{(names or {}).get(orig + '_s1', orig + '_s1')})")
                 continue
             out.append(f"reduction({ops.get(rt) or 'ember_wf_' + C.compute_type(dt)}:{acc})")
             if self._nan_flag(rt, dt):
@@ -211,7 +214,9 @@ class _KernelWriter:
                 return self.row_segments(sec, ind, cuts)
         lines = []
         vec = cpp_vec.VecLoop(self, sec.stmts, RINDEX, self.width, sec.accumulators)
-        vector = self.hR >= self.width and vec.ok()
+        # a symbolic row takes the vector loop whatever its hint (a tail loop runs what is left): its rows of other
+        # lengths are then added as a static row of theirs would be
+        vector = (self.hR >= self.width or not isinstance(self.R, int)) and vec.ok()
         if not vector:
             # a scalar loop (strided rows, dtypes without vector lanes): Welford's update is a chain through a
             # division per point (a per-channel NHWC batch norm statistic ran 10x slower than two sums), so M2
@@ -252,12 +257,38 @@ class _KernelWriter:
         # when the loop reads a ``const bool`` of the enclosing scope (shared into the region): a segfault
         # with ``parallel for simd``, wrong values with ``simd`` nested in ``parallel for`` (argmax of few long
         # rows). The auto-vectorizer still vectorizes what it may.
-        par = "parallel for num_threads(nthreads) schedule(static)" if par_r else "simd"
-        lines.append(f"{ind}#pragma omp {par} {self.clauses(sec)}".rstrip())
-        lines.append(f"{ind}for (int64_t rindex = {C.index(start)}; rindex < {self.cR}; ++rindex) {{")
-        lines += [f"{ind}  {self.stmt(st)}" for st in sec.stmts]
-        lines.append(f"{ind}}}")
-        return lines
+        return lines + self.scalar_r_loop(sec, ind, C.index(start), par_r, tail=vector)
+
+    def scalar_r_loop(self, sec: Section, ind: str, start: str, par_r: bool, tail: bool = False) -> list[str]:
+        """The ``rindex`` loop from ``start``, one point at a time, its float sums added in blocks
+        (``cpp_cascade``): each block into partials ``<acc>_p`` (Welford kept as sums: also ``<acc>_s1_p``).
+        ``tail``: the points after a vector loop, fewer than a vector (one block)."""
+        sums = [] if tail else [(acc, dt) for acc, rt, dt in sec.accumulators
+                                if (rt == "sum" and dt.is_floating_point) or acc in self.wf_sums]
+        partials = [(C.compute_type(dt), acc + s, "0") for acc, dt in sums
+                    for s in (("", "_s1") if acc in self.wf_sums else ("",))]
+        names = {acc: acc + "_p" for _, acc, _ in partials}
+
+        def inner(i: str, lo: str, hi: str) -> list[str]:
+            self.part = names
+            try:
+                out = [] if par_r and sums else [f"{i}#pragma omp simd {self.clauses(sec, names)}".rstrip()]
+                out.append(f"{i}for (int64_t rindex = {lo}; rindex < {hi}; ++rindex) {{")
+                out += [f"{i}  {self.stmt(st)}" for st in sec.stmts]
+                return out + [f"{i}}}"]
+            finally:
+                self.part = {}
+        if par_r:
+            # threads take whole blocks (or, with no sums, the points): the reductions are over the totals
+            pragma = f"#pragma omp parallel for num_threads(nthreads) schedule(static) {self.clauses(sec)}"
+            pragma = pragma.rstrip()
+            if not sums:
+                return [f"{ind}{pragma}"] + inner(ind, start, self.cR)[1:]
+        else:
+            pragma = ""
+        blocks = cpp_cascade.sum_blocks(partials)
+        return cpp_cascade.cascade(ind, "rindex", start, self.cR, 1, blocks, inner,
+                                   pragma if par_r else "", always=par_r)
 
     def row_segments(self, sec: Section, ind: str, cuts: list[int]) -> list[str]:
         """A row of concatenated parts (``rindex < 64 ? a[...] : rindex < 128 ? b[...] : c[...]``) as one loop
@@ -378,13 +409,32 @@ class _KernelWriter:
                     inits.append(f"{acc}_nan[xi] = 0;")
             if inits:
                 lines += block(inits, "    ")
-            lines.append(f"    for (int64_t rindex = 0; rindex < {self.cR}; ++rindex) {{")
-            if any(rt == "welford" for _, rt, _ in sec.accumulators):
-                lines.append("      const double wf_inv = 1.0 / (double)(rindex + 1);")
-            lines += block([self.stmt(st) for st in sec.stmts], "      ")
-            lines.append("    }")
+            lines += self.tiled_r_loop(sec, block)
         lines.append("  }")
         return lines
+
+    def tiled_r_loop(self, sec: Section, block: Callable[[list[str], str], list[str]]) -> list[str]:
+        """The ``rindex`` loop of a block of outer points; float sums go through per-block partial arrays
+        ``<acc>_p`` (``cpp_cascade``)."""
+        sums = [(acc, dt) for acc, rt, dt in sec.accumulators if rt == "sum" and dt.is_floating_point]
+        names = {acc: f"{acc}_p[xi]" for acc, _ in sums}
+        tile = heuristics().cpp_tile
+
+        def blocks(total: str, part: str) -> tuple[list[str], list[str]]:
+            start = [f"{C.compute_type(dt)} {acc}{part}[{tile}];" for acc, dt in sums]
+            return (start + block([f"{acc}{part}[xi] = 0;" for acc, _ in sums], ""),
+                    block([f"{acc}{total}[xi] += {acc}{part}[xi];" for acc, _ in sums], ""))
+
+        def inner(i: str, lo: str, hi: str) -> list[str]:
+            self.part = names
+            try:
+                out = [f"{i}for (int64_t rindex = {lo}; rindex < {hi}; ++rindex) {{"]
+                if any(rt == "welford" for _, rt, _ in sec.accumulators):
+                    out.append(f"{i}  const double wf_inv = 1.0 / (double)(rindex + 1);")
+                return out + block([self.stmt(st) for st in sec.stmts], i + "  ") + [f"{i}}}"]
+            finally:
+                self.part = {}
+        return cpp_cascade.cascade("    ", "rindex", "0", self.cR, 1, blocks if sums else None, inner)
 
     def _xdtype(self, v: str) -> torch.dtype:
         if v in self.body.dtypes:
@@ -498,7 +548,7 @@ def translation_unit(bodies: list[KernelBody], graph_name: str, sources: dict[st
     decls, _ = vector_math_decls()
     # the graph's name stays out of the source: it is part of the cache key, and names differ between runs
     parts = ["// ember C++ kernels (ember.codegen.cpp)", PRELUDE, decls,
-             f"#define EMBER_VW {vector_width()}", cpp_vec.PRELUDE]
+             f"#define EMBER_VW {vector_width()}", cpp_vec.PRELUDE, cpp_cascade.PRELUDE]
     parts += [sources[b.name] if sources else source(b) for b in bodies]
     return "\n".join(parts)
 

@@ -24,7 +24,7 @@ import torch
 
 from ember.loopir.kernel import HEAVY_OPS, Accumulate, Assign, Store
 
-from . import cpp_ops as C
+from . import cpp_cascade, cpp_ops as C
 
 # ``w`` below is cpp.py's ``_KernelWriter`` (not imported: cpp imports this module)
 
@@ -184,7 +184,12 @@ static vfloat ember_verf(vfloat x) {
 #pragma GCC pop_options
 /* lane l of a rotation by w holds lane l + w: folds across lanes as trees of log2(width) steps */
 static inline vmask ember_rot(int w) { vmask i; for (int l = 0; l < EMBER_VW; ++l) i[l] = (l + w) % EMBER_VW; return i; }
-static inline float ember_hsum(vfloat v) { float s = 0; for (int l = 0; l < EMBER_VW; ++l) s += v[l]; return s; }
+/* a sum across lanes as a tree (pairwise: each lane's value goes through log2(width) additions, not up to width) */
+static inline float ember_hsum(vfloat v) {
+  float s[EMBER_VW]; std::memcpy(s, &v, sizeof v);
+  for (int w = EMBER_VW / 2; w > 0; w /= 2) for (int l = 0; l < w; ++l) s[l] += s[l + w];
+  return s[0];
+}
 static inline float ember_hprod(vfloat v) { float s = 1; for (int l = 0; l < EMBER_VW; ++l) s *= v[l]; return s; }
 /* max and min across lanes as a tree of lane rotations (log2 of the width steps instead of a chain through every
    lane: short rows, an attention's 32-64 scores, fold a row's accumulators per row). Any order gives the same
@@ -301,6 +306,7 @@ class VecLoop:
         self.lane_vars = {st.var for st in stmts if isinstance(st, Assign)}
         self.suffix = ""                    # the accumulator set the statements being written update
         self.hoisted: set[str] = set()      # vars computed before the loop (``_hoisted``)
+        self.part: set[str] = set()         # sum accumulators that add into a block's partials (``_cascaded``)
 
     # -- can this loop be vectorized? -----------------------------------------------------------------------
     def ok(self) -> bool:
@@ -366,9 +372,9 @@ class VecLoop:
             fn = {torch.bool: "ember_vstore_mask", torch.bfloat16: bf16}.get(self.w.dtype(st.var), "ember_vstore")
             return f"{fn}({ptr} + {i}, {self._v(st.var)});"
         if isinstance(st, Accumulate):
-            a, v = f"v{st.acc}{self.suffix}", self._v(st.var)
+            a, v = f"v{st.acc}{self.suffix}{'_p' if st.acc in self.part else ''}", self._v(st.var)
             if st.reduce_type == "welford":     # every lane has seen as many points: one count
-                n = f"{st.acc}{self.suffix}_vn"
+                n = f"{st.acc}{self.suffix}{'_p' if st.acc in self.part else ''}_vn"
                 return (f"{{ const vfloat d_ = {v} - {a}_mean; {a}_mean += d_ * ember_recip(++{n}); "
                         f"{a}_m2 += d_ * ({v} - {a}_mean); }}")
             return {"sum": f"{a} += {v};", "prod": f"{a} *= {v};",
@@ -450,16 +456,39 @@ class VecLoop:
         v = self.var.name
         if not self.accumulators or self._heavy():
             hoisted = self._hoisted(ind) if lo == "0" and not self.accumulators else []
+            loop = self._loop(ind, v, lo, hi, [""]) if header else self._cascaded(ind, v, lo, hi, [""])
             return (self._decls(ind, "") + hoisted + [f"{ind}{header}"] * bool(header)
-                    + self._loop(ind, v, lo, hi, [""]) + self._folds(ind, ""))
-        end = f"{v}_end2_{self.accumulators[0][0]}"
+                    + loop + self._folds(ind, ""))
         lines = self._decls(ind, "") + self._decls(ind, "_u1")
-        lines.append(f"{ind}const int64_t {end} = ({lo}) + (({hi}) - ({lo})) / (2 * EMBER_VW) * (2 * EMBER_VW);")
+        ilo, ihi = _int(lo), _int(hi)
+        if ilo is not None and ihi is not None:      # static: the bound is a number (cascade blocks need it)
+            end = str(ilo + (ihi - ilo) // (2 * self.width) * (2 * self.width))
+        else:
+            end = f"{v}_end2_{self.accumulators[0][0]}"
+            lines.append(f"{ind}const int64_t {end} = ({lo}) + (({hi}) - ({lo})) / (2 * EMBER_VW) * (2 * EMBER_VW);")
         if header:
             lines.append(f"{ind}{header}")
-        lines += self._loop(ind, f"{v}_s", lo, end, ["", "_u1"])
-        lines += self._loop(ind, v, end, hi, [""])
-        return lines + self._folds(ind, "") + self._folds(ind, "_u1")
+        lines += self._loop(ind, f"{v}_s", lo, end, ["", "_u1"]) if header else \
+            self._cascaded(ind, f"{v}_s", lo, end, ["", "_u1"])
+        if end != hi:
+            lines += self._loop(ind, v, end, hi, [""])
+        # the two sets' sums add lane by lane before the fold across lanes (one tree instead of two chains)
+        lines += [f"{ind}v{acc} += v{acc}_u1;" for acc, rt, _ in self.accumulators if rt == "sum"]
+        return lines + self._folds(ind, "") + self._folds(ind, "_u1", skip=("sum",))
+
+    def _cascaded(self, ind: str, var: str, lo: str, hi: str, sets: list[str]) -> list[str]:
+        """``_loop`` with its float sums added in blocks (``cpp_cascade``): each block into fresh vector
+        partials (``v<acc><set>_p``), added into the row's vector accumulators after it."""
+        sums = [acc for acc, rt, _ in self.accumulators if rt == "sum"]
+        partials = [("vfloat", f"v{a}{s}", "ember_vbf(0.0f)") for s in sets for a in sums]
+
+        def inner(i: str, a: str, b: str) -> list[str]:
+            self.part = set(sums)
+            try:
+                return self._loop(i, var, a, b, sets)
+            finally:
+                self.part = set()
+        return cpp_cascade.cascade(ind, var, lo, hi, len(sets) * self.width, cpp_cascade.sum_blocks(partials), inner)
 
     def _hoisted(self, ind: str) -> list[str]:
         """Statements the same in every step of a loop from 0 (steps of whole vectors), emitted before it:
@@ -530,9 +559,11 @@ class VecLoop:
             lines.append(f"{ind}vfloat v{acc}{sfx} = ember_vbf({init});")
         return lines
 
-    def _folds(self, ind: str, sfx: str) -> list[str]:
+    def _folds(self, ind: str, sfx: str, skip: tuple = ()) -> list[str]:
         lines = []
         for acc, rt, _ in self.accumulators:
+            if rt in skip:
+                continue
             va = f"v{acc}{sfx}"
             if rt == "sum":
                 lines.append(f"{ind}{acc} += ember_hsum({va});")
@@ -546,6 +577,13 @@ class VecLoop:
                 lines.append(f"{ind}{{ const float h = {h}({va}); {acc} = h {cmp} {acc} ? h : {acc}; }}")
                 lines.append(f"{ind}{acc}_nan |= ember_hnan({va});")
         return lines
+
+
+def _int(s: Any) -> int | None:
+    try:
+        return int(str(s))
+    except ValueError:
+        return None
 
 
 def _rounded(e: str, dtype: torch.dtype) -> str:

@@ -141,5 +141,36 @@ def channels_last_conv_backward(L: Any, impl: Any, args: tuple, kwargs: dict, me
     return outs
 
 
-__all__ = ["DTYPES", "NHWC_WEIGHTS", "channels_last", "channels_last_conv", "channels_last_conv_backward",
+def group_norm_backward(L: Any, impl: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
+    """``aten.native_group_norm_backward`` with grad_output (arg 0) and input (arg 1) in one memory format:
+    ATen's CPU kernel picks the format of the input and reads grad_output's memory as if it had it (eager's
+    autograd formula makes both contiguous in the input's format first). Here the input can be a saved
+    activation stored channels-last (a convolution's result) while the gradient is computed contiguous, which
+    gave wrong gradients (issue 31's hf_poolformer). Both are passed channels-last when the input already is
+    (and grad_input comes back so), else both contiguous."""
+    from .values import TV, buffer_view
+    x = args[1]
+    nhwc = isinstance(x, TV) and x.ndim == 4 and x.view is not None and \
+        same_memory(x.view[1], channels_last(tuple(x.shape), x.dtype, x.device))
+    if nhwc:
+        new = _nhwc_operands(L, args, (0, 1))
+        m0 = meta[0] if isinstance(meta, (tuple, list)) else None
+        if m0 is not None:
+            lay = channels_last(tuple(m0.shape), m0.dtype, torch.device(m0.device))
+            meta = (TensorMeta(tuple(m0.shape), m0.dtype, lay.device, lay.stride), *meta[1:])
+    else:
+        new = list(args)
+        for i in (0, 1):
+            t = args[i]
+            if not isinstance(t, TV):
+                continue
+            want = Layout.contiguous(tuple(t.shape), t.dtype, t.device)
+            if t.view is not None and same_memory(t.view[1], want):
+                continue
+            ref = L.realize(t, want)
+            new[i] = buffer_view(ref.name, ref.layout)
+    return L.extern(impl, tuple(new), kwargs, meta, op="native_group_norm_backward")
+
+
+__all__ = ["DTYPES", "group_norm_backward", "NHWC_WEIGHTS", "channels_last", "channels_last_conv", "channels_last_conv_backward",
            "default_layout", "same_memory", "wants_channels_last"]

@@ -336,6 +336,9 @@ class Lowerer:
             out = rule(self, impl, args, kwargs, meta)
             if out is not None:
                 return out
+        if target is _GROUP_NORM_BACKWARD:
+            from .conv_layout import group_norm_backward
+            return group_norm_backward(self, impl, args, kwargs, meta)
         if name in ("mm", "addmm", "bmm") and self.align_matmuls:
             from .matmul_align import align_matmul
             out = align_matmul(self, name, impl, args, kwargs, arg_metas)
@@ -409,6 +412,7 @@ class Lowerer:
 
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+_GROUP_NORM_BACKWARD = torch.ops.aten.native_group_norm_backward.default
 # CUDA attention kernels that take an additive bias whose rows must be aligned: the bias's argument position
 ATTENTION_BIAS_ALIGN = 16
 _ALIGNED_BIAS = {torch.ops.aten._scaled_dot_product_efficient_attention.default: 3,

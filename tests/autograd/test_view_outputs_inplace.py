@@ -134,3 +134,74 @@ def test_view_outputs_modified_in_place(fn, backend):
             assert got == expected
         else:
             torch.testing.assert_close(got, expected)
+
+
+# A multi-output view of an input that does not require grad, whose base is then updated in place with a value
+# that does, after a graph break: eager's view was made without autograd history, and its use after the update
+# raises ("A view was created in no_grad mode and its base or another view of its base has been modified
+# inplace with grad mode enabled. This view is the output of a function that returns multiple views"). The
+# compiled first segment returned the view as a view of a detached alias of the input (fuzz seed 380329).
+def chunk_of_input_base_copied_after_break(x, y):          # eager raises
+    t = x.chunk(1, 0)[0]
+    STATE.append(float(t.sum()))
+    x.copy_(y[-1])
+    return y * 2, t
+
+
+def split_of_input_base_added_after_break(x, y):           # eager raises
+    t = torch.split(x, 2, 1)[1]
+    STATE.append(float(t.sum()))
+    x.add_(y)
+    return t
+
+
+def unbind_of_input_base_mul_after_break(x, y):            # eager raises
+    r = x.unbind(0)[2]
+    STATE.append(float(r.sum()))
+    x.mul_(y)
+    return r + 1
+
+
+def slice_of_input_base_copied_after_break(x, y):          # eager runs: an ordinary view
+    t = x[1:]
+    STATE.append(float(t.sum()))
+    x.copy_(y[-1])
+    return t
+
+
+def chunk_of_input_base_copied_no_break(x, y):             # eager raises, without a graph break too
+    t = x.chunk(2, 1)[1]
+    x.copy_(y[-1])
+    return t * 1
+
+
+NO_GRAD_BASE_CASES = [chunk_of_input_base_copied_after_break, split_of_input_base_added_after_break,
+                      unbind_of_input_base_mul_after_break, slice_of_input_base_copied_after_break,
+                      chunk_of_input_base_copied_no_break]
+
+
+def _outcome2(fn, x, y):
+    STATE.clear()
+    try:
+        outs = fn(x, y)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        sum((o * torch.arange(o.numel()).reshape(o.shape)).sum() for o in outs).backward()
+    except RuntimeError as e:
+        return ("raised", "multiple views" in str(e))
+    return outs, x, y.grad, list(STATE)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", NO_GRAD_BASE_CASES, ids=lambda f: f.__name__)
+def test_multi_output_view_of_no_grad_input_then_base_updated(fn, backend):
+    ember.reset()
+    f = ember.compile(fn, backend=backend)
+    for seed in (0, 1):
+        g = torch.Generator().manual_seed(seed)
+        x, y = torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
+        expected = _outcome2(fn, x.clone(), y.clone().requires_grad_())
+        got = _outcome2(f, x.clone(), y.clone().requires_grad_())
+        if expected[0] == "raised":
+            assert got == expected
+        else:
+            torch.testing.assert_close(got, expected)
