@@ -75,3 +75,31 @@ def test_retained_graph_still_checks_versions(case):
         except RuntimeError as e:
             errors.append("modified by an inplace operation" in str(e))
     assert errors[1] == errors[0]
+
+
+@pytest.mark.parametrize("retain", [False, True], ids=["once", "retain_graph"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_backward_raises_nothing_inside(case, retain, monkeypatch):
+    """The backward of a graph with version checks finds out whether autograd kept the graph without reading
+    the freed saved tensors (which raises a C++ error caught in Python: 30-45 us per training step), and its
+    values and gradients equal eager's."""
+    from ember.autograd.runtime import AotFunction
+    raised = []
+    getter = torch._C._FunctionBase.saved_tensors.__get__
+
+    def saved_tensors(ctx):
+        try:
+            return getter(ctx)
+        except RuntimeError:
+            raised.append(True)
+            raise
+    monkeypatch.setattr(AotFunction._backward_cls, "saved_tensors", property(saved_tensors), raising=False)
+    x, w = torch.randn(4, 8, 8), torch.randn(8, 8)
+    grads = []
+    for f in (CASES[case], ember.compile(CASES[case])):
+        wi = w.clone().requires_grad_(True)
+        loss, _ = f(x, wi)
+        loss.backward(retain_graph=retain)
+        grads.append((loss.detach(), wi.grad))
+    assert not raised
+    torch.testing.assert_close(grads[1], grads[0])
