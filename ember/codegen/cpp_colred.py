@@ -70,16 +70,16 @@ class XVec:
 
 
 def _whole_vectors(w: Any) -> bool:
-    """Static sizes; or symbolic outer points that are a product of sizes and a multiple of the vector width
-    (``16 * s0``: a channels-last pool over 16 channels, any batch) over static rows, so the vector loop covers
-    them all (no tail) and its bounds print as C as they are. Symbolic kernels took the scalar loop before, the
-    quick suite's ResNet with a symbolic batch ran its pool 7-17% slower than static (issue 33)."""
+    """Static sizes; or symbolic outer points that are a product of sizes and a multiple of the vector
+    width (``16 * s0``: a channels-last pool over 16 channels, any batch) over static rows, so the vector loop
+    covers them all (no tail) and its bounds print as C as they are. Symbolic kernels took the scalar loop
+    before: the quick suite's ResNet with a symbolic batch ran its pool slower than static (issue 33)."""
     if not w.symbolic:
         return True
     X = w.X
     factors = X.args if isinstance(X, sympy.Mul) else (X,)
-    return isinstance(w.R, int) and all(isinstance(f, sympy.Symbol) or (f.is_Integer and f > 0) for f in factors) \
-        and sympy.Mod(X, w.width) == 0
+    products = all(isinstance(f, sympy.Symbol) or (f.is_Integer and f > 0) for f in factors)
+    return isinstance(w.R, int) and products and sympy.Mod(X, w.width) == 0
 
 
 class Flat:

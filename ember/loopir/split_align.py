@@ -1,17 +1,17 @@
 """Chunks of a split outer reduction's row that interleave along the row's dims (CPU).
 
-A split reduction (``lowerings._split_reduction``) sums chunks of its row into partials, then the partials. Cut
-as ``chunk`` consecutive points of the flattened row, a chunk that does not end on a dim's boundary reads each
-point through a division and a modulo of ``s * chunk + r`` per dim, a row that ``chunk`` does not divide needs
-a mask, and the partials' kernel reads each kept point's chunk with a stride: a C++ kernel neither vectorizes
-nor strength-reduces it (a batch norm backward's per-channel partial sums over 8x16x16 NHWC points, 46 chunks
-of 45, took 15x the time of the whole row added at once; the quick suite's ResNet training step was 8-10%
-slower). Here chunk ``s`` is every ``split``-th point instead: ``s`` runs over the innermost ``split`` points
-of the row (``b`` steps of dim ``j`` and every dim inside it), the partial reduction over the rest. An outer
-row (a per-channel sum over NHWC rows, a bias gradient over tokens) then becomes a column sum of a contiguous
-``(R / split) x (split * kept)`` matrix, the form the C++ column reductions vectorize, with affine indices and
-no mask; each partial still adds ``R / split`` points, the final sum ``split``. Torch-free apart from sympy;
-used by ``lowerings`` and ``welford``.
+A split reduction (``lowerings._split_reduction``) sums chunks of its row into partials, then the
+partials. Cut as ``chunk`` consecutive points of the flattened row, a chunk that does not end on a dim's
+boundary reads each point through a division and a modulo of ``s * chunk + r`` per dim, a row that ``chunk``
+does not divide needs a mask, and the partials' kernel reads each kept point's chunk with a stride: a C++
+kernel neither vectorizes nor strength-reduces it (a batch norm backward's per-channel partial sums over
+8x16x16 NHWC points, 46 chunks of 45, took 15x the time of the whole row added at once; the quick suite's
+ResNet training step was 8-10% slower). Here chunk ``s`` is every ``split``-th point instead: ``s`` runs
+over the innermost ``split`` points of the row (``b`` steps of dim ``j`` and every dim inside it), the
+partial reduction over the rest. An outer row (a per-channel sum over NHWC rows, a bias gradient over
+tokens) then becomes a column sum of a contiguous ``(R / split) x (split * kept)`` matrix, the form the C++
+column reductions vectorize, with affine indices and no mask; each partial still adds ``R / split`` points,
+the final sum ``split``. Torch-free apart from sympy; used by ``lowerings`` and ``welford``.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The CPU's accuracy split of an outer float sum (``lowerings._accuracy_split``) reads its partials as a column
-sum of a contiguous matrix (``loopir.split_align``): partial ``s`` adds every ``split``-th point of the row, so
-the partials' C++ kernel loads whole vectors at affine offsets of ``rindex``, with no division, modulo or mask
-(chunks of consecutive points, 46 of 45 over a batch norm's 8x16x16 rows, read each point through divisions
-and ran 15x slower than the unsplit sum: the quick suite's ResNet training step was 8-10% slower). Values equal
-eager's; the split is still there (its accuracy is tests/loopir/test_reduction_accuracy.py's subject)."""
+"""The CPU's accuracy split of an outer float sum (``lowerings._accuracy_split``) reads its partials as a
+column sum of a contiguous matrix (``loopir.split_align``): partial ``s`` adds every ``split``-th point of the
+row, so the partials' C++ kernel loads whole vectors at affine offsets of ``rindex``, with no division, modulo
+or mask (chunks of consecutive points, 46 of 45 over a batch norm's 8x16x16 rows, read each point through
+divisions and ran 15x slower than the unsplit sum: the quick suite's ResNet training step was 8-10% slower).
+Values equal eager's; the split is still there (its accuracy is test_reduction_accuracy.py's subject)."""
 from __future__ import annotations
 
 import re
@@ -33,7 +33,8 @@ CASES = {
     "nhwc_channel_sum_2048": (lambda x: x.sum((0, 2, 3)), [_nhwc(8, 8, 16, 16)]),
     "nhwc_var_mean_2048": (lambda x: torch.var_mean(x, (0, 2, 3), correction=0), [_nhwc(2, 16, 32, 32)]),
     "nhwc_avg_pool_2304": (lambda x: x.mean((2, 3)), [_nhwc(2, 16, 48, 48)]),
-    "token_bias_grad_4096": (lambda x: x.reshape(-1, 24).sum(0), [lambda g: torch.rand(2, 2048, 24, generator=g)]),
+    "token_bias_grad_4096": (lambda x: x.reshape(-1, 24).sum(0),
+                             [lambda g: torch.rand(2, 2048, 24, generator=g)]),
     "bn_backward_sums_2048": (_bn_grad_sums, [_nhwc(8, 8, 16, 16)] * 3),
 }
 
@@ -66,5 +67,6 @@ def test_partials_are_a_contiguous_column_sum(name):
     bad = [ln for ln in reads if "ember_vload" not in ln or re.search(r"[/%]", re.sub(_KEPT, "", ln))]
     assert not bad, "\n".join(bad)
     got, want = compiled(*args), fn(*args)
-    for a, b in zip(got if isinstance(got, (tuple, list)) else [got], want if isinstance(want, tuple) else [want]):
+    got, want = (v if isinstance(v, (tuple, list)) else [v] for v in (got, want))
+    for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
