@@ -74,8 +74,9 @@ class _KernelWriter:
         # reductions whose reduced loads are strided but contiguous in x (sums over outer dims) vectorize over
         # a block of cpp_tile outer points: x-level values become arrays, the r loop runs each row of the block
         self.width = vector_width()
-        self.xvec = None if self.symbolic else next((c for c in (cpp_colred.XVec(self), cpp_colred.Flat(self))
-                                                     if c.ok()), None)
+        # a symbolic kernel takes XVec when its outer points are whole vectors (``XVec.ok``); Flat needs X
+        cands = (cpp_colred.XVec(self),) + (() if self.symbolic else (cpp_colred.Flat(self),))
+        self.xvec = next((c for c in cands if c.ok()), None)
         self.tiled = self.xvec is None and self.reduction and self.hX >= 16 and _x_contiguous(body)
         self.wf_sums: set[str] = set()     # Welford accumulators of scalar loops, kept as shifted sums instead
         self.part: dict[str, str] = {}      # accumulators being added through a block's partials (cpp_cascade)

@@ -41,9 +41,10 @@ class XVec:
 
     def ok(self) -> bool:
         w = self.w
-        if not w.reduction or w.scatter or w.body.scratch or self.blocks == 0:
+        if not w.reduction or w.scatter or w.body.scratch or w.hX < w.width or not _whole_vectors(w):
             return False
-        if w.parallel and self.blocks < torch.get_num_threads() and w.X * w.R > heuristics().cpp_flat_serial_max:
+        if w.parallel and w.hX // w.width < torch.get_num_threads() and \
+                w.hX * w.hR > heuristics().cpp_flat_serial_max:
             return False      # fewer blocks than threads, and long rows: the scalar kernel's threads do better
         return self.vec.ok()
 
@@ -96,6 +97,19 @@ def _lane_blocks(accumulators: list) -> Any:
                           f"v{t}_m2 += v{p}_m2 + d_ * d_ * ((float){t}_vn * w_); {t}_vn = n_; }}")
         return start, finish
     return blocks
+
+
+def _whole_vectors(w: Any) -> bool:
+    """Static sizes; or symbolic outer points that are a product of sizes and a multiple of the vector
+    width (``16 * s0``: a channels-last pool over 16 channels, any batch) over static rows, so the vector loop
+    covers them all (no tail) and its bounds print as C as they are. Symbolic kernels took the scalar loop
+    before: the quick suite's ResNet with a symbolic batch ran its pool slower than static (issue 33)."""
+    if not w.symbolic:
+        return True
+    X = w.X
+    factors = X.args if isinstance(X, sympy.Mul) else (X,)
+    products = all(isinstance(f, sympy.Symbol) or (f.is_Integer and f > 0) for f in factors)
+    return isinstance(w.R, int) and products and sympy.Mod(X, w.width) == 0
 
 
 class Flat:

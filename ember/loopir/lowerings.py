@@ -13,6 +13,7 @@ from ember.shapes import active_table, size_hint
 
 from .expr import Bind, Const, IndexValue, Load, Op, cast, indirect_symbol, substitute
 from .ir import Layout, Reduction, contiguous_stride, prod
+from .split_align import aligned_factor, aligned_split, aligned_substitution
 from .lowering_table import UseExtern, register_lowering  # ``Lowerer`` in annotations: lower.py's
 from .values import TV, _scalar, buffer_view, constant, index_value, masked, pointwise, restride
 from ember.heuristics import heuristics
@@ -436,8 +437,10 @@ def _reduce(L: Lowerer, x: TV, dims: Any, keepdim: bool, kind: str, dtype: torch
     lay = Layout.contiguous(ranges, out_dtype, x.device)
     outer = _kept_dim_contiguous(body, xs, rs)
     # welford is split by ``welford.var_mean`` alone: a padded chunk would count its padding
-    split = 1 if kind == "welford" else max(_split_factor(x.device, prod(ranges), prod(rranges), outer),
-                                             _accuracy_split(x.device, prod(rranges), kind, out_dtype, outer))
+    # the accuracy split's count (CPU) is one whose chunks interleave along the row's dims (``split_align``)
+    split = 1 if kind == "welford" else max(
+        _split_factor(x.device, prod(ranges), prod(rranges), outer),
+        aligned_split(rranges, _accuracy_split(x.device, prod(rranges), kind, out_dtype, outer)))
     if split > 1:
         body, ranges, rranges = _split_reduction(L, body, ranges, rranges, kind, split, out_dtype, x.device, outer)
     L.nodes.append(Reduction(name, lay, ranges, rranges, kind, body))
@@ -521,10 +524,16 @@ def _split_reduction(L: Lowerer, body: Any, ranges: tuple, rranges: tuple, kind:
         s_var = xs[-1]
     rr = rvars(1)[0]
     flat = s_var * chunk + rr
-    sub = {}
-    for i, v in enumerate(rvars(len(rranges))):
-        sub[v] = 0 if rranges[i] == 1 else _term(flat, prod(rranges[i + 1:]), rranges[i],
-                                                 all(n == 1 for n in rranges[:i]))
+    aligned = aligned_factor(rranges, split) if device.type == "cpu" else None
+    if aligned is not None:     # chunks interleaved along the row's dims: affine, unmasked (``split_align``)
+        idx, prr = aligned_substitution(rranges, s_var, rvars(len(rranges)), *aligned)
+        sub = {v: idx[i] for i, v in enumerate(rvars(len(rranges)))}
+    else:
+        prr = (chunk,)
+        sub = {}
+        for i, v in enumerate(rvars(len(rranges))):
+            sub[v] = 0 if rranges[i] == 1 else _term(flat, prod(rranges[i + 1:]), rranges[i],
+                                                     all(n == 1 for n in rranges[:i]))
     part_body = substitute(body, lambda e: e.xreplace(sub))
     if R % split:
         cond = sympy.Lt(flat, R)
@@ -536,7 +545,7 @@ def _split_reduction(L: Lowerer, body: Any, ranges: tuple, rranges: tuple, kind:
     pname = L.new_name()
     pranges = (split, *ranges) if outer else (*ranges, split)
     play = Layout.contiguous(pranges, dtype, device)
-    L.nodes.append(Reduction(pname, play, pranges, (chunk,), kind, part_body))
+    L.nodes.append(Reduction(pname, play, pranges, prr, kind, part_body))
     xs2, r0 = xvars(len(ranges)), rvars(1)[0]
     final = Load(pname, play.index([r0, *xs2] if outer else [*xs2, r0]), dtype)
     return final, ranges, (split,)

@@ -81,8 +81,11 @@ def _split_count(x: TV, d: Sequence[int]) -> int:
     ranges, rranges, xs, rs, body = LW._reduction_body(x, d, x.dtype)
     R = prod(rranges)
     outer = LW._kept_dim_contiguous(body, xs, rs)
-    want = max(LW._split_factor(x.device, prod(ranges), R, outer),
-               LW._accuracy_split(x.device, R, "welford", x.dtype, outer))
+    gpu = LW._split_factor(x.device, prod(ranges), R, outer)
+    accurate = LW.aligned_split(rranges, LW._accuracy_split(x.device, R, "welford", x.dtype, outer))
+    if accurate > gpu and LW.aligned_factor(rranges, accurate) is not None:
+        return accurate         # the CPU's accuracy split, in chunks interleaved along the row's dims
+    want = max(gpu, accurate)
     if want <= 1:
         return 1
     best = next((k for k in range(want, 1, -1) if R % k == 0), 1)
