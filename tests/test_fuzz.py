@@ -72,9 +72,11 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # 360755: the backward reached the history of an input no output depends on (same file); 380041: ``x[:]``
 # returned as the input itself (tests/autograd/test_identity_views.py); 380329: a chunk of an input without
 # grad, returned across a graph break, then its base updated in place with grad (eager raises:
-# tests/autograd/test_view_outputs_inplace.py).
+# tests/autograd/test_view_outputs_inplace.py); 436867: a scalar view of a strided view output, clamped after
+# a graph break (tests/capture/test_output_views.py).
 REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232,
-                    350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041, 380329]
+                    350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041, 380329,
+                    436867]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

@@ -136,13 +136,17 @@ def output_views(vals: Sequence[Any], input_storages: set) -> list:
     for members in groups.values():
         if len(members) < 2:
             continue
-        dense = [k for k in members if _dense(vals[k]._meta)] or _covering([vals[k]._meta for k in members], members)
+        metas = [vals[k]._meta for k in members]
+        dense = [k for k in members if _dense(vals[k]._meta)]
+        if not dense or not all(_within(m, _extent(vals[max(dense, key=lambda k: vals[k]._meta.numel())]._meta))
+                                for m in metas):
+            # no dense member holds all the others (a scalar ``t[0]`` of a strided ``t = (x * 1)[:, 0]``)
+            dense = _covering(metas, members) or dense
         if not dense:
             continue
         b = max(dense, key=lambda k: vals[k]._meta.numel())
         base = vals[b]._meta
-        lo = base.storage_offset()
-        hi = lo + 1 + sum((n - 1) * st for n, st in zip(base.shape, base.stride()))     # the base's extent
+        lo, hi = _extent(base)
         for k in members:
             m = vals[k]._meta
             if k == b or m.numel() == 0 or m.dtype != base.dtype:
@@ -152,6 +156,17 @@ def output_views(vals: Sequence[Any], input_storages: set) -> list:
                 found.append(AliasInfo(k, b, tuple(m.shape), tuple(m.stride()), m.storage_offset() - lo,
                                        bool(vals[k].requires_grad), (tuple(base.shape), tuple(base.stride()))))
     return found
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """The storage range ``[lo, hi)`` ``t``'s elements lie in."""
+    lo = t.storage_offset()
+    return lo, lo + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+
+
+def _within(t: torch.Tensor, extent: tuple[int, int]) -> bool:
+    lo, hi = _extent(t)
+    return t.numel() == 0 or (extent[0] <= lo and hi <= extent[1])
 
 
 def _covering(metas: list, members: list[int]) -> list[int]:

@@ -80,7 +80,28 @@ def _caller_mutates_strided_views(x):
     return t, t[:, 1]
 
 
-CASES = [(_view_mutated_after_break, (6,)), (_base_mutated_after_break, (3, 6)),
+# a dense member (the scalar) that does not hold the strided one it is a view of (fuzz seed 436867): the
+# strided member, which holds it, is the base
+def _scalar_of_strided_column_clamped_after_break(x):
+    t = torch.lerp(x[0].abs(), x.abs() + 3, 0.3)[:, 0]      # above 0.5: the clamp changes it
+    s = t[0]
+    if x.sum().item() > 100.0:
+        return (t,)
+    s.clamp_(-0.5, 0.5)
+    return (t,)
+
+
+def _row_of_strided_rows_after_break(x):
+    t = (x * 2 + 1)[::2, 1:]
+    r = t[1]
+    if x.amax().item() > 100.0:
+        return (t,)
+    r.mul_(-1)
+    return t, r
+
+
+CASES = [(_scalar_of_strided_column_clamped_after_break, (3, 6)), (_row_of_strided_rows_after_break, (5, 4)),
+         (_view_mutated_after_break, (6,)), (_base_mutated_after_break, (3, 6)),
          (_unsqueezed_split_after_print, (3, 6)), (_transposed_base, (4, 5)), (_fill_through_chunk, (6,)),
          (_caller_mutates, (4, 3)), (_strided_column_copied_in_loop, (5, 2)),
          (_strided_views_mutated_after_break, (4, 6)), (_caller_mutates_strided_views, (5, 3))]
