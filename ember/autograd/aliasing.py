@@ -59,6 +59,14 @@ def alias_groups(flat: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(g) for g in by_ptr.values() if len(g) > 1)
 
 
+def alias_key(flat: Sequence[Any]) -> tuple:
+    """``alias_groups`` with each member's size, stride and offset in its storage: a graph built on
+    synthetic bases rebuilds the members with the layouts of the call it was built for, so a call whose aliasing
+    inputs sit elsewhere in their storage (``f(x, x[0])`` after ``f(x, x[1])``) needs its own variant."""
+    return tuple((g, tuple((tuple(flat[i].shape), tuple(flat[i].stride()), flat[i].storage_offset()) for i in g))
+                 for g in alias_groups(flat))
+
+
 @dataclass
 class SyntheticBases:
     """Calls with ``groups`` of aliasing inputs: the graph takes (non-members..., one base per group)."""

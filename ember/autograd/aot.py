@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_unflatten
 
 from ember import counters, logs
 from ember.autograd import regions
-from ember.autograd.aliasing import SyntheticBases, alias_groups, multi_output_views, output_views
+from ember.autograd.aliasing import SyntheticBases, alias_groups, alias_key, multi_output_views, output_views
 from ember.errors import AotError  # noqa: F401  (raised here; its home is ember.errors, below both modules)
 from ember.autograd.functionalize import functionalize
 from ember.autograd.symsave import save_symbols
@@ -743,7 +743,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
 
     def key_of(flat: Sequence[Any]) -> Any:
         key = _grad_key(flat, sets_grad)
-        return (key, alias_groups(flat)) if mutates[0] else key
+        return (key, alias_key(flat)) if mutates[0] else key
 
     def build(training: bool, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, Any]:
         real = functools.partial(_build, training, fn, args, decompose, recompute, compile_graph, binder)

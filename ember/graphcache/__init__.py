@@ -354,7 +354,7 @@ def _versions() -> list[str]:
 
 
 def args_text(args: Sequence[Any]) -> str:
-    from ember.autograd.aliasing import alias_groups
+    from ember.autograd.aliasing import alias_key
     lines = []
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
@@ -367,7 +367,7 @@ def args_text(args: Sequence[Any]) -> str:
             lines.append(f"V{i} {type(a).__name__} {a!r}")
         else:
             raise NotCacheable(f"input {i} is a {type(a).__name__}")
-    lines.append(f"aliases {alias_groups(list(args))}")
+    lines.append(f"aliases {alias_key(list(args))}")
     return "\n".join(lines)
 
 
