@@ -108,7 +108,7 @@ def _whole_vectors(w: Any) -> bool:
         return True
     X = w.X
     factors = X.args if isinstance(X, sympy.Mul) else (X,)
-    products = all(isinstance(f, sympy.Symbol) or (f.is_Integer and f > 0) for f in factors)
+    products = all(isinstance(f, sympy.Symbol) or (sympy.sympify(f).is_Integer and f > 0) for f in factors)
     return isinstance(w.R, int) and products and sympy.Mod(X, w.width) == 0
 
 
