@@ -74,10 +74,11 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # grad, returned across a graph break, then its base updated in place with grad (eager raises:
 # tests/autograd/test_view_outputs_inplace.py); 436867: a scalar view of a strided view output, clamped after
 # a graph break (tests/capture/test_output_views.py); 431809: an input that is a view of another input, at another
-# place in the storage on a later call (tests/autograd/test_aliased_input_views.py).
+# place in the storage on a later call (tests/autograd/test_aliased_input_views.py); 434911: two equal values
+# stored once and returned as one buffer, one updated after a graph break (tests/capture/test_output_views.py).
 REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232,
                     350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041, 380329,
-                    436867, 431809]
+                    436867, 431809, 434911]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

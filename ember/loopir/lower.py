@@ -78,6 +78,7 @@ class Lowerer:
         self.hoisted: set[str] = set()            # ... and the buffers stored so
         self._count = 0
         self._stored: dict[tuple, str] = {}       # (memory layout, expression) -> the buffer storing it
+        self.deduped: set[str] = set()
         self.zero_padded: dict[str, Layout] = {}  # buffers stored with zero-padded rows for matmuls (matmul_align)
         table = gm.meta.get("ember_symbols")
         self.table = table if table is not None and table.symbols else None   # symbolic sizes (ember.shapes)
@@ -115,6 +116,7 @@ class Lowerer:
             own, shape, body = layout, tuple(tv.shape), tv.loader(xvars(tv.ndim))
         key = (own, body)
         if share and key in self._stored:
+            self.deduped.add(self._stored[key])     # two values of the graph, one buffer
             return BufferRef(self._stored[key], layout)
         name = self.new_name()
         if default is not None:
@@ -168,10 +170,8 @@ class Lowerer:
         return buffer_view(name, lay)
 
     def _as_traced(self, tv: TV, ref: BufferRef, meta: Any) -> BufferRef:
-        """A stored argument of an ATen call, copied to the strides it had in the trace where this graph's
-        layout plan stored it otherwise (a channels-last activation). ATen kernels may read several arguments in
-        the memory format of one (CPU group norm's backward reads its gradient as its input is laid out), so
-        the call sees the layouts eager gives it."""
+        """A stored ATen-call argument in the strides it had in the trace where the layout plan stored it otherwise
+        (ATen kernels may read arguments in one's memory format: CPU group norm's backward)."""
         if tv.view is None or ref.layout is None or not hasattr(meta, "stride"):
             return ref
         try:
@@ -252,20 +252,21 @@ class Lowerer:
                 # in the layout computed here (padded matmul rows, channels-last activations): the backward is
                 # compiled for that layout (``ember.autograd.aot``), so nothing is copied on either side
                 saved_from = self.gm.meta.get("ember_saved_from", len(outs))
-                returned: set[str] = set()      # buffers the caller gets as outputs (not saved values)
+                returned: dict[str, Any] = {}   # buffers the caller gets as outputs (not saved values): node
                 out_nodes = tree_flatten(node.args[0])[0]
                 user_nodes = set(out_nodes[:saved_from])
                 for i, (o, m) in enumerate(zip(outs, metas)):
                     if isinstance(o, TV):
                         computed = o.view is None
                         o = self.realize(o, self._output_layout(o, m) if i < saved_from else None)
-                        if computed and o.name in returned and (i < saved_from or out_nodes[i] not in user_nodes):
-                            # two outputs eager returns as distinct tensors must not share memory, nor may a
-                            # saved copy (a clone) share a returned value's: the caller may change it in place
+                        if computed and o.name in returned and (i < saved_from or out_nodes[i] not in user_nodes) or \
+                                o.name in self.deduped and returned.get(o.name, out_nodes[i]) is not out_nodes[i]:
+                            # two outputs eager returns as distinct tensors (two equal values stored once, too)
+                            # must not share memory, nor may a saved copy (a clone) share a returned value's
                             o = self.realize(TV(o.layout.shape, o.layout.dtype, o.layout.device,
                                                 buffer_view(o.name, o.layout).loader), o.layout, share=False)
                         if i < saved_from:
-                            returned.add(o.name)
+                            returned.setdefault(o.name, out_nodes[i])
                     outputs.append(o)
             else:
                 raise LoweringError(f"ember.loopir: unsupported node {node.op} {node.target}")

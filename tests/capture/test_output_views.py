@@ -100,7 +100,23 @@ def _row_of_strided_rows_after_break(x):
     return t, r
 
 
-CASES = [(_scalar_of_strided_column_clamped_after_break, (3, 6)), (_row_of_strided_rows_after_break, (5, 4)),
+# two equal values (stored once by the kernel compiler) are distinct tensors in eager: updating one after a graph
+# break must leave the other (fuzz seed 434911)
+def _equal_sums_one_updated_after_break(x):
+    t = x + 0.5
+    x = x + 0.5
+    if t.amin() > -100.0:
+        t.index_put_((torch.tensor([0, 1]),), torch.tensor(-0.74))
+        t = t * torch.tanh(x)
+    return (t,)
+
+
+def _equal_products_returned(x):
+    return x * 3, x * 3
+
+
+CASES = [(_equal_sums_one_updated_after_break, (3, 4)), (_equal_products_returned, (4, 2)),
+         (_scalar_of_strided_column_clamped_after_break, (3, 6)), (_row_of_strided_rows_after_break, (5, 4)),
          (_view_mutated_after_break, (6,)), (_base_mutated_after_break, (3, 6)),
          (_unsqueezed_split_after_print, (3, 6)), (_transposed_base, (4, 5)), (_fill_through_chunk, (6,)),
          (_caller_mutates, (4, 3)), (_strided_column_copied_in_loop, (5, 2)),
@@ -145,3 +161,22 @@ def test_output_view_mutated_after_break_grads(fresh_ember, backend):
         (e * e).sum().backward()
         (a * a).sum().backward()
         assert torch.allclose(x.grad, y.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_equal_values_updated_after_break_stay_distinct(fresh_ember, backend):
+    """Two graph outputs with equal values (``t4 = x0 + x1; x0 = x0 + x1``), stored once by the kernel compiler,
+    are distinct tensors in eager: the update of one after a graph break must not show in the other (fuzz seed
+    434911: ember returned one buffer for both)."""
+    def fn(x0, x1):
+        t4 = x0 + x1
+        x0 = x0 + x1
+        if t4.min() > -100:
+            t4.index_put_((torch.tensor([0, 1]),), torch.tensor(-0.74))
+            t4 = t4 * torch.tanh(x0)
+        return (t4,)
+
+    compiled = ember.compile(fn, backend=backend)
+    for _ in range(2):
+        a, b = torch.randn(3, 6, 5), torch.randn(3, 6, 5)
+        torch.testing.assert_close(compiled(a, b)[0], fn(a, b)[0])
