@@ -140,7 +140,7 @@ class Lowerer:
             traced = [None] * len(leaves)
         refs = [self.realize(a, _operand_layout(op, a, m)) if isinstance(a, TV) else a
                 for a, m in zip(leaves, traced)]
-        if op in ("", "aten_extern"):
+        if op in ("", "aten_extern") and self.channels_last:
             refs = [self._as_traced(a, r, m) if isinstance(a, TV) else r for a, r, m in zip(leaves, refs, traced)]
         pos = _ALIGNED_BIAS.get(target)
         if pos is not None and pos < len(leaves) and isinstance(leaves[pos], TV):

@@ -85,6 +85,21 @@ def _call(fn, args, training):
     return out, torch.autograd.grad(loss, args)
 
 
+def _flat(out) -> list:
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _close_as_eager(got, want, ref, scale):
+    """``got`` equals eager's ``want`` as closely as float32 allows, or is at most 2x as far as eager from the
+    float64 result ``ref`` (sums reordered: a layer-normalized value's total is a cancellation near 0)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    try:
+        torch.testing.assert_close(got, want)
+    except AssertionError:
+        err, eager_err = (got.double() - ref).abs().max().item(), (want.double() - ref).abs().max().item()
+        assert err <= 2 * eager_err + 1e-6 * scale, (err, eager_err, scale)
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_dynamic_graph_gets_the_static_operand_layouts(name, monkeypatch):
     fn, training, inputs = PROGRAMS[name]
@@ -103,9 +118,18 @@ def test_dynamic_graph_gets_the_static_operand_layouts(name, monkeypatch):
         torch.manual_seed(n)
         args = inputs(n)
         (got, ggot), (want, gwant) = _call(c, args, training), _call(fn, args, training)
-        torch.testing.assert_close(got, want)
-        for a, b in zip(ggot, gwant):
-            torch.testing.assert_close(a, b)
+        got, want = _flat(got) + list(ggot), _flat(want) + list(gwant)
+        if any(a.dtype != torch.float32 for a in args):         # no float64 reference for mixed dtypes
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+            continue
+        (ref, gref) = _call(fn, [a.double() for a in args], training)
+        ref = _flat(ref) + list(gref)
+        # the scale of the terms summed: every output and gradient here is a total that cancels to ~0 (a layer-
+        # normalized row sums to 0), so float32's error is relative to the inputs' magnitudes, not the result's
+        scale = max([r.abs().max().item() for r in ref] + [a.abs().sum().item() for a in args])
+        for g, w, r in zip(got, want, ref):
+            _close_as_eager(g, w, r, scale)
     stats = ember.stats()
     assert stats["graphs_compiled"] == 1 and stats["symbolic_graphs"] == 1, stats
     assert stats["fallbacks_to_eager"] == 0, stats
