@@ -19,22 +19,29 @@ from .values import Const, DictVar, FuncVar, ListVar, ObjectVar, SetVar
 @R.SETATTR.register(ObjectVar)
 def object_setattr(d: SymbolicDomain, f, v: ObjectVar, name: str, value: Any) -> None:
     t = type(v.obj)
+    if not _class_setattr(d, f, v, t, name, value):
+        generic_setattr(d, f, v, name, value)
+
+
+def _class_setattr(d: SymbolicDomain, f, v: Any, t: type, name: str, value: Any) -> bool:
+    """What the class defines for a write (``value``) or delete (NULL) of ``name`` on ``v`` runs, as CPython
+    runs it: its own ``__setattr__``/``__delattr__``, a property, or a descriptor with ``__set__``/
+    ``__delete__``. False when none applies (the caller's instance-dict write)."""
     sa = lookup_type_attr(t, "__setattr__" if value is not NULL else "__delattr__")
     if sa is not NULL and type(sa) is types.FunctionType:
-        args = [v, Const(name)] + ([value] if value is not NULL else [])
-        d.inline(f, sa, args, {})
-        return
+        d.inline(f, sa, [v, Const(name)] + ([value] if value is not NULL else []), {})
+        return True
     cattr = lookup_type_attr(t, name)
     if cattr is not NULL and type(cattr) is property:
         fn = cattr.fset if value is not NULL else cattr.fdel
         if fn is None:
             raise UserException(AttributeError(f"can't set attribute {name!r}"))
         d.call(f, Const(fn), [v] + ([value] if value is not NULL else []), {})
-        return
+        return True
     if cattr is not NULL and type(cattr) is not types.MemberDescriptorType and _writes_through(cattr):
         _descriptor_set(d, f, v, cattr, name, value)
-        return
-    generic_setattr(d, f, v, name, value)
+        return True
+    return False
 
 
 def _writes_through(cattr: Any) -> bool:
@@ -121,20 +128,9 @@ def _container_setattr(d: SymbolicDomain, f, v, name: str, value: Any) -> None:
     ``__setattr__``/``__delattr__``, a property or a data descriptor runs; anything else goes into the
     object's instance ``__dict__`` (replayed on the real object as that dict's changes)."""
     t = v.python_type()
-    sa = lookup_type_attr(t, "__setattr__" if value is not NULL else "__delattr__")
-    if sa is not NULL and type(sa) is types.FunctionType:
-        d.inline(f, sa, [v, Const(name)] + ([value] if value is not NULL else []), {})
+    if _class_setattr(d, f, v, t, name, value):
         return
     cattr = lookup_type_attr(t, name)
-    if cattr is not NULL and type(cattr) is property:
-        fn = cattr.fset if value is not NULL else cattr.fdel
-        if fn is None:
-            raise UserException(AttributeError(f"can't set attribute {name!r}"))
-        d.call(f, Const(fn), [v] + ([value] if value is not NULL else []), {})
-        return
-    if cattr is not NULL and type(cattr) is not types.MemberDescriptorType and _writes_through(cattr):
-        _descriptor_set(d, f, v, cattr, name, value)
-        return
     dv = container_dict(d, v) if cattr is NULL or not _is_data_descriptor(cattr) else None
     if dv is None:
         raise d.unsupported(f, f"{'deleting' if value is NULL else 'setting'} attribute {name!r} on a "
