@@ -74,7 +74,7 @@ def default_layout(tv: Any) -> Layout | None:
     if tv.ndim != 4 or kind not in DTYPES:
         return None
     # symbolic sizes too: the strides are products of the sizes, and the lowerer writes such a layout in its
-    # known memory order (``lower._storage_order``), as it writes a static one
+    # known memory order (``layouts.storage_order``), as it writes a static one
     return channels_last(tuple(tv.shape), tv.dtype, tv.device)
 
 

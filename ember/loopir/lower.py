@@ -14,7 +14,7 @@ import contextlib
 import math
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import sympy
@@ -28,8 +28,9 @@ from ember.errors import EmberError
 from ember.shapes import SymbolicUnsupported, expr_of, size_hint
 
 from .expr import COSTLY_OPS, EXPENSIVE_OPS, Load, Op, cast, size, walk, xvars
-from .indexing import same_size, steps_by_one
+from .indexing import steps_by_one
 from .ir import BufferRef, Extern, ExternOutput, InputBuffer, Layout, LoopGraph, Node, Pointwise
+from .layouts import compact_expanded, loses_expansion, non_overlapping, storage_order, unexpanded
 from .lowering_table import (LOWERINGS, MISSING_LOWERINGS, UseExtern, is_dense, layout_of, prim_name,  # noqa: F401
                              register_lowering, traced_layout)
 from .values import TV, buffer_view, contiguous_layout
@@ -103,7 +104,7 @@ class Lowerer:
             from .conv_layout import default_layout
             default = layout = default_layout(tv)
         layout = layout or contiguous_layout(tv)
-        perm = _storage_order(layout)
+        perm = storage_order(layout)
         if perm is not None:     # a permuted dense layout: computed in memory order, used as a view
             shape = tuple(tv.shape[p] for p in perm)
             idx = xvars(tv.ndim)
@@ -287,14 +288,17 @@ class Lowerer:
         """The layout a graph output is stored in: eager's where its elements do not overlap (a padded matmul
         result is copied into it, as the caller expects eager's strides; eager's view of a larger value, a slice
         of a channels-last product, gets a buffer of that value's extent); views of other buffers stay views.
-        An expanded result (stride 0 where eager's is) keeps its stride-0 dims: the caller may write into it
-        after a graph break, and eager's write shows in every expanded copy."""
+        An expanded result (stride 0 where eager's is) keeps its stride-0 dims, a view of a buffer that lost
+        them (a broadcast stored dense for its other uses) too: the caller may write into it after a graph
+        break, and eager's write shows in every expanded copy."""
         if meta is None or not hasattr(meta, "shape"):
             return None
-        if tv.view is not None and tv.view[0] not in self.padded_results:
-            return None
         lay = layout_of(meta)
-        return lay if _non_overlapping(_unexpanded(lay)) and tuple(lay.shape) == tuple(tv.shape) else None
+        if tuple(lay.shape) != tuple(tv.shape):
+            return None
+        if tv.view is not None and tv.view[0] not in self.padded_results and not loses_expansion(tv.view[1], lay):
+            return None
+        return lay if non_overlapping(unexpanded(lay)) else compact_expanded(lay)
 
     def call(self, node: fx.Node, args: tuple, kwargs: dict) -> Any:
         target = node.target
@@ -440,81 +444,6 @@ def _is_size_op(node: fx.Node) -> bool:
 
 _SIZE_OPS = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
              torch.ops.aten.sym_storage_offset.default}
-
-
-def _unexpanded(layout: Layout) -> Layout:
-    """``layout`` with each stride-0 dim of size > 1 made size 1 (the memory an expanded layout addresses)."""
-    if not any(isinstance(s, int) and s == 0 and n != 1 for n, s in zip(layout.shape, layout.stride)):
-        return layout
-    shape = tuple(1 if isinstance(s, int) and s == 0 else n for n, s in zip(layout.shape, layout.stride))
-    return replace(layout, shape=shape)
-
-
-def _non_overlapping(layout: Layout) -> bool:
-    """No two points of ``layout`` share an address (dense, or with gaps: each dim steps over the ones inside)."""
-    if is_dense(layout):
-        return True
-    if not all(isinstance(s, int) for s in (*layout.stride, *layout.shape)):
-        return False
-    big = sorted((i for i, n in enumerate(layout.shape) if n != 1), key=lambda i: layout.stride[i])
-    extent = 1
-    for i in big:
-        if layout.stride[i] < extent:
-            return False
-        extent = layout.stride[i] * layout.shape[i]
-    return True
-
-
-def _storage_order(layout: Layout) -> list[int] | None:
-    """The dims of a permuted layout from outermost to innermost in memory (a transposed, possibly
-    row-padded buffer: a kernel writing it walks memory in this order), or None when the dims are already in
-    memory order or their strides do not order them (overlaps, broadcasts, symbolic strides of no dense
-    permutation)."""
-    if layout.is_contiguous() or layout.offset != 0:
-        return None
-    if not all(isinstance(s, int) for s in layout.stride):
-        return _dense_order(layout)
-    big = [i for i, n in enumerate(layout.shape) if n != 1]
-    strides = [layout.stride[i] for i in big]
-    if any(st <= 0 for st in strides) or len(set(strides)) != len(strides):
-        return None
-    perm = sorted(range(len(layout.shape)), key=lambda i: (-layout.stride[i], i))
-    if [p for p in perm if p in big] == big:
-        return None
-    extent = 1
-    for i in sorted(big, key=lambda i: layout.stride[i]):     # each dim must step over the ones inside it
-        if layout.stride[i] < extent:
-            return None
-        extent = layout.stride[i] * layout.shape[i]
-    return perm
-
-
-def _dense_order(layout: Layout) -> list[int] | None:
-    """``_storage_order`` of a layout with symbolic strides: the permutation whose contiguous strides they are,
-    found structurally (innermost stride 1, each next one the previous stride times its size: a channels-last
-    layout of any sizes), so the order holds for every value of the symbols; None when there is none. Size-1
-    dims (any stride) go where their stride's hint puts them, as in the static order."""
-    big = [i for i, n in enumerate(layout.shape) if n != 1]
-    order: list[int] = []
-    expect: Any = 1
-    while len(order) < len(big):
-        nxt = next((i for i in big if i not in order and same_size(layout.stride[i], expect)), None)
-        if nxt is None:
-            return None
-        order.append(nxt)
-        expect = expect * layout.shape[nxt]
-    order.reverse()
-    if order == big:
-        return None
-    rank = {d: k for k, d in enumerate(order)}
-    perm: list[int] = []
-    small = sorted((i for i in range(len(layout.shape)) if i not in rank),
-                   key=lambda i: (-size_hint(layout.stride[i]), i))
-    for d in order:      # each size-1 dim before the first big dim whose stride's hint is not above its own
-        while small and size_hint(layout.stride[small[0]]) >= size_hint(layout.stride[d]):
-            perm.append(small.pop(0))
-        perm.append(d)
-    return perm + small
 
 
 _MATMULS = ("mm", "bmm", "addmm")
