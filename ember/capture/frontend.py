@@ -157,10 +157,14 @@ def _state_expr(glue: GlueBuilder, v: Any) -> str:
 def break_tail(glue: GlueBuilder, frame: Frame, step: Callable) -> str:
     """The expression that hands a stopped frame's live state to ``step`` (run one instruction natively,
     continue compiled)."""
+    from .liveness import kept_locals
     from .resume import LOCALS, Lazy, LazyLocals, bound_locals
     cg = glue.cg
     stack = ", ".join(_state_expr(glue, v) for v in frame.stack)
     local_items = dict.items(frame.locals) if isinstance(frame.locals, dict) else frame.locals.items()
+    kept = kept_locals(frame.code, frame.ip)
+    if kept is not None:        # locals the rest of the function never reads are not handed over
+        local_items = [(k, v) for k, v in local_items if k in kept]
     unread: tuple = ()
     if isinstance(frame.locals, LazyLocals):
         # the locals this segment neither read nor wrote are passed on as they came, bound or not: a name
