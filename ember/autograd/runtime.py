@@ -361,6 +361,13 @@ def tangent_dependencies(joint: Any, num_inputs: int, diff_outputs: Sequence[int
     (decomposed backward graphs drop such tangents, which made the gradient None). An edge through a value
     that does not require grad (``detach``, integer results) carries nothing, as in eager."""
     reach: dict[Any, frozenset] = {}
+    written: dict[int, frozenset] = {}      # storage -> the reach in-place writes gave it (a graph with mutations)
+
+    def reach_of(a: Any) -> frozenset:
+        r = reach.get(a, frozenset())
+        key = _storage_key(a)
+        return r | written[key] if key in written else r
+
     k = 0
     for n in joint.graph.nodes:
         if n.op == "placeholder":
@@ -370,16 +377,32 @@ def tangent_dependencies(joint: Any, num_inputs: int, diff_outputs: Sequence[int
             outs = list(n.args[0])
             per_primal: list[set] = [set() for _ in range(num_inputs)]
             for t, i in enumerate(diff_outputs):
-                for p in reach.get(outs[i], ()) if hasattr(outs[i], "op") else ():
+                for p in reach_of(outs[i]) if hasattr(outs[i], "op") else ():
                     per_primal[p].add(t)
             return [frozenset(d) for d in per_primal]
         else:
             v = n.meta.get("val")
-            if isinstance(v, torch.Tensor) and not v.requires_grad:
-                reach[n] = frozenset()
-            else:
-                reach[n] = frozenset().union(*(reach.get(a, frozenset()) for a in n.all_input_nodes))
+            ins = frozenset().union(*(reach_of(a) for a in n.all_input_nodes))
+            reach[n] = frozenset() if isinstance(v, torch.Tensor) and not v.requires_grad else ins
+            for a in _written_inputs(n):   # ``t.narrow(0, 3, 1).add_(w)``: t, and every view of it, reaches w's
+                key = _storage_key(a)
+                if key is not None and ins:
+                    written[key] = written.get(key, frozenset()) | ins
     return []
+
+
+def _storage_key(n: Any) -> int | None:
+    v = getattr(n, "meta", {}).get("val")
+    meta = getattr(v, "_meta", None)
+    return meta.untyped_storage()._cdata if isinstance(meta, torch.Tensor) else None
+
+
+def _written_inputs(n: Any) -> list:
+    """The argument nodes an in-place ATen op writes (its schema's mutable arguments)."""
+    if not isinstance(n.target, torch._ops.OpOverload):
+        return []
+    return [a for a, arg in zip(n.args, n.target._schema.arguments)
+            if arg.alias_info is not None and arg.alias_info.is_write and hasattr(a, "op")]
 
 
 def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
