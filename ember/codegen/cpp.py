@@ -91,6 +91,15 @@ class _KernelWriter:
     def ref(self, var: str) -> str:
         return f"{var}[xi]" if var in self.xvars else var
 
+    def index(self, e: Any) -> str:
+        """An index expression as C; a loaded value in it (an indirect index: ``p[4 * tmp5 + xindex]``) that
+        the kernel keeps per outer point (``xvars``: tiled and interleaved reductions) reads its point's."""
+        text = C.index(e)
+        names = {s.name for s in getattr(e, "free_symbols", ())} & self.xvars
+        for name in names:
+            text = re.sub(rf"\b{name}\b", f"{name}[xi]", text)
+        return text
+
     # -- statements ------------------------------------------------------------------------------------------
     def dtype(self, var: str) -> torch.dtype:
         return self.body.dtypes[var]
@@ -100,13 +109,13 @@ class _KernelWriter:
         if st.kind == "load":
             buf, idx, mask = st.args
             src = self.body.buffer_dtype(buf)
-            ld = C.load_expr(src, _cname(buf), C.index(idx))
+            ld = C.load_expr(src, _cname(buf), self.index(idx))
             ld = C.cast(ld, src, st.dtype) if src != st.dtype else ld
-            e = ld if mask is None else f"({C.index(mask)} ? ({ct}){ld} : ({ct})0)"
+            e = ld if mask is None else f"({self.index(mask)} ? ({ct}){ld} : ({ct})0)"
         elif st.kind == "const":
             e = C.const(st.args[0], st.dtype)
         elif st.kind == "index":
-            e = f"(({ct}){C.index(st.args[0])})"
+            e = f"(({ct}){self.index(st.args[0])})"
         elif st.kind == "cast":
             e = C.cast(self.ref(st.args[0]), self.dtype(st.args[0]), st.dtype)
         elif st.kind == "reduced" and st.args[0] in self.wf_sums:      # M2 = s2 - s1^2 / n, not below 0
@@ -162,12 +171,12 @@ class _KernelWriter:
         bdt = self.body.buffer_dtype(st.buf)
         v = self.ref(st.var)
         v = C.cast(v, self.dtype(st.var), bdt) if self.dtype(st.var) != bdt else v
-        dst = f"{_cname(st.buf)}[{C.index(st.index)}]"
+        dst = f"{_cname(st.buf)}[{self.index(st.index)}]"
         if st.mode == "add":       # dtypes with atomic adds only (ember.loopir.scatter)
             out = f"{{\n#pragma omp atomic\n{dst} += {v};\n}}" if self.par_x else f"{dst} += {v};"
         else:
             out = f"{dst} = {C.store_value(bdt, v)};"
-        return f"if ({C.index(st.mask)}) {out}" if st.mask is not None else out
+        return f"if ({self.index(st.mask)}) {out}" if st.mask is not None else out
 
     def stmt(self, st: Any) -> str:
         if isinstance(st, Assign):
