@@ -75,3 +75,60 @@ def test_random_draws_in_graph(fn, backend):
         assert random.getstate() == state          # the generator advanced exactly as in eager
         seen.add(repr(got))
     assert len(seen) == 3                           # a new draw on every call, not the first call's constant
+
+
+# -- torch.tensor of lists holding values of the graph (test_symfloat_to_tensor, test_to_tensor) ------------------
+def _t_item(v, n):
+    return torch.tensor([v.item()])
+
+
+def _t_item_nested(v, n):
+    return torch.tensor([[v.item()], [2.0]])
+
+
+def _t_item_tuple(v, n):
+    return torch.tensor((v.item(),))
+
+
+def _t_item_dtype(v, n):
+    return torch.tensor([v.item() * 2, 3], dtype=torch.float64) + 1
+
+
+def _t_int_item(v, n):
+    return torch.tensor([n.item(), 4])
+
+
+def _t_size(v, n):
+    return torch.tensor([v.shape[0], v.shape[0] * 2]) + n
+
+
+def _t_one_element_tensors(v, n):
+    a = v.sum().reshape(1, 1, 1)
+    return torch.tensor([a, n.sum()])
+
+
+def _t_array(v, n):
+    a = v.numpy()
+    return torch.tensor([a, a * 2])
+
+
+def _t_mixed_int_float(v, n):
+    return torch.tensor([n.item(), v.item(), True])
+
+
+TENSOR_CASES = [_t_item, _t_item_nested, _t_item_tuple, _t_item_dtype, _t_int_item, _t_size,
+                _t_one_element_tensors, _t_array, _t_mixed_int_float]
+
+
+@pytest.mark.parametrize("fn", TENSOR_CASES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+def test_tensor_of_graph_values(fn, backend):
+    ember.reset()
+    cf = ember.compile(fn, backend=backend, fullgraph=True, dynamic=fn is _t_size or None)
+    for k in (1, 3):
+        shape = (1,) if fn in (_t_item, _t_item_nested, _t_item_tuple, _t_item_dtype, _t_mixed_int_float) else (k + 1,)
+        v = torch.randn(shape)
+        n = torch.randint(-5, 5, (1,))
+        want, got = fn(v, n), cf(v, n)
+        assert got.dtype == want.dtype and got.shape == want.shape and not got.requires_grad
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

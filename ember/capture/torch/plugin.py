@@ -17,6 +17,7 @@ from ..sources import AttrSource, ConstSource, ItemSource, Source
 from ..values import IMMUTABLE_TYPES, Const, MethodOf, Value
 from . import ctx as _ctx
 from . import pyrandom as _pyrandom
+from . import tensor_ctor as _tensor_ctor
 from .autograd_fn import APPLY as _APPLY, call_function_apply, function_apply_class
 from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
@@ -374,6 +375,8 @@ class TorchPlugin:
             r = _minmax.call(d, f, fn, args, kwargs)
         if r is None:
             r = _pyrandom.call(d, f, fn, args, kwargs)
+        if r is None:
+            r = _tensor_ctor.call(d, f, fn, args, kwargs)
         if r is not None:
             return r
         try:
