@@ -132,3 +132,50 @@ def test_tensor_of_graph_values(fn, backend):
         want, got = fn(v, n), cf(v, n)
         assert got.dtype == want.dtype and got.shape == want.shape and not got.requires_grad
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# -- Tensor.tolist() under capture_scalar_outputs (test_split_aot_autograd) --------------------------------------
+def _l_split(x, i):
+    y, z = i.tolist()
+    return torch.split(x, [y, z])
+
+
+def _l_split_method_dim(x, i):
+    a, b = i.tolist()
+    return x.reshape(1, -1).split([a, b], 1)
+
+
+def _l_floats(x, i):
+    a = (i.float() / 3).tolist()
+    return x * a[0] + a[1], a
+
+
+def _l_nested(x, i):
+    m = torch.stack([i, i * 2]).tolist()
+    return x.sum() + m[1][0] - m[0][1], m
+
+
+TOLIST_CASES = [_l_split, _l_split_method_dim, _l_floats, _l_nested]
+
+
+@pytest.mark.parametrize("fn", TOLIST_CASES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+def test_tolist_in_graph(fn, backend):
+    ember.reset()
+    cf = ember.compile(fn, backend=backend, fullgraph=True)
+    for k in (3, 6):
+        x = torch.randn(10, requires_grad=True)
+        i = torch.tensor([k, 10 - k])
+        want, got = fn(x, i), cf(x, i)
+        torch.testing.assert_close(got, want)
+        if fn is _l_split:
+            torch.autograd.grad(sum(g.sum() * (j + 1) for j, g in enumerate(got)), x)
+
+
+def test_tolist_split_sizes_checked():
+    cf = ember.compile(_l_split, backend="aot_eager", fullgraph=True)
+    cf(torch.randn(10), torch.tensor([7, 3]))
+    with pytest.raises(RuntimeError):
+        _l_split(torch.randn(10), torch.tensor([7, 4]))
+    with pytest.raises(RuntimeError):
+        cf(torch.randn(10), torch.tensor([7, 4]))
