@@ -179,3 +179,35 @@ def test_tolist_split_sizes_checked():
         _l_split(torch.randn(10), torch.tensor([7, 4]))
     with pytest.raises(RuntimeError):
         cf(torch.randn(10), torch.tensor([7, 4]))
+
+
+# -- builtin max/min of ints read from tensor data (test_item_max) -----------------------------------------------
+def _m_max_const(x, n):
+    return torch.ones(max(n.item(), 4)) * x.sum()
+
+
+def _m_min_three(x, n):
+    return torch.zeros(min(n.item(), 7, (n * 2).item()) + 1)
+
+
+def _m_max_list_returned(x, n):
+    k = max([n.item(), 5, 2])
+    return x[:3] * 2, k
+
+
+def _m_min_arith(x, n):
+    return x.reshape(-1)[: min(n.item(), x.shape[0]) + 1]
+
+
+MINMAX_CASES = [_m_max_const, _m_min_three, _m_max_list_returned, _m_min_arith]
+
+
+@pytest.mark.parametrize("fn", MINMAX_CASES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+def test_minmax_of_item_ints(fn, backend):
+    ember.reset()
+    cf = ember.compile(fn, backend=backend, fullgraph=True)
+    for v in (2, 6, 9):
+        x, n = torch.randn(8), torch.tensor([v])
+        want, got = fn(x, n), cf(x, n)
+        torch.testing.assert_close(got, want)
