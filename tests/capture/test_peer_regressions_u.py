@@ -211,3 +211,58 @@ def test_minmax_of_item_ints(fn, backend):
         x, n = torch.randn(8), torch.tensor([v])
         want, got = fn(x, n), cf(x, n)
         torch.testing.assert_close(got, want)
+
+
+# -- torch._dynamo.comptime's size helpers and mark_static inside compiled code (test_mark_static_inside) --------
+def _c_mark_static(x):
+    from torch._dynamo.comptime import comptime
+    torch._dynamo.mark_static(x, 0)
+    comptime.assert_static(x.size(0))
+    return x * x.size(0)
+
+
+def _c_force_static(x):
+    from torch._dynamo.comptime import comptime
+    n = x.size(1) * 2
+    comptime.force_static(n)
+    comptime.assert_static(n)
+    return x.sum(1) + n
+
+
+def _c_assert_constant(x):
+    from torch._dynamo.comptime import comptime
+
+    def g(y, i=8):
+        comptime.assert_static(i)
+        return y * i
+    return g(x)
+
+
+def _c_graph_break(x):
+    from torch._dynamo.comptime import comptime
+    y = x.cos()
+    comptime.graph_break()
+    return y + 1
+
+
+COMPTIME_CASES = [_c_mark_static, _c_force_static, _c_assert_constant, _c_graph_break]
+
+
+@pytest.mark.parametrize("fn", COMPTIME_CASES, ids=lambda f: f.__name__)
+def test_comptime_size_helpers(fn):
+    import torch._dynamo  # noqa: F401  (the program's own import; ember's pipeline does not use it)
+    ember.reset()
+    cf = ember.compile(fn, backend="eager", dynamic=True, fullgraph=fn is not _c_graph_break)
+    for shape in ((12, 5), (7, 5), (7, 9)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(cf(x), fn(x))
+
+
+def test_comptime_assert_static_of_symbolic_size_fails():
+    from torch._dynamo.comptime import comptime
+
+    def fn(x):
+        comptime.assert_static(x.size(1))
+        return x + 1
+    with pytest.raises(ember.Unsupported, match="AssertionError"):
+        ember.compile(fn, backend="eager", dynamic=True, fullgraph=True)(torch.randn(4, 6))

@@ -16,6 +16,7 @@ from ..objects import lookup_type_attr
 from ..sources import AttrSource, ConstSource, ItemSource, Source
 from ..values import IMMUTABLE_TYPES, Const, MethodOf, Value
 from . import ctx as _ctx
+from . import comptime as _comptime
 from . import pyrandom as _pyrandom
 from . import tensor_ctor as _tensor_ctor
 from .autograd_fn import APPLY as _APPLY, call_function_apply, function_apply_class
@@ -377,6 +378,8 @@ class TorchPlugin:
             r = _pyrandom.call(d, f, fn, args, kwargs)
         if r is None:
             r = _tensor_ctor.call(d, f, fn, args, kwargs)
+        if r is None:
+            r = _comptime.call(d, f, fn, args, kwargs)
         if r is not None:
             return r
         try:
