@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -266,3 +267,64 @@ def test_comptime_assert_static_of_symbolic_size_fails():
         return x + 1
     with pytest.raises(ember.Unsupported, match="AssertionError"):
         ember.compile(fn, backend="eager", dynamic=True, fullgraph=True)(torch.randn(4, 6))
+
+
+# -- NumPy's global generator and arrays made from constants (test_to_tensor) -----------------------------------
+def _np_uniform_array(x):
+    a = np.random.uniform(low=-1, high=1, size=(4, 1))
+    return torch.tensor([a, a], dtype=torch.float64)
+
+
+def _np_rand_times_scalar(x):
+    return x + torch.from_numpy(np.random.rand(3) * np.random.uniform()), np.random.randn(2, 2)
+
+
+def _np_normal_returned(x):
+    return x.cos(), np.random.normal(0.0, 2.0, size=5)
+
+
+def _np_randint_fullgraph(x):
+    return x * np.random.randint(1, 9)
+
+
+def _np_const_arrays(x):
+    a = np.array([1, 2])
+    return torch.tensor([a, a * 3]), np.zeros(3) + np.arange(3), np.array([[1.5, 2]], dtype=np.float32)
+
+
+def _np_eye_returned(x):
+    return np.eye(2) * 2, x + 1
+
+
+NUMPY_CASES = [_np_uniform_array, _np_rand_times_scalar, _np_normal_returned, _np_randint_fullgraph,
+               _np_const_arrays, _np_eye_returned]
+
+
+def _np_same(a, b):
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_np_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return type(b) is np.ndarray and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("fn", NUMPY_CASES, ids=lambda f: f.__name__)
+def test_numpy_draws_and_constant_arrays(fn):
+    ember.reset()
+    cf = ember.compile(fn, backend="eager", fullgraph=True)
+    outs = []
+    for seed in (1, 2):
+        x = torch.randn(3, dtype=torch.float64)
+        np.random.seed(seed)
+        want = fn(x)
+        state = np.random.get_state()[1].copy()
+        np.random.seed(seed)
+        got = cf(x)
+        assert _np_same(want, got), (want, got)
+        assert (np.random.get_state()[1] == state).all()
+        outs.append(got)
+    if fn is _np_eye_returned:
+        outs[0][0][...] = 0           # a new array on every call, as eager's: changing one leaves the next alone
+        assert _np_same(cf(x)[0], fn(x)[0])

@@ -14,27 +14,43 @@ other work is tensor work: nothing else in a segment touches Python's generator,
 - an int draw (``randint``, ``randrange``, ``getrandbits``) is an int64 0-dim graph input read as an unbacked
   int (``unbacked.item``), where option ``capture_scalar_outputs`` allows one (on under ``fullgraph=True``);
   otherwise it runs at a graph break as before.
-Only the module-level generator (the functions of ``random`` itself) is handled, with constant arguments.
+- NumPy's global generator (``np.random.uniform(size=...)``, ``np.random.rand(3)``, ...) likewise: an array
+  draw is an array input (``torch.from_numpy`` of the glue's draw, an ``NdarrayVar``), a scalar draw a number
+  as above; its metadata comes from a draw of a copy of the generator's state at trace time.
+Only the module-level generators (the functions of ``random`` and ``numpy.random`` themselves) are handled,
+with constant arguments.
 """
 from __future__ import annotations
 
 import random
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..sources import Source
 from ..values import Value
-from .graph import TensorVar, _as_scalar_tensor, to_meta
+from .graph import TensorVar, to_meta
+from .numpy_arrays import _FROM_NUMPY
 
 _FLOAT_DRAWS = frozenset({"random", "uniform", "triangular", "gauss", "normalvariate", "lognormvariate",
                           "expovariate", "vonmisesvariate", "gammavariate", "betavariate", "paretovariate",
                           "weibullvariate"})
 _INT_DRAWS = frozenset({"randint", "randrange", "getrandbits"})
+_NP_DRAWS = frozenset({"random", "rand", "randn", "random_sample", "sample", "ranf", "uniform", "normal",
+                       "standard_normal", "randint", "exponential", "poisson", "binomial", "beta", "gamma",
+                       "laplace", "logistic", "lognormal", "standard_exponential", "geometric", "choice"})
+
+
+def _as_input(x: Any, dtype: torch.dtype | None) -> torch.Tensor:
+    """A draw as the graph's input: an array by its memory, a number as a 0-dim tensor of ``dtype``."""
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
+    return torch.tensor(x, dtype=dtype)
 
 
 class RandomDrawSource(Source):
-    """A new draw of Python's generator, ``random.<name>(*args, **kwargs)`` as a 0-dim tensor of ``dtype``.
+    """A new draw of Python's or NumPy's generator, ``<fn>(*args, **kwargs)``, as a tensor (``_as_input``).
     ``n`` tells draws with equal arguments apart: each is its own graph input, drawn once per call."""
     __slots__ = ("fn", "args", "kwargs", "dtype", "n")
 
@@ -44,7 +60,7 @@ class RandomDrawSource(Source):
     def _expr(self, cg) -> str:
         from ..sources import literal
         parts = [literal(a, cg) for a in self.args] + [f"{k}={literal(v, cg)}" for k, v in self.kwargs.items()]
-        return f"{cg.bind(_as_scalar_tensor, 'scalar_tensor')}({cg.bind(self.fn, 'random_' + self.fn.__name__)}" \
+        return f"{cg.bind(_as_input, 'draw_input')}({cg.bind(self.fn, 'random_' + self.fn.__name__)}" \
                f"({', '.join(parts)}), {cg.bind(self.dtype, 'dtype')})"
 
     def name_hint(self) -> str:
@@ -58,32 +74,46 @@ class RandomDrawSource(Source):
 
 
 def call(d, f, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
-    """A draw of the module-level generator as a graph input, or None where this does not apply."""
-    if getattr(fn, "__self__", None) is not getattr(random, "_inst", None):
-        return None
+    """A draw of a module-level generator as a graph input, or None where this does not apply."""
+    recv = getattr(fn, "__self__", None)
     name = getattr(fn, "__name__", "")
-    if name not in _FLOAT_DRAWS and name not in _INT_DRAWS:
+    if recv is None or recv is not getattr(random, "_inst", None) and recv is not getattr(np.random, "mtrand")._rand:
+        return None
+    numpy = recv is not random._inst
+    if name not in (_NP_DRAWS if numpy else _FLOAT_DRAWS | _INT_DRAWS):
         return None
     from ..objects import all_const
     if not all_const(args, kwargs):
         return None
-    if name in _INT_DRAWS:
-        from .unbacked import _enabled, _SCALAR_OPTION
-        if not _enabled(d, _SCALAR_OPTION):
-            return None         # at a graph break, as before (the draw runs natively)
     pa = tuple(a.as_python() for a in args)
     pk = {k: v.as_python() for k, v in kwargs.items()}
-    dtype = torch.float64 if name in _FLOAT_DRAWS else torch.int64
+    if numpy:
+        state = np.random.RandomState()
+        state.set_state(np.random.get_state())
+        example = getattr(state, name)(*pa, **pk)       # the draw's kind, dtype and shape (a copy's state)
+    else:
+        example = 0.5 if name in _FLOAT_DRAWS else 2
+    if isinstance(example, np.ndarray) and example.dtype not in _FROM_NUMPY:
+        return None
+    is_float = isinstance(example, (float, np.floating))
+    if not isinstance(example, np.ndarray) and not is_float:
+        from .unbacked import _enabled, _SCALAR_OPTION
+        if not isinstance(example, (int, np.integer)) or not _enabled(d, _SCALAR_OPTION):
+            return None         # at a graph break, as before (the draw runs natively)
+    dtype = None if isinstance(example, np.ndarray) else torch.float64 if is_float else torch.int64
     st = d.torch
     st.n_random = getattr(st, "n_random", 0) + 1
     src = RandomDrawSource(fn, pa, pk, dtype, st.n_random)
     d.cg.hoist(src)         # drawn once per call: the graph call's error path reuses the value
-    example = torch.zeros((), dtype=dtype)
-    node = st.placeholder(src, example)
-    node.meta["example_value"] = to_meta(example)
-    node.meta["ember_device"] = example.device
-    t = TensorVar(node, to_meta(example), example.device)
-    if name in _FLOAT_DRAWS:
+    real = _as_input(example, dtype)
+    node = st.placeholder(src, real)
+    node.meta["example_value"] = to_meta(real)
+    node.meta["ember_device"] = real.device
+    t = TensorVar(node, to_meta(real), real.device)
+    if isinstance(example, np.ndarray):
+        from .numpy_arrays import NdarrayVar
+        return NdarrayVar(t)
+    if is_float:
         from .float_item import FloatItemVar
         return FloatItemVar(t)
     return d.call_method(f, t, "item", [], {})
