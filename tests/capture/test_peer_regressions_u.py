@@ -328,3 +328,61 @@ def test_numpy_draws_and_constant_arrays(fn):
     if fn is _np_eye_returned:
         outs[0][0][...] = 0           # a new array on every call, as eager's: changing one leaves the next alone
         assert _np_same(cf(x)[0], fn(x)[0])
+
+
+# -- float arguments under automatic dynamic: a graph input, not one entry per value (test_unspec_float_*) ---------
+def _f_add(x, y):
+    return x + y
+
+
+def _f_branch_eq(x, y):
+    if y == 5.0:
+        return x + 2
+    return x + y
+
+
+def _f_derived_branch(x, y):
+    z = y * 2 - 1
+    if z > 3:
+        return x * z, z
+    return x - z, y
+
+
+def _f_returned(x, y):
+    return x + 1, y * 2, -y, y
+
+
+def _f_constant_arg(x, y):
+    return torch.nn.functional.leaky_relu(x, abs(y) / 10) + torch.full((3,), 2.0) * y
+
+
+def _f_math(x, y):
+    import math
+    return x * math.fabs(y) + torch.tensor(y)
+
+
+FLOAT_CASES = [_f_add, _f_branch_eq, _f_derived_branch, _f_returned, _f_constant_arg, _f_math]
+FLOAT_VALUES = (3.0, 4.0, 5.0, 1.5, 2.25, -0.5, 5.0, float("nan"), 7.75, 3.0)
+
+
+def _f_same(a, b):
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_f_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and torch.allclose(a, b, equal_nan=True)
+    return type(a) is type(b) and (a == b or (a != a and b != b))
+
+
+@pytest.mark.parametrize("fn", FLOAT_CASES, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+def test_float_arguments_unspecialized(fn, backend):
+    ember.reset()
+    cf = ember.compile(fn, backend=backend, fullgraph=True)
+    for v in FLOAT_VALUES:
+        x = torch.randn(3)
+        assert _f_same(fn(x, v), cf(x, v)), v
+    x = torch.randn(3)
+    assert _f_same(fn(x, 2), cf(x, 2))           # an int where floats were: its own entry (type guard)
+    budget = {_f_add: 2, _f_returned: 2, _f_branch_eq: 3, _f_derived_branch: 3}
+    if fn in budget:       # the first value, then one entry per answer of each branch (and one for the int)
+        assert ember.stats()["frames_compiled"] <= budget[fn] + 1, ember.stats()
