@@ -386,3 +386,27 @@ def test_float_arguments_unspecialized(fn, backend):
     budget = {_f_add: 2, _f_returned: 2, _f_branch_eq: 3, _f_derived_branch: 3}
     if fn in budget:       # the first value, then one entry per answer of each branch (and one for the int)
         assert ember.stats()["frames_compiled"] <= budget[fn] + 1, ember.stats()
+
+
+# -- PyTorch's tools given an ember-compiled function (test_misc.py::test_onnx_shape_as_tensor) -----------------
+def _e_shape(x):
+    return 1 + torch._shape_as_tensor(x)[0] + x.sin().sum()
+
+
+def _e_plain(x):
+    return (x * 2).cos()
+
+
+@pytest.mark.parametrize("fn", [_e_shape, _e_plain], ids=lambda f: f.__name__)
+def test_torch_tools_unwrap_compiled_function(fn):
+    import torch._dynamo
+    cf = ember.compile(fn, backend="eager", fullgraph=True)
+    gm, _ = torch._dynamo.export(cf)(torch.ones(6))      # exports the original, not ember's dispatcher
+    tf = torch.compile(cf, backend="eager", fullgraph=True)
+    for n in (6, 9):
+        x = torch.randn(n)
+        want = fn(x)
+        torch.testing.assert_close(cf(x), want)
+        torch.testing.assert_close(tf(x), want)
+        if n == 6:
+            torch.testing.assert_close(gm(x), want)
