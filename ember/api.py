@@ -77,6 +77,11 @@ def _compile(model: Any, cfg: _Config, disable: bool):
         disp = cache.dispatch
         functools.update_wrapper(disp, model)
         disp.__ember_cache__ = cache
+        # what torch.compile's own wrappers carry: PyTorch's tools that take a compiled function
+        # (torch._dynamo.export, torch.compile of it, torch.compiler.disable) unwrap it to the original
+        # instead of tracing ember's dispatcher
+        disp._torchdynamo_orig_callable = model
+        disp._torchdynamo_wrapper_id = id(disp)
         return disp
     if callable(model) and type(getattr(type(model), "__call__", None)) is types.FunctionType:
         return types.MethodType(cfg.frame_cache(type(model).__call__).dispatch, model)

@@ -132,7 +132,7 @@ class SymNodes:
         if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
             return self._call(operator.pow, self.build(e.base), int(e.exp))
         if isinstance(e, (sympy.Max, sympy.Min)):
-            fn = max if isinstance(e, sympy.Max) else min
+            fn = torch.sym_max if isinstance(e, sympy.Max) else torch.sym_min     # (the prim verifier knows sym_*)
             out = self.build(e.args[0])
             for a in e.args[1:]:
                 out = self._call(fn, out, self.build(a))

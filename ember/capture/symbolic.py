@@ -106,7 +106,7 @@ class SymbolicDomain:
             v = self.by_source.get(source)
             if v is not None:
                 return v
-            if type(obj) is int and self.number_hooks:      # a plugin may make it symbolic (dynamic shapes)
+            if (type(obj) is int or isinstance(obj, float)) and self.number_hooks:  # a plugin may make it symbolic
                 for hook in self.number_hooks:
                     v = hook(self, obj, source)
                     if v is not None:

@@ -269,12 +269,14 @@ def item_in_arithmetic(x):
 
 
 # the Python logic depends on every value of the list: later calls may specialize again (cached=False)
-@breaks(T(5), S(), fg="tolist_loop", cached=False)
+# (under fullgraph=True, capture_scalar_outputs is on: the list holds numbers read when the graph runs, and
+# the break is where Python needs one of them)
+@breaks(T(5), S(), fg="tolist_loop", cached=False, full="tolist_cond")
 def tolist_feeds_loop(x, rec):
     vals = (x * 2).tolist()  # @tolist_loop
     total = 0.0
     for v in vals:
-        if v > 0:
+        if v > 0:  # @tolist_cond
             total += v
     rec.log.append(round(total, 5))
     return x * total

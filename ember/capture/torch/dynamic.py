@@ -18,6 +18,7 @@ import torch
 from ... import logs
 from ...shapes import SymbolTable, to_python
 from ..sources import AttrSource, ItemSource, LocalSource
+from .graph import TensorVar
 from .symsize import PREFIX, SymNumVar
 
 
@@ -151,21 +152,54 @@ def layout_check(d, e: str, t: torch.Tensor, sizes: tuple) -> str:
     return f"({', '.join(got)},) == ({', '.join(want)},)" if keep else "True"
 
 
-def wrap_number(plugin, d, obj: int, source):
-    """An int the policy makes symbolic (a ``SymNumVar`` read from an int graph input), or None."""
-    if plugin.dynamic is False or getattr(d, "static_shapes", False) or type(obj) is not int or obj < 2:
-        return None
+def _changed(d, kind: str, obj, source) -> bool:
+    """Whether the number at ``source`` is dynamic: marked so, or changed since this frame's last compile
+    (then marked: automatic dynamic)."""
     plain = d.cg.plain(source)
     state = getattr(d, "frame_state", None)
     changed = False
     if state is not None:
-        prev = state.get(("int", plain))
-        state[("int", plain)] = obj
-        changed = prev is not None and prev != obj
+        prev = state.get((kind, plain))
+        state[(kind, plain)] = obj
+        changed = prev is not None and prev != obj and not (prev != prev and obj != obj)
     if changed and plain not in d.dynamic:
-        _log(f"automatic dynamic: the int {plain} changed ({prev} -> {obj}): it is symbolic now")
+        _log(f"automatic dynamic: the {kind} {plain} changed ({prev} -> {obj}): it is symbolic now")
         d.dynamic.add(plain)
-    if not (plain in d.dynamic or (plugin.dynamic is True and isinstance(source, LocalSource))):
+    return plain in d.dynamic
+
+
+def wrap_float(plugin, d, obj: float, source):
+    """A float argument the policy leaves unspecialized (changed between compiles, or ``dynamic=True``): a
+    float64 0-dim graph input used as the float (``float_item.FloatItemVar`` with an origin), guarded on its
+    type only; where Python needs its value it is specialized then (a guard on the value). None: a constant."""
+    from .float_item import FloatItemVar
+    from .graph import ScalarSource, to_meta
+    if not (_changed(d, "float", obj, source) or (plugin.dynamic is True and isinstance(source, LocalSource))):
+        return None
+    plain = d.cg.plain(source)
+    e = source.expr(d.cg)
+    kind = type(obj)
+    d.guards.add(f"type({e}) is {d.cg.bind(kind, kind.__name__)}", f"{plain} is a {kind.__name__} (a graph input)")
+    real = torch.tensor(float(obj), dtype=torch.float64)
+    node = d.torch.placeholder(ScalarSource(source, torch.float64), real)
+    node.meta["example_value"] = to_meta(real)
+    node.meta["ember_device"] = real.device
+    _log(f"{plain} = {obj!r} is a float graph input (unspecialized)")
+    t = TensorVar(node, to_meta(real), real.device)
+    return FloatItemVar(t, (d, source, obj, ((source, obj),), source.expr))
+
+
+def wrap_number(plugin, d, obj: int, source):
+    """An int the policy makes symbolic (a ``SymNumVar`` read from an int graph input), a float it leaves
+    unspecialized (``wrap_float``), or None."""
+    if plugin.dynamic is False or getattr(d, "static_shapes", False):
+        return None
+    if isinstance(obj, float):
+        return wrap_float(plugin, d, obj, source)
+    if type(obj) is not int or obj < 2:
+        return None
+    plain = d.cg.plain(source)
+    if not (_changed(d, "int", obj, source) or (plugin.dynamic is True and isinstance(source, LocalSource))):
         return None
     st = d.torch
     tab = table(st)

@@ -25,19 +25,96 @@ _METHODS = ("item", "__float__")
 
 
 class FloatItemVar(Value):
-    """A Python float read from a tensor at run time: ``t`` is its 0-dim float64 tensor in the graph."""
-    __slots__ = ("t",)
+    """A Python float read from a tensor at run time: ``t`` is its 0-dim float64 tensor in the graph.
+
+    ``origin`` is set for a float argument the dynamic policy left unspecialized (``dynamic.wrap_float``) and
+    for arithmetic on such floats and constants: ``(d, source or None, value, roots)``, ``roots`` the
+    ``(source, value)`` of the arguments it was computed from. Where Python needs its value (a branch, a
+    comparison, a constant argument of an op), it is specialized instead of breaking the graph: a guard on
+    each root's value, then the constant (``value``, computed as Python did)."""
+    __slots__ = ("t", "origin")
     op_priority = 7         # below tensors (``x * s`` is the tensor's op), above symbolic ints
 
-    def __init__(self, t: TensorVar):
-        super().__init__(None)
+    def __init__(self, t: TensorVar, origin: tuple | None = None):
+        super().__init__(origin[1] if origin is not None else None)
         self.t = t
+        self.origin = origin
 
     def python_type(self):
-        return float
+        return type(self.origin[2]) if self.origin is not None else float
+
+    def as_python(self):
+        if self.origin is None:
+            return super().as_python()
+        return specialize(self)
 
     def describe(self):
+        if self.origin is not None:
+            return f"float {self.origin[2]!r} computed from unspecialized float arguments (graph inputs)"
         return "float read from a tensor (.item()), known only when the graph runs"
+
+
+def specialize(v: FloatItemVar) -> float:
+    """The value of an unspecialized float (an argument, or arithmetic on arguments), guarded from here on: the
+    entry is for those argument values (a NaN by ``x != x``, since it equals nothing)."""
+    from ..sources import literal
+    d, _, value, roots, _ = v.origin
+    for src, root in roots:
+        e = src.expr(d.cg)
+        test = f"{e} != {e}" if root != root else f"{e} == {literal(root, d.cg)}"    # a NaN equals nothing
+        d.guards.add(test, f"{d.cg.plain(src)} == {root!r} (its value is used in Python)")
+    return value
+
+
+def settle(v: Value) -> Value:
+    """``v``, or the constant of an unspecialized float (guarded on its arguments' values)."""
+    return Const(specialize(v)) if type(v) is FloatItemVar and v.origin is not None else v
+
+
+def _known(v: Value):
+    """(Python value, roots, expression) of a constant number or an unspecialized float, else None. The
+    expression (a function of the ``Codegen``) recomputes the value from the arguments in Python."""
+    if type(v) is FloatItemVar and v.origin is not None:
+        return v.origin[2], v.origin[3], v.origin[4]
+    if type(v) is Const and type(v.value) in (int, float, bool):
+        from ..sources import literal
+        return v.value, (), lambda cg, x=v.value: literal(x, cg)
+    return None
+
+
+def _derived(d, t: TensorVar, fn, op: str, *operands: Value) -> "FloatItemVar":
+    """The result of arithmetic, with an origin when every operand's Python value is known."""
+    known = [_known(v) for v in operands]
+    if any(k is None for k in known) or not any(k[1] for k in known):
+        return FloatItemVar(t)
+    try:
+        value = fn(*[k[0] for k in known])
+    except Exception:       # noqa: BLE001  (Python would raise here: the value stays unknown)
+        return FloatItemVar(t)
+    roots = tuple(dict.fromkeys(r for k in known for r in k[1]))
+    exprs = [k[2] for k in known]
+    text = (lambda cg: f"({exprs[0](cg)} {op} {exprs[1](cg)})") if len(exprs) == 2 else \
+        (lambda cg: f"abs({exprs[0](cg)})" if op == "abs" else f"({op}{exprs[0](cg)})")
+    return FloatItemVar(t, (d, None, value, roots, text))
+
+
+def _decide(d, f, what: str, args) -> Value:
+    """A comparison or truth test on unspecialized floats: its answer, guarded as an answer (``bool(y == 5.0)
+    == False``), so other values with the same answer reuse the entry."""
+    from ..concrete import COMPARE as REAL_COMPARE
+    if what == "branching on":
+        k = _known(args[0])
+        r = bool(k[0])
+        text = f"bool({k[2](d.cg)})"
+    else:
+        op, a, b = args
+        ka, kb = _known(a), _known(b)
+        if ka is None or kb is None:        # the other operand is no plain number: compare the constants
+            return d.compare(f, op, settle(a), settle(b))
+        r = bool(REAL_COMPARE[op](ka[0], kb[0]))
+        text = f"bool({ka[2](d.cg)} {op} {kb[2](d.cg)})"
+    d.guards.add(f"{text} == {r}", f"{text} is {r} (a branch on float arguments)")
+    return Const(r)
 
 
 def item(d, f, t: TensorVar, name: str) -> Value | None:
@@ -75,18 +152,21 @@ def _binary(d, f, op: str, a: Value, b: Value):
     if pa is None or pb is None or op.rstrip("=") in ("@", "<<", ">>", "&", "|", "^"):
         return NotImplemented
     fn = BINARY_FNS[op[:-1] if op.endswith("=") else op]       # floats are immutable: s += 1 rebinds s
-    return FloatItemVar(record(d, f, "call_function", fn, [pa, pb], {}))
+    return _derived(d, record(d, f, "call_function", fn, [pa, pb], {}), fn, op.rstrip("="), a, b)
 
 
 def _unary(d, f, op: str, v: FloatItemVar):
     from .ops import UNARY_FNS, record
     if op not in UNARY_FNS or op == "~":
         return NotImplemented
-    return FloatItemVar(record(d, f, "call_function", UNARY_FNS[op], [v.t], {}))
+    return _derived(d, record(d, f, "call_function", UNARY_FNS[op], [v.t], {}), UNARY_FNS[op], op, v)
 
 
 def _needs_value(what: str):
     def rule(d, f, *args):
+        if any(type(a) is FloatItemVar and a.origin is not None for a in args):
+            r = _decide(d, f, what, args)
+            return r.value if what == "branching on" else r
         raise d.unsupported(f, f"{what} a float read from a tensor (.item()), whose value is known only when "
                                "the graph runs", "keep the computation in tensors (torch.where instead of if), "
                                                  "or move it outside the compiled function")

@@ -37,7 +37,11 @@ def call(d, f, fn, args: list, kwargs: dict) -> Value | None:
         if type(items[0]) not in (ListVar, TupleVar):
             return None
         items = list(items[0].items)
-    if len(items) < 2 or not _exact(items):
+    if len(items) < 2:
+        return None
+    if _data_dependent_ints(d, items):
+        return _sym_minmax(d, fn, items)
+    if not _exact(items):
         return None
     from .ops import record
     best = items[0]
@@ -71,3 +75,25 @@ def _holds(v: Value, dtype: torch.dtype) -> bool:
         return torch.tensor(v.value).to(dtype).item() == v.value
     except (OverflowError, RuntimeError):
         return False
+
+
+def _data_dependent_ints(d, items: list[Value]) -> bool:
+    """Ints, one of them read from tensor data (an unbacked ``u<k>``): comparing it would be a graph break."""
+    from .symsize import SymNumVar
+    table = d.torch.table
+    if table is None or not all(type(x) is SymNumVar or (type(x) is Const and type(x.value) is int) for x in items):
+        return False
+    return any(type(x) is SymNumVar and x.sym.node.expr.free_symbols & table.unbacked for x in items)
+
+
+def _sym_minmax(d, fn, items: list[Value]) -> Value:
+    """``max(u0, 1024)`` of ints as ``torch.sym_max`` (``min``: ``sym_min``): a symbolic int whose value the
+    graph computes, as torch.compile does (ints: which of equal candidates wins is not observable)."""
+    from .symsize import make, operand
+    op = torch.sym_max if fn is builtins.max else torch.sym_min
+    best = operand(items[0])
+    for x in items[1:]:
+        o = operand(x)
+        node = d.torch.graph.call_function(op, (best[1], o[1]))
+        best = (op(best[0], o[0]), node)
+    return make(d.torch, best[0], best[1])

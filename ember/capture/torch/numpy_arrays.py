@@ -26,6 +26,7 @@ class NdarrayVar(Value):
     """A NumPy array whose data is the tensor ``t``'s. ``scalar``: a 0-d result NumPy gives as a scalar
     (``np.float32``: reductions, ufuncs, indexing), not as a 0-d array (``np.asarray``, ``copy``)."""
     __slots__ = ("t", "scalar")
+    op_priority = 8         # above numbers read at run time (``a * random.random()`` is NumPy's op), below tensors
 
     def __init__(self, t: TensorVar, scalar: bool = False):
         super().__init__(None)
@@ -152,6 +153,25 @@ def run_numpy(d, f, fn: Callable, name: str, args, kwargs) -> Value:
     return _as_arrays(record(d, f, "call_function", np_target(fn, name), a, k), name not in _ARRAY_MAKERS)
 
 
+# functions that make a new array from constants (a new mutable array on every call, so no graph constant)
+_CONSTANT_MAKERS = {"array", "asarray", "zeros", "ones", "arange", "linspace", "eye", "identity"}
+
+
+def _new_constant_array(fn: Any, name: str, args, kwargs) -> bool:
+    """``np.array([1, 2])``, ``np.zeros(3)``: made in the graph (``torch._numpy``'s, NumPy's dtypes), where its
+    arguments are plain constants (numbers, their lists, dtype names)."""
+    if name not in _CONSTANT_MAKERS or getattr(np, name, None) is not fn:
+        return False
+    from ..objects import all_const
+    if not all_const(args, kwargs):
+        return False
+    try:
+        made = fn(*[a.as_python() for a in args], **{k: v.as_python() for k, v in kwargs.items()})
+    except Exception:       # noqa: BLE001  (NumPy's own error: the call stays NumPy's)
+        return False
+    return isinstance(made, np.ndarray) and made.dtype in _FROM_NUMPY and made.dtype.kind != "O"
+
+
 def numpy_function(d, f, fn: Any, args, kwargs) -> Value | None:
     """A NumPy function called on arrays or tensors, traced through ``torch._numpy``; None when ``fn`` is not
     one (or no argument is an array or a tensor)."""
@@ -162,7 +182,7 @@ def numpy_function(d, f, fn: Any, args, kwargs) -> Value | None:
     name = getattr(fn, "__name__", "")
     if any(type(x) is TensorVar for x in vals) and name not in _TENSOR_SAFE:
         return None     # NumPy on a torch tensor may return a tensor (np.exp(t), np.add) or fail (np.sum(t))
-    if not any(type(x) in (NdarrayVar, TensorVar) for x in vals):
+    if not any(type(x) in (NdarrayVar, TensorVar) for x in vals) and not _new_constant_array(fn, name, args, kwargs):
         return None
     sub = mod.split(".")[1] if mod.count(".") and mod.split(".")[1] in ("linalg", "fft") else None
     owner = getattr(_tnp(), sub) if sub else _tnp()

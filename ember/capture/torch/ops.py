@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..values import NUMPY_SCALARS, Const, Value
+from ..values import NUMPY_SCALARS, Const, ListVar, TupleVar, Value
 from .symprop import final_sym, has_symbols, propagate
 from . import symrules  # noqa: F401  (registers the shape rules in symprop.RULES)
 from . import unbacked
@@ -74,6 +74,35 @@ def weak_floats(d, args: list[Value], kwargs: dict[str, Value]) -> tuple[list[Va
     return [conv(a) for a in args], {k: conv(v) for k, v in kwargs.items()}
 
 
+# ops whose number operands are weak scalars of tensor arithmetic: an unspecialized float argument stays a graph
+# input there; any other op gets its value (a guard), since it may need a Python number (dropout's p, eps)
+_SCALAR_OPERAND_OPS = {("method", m) for m in ("add", "sub", "mul", "div", "true_divide", "pow", "rsub")} | {
+    torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.pow, torch.rsub, torch.where}
+
+
+def _settle_floats(kind: str, target: Any, args: list[Value], kwargs: dict[str, Value]):
+    from .float_item import settle
+
+    def unspec(v):
+        if type(v).__name__ == "FloatItemVar":
+            return v.origin is not None
+        return type(v) in (TupleVar, ListVar) and any(map(unspec, v.items))
+    if not any(map(unspec, args)) and not any(map(unspec, kwargs.values())):
+        return args, kwargs
+    key = ("method", target) if kind == "call_method" else target
+    try:
+        if key in _SCALAR_OPERAND_OPS or target in _ARITH_FNS:
+            return args, kwargs
+    except TypeError:       # an unhashable target
+        pass
+
+    def conv(v):
+        if type(v) in (TupleVar, ListVar):
+            return type(v)([conv(x) for x in v.items])
+        return settle(v)
+    return [conv(a) for a in args], {k: conv(v) for k, v in kwargs.items()}
+
+
 def _float_as(d, v: Value, dt: torch.dtype) -> TensorVar:
     st = d.torch
     node = v.t.node if type(v).__name__ == "FloatItemVar" else st.scalar_input(d, v)
@@ -101,7 +130,8 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
         # return it detached, and what depends on it without a grad_fn)
         raise d.unsupported(f, f"{_opname(target)}(..., requires_grad=True) makes a new leaf tensor in compiled "
                                "code", "create it outside the compiled function and pass it in")
-    args, kwargs = weak_floats(d, list(args), dict(kwargs))
+    args, kwargs = _settle_floats(kind, target, list(args), dict(kwargs))
+    args, kwargs = weak_floats(d, args, kwargs)
     nargs = tuple(node_arg(d, f, a) for a in args)
     nkwargs = {k: node_arg(d, f, v) for k, v in kwargs.items()}
     margs = [meta_arg(a) for a in args]
@@ -170,6 +200,7 @@ BINARY_FNS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": oper
               "@=": operator.imatmul, "<<=": operator.ilshift, ">>=": operator.irshift, "&=": operator.iand,
               "|=": operator.ior, "^=": operator.ixor}
 UNARY_FNS = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "abs": operator.abs}
+_ARITH_FNS = frozenset(BINARY_FNS.values()) | frozenset(UNARY_FNS.values()) | frozenset(COMPARE_FNS.values())
 
 
 def _plain_operand(v: Value) -> Value:

@@ -16,6 +16,9 @@ from ..objects import lookup_type_attr
 from ..sources import AttrSource, ConstSource, ItemSource, Source
 from ..values import IMMUTABLE_TYPES, Const, MethodOf, Value
 from . import ctx as _ctx
+from . import comptime as _comptime
+from . import pyrandom as _pyrandom
+from . import tensor_ctor as _tensor_ctor
 from .autograd_fn import APPLY as _APPLY, call_function_apply, function_apply_class
 from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
@@ -371,6 +374,12 @@ class TorchPlugin:
         r = _symfloat.call(d, f, fn, args, kwargs)
         if r is None:
             r = _minmax.call(d, f, fn, args, kwargs)
+        if r is None:
+            r = _pyrandom.call(d, f, fn, args, kwargs)
+        if r is None:
+            r = _tensor_ctor.call(d, f, fn, args, kwargs)
+        if r is None:
+            r = _comptime.call(d, f, fn, args, kwargs)
         if r is not None:
             return r
         try:
@@ -480,8 +489,9 @@ class TorchPlugin:
         args = ", ".join(src.expr(d.cg) for src, _, _ in st.inputs)
         call = f"__out = {name}({args})" if outs else f"{name}({args})"
         # no cost unless the graph raises: then the user's line of the op that raised (located.py)
+        again = ", ".join(src.expr(d.cg) for src, _, _ in st.inputs)    # hoisted sources: their names now
         lines = ["try:", f"    {call}", "except Exception as __x:",
-                 f"    __graph_error(__x, {name}_gm, ({args}{',' if args else ''}))", "    raise"]
+                 f"    __graph_error(__x, {name}_gm, ({again}{',' if again else ''}))", "    raise"]
         return lines, [{"gm": gm, "bindings": {name: compiled, f"{name}_gm": gm, "__graph_error": graph_error},
                         "n_inputs": len(st.inputs), "n_ops": st.n_calls}]
 

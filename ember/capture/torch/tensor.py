@@ -9,7 +9,7 @@ import torch
 from .. import rules as R
 from ..interpreter import NULL, UserException
 from ..sources import AttrSource
-from ..values import Const, MethodOf, TupleVar
+from ..values import Const, ListVar, MethodOf, TupleVar, Value
 from .graph import TensorVar
 from .ops import binary, compare, record, unary
 from . import symsize as S
@@ -98,6 +98,17 @@ def _tensor_getattr(d, f, t: TensorVar, name: str):
     raise d.unsupported(f, f"reading Tensor.{name} inside compiled code")
 
 
+def _tolist(d, f, t: TensorVar) -> Value:
+    """``t.tolist()`` of a tensor of static shape: nested lists of its elements' ``item()`` (each a number read
+    at run time, under option capture_scalar_outputs, as ``t.item()``)."""
+    flat = record(d, f, "call_method", "reshape", [t, Const(-1)], {})
+    items = [d.call_method(f, record(d, f, "call_function", operator.getitem, [flat, Const(i)], {}), "item", [], {})
+             for i in range(t.meta.numel())]
+    for n in reversed(t.meta.shape[1:]):
+        items = [ListVar(items[i:i + n]) for i in range(0, len(items), n)]
+    return ListVar(items)
+
+
 @R.SETATTR.register(TensorVar)
 def _tensor_setattr(d, f, t, name, value):
     raise d.unsupported(f, f"setting Tensor.{name} inside compiled code",
@@ -122,6 +133,8 @@ def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
     if name == "numpy":
         from .numpy_arrays import tensor_numpy
         return tensor_numpy(d, f, t, args, kwargs)
+    if name == "tolist" and not args and not kwargs and t.sym is None and t.meta.dim() > 0 and t.meta.numel():
+        return _tolist(d, f, t)
     if name in _DATA_DEPENDENT:
         v = _unbacked.item(d, f, t, name, record)
         if v is None:

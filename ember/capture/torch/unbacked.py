@@ -23,7 +23,7 @@ from typing import Any, Callable
 import sympy
 import torch
 
-from ..values import Const, TupleVar, Value
+from ..values import Const, ListVar, TupleVar, Value
 from .graph import META, TensorVar
 from .symsize import SymNumVar, make, where
 
@@ -218,6 +218,43 @@ def _unique_consecutive(d, f, args: list, kwargs: dict):
     """``unique_consecutive(x, return_inverse, return_counts, dim)``: ``unique``'s sizes (runs instead of
     distinct values)."""
     return _unique(d, f, args, kwargs, first=1, name="unique_consecutive")
+
+
+@op(torch.split, ("method", "split"), ("method", "split_with_sizes"))
+def _split_sizes(d, f, args: list, kwargs: dict):
+    """``x.split([u0, u1], dim)`` with sizes read from tensor data (``i.tolist()``): pieces of sizes
+    ``u0, u1`` along ``dim``; that the sizes are sizes and add up to the dim's size is a runtime assertion,
+    as eager checks it."""
+    x = args[0]
+    sections = _arg(args, kwargs, 1, "split_size_or_sections")
+    if sections is None:
+        sections = _arg(args, kwargs, 1, "split_sizes")
+    dim = _arg(args, kwargs, 2, "dim", 0)
+    if type(x) is not TensorVar or type(sections) not in (ListVar, TupleVar) or type(dim) is not int:
+        return None
+    items = sections.items
+    if not any(type(v) is SymNumVar and v.sym.node.expr.free_symbols & _table(d).unbacked for v in items):
+        return None
+    if not all(type(v) is SymNumVar or (type(v) is Const and type(v.value) is int) for v in items):
+        return None
+    sizes = _sizes(x)
+    if not -len(sizes) <= dim < len(sizes):
+        return None         # the meta run raises eager's error
+    dim %= len(sizes)
+    total = items[0]
+    for v in items:
+        _check_is_size(d, f, [v], {})
+    for v in items[1:]:
+        total = d.binary(f, "+", total, v)
+    _check(d, f, [d.compare(f, "==", total, _size_value(d, f, x, dim, sizes[dim]))], {})
+    table = _table(d)
+    shapes = [sizes[:dim] + (v.sym.node.expr if type(v) is SymNumVar else v.value,) + sizes[dim + 1:]
+              for v in items]
+    return tuple(_meta(table, sh, x.meta.dtype) for sh in shapes), shapes
+
+
+def _size_value(d, f, x: TensorVar, dim: int, n) -> Value:
+    return Const(n) if isinstance(n, int) else d.call_method(f, x, "size", [Const(dim)], {})
 
 
 # -- .item() --------------------------------------------------------------------------------------------------
