@@ -235,20 +235,47 @@ def _reachable(roots: list):
             kids = list(v.items.values()) + (list(v.keys.values()) if type(v) is DictVar else [])
         elif isinstance(v, ObjectVar):
             kids = [x for x in v.overlay.values() if isinstance(x, Value)]
+        elif type(v) is IterVar and v.frame is not None:        # a generator's state: its locals and stack
+            kids = list(dict.values(v.frame.locals)) + list(v.frame.stack)
+        elif type(v).__name__ == "CellVar":
+            kids = [v.contents]
         else:
             kids = []
         stack.extend(reversed([k for k in kids if isinstance(k, Value)]))
 
 
-def check_suspended(d) -> None:
-    """Unsupported if a generator of the trace is suspended where closing it would run user code."""
+def check_suspended(d, live: list) -> None:
+    """Unsupported if a generator of the trace is suspended where closing it would run user code and it is
+    dropped by the trace. One that ``live`` (the return value, or a stopped frame's stack and locals) or a
+    replayed side effect reaches leaves compiled code as a real generator in its state (gen_rebuild.py),
+    whose cleanup runs when CPython closes it."""
+    escaping = None
     for it in d.generators:
         fr = it.frame
         if fr.cur is not None and not fr.done and _closing_runs_code(fr):
+            if escaping is None:
+                escaping = {id(v) for v in _reachable(list(live) + _effect_roots(d))}
+            if id(it) in escaping:
+                continue
             raise fr.unsupported(
                 f"generator {fr.code.co_qualname} is left suspended inside a try/finally or with block; "
                 "CPython runs that cleanup when the generator is closed or collected",
                 "exhaust the generator or call its close() inside the compiled function")
+
+
+def _effect_roots(d) -> list:
+    """The new values the glue's side-effect replay stores into existing objects, globals and cells."""
+    roots: list = []
+    for v in d.side_effects:
+        if isinstance(v, ObjectVar):
+            roots += [x for x in v.overlay.values() if isinstance(x, Value)]
+        elif hasattr(v, "items"):
+            items = v.items
+            roots += list(items.values()) if isinstance(items, dict) else list(items)
+        if getattr(v, "written", None) is not None:
+            roots.append(v.written)
+    roots += [w[2] for w in d.global_writes.values()]
+    return [r for r in roots if isinstance(r, Value)]
 
 
 def _closing_runs_code(fr: Frame) -> bool:

@@ -1,0 +1,216 @@
+"""Reproducers from PyTorch's Dynamo test files run against ember, seventh batch (issue 32, tools/peer on
+test_generator / test_backward_higher_order_ops): each compiled and compared with eager on fresh inputs."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+import ember
+
+
+# -- generators the trace started, leaving compiled code ---------------------------------------------------
+# A generator made and advanced inside the compiled function, then returned, stored into an existing object,
+# or live at a graph break, was refused ("has started running"): the glue could only remake an unstarted one
+# by calling its function again. The glue now builds a real generator paused where the traced one is (its
+# code, instruction pointer, stack and locals), whose rest runs lazily when the caller iterates. Each case
+# checks the values, the laziness (the log right after the call), sends, return values and cleanup.
+def _items(t, log):
+    log.append("start")
+    yield t + 1
+    log.append("second")
+    yield t * 2
+    log.append("third")
+    yield t.sin()
+
+
+def _advanced(t, log):
+    g = _items(t, log)
+    next(g)
+    return g
+
+
+def _exhausted(t, log):
+    g = _items(t, log)
+    out = list(g)
+    return g, out[2]
+
+
+def _sub(t, log):
+    log.append("sub")
+    x = yield t + 1
+    log.append(f"sub got {x}")
+    yield t + 2
+    return "sub done"
+
+
+def _delegating(t, log):
+    r = yield from _sub(t, log)
+    log.append(f"outer got {r}")
+    yield t + 3
+
+
+def _inside_yield_from(t, log):
+    g = _delegating(t, log)
+    next(g)
+    return g
+
+
+def _guarded(t, log):
+    try:
+        yield t + 1
+        yield t + 2
+    finally:
+        log.append("finally")
+
+
+def _in_try_finally(t, log):
+    g = _guarded(t, log)
+    next(g)
+    return g
+
+
+def _returns_value(t, log):
+    total = t * 0
+    for i in range(4):
+        total = total + (yield t + i)
+    log.append("summed")
+    return total
+
+
+def _sent_and_returned(t, log):
+    g = _returns_value(t, log)
+    next(g)
+    g.send(t * 10)
+    return g
+
+
+def _counting_closure(t, log):
+    n = 0
+
+    def gen():
+        nonlocal n
+        for x in (t, t + 1, t + 2):
+            n += 1
+            yield x
+
+    def seen():
+        return n
+
+    g = gen()
+    next(g)
+    return g, seen
+
+
+def _stored_in_argument(t, log):
+    g = _items(t, log)
+    next(g)
+    log.append(g)
+    return t.cos()
+
+
+def _two_sharing_state(t, log):
+    acc = []
+
+    def gen(k):
+        for i in range(3):
+            acc.append(k * 10 + i)
+            yield t * i + k
+
+    a, b = gen(1), gen(2)
+    next(a)
+    next(b)
+    next(a)
+    return a, b, acc
+
+
+STARTED = [_advanced, _exhausted, _inside_yield_from, _in_try_finally, _sent_and_returned, _counting_closure,
+           _stored_in_argument, _two_sharing_state]
+
+
+def _run_out(v, log, send=None):
+    """Everything a caller can observe by driving what came back: items (with the log after each), sends,
+    the StopIteration value, closure reads; generators stored in ``log`` are driven too."""
+    if isinstance(v, types.GeneratorType):
+        seen = []
+        try:
+            while True:
+                x = next(v) if send is None else v.send(send)
+                seen.append((x.clone() if isinstance(x, torch.Tensor) else x, [s for s in log if isinstance(s, str)]))
+        except StopIteration as e:
+            seen.append(("stop", e.value))
+        return seen
+    if isinstance(v, tuple):
+        return tuple(_run_out(x, log, send) for x in v)
+    if isinstance(v, list):
+        return [_run_out(x, log, send) for x in v]
+    if callable(v):
+        return ("call", v())
+    return v
+
+
+def _same(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b)
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b), (a, b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("fn", STARTED, ids=[c.__name__.lstrip("_") for c in STARTED])
+def test_started_generator_leaves_compiled_code(fresh_ember, fn):
+    t = torch.randn(3)
+    log_e, log_c = [], []
+    want = fn(t, log_e)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(t, log_c)
+    assert [s for s in log_c if isinstance(s, str)] == [s for s in log_e if isinstance(s, str)]   # lazy
+    send = t * 100 if fn is _sent_and_returned else None
+    _same(_run_out(got, log_c, send), _run_out(want, log_e, send))
+    _same(_run_out(log_c, log_c), _run_out(log_e, log_e))
+
+
+@pytest.mark.parametrize("fn", [_advanced, _in_try_finally, _inside_yield_from])
+def test_started_generator_close_and_throw(fresh_ember, fn):
+    """The rebuilt generator's cleanup runs at close(), and a throw() reaches its frame (and sub-generator)."""
+    t = torch.randn(3)
+    for op in ("close", "throw"):
+        log_e, log_c = [], []
+        want = fn(t, log_e)
+        got = ember.compile(fn, backend="eager", fullgraph=True)(t, log_c)
+        if op == "close":
+            assert got.close() == want.close()
+        else:
+            with pytest.raises(KeyError) as ee:
+                want.throw(KeyError("k"))
+            with pytest.raises(KeyError) as ec:
+                got.throw(KeyError("k"))
+            assert ec.value.args == ee.value.args
+        assert log_c == log_e
+        assert list(got) == list(want) == []
+
+
+@ember.disable
+def _opaque(x):
+    return x + 1
+
+
+def _live_at_break(t, log):
+    g = _items(t, log)
+    a = next(g)
+    b = _opaque(a)          # a graph break with the started generator in a local
+    return a + b + next(g), list(g)
+
+
+def test_started_generator_live_at_graph_break(fresh_ember):
+    """Without fullgraph the break hands the paused generator to the continuation: both halves compile."""
+    t = torch.randn(3)
+    log_e, log_c = [], []
+    want = _live_at_break(t, log_e)
+    got = ember.compile(_live_at_break, backend="eager")(t, log_c)
+    torch.testing.assert_close(got, want)
+    assert log_c == log_e
+    assert ember.stats()["graphs_compiled"] >= 2
