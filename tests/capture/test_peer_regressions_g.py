@@ -214,3 +214,50 @@ def test_started_generator_live_at_graph_break(fresh_ember):
     torch.testing.assert_close(got, want)
     assert log_c == log_e
     assert ember.stats()["graphs_compiled"] >= 2
+
+
+# -- the cond operator called directly ------------------------------------------------------------------------
+# ``torch.ops.higher_order.cond(pred, true_fn, false_fn, operands)`` (what torch.cond's eager path hands to
+# torch.compile in a wrapper function) was wrapped as a plain Python object, its ``__call__`` traced into
+# torch's dispatch machinery: "passing a CondOp to a torch operation". It is now a constant called through
+# torch.cond's capture rule (test_generator.py::test_untrack_generator_after_hop computes its reference with
+# an eager torch.cond, which compiles).
+_COND = torch.ops.higher_order.cond
+
+
+def _cond_tensor_pred(t, cond=_COND):
+    return cond(t.sum() > 0, lambda x: x.sin() + 1, lambda x: x.cos() - 1, (t,))
+
+
+def _cond_two_operands(t, cond=_COND):
+    u = t * 2
+    return cond(t[0] > t[1], lambda a, b: (a + b, a * b), lambda a, b: (a - b, a / (b.abs() + 1)), (t, u))
+
+
+def _cond_bool_pred(t, cond=_COND):
+    return cond(t.shape[0] > 2, lambda x: x * 3, lambda x: x / 3, [t])
+
+
+def _cond_in_wrapper(t, cond=_COND):
+    def wrapper(*args):         # torch.cond's own shape: the operator called through a wrapper's *args
+        return cond(*args)
+    return wrapper(t.mean() < 0, lambda x: x.exp(), lambda x: x.tanh(), (t,))
+
+
+COND_CASES = [_cond_tensor_pred, _cond_two_operands, _cond_bool_pred, _cond_in_wrapper]
+
+
+@pytest.mark.parametrize("fn", COND_CASES, ids=[c.__name__.lstrip("_") for c in COND_CASES])
+def test_cond_operator_called_directly(fresh_ember, fn):
+    """Values and gradients against eager torch.cond (eager autograd through the bare operator is torch's
+    own internal path, which needs a tracing mode)."""
+    for sign in (1.0, -1.0):
+        t = (torch.rand(4) + 0.5) * sign
+        t[1] = -t[1] * 3
+        te, tc = t.clone().requires_grad_(), t.clone().requires_grad_()
+        want = fn(te, torch.cond)
+        got = ember.compile(fn, backend="eager", fullgraph=True)(tc)
+        torch.testing.assert_close(got, want)
+        sum(x.sum() for x in (want if isinstance(want, tuple) else (want,))).backward()
+        sum(x.sum() for x in (got if isinstance(got, tuple) else (got,))).backward()
+        torch.testing.assert_close(tc.grad, te.grad)
