@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import exc_values
 from .bytecode import PY
 from .interpreter import Frame, UserException, Yield
 from .values import Const, IterVar, ObjectVar, Value
@@ -106,13 +107,17 @@ def _thrown(d, f, args: list) -> BaseException:
     """The exception ``gen.throw(typ[, val[, tb]])`` raises in the generator: the 3-argument form (contextlib's
     ``__exit__`` on Python 3.11) takes ``val`` when it is an instance of ``typ``, else builds ``typ(val)``; the
     traceback only decorates it."""
-    if len(args) == 1 or d.is_none(f, args[1]) and not isinstance(d.as_python(f, args[0]), BaseException):
+    def instance(v) -> bool:        # an exception object (one carrying traced values too: exc_values.py)
+        return issubclass(d.python_type(v), BaseException)
+
+    if len(args) == 1 or d.is_none(f, args[1]) and not instance(args[0]):
         return d.exception_of(f, args[0])
-    typ, val = d.as_python(f, args[0]), d.as_python(f, args[1])
-    if isinstance(typ, BaseException):
+    if instance(args[0]):
         raise UserException(TypeError("instance exception may not have a separate value"))
-    if isinstance(val, typ):
-        return val
+    typ = d.as_python(f, args[0])
+    if instance(args[1]) and isinstance(d.exception_of(f, args[1]), typ):
+        return d.exception_of(f, args[1])
+    val = d.as_python(f, args[1])
     return typ(*val) if isinstance(val, tuple) else typ(val)
 
 
@@ -120,7 +125,11 @@ def stop_if_done(d, f, ok: bool, v: Value) -> Value:
     """The item, or the StopIteration (carrying the return value) that ``next()`` raises."""
     if ok:
         return v
-    raise UserException(StopIteration(d.as_python(f, v)) if not d.is_none(f, v) else StopIteration())
+    if d.is_none(f, v):
+        raise UserException(StopIteration())
+    if isinstance(v, Value) and not d.is_const(v):     # a tensor, a new object: carried beside the exception
+        raise UserException(exc_values.make(d, StopIteration, [v]).exc)
+    raise UserException(StopIteration(d.as_python(f, v)))
 
 
 def _throw(d, f, it: IterVar, exc: BaseException) -> Value:

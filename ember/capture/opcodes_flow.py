@@ -295,6 +295,8 @@ def _raise_varargs(f, ins):
 def _exception_cause(f, cause):
     if f.dom.is_none(f, cause):
         return None
+    if issubclass(f.dom.python_type(cause), BaseException):     # an instance (one carrying traced values too)
+        return f.dom.exception_of(f, cause)
     c = f.dom.as_python(f, cause)
     if isinstance(c, type) and issubclass(c, BaseException):
         return f.dom.exception_of(f, cause)

@@ -13,6 +13,7 @@ import functools
 import types
 from typing import Any
 
+from . import exc_values
 from . import rules as R
 from .subclasses import overrides_dict
 from .bytecode import PY
@@ -146,7 +147,7 @@ class SymbolicDomain:
         if type(obj) is types.CellType:
             return RealCellVar(obj, CellSource(id(obj), obj))
         if source is None and isinstance(obj, BaseException):
-            return Const(obj)       # like the exceptions the trace raises and catches (``wrap_exception``)
+            return self.wrap_exception(obj)     # like the exceptions the trace raises and catches
         if g:
             g.type_match(source, type(obj))
         return ObjectVar(obj, source)
@@ -278,9 +279,11 @@ class SymbolicDomain:
         return PartialVar(fn, list(args.items), dict(kw.items), source)
 
     def wrap_exception(self, exc: BaseException) -> Value:
-        return Const(exc)
+        return exc_values.lookup(self, exc) or Const(exc)
 
     def exception_of(self, f: Frame, v: Value) -> BaseException:
+        if type(v) is exc_values.ExcVar:
+            return v.exc
         if type(v) is Const:
             x = v.value
             if isinstance(x, type) and issubclass(x, BaseException):

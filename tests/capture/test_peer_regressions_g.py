@@ -361,3 +361,115 @@ def test_register_hook_refusals_match_eager(fresh_ember):
     out = ember.compile(_hook_handle_used, backend="eager")(x, y, None, None)
     out.sum().backward()
     torch.testing.assert_close(x.grad, y.detach())
+
+
+# -- exceptions carrying traced values ---------------------------------------------------------------------------
+# A generator's ``return t * 5`` (StopIteration.value), ``raise ValueError(t)`` or a ``finally: return Foo(3)``
+# broke the graph ("a Tensor value is needed as a Python constant here", "creating ValueError with non-constant
+# arguments"): the trace's exceptions are real objects, so their arguments had to be constants. A builtin
+# exception made with traced arguments now keeps them beside it (exc_values.ExcVar): ``e.args``, ``e.value``
+# and the cause/context chain read them; what would read the real object's arguments is refused.
+class _Box:
+    def __init__(self, x):
+        self.x = x
+
+
+def _returns_tensor(t):
+    yield t + 1
+    return t * 5
+
+
+def _stop_value_from_next(t):
+    it = _returns_tensor(t)
+    next(it)
+    try:
+        next(it)
+    except StopIteration as e:
+        return e.value + 1, e.args[0] * 2
+    return t, t
+
+
+def _stop_value_from_send(t):
+    it = _returns_tensor(t)
+    next(it)
+    try:
+        it.send(3)
+    except StopIteration as e:
+        return e.value.cos()
+    return t
+
+
+def _finally_returns_object():
+    try:
+        yield 1
+    finally:
+        return _Box(3)  # noqa: B012
+
+
+def _stop_value_from_throw(t):
+    it = _finally_returns_object()
+    next(it)
+    try:
+        it.throw(ValueError)
+    except StopIteration as e:
+        return t + e.args[0].x
+    return t
+
+
+def _raise_with_tensor(t):
+    try:
+        raise ValueError(t * 2, _Box(4))
+    except ValueError as e:
+        return e.args[0] + e.args[1].x, isinstance(e, ValueError), type(e).__name__
+
+
+def _traced_cause(t):
+    try:
+        try:
+            raise KeyError(t.sin())
+        except KeyError as e:
+            raise RuntimeError("wrapped") from e
+    except RuntimeError as r:
+        return r.__cause__.args[0] * 3, str(r)
+
+
+def _through_contextmanager(t):
+    import contextlib
+
+    @contextlib.contextmanager
+    def catching(out):
+        try:
+            yield
+        except IndexError as e:
+            out.append(e.args[0] + 1)
+
+    out = []
+    with catching(out):
+        raise IndexError(t * 7)
+    return out[0]
+
+
+EXC_CASES = [_stop_value_from_next, _stop_value_from_send, _stop_value_from_throw, _raise_with_tensor,
+             _traced_cause, _through_contextmanager]
+
+
+@pytest.mark.parametrize("fn", EXC_CASES, ids=[c.__name__.lstrip("_") for c in EXC_CASES])
+def test_exception_carrying_traced_values(fresh_ember, fn):
+    for _ in range(2):
+        t = torch.randn(3)
+        _same(ember.compile(fn, backend="eager", fullgraph=True)(t), fn(t))
+
+
+def _str_of_traced_exception(t):
+    try:
+        raise KeyError(t)
+    except KeyError as e:
+        return str(e)
+
+
+def test_exception_with_traced_values_read_as_object_is_refused(fresh_ember):
+    """``str(e)`` would read the real object's arguments: refused under fullgraph, eager's answer without."""
+    t = torch.randn(3)
+    with pytest.raises(ember.Unsupported):
+        ember.compile(_str_of_traced_exception, backend="eager", fullgraph=True)(t)
+    assert ember.compile(_str_of_traced_exception, backend="eager")(t) == _str_of_traced_exception(t)
