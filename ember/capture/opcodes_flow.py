@@ -217,9 +217,17 @@ def _get_len(f, ins):
 
 
 # -- iteration -----------------------------------------------------------------------------------------
-@op("GET_ITER", "GET_YIELD_FROM_ITER")
+@op("GET_ITER")
 def _get_iter(f, ins):
     f.stack.append(f.dom.iter(f, f.stack.pop()))
+
+
+@op("GET_YIELD_FROM_ITER")
+def _get_yield_from_iter(f, ins):
+    # a domain may keep a user iterator object itself: `yield from` delegates send/throw/close to its methods
+    v = f.stack.pop()
+    keep = getattr(f.dom, "yield_from_iter", None)
+    f.stack.append(keep(f, v) if keep is not None else f.dom.iter(f, v))
 
 
 @op("FOR_ITER")

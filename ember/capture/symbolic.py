@@ -435,6 +435,15 @@ class SymbolicDomain:
     def iter(self, f, v):
         return self._rule(R.ITER, f, v, "iterating")(self, f, v)
 
+    def yield_from_iter(self, f, v):
+        """GET_YIELD_FROM_ITER: a user object's ``__iter__`` result stays that object (not wrapped as a plain
+        iterator), so `yield from` reaches its ``send``/``throw``/``close`` (generators.py)."""
+        if type(v) is ObjectVar:
+            from .instance_attrs import lookup_type_attr
+            if lookup_type_attr(type(v.obj), "__iter__") is not NULL:
+                return self.call_method(f, v, "__iter__", [], {})
+        return self.iter(f, v)
+
     def next(self, f, it):
         """(True, item), or (False, the iterator's return value) when it is exhausted."""
         from .generators import next_value

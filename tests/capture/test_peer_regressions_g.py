@@ -473,3 +473,144 @@ def test_exception_with_traced_values_read_as_object_is_refused(fresh_ember):
     with pytest.raises(ember.Unsupported):
         ember.compile(_str_of_traced_exception, backend="eager", fullgraph=True)(t)
     assert ember.compile(_str_of_traced_exception, backend="eager")(t) == _str_of_traced_exception(t)
+
+
+# -- throw and close through `yield from` ----------------------------------------------------------------------
+# ``gen.throw(E)`` on a generator waiting in ``yield from`` broke the graph ("generator.throw() into a generator
+# suspended in `yield from`"), and a user iterator object delegated to was wrapped as a plain iterator: its
+# ``send``/``throw``/``close`` methods were never called (close() of the outer generator silently skipped the
+# iterator's close, also when the generator was dropped at return). The throw now goes to the sub-generator
+# (recursively) or the iterator's ``throw(typ, val, tb)``; the sub-iterator's end or failure resumes the outer
+# frame past the ``yield from`` as CPython 3.11 does; close() calls a user iterator's close().
+class _Delegate:
+    def __init__(self, log):
+        self.log = log
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return 1
+
+    def send(self, v):
+        self.log.append(("send", v))
+        return 2
+
+    def throw(self, typ, val=None, tb=None):
+        self.log.append("iter throw")
+        return 3
+
+    def close(self):
+        self.log.append("iter close")
+
+
+def _yf_iter_close(t, log):
+    def outer():
+        yield from _Delegate(log)
+    g = outer()
+    next(g)
+    g.close()
+    return t + len(log)
+
+
+def _yf_iter_throw_then_dropped(t, log):
+    def outer():
+        yield from _Delegate(log)
+    g = outer()
+    next(g)
+    return t + g.throw(ValueError)        # g is closed as the frame returns: the iterator's close() runs
+
+
+def _yf_iter_send(t, log):
+    def outer():
+        yield from _Delegate(log)
+    g = outer()
+    next(g)
+    return t + g.send(5)
+
+
+def _yf_sub_catches(t, log):
+    def sub():
+        try:
+            yield 1
+        except ValueError:
+            log.append("sub caught")
+            yield t * 2
+    def outer():
+        yield from sub()
+    g = outer()
+    next(g)
+    return g.throw(ValueError)
+
+
+def _yf_sub_finally_outer_catches(t, log):
+    def sub():
+        try:
+            yield 1
+        finally:
+            log.append("sub finally")
+    def outer():
+        try:
+            yield from sub()
+        except ValueError:
+            log.append("outer caught")
+            yield t + 10
+    g = outer()
+    next(g)
+    return g.throw(ValueError)
+
+
+def _yf_sub_returns_on_throw(t, log):
+    def sub():
+        try:
+            yield 1
+        except ValueError:
+            return t * 3
+    def outer():
+        r = yield from sub()
+        log.append("outer got")
+        yield r + 1
+    g = outer()
+    next(g)
+    return g.throw(ValueError)
+
+
+def _yf_nested(t, log):
+    def leaf():
+        try:
+            yield 1
+        except ValueError:
+            log.append("leaf caught")
+            yield t - 2
+    def mid():
+        yield from leaf()
+    def outer():
+        yield from mid()
+    g = outer()
+    next(g)
+    return g.throw(ValueError)
+
+
+def _yf_plain_iterator(t, log):
+    def outer():
+        try:
+            yield from iter([1, 2, 3])
+        except ValueError:
+            yield t * 5
+    g = outer()
+    next(g)
+    return g.throw(ValueError)
+
+
+YF_CASES = [_yf_iter_close, _yf_iter_throw_then_dropped, _yf_iter_send, _yf_sub_catches,
+            _yf_sub_finally_outer_catches, _yf_sub_returns_on_throw, _yf_nested, _yf_plain_iterator]
+
+
+@pytest.mark.parametrize("fn", YF_CASES, ids=[c.__name__.lstrip("_") for c in YF_CASES])
+def test_throw_and_close_through_yield_from(fresh_ember, fn):
+    t = torch.randn(3)
+    log_e, log_c = [], []
+    want = fn(t, log_e)
+    got = ember.compile(fn, backend="eager", fullgraph=True)(t, log_c)
+    torch.testing.assert_close(got, want)
+    assert log_c == log_e
