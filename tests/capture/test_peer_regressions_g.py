@@ -614,3 +614,27 @@ def test_throw_and_close_through_yield_from(fresh_ember, fn):
     got = ember.compile(fn, backend="eager", fullgraph=True)(t, log_c)
     torch.testing.assert_close(got, want)
     assert log_c == log_e
+
+
+class _HookedForward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        self.lin.weight.register_hook(lambda g: g * 0)
+        return self.lin(x)
+
+
+def test_register_hook_in_exported_model_is_refused(fresh_ember):
+    """ember.export checks the model on its real parameters: a hook registered there would outlive the export,
+    and the exported program would not carry it. Refused, and nothing is left on the parameters."""
+    m = _HookedForward()
+    with pytest.raises(ember.Unsupported, match="register_hook"):
+        ember.export(m, (torch.randn(4, 3),))
+    m.lin(torch.randn(4, 3)).sum().backward()
+    assert m.lin.weight.grad.abs().sum() > 0          # no zeroing hook was left behind
+    out = ember.compile(m, backend="eager", fullgraph=True)(torch.randn(4, 3))   # compiled: registered as eager
+    m.lin.weight.grad = None
+    out.sum().backward()
+    assert m.lin.weight.grad.abs().sum() == 0

@@ -2,6 +2,7 @@
 iteration over the first dimension, and the operations whose result depends on tensor data (reported)."""
 from __future__ import annotations
 
+import contextvars
 import operator
 
 import torch
@@ -118,11 +119,19 @@ class HookHandleVar(Value):
         return "hook handle of Tensor.register_hook"
 
 
+# set while ember.export checks that a model captures as one graph: an exported program carries no hooks, and
+# the check runs on the real parameters (a registration there would outlive the export)
+NO_HOOKS: contextvars.ContextVar[bool] = contextvars.ContextVar("ember_no_hooks", default=False)
+
+
 def _register_hook(d, f, t: TensorVar, args, kwargs):
     """``x.register_hook(fn)`` on a tensor from outside the call (an input, a parameter, a buffer): the forward
     does not depend on it, and the gradient reaches ``x`` only after the compiled call returned, through
     ``x``'s own autograd node, so the glue registers it on the real tensor after the graph ran, in program
     order with the other deferred calls. A tensor computed in the graph has no real tensor to hook."""
+    if NO_HOOKS.get():
+        raise d.unsupported(f, "Tensor.register_hook in an exported model (an exported program carries no hooks)",
+                            "register the hook on the parameters of the module ep.module() returns")
     if t.source is None:
         raise d.unsupported(f, "Tensor.register_hook on a tensor computed inside compiled code",
                             "register the hook on an input, or outside the compiled function")
