@@ -162,12 +162,13 @@ def _throw_into_sub(d, f, it: IterVar, exc: BaseException) -> Value:
     or with that exception."""
     fr = it.frame
     sub = fr.stack[-1]
-    try:
-        if type(sub) is IterVar and sub.frame is not None:
+    sub_gen = type(sub) is IterVar and sub.frame is not None
+    meth = _method(d, f, sub, "throw") if isinstance(sub, ObjectVar) else None
+    if not sub_gen and meth is None:        # a plain iterator: raised at the `yield from` (throw_here)
+        return _go_on(d, f, it, _Throw(exc))
+    try:            # only the sub-iterator's own work: what the outer frame then does is not caught here
+        if sub_gen:
             return _throw(d, f, sub, exc)
-        meth = _method(d, f, sub, "throw") if isinstance(sub, ObjectVar) else None
-        if meth is None:
-            return _go_on(d, f, it, _Throw(exc))
         return d.call(f, meth, [Const(type(exc)), d.wrap_exception(exc), Const(None)], {})
     except UserException as ue:
         err = ue.exc
