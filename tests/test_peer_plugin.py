@@ -105,6 +105,11 @@ CLASSIFY_CASES = [
     ('with self.assertRaisesRegex(Unsupported, "Observed exception"):',
      'AssertionError: "Observed exception" does not match "the traced code raised StopIteration"', "count"),
     ('with self.assertRaisesRegex(ValueError, "7"):', 'AssertionError: "7" does not match "8"', "wrong"),
+    # the statement continues on the lines after the '>' one (test_backward_higher_order_ops.py)
+    ('with self.assertRaisesRegex(\n                torch._dynamo.exc.Unsupported,\n                "print",\n'
+     '            ):', 'AssertionError: "print" does not match "call to f is not supported"', "count"),
+    ('with self.assertRaisesRegex(\n                ValueError,\n                "7",\n            ):',
+     'AssertionError: "7" does not match "8"', "wrong"),
     ("fn(x)", "KeyError: 'a'", "crash"),
     ("fn(x)", "ember.errors.Unsupported: reading attribute '__name__' of a list.append", "break"),
     ("except Unsupported as e:  # ember's compile_entry, quoted in the traceback",

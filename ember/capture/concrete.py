@@ -356,10 +356,12 @@ class ConcreteDomain:
         return frame.run().value
 
 
-def _drive_generator(frame: Frame):
+def _drive_generator(frame: Frame, suspended: bool = False):
     """A real generator running an interpreted generator frame. ``throw``/``close`` (also the close at garbage
-    collection) are raised inside the frame, so its ``finally`` and ``with`` blocks run as in CPython."""
-    r = _resume(frame.run)
+    collection) are raised inside the frame, so its ``finally`` and ``with`` blocks run as in CPython.
+    ``suspended``: the frame is paused at a yield (a generator the trace started, rebuilt by ``resume_generator``);
+    the generator first yields None without running the frame, to be primed by its maker."""
+    r = Yield(None) if suspended else _resume(frame.run)
     while type(r) is not Return:
         thrown = None
         try:
@@ -372,6 +374,33 @@ def _drive_generator(frame: Frame):
         else:
             r = _resume(_throw, frame, thrown)
     return r.value
+
+
+def resume_generator(func: Any, code: types.CodeType, f_globals: dict, ip: int, stack: list, locals_: dict,
+                     exc_info: Any = None):
+    """A real generator that goes on from where a traced generator frame is paused: its code, globals,
+    instruction pointer (just after the yield), value stack and locals (cells for cell and free variables). The
+    rest of the body runs lazily, as the caller iterates, by the concrete interpreter (callees natively), so
+    its work and side effects happen when eager's would. Returned already primed: ``send(v)`` reaches the
+    frame, as it would the original generator."""
+    frame = Frame(ConcreteDomain(interpret_callees=False), code, f_globals, locals_, None, func)
+    frame.ip, frame.cur, frame.stack, frame.exc_info = ip, frame.instrs[ip - 1], list(stack), exc_info
+    gen = _drive_generator(frame, suspended=True)
+    gen.__name__, gen.__qualname__ = code.co_name, code.co_qualname
+    next(gen)
+    return gen
+
+
+def finished_generator(code: types.CodeType):
+    """An exhausted generator named after ``code`` (a traced generator that ran to its end)."""
+    def gen():
+        return
+        yield       # noqa: unreachable - makes this a generator function
+    g = gen()
+    g.__name__, g.__qualname__ = code.co_name, code.co_qualname
+    for _ in g:
+        pass
+    return g
 
 
 def _resume(step, *args):

@@ -138,7 +138,8 @@ def run_top(d: SymbolicDomain, frame: Frame, stop_at: int | None) -> Value | Fra
     try:
         if type(r) is not Stop:
             close_dropped(d, frame, r.value)     # CPython closes them as the frame's locals go
-        check_suspended(d)      # a generator paused in try/finally: its cleanup must not be skipped
+        live = [r.value] if type(r) is not Stop else frame.stack + list(dict.values(frame.locals))
+        check_suspended(d, live)    # a generator paused in try/finally: its cleanup must not be skipped
     except Unsupported as e:
         e.resumable = False     # not an instruction the glue could run natively
         raise

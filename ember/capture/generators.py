@@ -11,17 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import exc_values
 from .bytecode import PY
 from .interpreter import Frame, UserException, Yield
 from .values import Const, IterVar, ObjectVar, Value
 
 
 class _Throw(Exception):
-    """Carries a user exception into ``drive`` (``generator.throw``/``close``)."""
+    """Carries a user exception into ``drive`` (``generator.throw``/``close``); or, with ``resume``, how the
+    paused frame goes on instead (after a sub-iterator of its `yield from` finished or failed in a throw)."""
 
-    def __init__(self, exc: BaseException):
+    def __init__(self, exc: BaseException | None, resume=None):
         super().__init__(exc)
         self.exc = exc
+        self.resume = resume
 
 
 def drive(frame: Frame):
@@ -31,7 +34,7 @@ def drive(frame: Frame):
             try:
                 sent = yield r.value
             except _Throw as t:
-                r = frame.throw(t.exc)
+                r = t.resume() if t.resume is not None else frame.throw(t.exc)
             else:
                 frame.stack.append(Const(None) if sent is None else sent)
                 r = frame.run()
@@ -106,13 +109,17 @@ def _thrown(d, f, args: list) -> BaseException:
     """The exception ``gen.throw(typ[, val[, tb]])`` raises in the generator: the 3-argument form (contextlib's
     ``__exit__`` on Python 3.11) takes ``val`` when it is an instance of ``typ``, else builds ``typ(val)``; the
     traceback only decorates it."""
-    if len(args) == 1 or d.is_none(f, args[1]) and not isinstance(d.as_python(f, args[0]), BaseException):
+    def instance(v) -> bool:        # an exception object (one carrying traced values too: exc_values.py)
+        return issubclass(d.python_type(v), BaseException)
+
+    if len(args) == 1 or d.is_none(f, args[1]) and not instance(args[0]):
         return d.exception_of(f, args[0])
-    typ, val = d.as_python(f, args[0]), d.as_python(f, args[1])
-    if isinstance(typ, BaseException):
+    if instance(args[0]):
         raise UserException(TypeError("instance exception may not have a separate value"))
-    if isinstance(val, typ):
-        return val
+    typ = d.as_python(f, args[0])
+    if instance(args[1]) and isinstance(d.exception_of(f, args[1]), typ):
+        return d.exception_of(f, args[1])
+    val = d.as_python(f, args[1])
     return typ(*val) if isinstance(val, tuple) else typ(val)
 
 
@@ -120,7 +127,11 @@ def stop_if_done(d, f, ok: bool, v: Value) -> Value:
     """The item, or the StopIteration (carrying the return value) that ``next()`` raises."""
     if ok:
         return v
-    raise UserException(StopIteration(d.as_python(f, v)) if not d.is_none(f, v) else StopIteration())
+    if d.is_none(f, v):
+        raise UserException(StopIteration())
+    if isinstance(v, Value) and not d.is_const(v):     # a tensor, a new object: carried beside the exception
+        raise UserException(exc_values.make(d, StopIteration, [v]).exc)
+    raise UserException(StopIteration(d.as_python(f, v)))
 
 
 def _throw(d, f, it: IterVar, exc: BaseException) -> Value:
@@ -129,11 +140,64 @@ def _throw(d, f, it: IterVar, exc: BaseException) -> Value:
         it.gen.close()
         raise UserException(exc, chained=True)
     if it.frame.in_yield_from():
+        if not isinstance(exc, GeneratorExit):
+            return _throw_into_sub(d, f, it, exc)
         exc = _delegate(d, f, it.frame, exc)
+    return _go_on(d, f, it, _Throw(exc))
+
+
+def _go_on(d, f, it: IterVar, msg: _Throw) -> Value:
+    """Resume the paused generator with ``msg``: its next item, or the StopIteration of its end."""
     try:
-        return it.gen.throw(_Throw(exc))
+        return it.gen.throw(msg)
     except StopIteration as e:
         return stop_if_done(d, f, False, _finished(e))
+
+
+def _throw_into_sub(d, f, it: IterVar, exc: BaseException) -> Value:
+    """``throw`` into a generator waiting in `yield from` goes to the sub-iterator first (CPython's
+    ``_gen_throw``): a sub-generator's own handlers run; a user iterator's ``throw(typ, val, tb)`` method is
+    called (without one the exception is raised at the `yield from`). What the sub-iterator yields, the
+    generator yields; when it returns or raises, the generator goes on past the `yield from` with that value,
+    or with that exception."""
+    fr = it.frame
+    sub = fr.stack[-1]
+    sub_gen = type(sub) is IterVar and sub.frame is not None
+    meth = _method(d, f, sub, "throw") if isinstance(sub, ObjectVar) else None
+    if not sub_gen and meth is None:        # a plain iterator: raised at the `yield from` (throw_here)
+        return _go_on(d, f, it, _Throw(exc))
+    try:            # only the sub-iterator's own work: what the outer frame then does is not caught here
+        if sub_gen:
+            return _throw(d, f, sub, exc)
+        return d.call(f, meth, [Const(type(exc)), d.wrap_exception(exc), Const(None)], {})
+    except UserException as ue:
+        err = ue.exc
+    return _go_on(d, f, it, _Throw(None, lambda: _after_sub_failed(d, fr, err)))
+
+
+def _method(d, f, obj: Value, name: str) -> Value | None:
+    """``getattr(obj, name)``, None when it has no such attribute (CPython's lookup for throw/close)."""
+    try:
+        return d.getattr(f, obj, name)
+    except UserException as ue:
+        if isinstance(ue.exc, AttributeError):
+            return None
+        raise
+
+
+def _after_sub_failed(d, fr: Frame, err: BaseException):
+    """The sub-iterator of the paused `yield from` ended in a throw: 3.11 pops it and jumps past the SEND loop,
+    sending a StopIteration's value, or raising any other exception there (3.12+: CLEANUP_THROW does it)."""
+    if PY >= (3, 12):
+        return fr.throw(err)
+    fr.stack.pop()
+    if not isinstance(err, StopIteration):
+        return fr.throw(err)
+    send = fr.instrs[fr.instrs[fr.ip + 1].jump_target]
+    payload = exc_values.lookup(d, err)
+    fr.stack.append(payload.attrs["value"] if payload is not None else d.from_python(err.value))
+    fr.ip = send.jump_target
+    return fr.run()
 
 
 def close(d, f, it: IterVar) -> Value:
@@ -157,22 +221,20 @@ def close(d, f, it: IterVar) -> Value:
 
 
 def _delegate(d, f, fr: Frame, exc: BaseException) -> BaseException:
-    """``throw``/``close`` of a generator waiting in `yield from` first go to the sub-iterator (CPython's
-    ``_gen_throw``). Closing a sub-generator is done here; the exception to raise in the outer frame is
-    returned. Throwing into a sub-iterator that has a ``throw`` method is not supported."""
+    """``close`` (and ``throw(GeneratorExit)``) of a generator waiting in `yield from` first closes the
+    sub-iterator (CPython's ``_gen_throw``), here; the exception to raise in the outer frame is
+    returned (a user iterator's ``close`` method is called, when it has one)."""
     sub = fr.stack[-1]
     sub_gen = type(sub) is IterVar and sub.frame is not None
-    if isinstance(exc, GeneratorExit):
+    try:
         if sub_gen:
-            try:
-                close(d, f, sub)
-            except UserException as ue:
-                return ue.exc
+            close(d, f, sub)
         elif isinstance(sub, ObjectVar):
-            raise d.unsupported(f, "closing a generator that delegates (yield from) to a user iterator")
-        return exc
-    if sub_gen or isinstance(sub, ObjectVar):
-        raise d.unsupported(f, "generator.throw() into a generator suspended in `yield from`")
+            meth = _method(d, f, sub, "close")
+            if meth is not None:
+                d.call(f, meth, [], {})
+    except UserException as ue:
+        return ue.exc
     return exc
 
 
@@ -235,26 +297,55 @@ def _reachable(roots: list):
             kids = list(v.items.values()) + (list(v.keys.values()) if type(v) is DictVar else [])
         elif isinstance(v, ObjectVar):
             kids = [x for x in v.overlay.values() if isinstance(x, Value)]
+        elif type(v) is IterVar and v.frame is not None:        # a generator's state: its locals and stack
+            kids = list(dict.values(v.frame.locals)) + list(v.frame.stack)
+        elif type(v).__name__ == "CellVar":
+            kids = [v.contents]
         else:
             kids = []
         stack.extend(reversed([k for k in kids if isinstance(k, Value)]))
 
 
-def check_suspended(d) -> None:
-    """Unsupported if a generator of the trace is suspended where closing it would run user code."""
+def check_suspended(d, live: list) -> None:
+    """Unsupported if a generator of the trace is suspended where closing it would run user code and it is
+    dropped by the trace. One that ``live`` (the return value, or a stopped frame's stack and locals) or a
+    replayed side effect reaches leaves compiled code as a real generator in its state (gen_rebuild.py),
+    whose cleanup runs when CPython closes it."""
+    escaping = None
     for it in d.generators:
         fr = it.frame
         if fr.cur is not None and not fr.done and _closing_runs_code(fr):
+            if escaping is None:
+                escaping = {id(v) for v in _reachable(list(live) + _effect_roots(d))}
+            if id(it) in escaping:
+                continue
             raise fr.unsupported(
                 f"generator {fr.code.co_qualname} is left suspended inside a try/finally or with block; "
                 "CPython runs that cleanup when the generator is closed or collected",
                 "exhaust the generator or call its close() inside the compiled function")
 
 
+def _effect_roots(d) -> list:
+    """The new values the glue's side-effect replay stores into existing objects, globals and cells."""
+    roots: list = []
+    for v in d.side_effects:
+        if isinstance(v, ObjectVar):
+            roots += [x for x in v.overlay.values() if isinstance(x, Value)]
+        elif hasattr(v, "items"):
+            items = v.items
+            roots += list(items.values()) if isinstance(items, dict) else list(items)
+        if getattr(v, "written", None) is not None:
+            roots.append(v.written)
+    roots += [w[2] for w in d.global_writes.values()]
+    return [r for r in roots if isinstance(r, Value)]
+
+
 def _closing_runs_code(fr: Frame) -> bool:
     """Whether ``close()`` (GeneratorExit at the suspended yield) would run code of the generator: a
     ``finally`` or ``with`` exit does; ``except`` clauses that cannot match GeneratorExit and the cleanup that
     re-raises do not (``collections.abc.Sequence.__iter__``'s ``except IndexError``)."""
+    if fr.in_yield_from() and isinstance(fr.stack[-1], ObjectVar) and _may_have(fr.stack[-1], "close"):
+        return True             # closing first calls the user iterator's close()
     offset = fr.cur.offset
     while True:
         entry = fr.decoded.handler_for(offset)
@@ -323,3 +414,9 @@ def _global_value(fr: Frame, name: str):
         b = b if isinstance(b, dict) else b.__dict__
         v = b.get(name)
     return v if isinstance(v, type) else None
+
+
+def _may_have(v: ObjectVar, name: str) -> bool:
+    """Whether the object has the attribute: on its class, in its own __dict__ or set by the trace."""
+    return any(name in vars(k) for k in type(v.obj).__mro__) or name in v.overlay \
+        or name in (getattr(v.obj, "__dict__", None) or {})

@@ -276,14 +276,13 @@ def _seq_iter_reconstruct(glue: GlueBuilder, v: SeqIterVar) -> str:
 def _generator_reconstruct(glue: GlueBuilder, v: IterVar) -> str:
     """A generator the trace made but never started (``return gen_fn(t)``) is made again by calling its
     function on the same argument values: it runs lazily, when the caller iterates, as eager's would. One that
-    has started cannot be rebuilt in its state."""
+    has started is rebuilt in its state (gen_rebuild.py)."""
     if v.call is None:
         raise glue.d.unsupported(None, f"returning or storing a {v.describe()} (IterVar) out of compiled code is "
                                        "not supported")
     if inspect.getgeneratorstate(v.gen) != inspect.GEN_CREATED:
-        raise glue.d.unsupported(None, f"returning or storing a {v.describe()} that has started running out of "
-                                       "compiled code is not supported",
-                                 "return the values (list(gen)), or create the generator outside")
+        from .gen_rebuild import rebuild_started
+        return rebuild_started(glue, v)
     name, fresh = glue._temp(v, "gen")
     if fresh:
         func, args, kwargs = v.call

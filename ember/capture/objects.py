@@ -15,7 +15,7 @@ from typing import Any
 
 from ..emit import object_name
 from . import rules as R
-from . import dunders, polyfills, subclasses
+from . import dunders, exc_values, polyfills, subclasses
 from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_descriptor as _is_data_descriptor
 from .instance_attrs import container_dict, lookup_type_attr, real_instance_attr  # noqa: F401  (lookup_type_attr: part of this module's interface)
 from .interpreter import NULL, UserException
@@ -502,6 +502,8 @@ def construct(d: SymbolicDomain, f, cls: type, args, kwargs) -> Value:
     if issubclass(cls, BaseException):
         if all_const(args, kwargs):
             return call_real(d, f, cls, args, kwargs)
+        if exc_values.is_builtin_exception(cls) and not kwargs:
+            return exc_values.make(d, cls, list(args))
         raise d.unsupported(f, f"creating {cls.__name__} with non-constant arguments")
     if isinstance(cls, enum.EnumMeta) and all_const(args, kwargs):
         return call_real(d, f, cls, args, kwargs)

@@ -217,9 +217,17 @@ def _get_len(f, ins):
 
 
 # -- iteration -----------------------------------------------------------------------------------------
-@op("GET_ITER", "GET_YIELD_FROM_ITER")
+@op("GET_ITER")
 def _get_iter(f, ins):
     f.stack.append(f.dom.iter(f, f.stack.pop()))
+
+
+@op("GET_YIELD_FROM_ITER")
+def _get_yield_from_iter(f, ins):
+    # a domain may keep a user iterator object itself: `yield from` delegates send/throw/close to its methods
+    v = f.stack.pop()
+    keep = getattr(f.dom, "yield_from_iter", None)
+    f.stack.append(keep(f, v) if keep is not None else f.dom.iter(f, v))
 
 
 @op("FOR_ITER")
@@ -295,6 +303,8 @@ def _raise_varargs(f, ins):
 def _exception_cause(f, cause):
     if f.dom.is_none(f, cause):
         return None
+    if issubclass(f.dom.python_type(cause), BaseException):     # an instance (one carrying traced values too)
+        return f.dom.exception_of(f, cause)
     c = f.dom.as_python(f, cause)
     if isinstance(c, type) and issubclass(c, BaseException):
         return f.dom.exception_of(f, cause)

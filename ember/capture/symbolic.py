@@ -13,6 +13,7 @@ import functools
 import types
 from typing import Any
 
+from . import exc_values
 from . import rules as R
 from .subclasses import overrides_dict
 from .bytecode import PY
@@ -146,7 +147,7 @@ class SymbolicDomain:
         if type(obj) is types.CellType:
             return RealCellVar(obj, CellSource(id(obj), obj))
         if source is None and isinstance(obj, BaseException):
-            return Const(obj)       # like the exceptions the trace raises and catches (``wrap_exception``)
+            return self.wrap_exception(obj)     # like the exceptions the trace raises and catches
         if g:
             g.type_match(source, type(obj))
         return ObjectVar(obj, source)
@@ -278,9 +279,11 @@ class SymbolicDomain:
         return PartialVar(fn, list(args.items), dict(kw.items), source)
 
     def wrap_exception(self, exc: BaseException) -> Value:
-        return Const(exc)
+        return exc_values.lookup(self, exc) or Const(exc)
 
     def exception_of(self, f: Frame, v: Value) -> BaseException:
+        if type(v) is exc_values.ExcVar:
+            return v.exc
         if type(v) is Const:
             x = v.value
             if isinstance(x, type) and issubclass(x, BaseException):
@@ -431,6 +434,15 @@ class SymbolicDomain:
 
     def iter(self, f, v):
         return self._rule(R.ITER, f, v, "iterating")(self, f, v)
+
+    def yield_from_iter(self, f, v):
+        """GET_YIELD_FROM_ITER: a user object's ``__iter__`` result stays that object (not wrapped as a plain
+        iterator), so `yield from` reaches its ``send``/``throw``/``close`` (generators.py)."""
+        if type(v) is ObjectVar:
+            from .instance_attrs import lookup_type_attr
+            if lookup_type_attr(type(v.obj), "__iter__") is not NULL:
+                return self.call_method(f, v, "__iter__", [], {})
+        return self.iter(f, v)
 
     def next(self, f, it):
         """(True, item), or (False, the iterator's return value) when it is exhausted."""

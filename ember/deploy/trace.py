@@ -121,6 +121,8 @@ def _check_one_graph(model: Any, args: tuple, kwargs: dict, tensors: list[torch.
     import ember
     saved = [t.detach().clone() for t in tensors]
     devices = sorted({t.device.index or 0 for t in tensors if t.device.type == "cuda"})
+    from ..capture.torch.tensor import NO_HOOKS
+    token = NO_HOOKS.set(True)
     try:
         with torch.random.fork_rng(devices=devices), torch.no_grad():
             ember.compile(model, fullgraph=True, backend="eager")(*args, **kwargs)
@@ -129,6 +131,7 @@ def _check_one_graph(model: Any, args: tuple, kwargs: dict, tensors: list[torch.
                           hint=e.hint or "rewrite that line, or move it out of the exported forward()",
                           user_stack=e.user_stack, source_line=e.source_line) from None
     finally:
+        NO_HOOKS.reset(token)
         with torch.no_grad():
             for t, s in zip(tensors, saved):
                 t.copy_(s)

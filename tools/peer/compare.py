@@ -79,14 +79,26 @@ def classify(text: str) -> str:
         return "break"
     if _EXPECTED_BREAK.search(first):
         return "count"
-    failing = [ln for ln in lines if ln.startswith(">")]
-    if "does not match" in first and any(_EXPECTED_MESSAGE.search(ln) for ln in failing):
+    if "does not match" in first and any(_EXPECTED_MESSAGE.search(st) for st in _statements(lines)):
         return "count"
     if "AssertionError" in first or first.startswith(("assert", "AssertionError")) or "AssertionError" in text[-400:]:
         failing = [ln for ln in lines if ln.startswith(">") or ln.strip().startswith("self.assert")]
         where = "\n".join(failing[-3:]) or text[-800:]
         return "count" if _COUNT.search(where) or _COUNT.search(_flag_source(lines)) else "wrong"
     return "crash"
+
+
+def _statements(lines: list[str]) -> list[str]:
+    """Each failing source line (``>``) joined with the lines that continue its statement, up to the error
+    lines (``E``): ``with self.assertRaisesRegex(`` names the exception class on the next line."""
+    out = []
+    for i, ln in enumerate(lines):
+        if ln.startswith(">"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith(("E ", ">")) and lines[j].strip():
+                j += 1
+            out.append(" ".join(x.lstrip("> ").strip() for x in lines[i:j]))
+    return out
 
 
 _FLAG = re.compile(r"^>\s+self\.assert(?:True|False)\((\w+)\b")

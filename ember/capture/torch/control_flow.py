@@ -327,5 +327,10 @@ def _call_while(d, f, args, kwargs):
 # torch.while_loop is the public name (the same function as torch._higher_order_ops.while_loop, which the
 # pipeline does not import)
 RULES: dict[Any, Callable] = {torch.cond: _call_cond}
+# the operator itself, ``torch.ops.higher_order.cond(pred, true_fn, false_fn, operands)``: what torch.cond's
+# eager path hands to ``torch.compile`` (in a wrapper function), and what library code may call directly
+_cond_op = getattr(getattr(torch.ops, "higher_order", None), "cond", None)
+if _cond_op is not None:
+    RULES[_cond_op] = _call_cond
 if getattr(torch, "while_loop", None) is not None:
     RULES[torch.while_loop] = _call_while

@@ -263,7 +263,10 @@ class TorchPlugin:
                 d.cg.hoist(inst)
                 d.guards.add(f"{inst.expr(d.cg)} is not None", f"{d.cg.plain(source)} has a __dict__")
             return NNModuleVar(obj, source)
-        if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
+        if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)) or (
+                isinstance(obj, torch._ops.HigherOrderOperator) and obj in _CONST_RULES):
+            # (an operator with a capture rule, torch.ops.higher_order.cond: called through the rule, not
+            # traced into as a Python object)
             if source is not None:
                 d.guards.id_match(source, obj)
             return Const(obj, source)

@@ -2,6 +2,7 @@
 iteration over the first dimension, and the operations whose result depends on tensor data (reported)."""
 from __future__ import annotations
 
+import contextvars
 import operator
 
 import torch
@@ -44,7 +45,6 @@ _DATA_DEPENDENT = {
     "data_ptr": "Tensor.data_ptr()", "untyped_storage": "Tensor.untyped_storage()",
 }
 _UNSUPPORTED_METHODS = {"backward": "Tensor.backward() inside compiled code",
-                        "register_hook": "Tensor.register_hook inside compiled code",
                         "retain_grad": "Tensor.retain_grad inside compiled code",
                         "apply_": "Tensor.apply_", "map_": "Tensor.map_", "storage": "Tensor.storage()"}
 _HINT = "keep the value as a tensor (use torch ops such as torch.where instead of Python control flow), " \
@@ -115,6 +115,46 @@ def _tensor_setattr(d, f, t, name, value):
                         "set tensor attributes outside the compiled function")
 
 
+class HookHandleVar(Value):
+    """The handle ``Tensor.register_hook`` returns inside a trace: the registration happens in the glue, so
+    the handle is not there to use (reading or returning it is reported)."""
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__(None)
+
+    def python_type(self):
+        return torch.utils.hooks.RemovableHandle
+
+    def describe(self):
+        return "hook handle of Tensor.register_hook"
+
+
+# set while ember.export checks that a model captures as one graph: an exported program carries no hooks, and
+# the check runs on the real parameters (a registration there would outlive the export)
+NO_HOOKS: contextvars.ContextVar[bool] = contextvars.ContextVar("ember_no_hooks", default=False)
+
+
+def _register_hook(d, f, t: TensorVar, args, kwargs):
+    """``x.register_hook(fn)`` on a tensor from outside the call (an input, a parameter, a buffer): the forward
+    does not depend on it, and the gradient reaches ``x`` only after the compiled call returned, through
+    ``x``'s own autograd node, so the glue registers it on the real tensor after the graph ran, in program
+    order with the other deferred calls. A tensor computed in the graph has no real tensor to hook."""
+    if NO_HOOKS.get():
+        raise d.unsupported(f, "Tensor.register_hook in an exported model (an exported program carries no hooks)",
+                            "register the hook on the parameters of the module ep.module() returns")
+    if t.source is None:
+        raise d.unsupported(f, "Tensor.register_hook on a tensor computed inside compiled code",
+                            "register the hook on an input, or outside the compiled function")
+    if kwargs or len(args) != 1:
+        raise UserException(TypeError(f"register_hook() takes 1 argument ({len(args) + len(kwargs)} given)"))
+    d.torch.grad_observed = True
+    if not t.meta.requires_grad:
+        raise UserException(RuntimeError("cannot register a hook on a tensor that doesn't require gradient"))
+    d.deferred_calls.append((MethodOf(t, "register_hook"), [args[0]]))
+    return HookHandleVar()
+
+
 @R.METHOD.register(TensorVar)
 def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
     if name in _GRAD_STATE:
@@ -142,6 +182,8 @@ def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
         if v is not None:
             return v
         raise data_dependent(d, f, _DATA_DEPENDENT[name])
+    if name == "register_hook":
+        return _register_hook(d, f, t, args, kwargs)
     if name in _UNSUPPORTED_METHODS:
         raise d.unsupported(f, _UNSUPPORTED_METHODS[name], "call it outside the compiled function")
     if name == "type" and not args and not kwargs:
