@@ -21,6 +21,7 @@ from .instance_attrs import container_dict, lookup_type_attr, real_instance_attr
 from .interpreter import NULL, UserException
 from .logging_calls import defer_logging, is_logger_method
 from .purity import PURE_BUILTINS, is_pure_callable  # noqa: F401  (part of this module's interface)
+from .class_attrs import class_written
 from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource, Source, instance_dict_source
 from .symbolic import SliceVar, SymbolicDomain
@@ -96,6 +97,10 @@ _CONST_ITERABLES = (range, tuple, str, bytes, frozenset)
 @R.GETATTR.register(Const)
 def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
     obj = v.value
+    if d.class_writes and isinstance(obj, type):
+        w = class_written(d, obj, name)
+        if w is not NULL:
+            return w
     for p in d.plugins:
         r = p.const_getattr(d, f, v, name)
         if r is not None:
@@ -173,6 +178,8 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
         if inst is not None and name in inst:
             return d.wrap(inst[name], _instance_attr_source(d, v, name))
         not_in_instance(d, v.source, v.obj, name)
+    if d.class_writes and (w := class_written(d, t, name)) is not NULL:
+        return w                # a class attribute the trace wrote (plain data: no descriptor)
     if cattr is not NULL:
         return _descriptor_get(d, f, v, cattr, name, t)
     ga = lookup_type_attr(t, "__getattr__")
