@@ -20,13 +20,12 @@ from typing import Any
 from . import rules as R
 from .instance_attrs import lookup_type_attr
 from .interpreter import NULL, UserException
-from .symbolic import SymbolicDomain
 from .values import BoundMethod, Const, FuncVar, Value
 
 _HEAPTYPE = 1 << 9      # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (built-in types are not)
 
 
-def class_written(d: SymbolicDomain, t: type, name: str) -> Any:
+def class_written(d: Any, t: type, name: str) -> Any:
     """The value the trace wrote to ``name`` on ``t`` or the base that ``t`` inherits it from; NULL if none."""
     writes = d.class_writes
     if not writes:
@@ -60,7 +59,7 @@ def _plain_value(v: Value) -> bool:
 
 
 @R.SETATTR.register(Const)
-def _const_setattr(d: SymbolicDomain, f, v: Const, name: str, value: Any) -> None:
+def _const_setattr(d: Any, f, v: Const, name: str, value: Any) -> None:
     cls = v.value
     what = f"{'deleting' if value is NULL else 'setting'} attribute {name!r} on {cls!r}"
     if not isinstance(cls, type) or isinstance(cls, enum.EnumMeta):
