@@ -132,6 +132,57 @@ def counter_instance_ids(x):
     return x + a.id * 10 + b.id, b.count
 
 
+# -- requires_grad on intermediates --------------------------------------------------------------------------
+class FeatureEncoder(nn.Module):
+    """Wav2Vec2's feature encoder: ``hidden_states.requires_grad = True`` on a view of the input in training."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.conv = nn.Conv1d(1, 4, 3)
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = x[:, None]
+        if self.training:
+            if self.how == "attr":
+                h.requires_grad = True
+            else:
+                h.requires_grad_()
+        h = self.conv(h).transpose(1, 2)
+        return self.lin(h).sum(1), h.requires_grad
+
+
+def leaf_from_intermediate(x):
+    h = (x * 2).sin()
+    h.requires_grad = True
+    y = h.exp() * 3
+    return y, h.requires_grad, h.is_leaf, y.requires_grad
+
+
+def leaf_flag_twice(x):
+    h = x.detach() * 2   # a leaf: set, set again (no change), unset and set once more
+    h.requires_grad = True
+    h.requires_grad = True
+    a = h.cos()
+    h.requires_grad_(False)
+    b = h.sin()
+    h.requires_grad_(True)
+    return a, b, h.tan(), h.is_leaf
+
+
+def nonleaf_set_true(x):
+    h = x * 2
+    h.requires_grad = True       # eager: RuntimeError (only leaves may change the flag)
+    return h
+
+
+def nonleaf_set_false(x):
+    h = x * 2
+    h.requires_grad = False
+    return h
+
+
 @dataclass
 class Case:
     name: str
@@ -162,6 +213,11 @@ CASES = [
     Case("class_counter", lambda: counter_add, state=_counter_state),
     Case("class_sub_read", lambda: counter_sub_read, state=_counter_state),
     Case("class_instance_ids", lambda: counter_instance_ids, state=_counter_state),
+    Case("rg_attr_train", lambda: FeatureEncoder("attr"), train=True),
+    Case("rg_method_train", lambda: FeatureEncoder("method"), train=True),
+    Case("rg_attr_eval", lambda: FeatureEncoder("attr")),
+    Case("rg_leaf_intermediate", lambda: leaf_from_intermediate),
+    Case("rg_leaf_twice", lambda: leaf_flag_twice, x_grad=True),
 ]
 
 
@@ -187,7 +243,7 @@ def _run_side(prog, xs, train):
 def test_models_capture(case: Case, fresh_ember):
     torch.manual_seed(0)
     proto = case.make()
-    xs = [torch.randn(2, 4).requires_grad_(case.x_grad)
+    xs = [torch.randn(2, 4 if not isinstance(proto, FeatureEncoder) else 6).requires_grad_(case.x_grad)
           for _ in range(case.calls)]
     is_mod = isinstance(proto, nn.Module)
     eager = copy.deepcopy(proto) if is_mod else proto
@@ -215,6 +271,16 @@ def test_models_capture(case: Case, fresh_ember):
         ex = ember.explain(fresh)(xs[0].detach().requires_grad_(case.x_grad))
         assert ex.graph_break_count == 0, str(ex)
         assert ex.graph_count == 1, str(ex)
+
+
+@pytest.mark.parametrize("prog", [nonleaf_set_true, nonleaf_set_false], ids=lambda p: p.__name__)
+def test_nonleaf_requires_grad_raises_as_eager(prog, fresh_ember):
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError) as eager_err:
+        prog(x)
+    with pytest.raises(RuntimeError) as mine:
+        ember.compile(prog, backend="eager")(x)
+    assert str(mine.value).split("\n")[0] == str(eager_err.value).split("\n")[0]
 
 
 def test_class_write_of_a_function_breaks_with_reason(fresh_ember):
