@@ -295,3 +295,32 @@ def test_class_write_of_a_function_breaks_with_reason(fresh_ember):
 
     with pytest.raises(ember.Unsupported, match="plain data attributes"):
         ember.compile(prog, backend="eager", fullgraph=True)(torch.randn(2))
+
+
+AOT_CASES = [("encoder_attr", lambda: FeatureEncoder("attr"), False, True),
+             ("encoder_method", lambda: FeatureEncoder("method"), False, True),
+             ("leaf_intermediate", lambda: leaf_from_intermediate, False, False),
+             ("leaf_twice", lambda: leaf_flag_twice, False, False),
+             ("leaf_twice_x_grad", lambda: leaf_flag_twice, True, False)]
+
+
+@pytest.mark.parametrize("name,make,x_grad,kernels", AOT_CASES, ids=[c[0] for c in AOT_CASES])
+def test_requires_grad_under_aot(name, make, x_grad, kernels, fresh_ember):
+    """Through AOT autograd: same values, ``requires_grad`` and parameter gradients as eager. A training graph
+    whose leaf only feeds outputs that also depend on the parameters is compiled (``kernels``); one whose
+    outputs require grad only through the leaf (no parameter, or an input autograd does not reach) runs with
+    eager autograd, as it must to give them a grad_fn."""
+    torch.manual_seed(0)
+    proto = make()
+    x = torch.randn(2, 6 if isinstance(proto, FeatureEncoder) else 4)
+    is_mod = isinstance(proto, nn.Module)
+    eager, mine = (copy.deepcopy(proto), copy.deepcopy(proto)) if is_mod else (proto, proto)
+    ref = eager(x.clone().requires_grad_(x_grad))
+    got = ember.compile(mine, backend="aot_eager")(x.clone().requires_grad_(x_grad))
+    assert_same(got, ref)
+    if is_mod:
+        g_ref = torch.autograd.grad(ref[0].sum(), list(eager.parameters()))
+        g_got = torch.autograd.grad(got[0].sum(), list(mine.parameters()))
+        assert_same(list(g_got), list(g_ref))
+    if kernels:
+        assert ember.stats()["eager_autograd_graphs"] == 0
