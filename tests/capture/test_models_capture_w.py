@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -324,3 +325,42 @@ def test_requires_grad_under_aot(name, make, x_grad, kernels, fresh_ember):
         assert_same(list(g_got), list(g_ref))
     if kernels:
         assert ember.stats()["eager_autograd_graphs"] == 0
+
+
+# -- NumPy functions on plain numbers (Reformer: ``key_vectors / np.sqrt(self.attention_head_size)``) -------
+class ScaledByNumpy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head_size = 16
+        self.shape = (2, 3)
+
+    def forward(self, x):
+        return x / np.sqrt(self.head_size) + np.prod(self.shape) * np.log2(8.0)
+
+
+NUMPY_CASES = [
+    ("ufunc_sqrt_of_attr", lambda: ScaledByNumpy()),
+    ("ufunc_of_arg", lambda: (lambda x, n=9: x * np.sqrt(n) + np.maximum(n, 2))),
+    ("array_functions", lambda: (lambda x: x + float(np.prod([2, 3])) + np.ceil(2.5) + np.round(1.26, 1))),
+    ("numpy_scalars", lambda: (lambda x: x * np.float32(0.5) + np.exp(np.float64(1.0)) + np.abs(-3))),
+]
+
+
+@pytest.mark.parametrize("name,make", NUMPY_CASES, ids=[c[0] for c in NUMPY_CASES])
+def test_numpy_on_constants_is_captured(name, make, fresh_ember):
+    prog = make()
+    x = torch.randn(3)
+    assert_same(ember.compile(prog, backend="eager")(x.clone()), prog(x.clone()))
+    ex = ember.explain(prog)(x)
+    assert ex.graph_break_count == 0 and ex.graph_count == 1, str(ex)
+
+
+def test_numpy_array_results_are_not_constants(fresh_ember):
+    """``np.arange(3)`` is an array (mutable): not folded into the trace; a graph break, eager's values."""
+    def prog(x):
+        a = np.arange(3)
+        a[0] = 5
+        return x + float(a.sum())
+
+    x = torch.randn(3)
+    assert_same(ember.compile(prog, backend="eager")(x), prog(x))
