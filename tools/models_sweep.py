@@ -308,7 +308,8 @@ def _build_hf(spec: dict):
         cfg.decoder_start_token_id, cfg.pad_token_id = 1, 0
         model = transformers.EncoderDecoderModel(config=cfg)
         return model, lambda b, s, labels: ((), _hf_inputs(spec, cfg, b, s, labels), None), True
-    model = getattr(transformers, spec["head"]).from_config(cfg)
+    cls = getattr(transformers, spec["head"])
+    model = cls.from_config(cfg) if hasattr(cls, "from_config") else cls(cfg)      # an Auto class, or a model
     return model, lambda b, s, labels: ((), _hf_inputs(spec, cfg, b, s, labels), None), True
 
 
