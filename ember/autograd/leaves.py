@@ -23,8 +23,10 @@ def own_leaf(n: fx.Node) -> bool:
     return bool(n.args) and getattr(n.args[0], "op", "") != "placeholder"
 
 
-def makes_leaves(gm: fx.GraphModule) -> bool:
-    return any(n.op == "call_method" and n.target == "requires_grad_" for n in gm.graph.nodes)
+def makes_leaves(gm: Any) -> bool:
+    """Whether ``gm`` (a captured graph, or a plain function of tensors: no graph to look at) has one."""
+    graph = getattr(gm, "graph", None)
+    return graph is not None and any(n.op == "call_method" and n.target == "requires_grad_" for n in graph.nodes)
 
 
 def check_leaf_outputs(traced: Any, unconnected: Sequence[int]) -> None:
