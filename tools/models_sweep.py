@@ -171,6 +171,26 @@ MODELS: dict[str, dict] = {
                      classifier_proj_size=16, num_labels=3),
     "hf_mamba": _hf("mamba", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32, num_hidden_layers=2,
                     state_size=4, expand=2, conv_kernel=4, time_step_rank=4),
+}
+# the same models asked for their hidden states and attentions (transformers 5 collects them with hooks it
+# installs on the first call that asks): "<row>+hs"
+_OUTPUTS_OF = ("hf_t5", "hf_bart", "hf_whisper", "hf_vit", "hf_clip", "hf_distilbert", "hf_mistral", "hf_gpt_neo",
+               "hf_opt", "hf_deit", "hf_mobilevit", "hf_funnel", "hf_wav2vec2", "hf_roberta", "hf_segformer",
+               "hf_swin", "hf_gpt_neox", "hf_llama")
+MODELS: dict[str, dict] = {**MODELS, **{
+    "hf_llama": _hf("llama", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2),
+    "hf_vit_mae": _hf("vit_mae", "ViTMAEForPreTraining", "mae", **_VIT, mask_ratio=0.5),
+    "hf_layoutlm": _hf("layoutlm", "AutoModelForSequenceClassification", "text", **_BERTISH),
+    "hf_encoder_decoder": _hf("bert", "EncoderDecoderModel", "encdec", **_BERTISH),
+    "hf_reformer": _hf("reformer", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32,
+                       num_attention_heads=2, attention_head_size=16, feed_forward_size=64,
+                       attn_layers=["local", "local"], axial_pos_embds=False, local_attn_chunk_length=4,
+                       max_position_embeddings=64, hidden_dropout_prob=0.0,
+                       local_attention_probs_dropout_prob=0.0, is_decoder=True),
+}}
+MODELS.update({f"{n}+hs": {**MODELS[n], "call_kw": {"output_hidden_states": True, "output_attentions": True}}
+               for n in _OUTPUTS_OF})
+MODELS.update({
     "tv_mobilenet_v2": _tv("mobilenet_v2", dropout=0.0, num_classes=10),
     "tv_mobilenet_v3_small": _tv("mobilenet_v3_small", dropout=0.0, num_classes=10),
     "tv_efficientnet_b0": _tv("efficientnet_b0", dropout=0.0, stochastic_depth_prob=0.0, num_classes=10),
@@ -218,7 +238,7 @@ MODELS: dict[str, dict] = {
     "tm_dpn68": _tm("dpn68"),
     "tm_res2net50_14w_8s": _tm("res2net50_14w_8s"),
     "tm_skresnet18": _tm("skresnet18"),
-}
+})
 
 # ------------------------------------------------------------------------------------- building a model
 
@@ -253,14 +273,20 @@ def _hf_inputs(spec: dict, cfg, batch: int, seed: int, labels: bool) -> dict:
         kw = {"input_values": torch.randn(batch, 400, generator=g)}
     else:  # clip
         kw = {"input_ids": ids(), "pixel_values": torch.randn(batch, 3, 32, 32, generator=g)}
+    if kind == "encdec":
+        kw = {"input_ids": ids(), "decoder_input_ids": ids(6)}
+    elif kind == "mae":     # the patch shuffle's noise as an input: no RNG draw inside the model
+        kw = {"pixel_values": torch.randn(batch, 3, 32, 32, generator=g),
+              "noise": torch.rand(batch, (32 // 8) ** 2, generator=g)}
+    kw.update(spec.get("call_kw", {}))
     if labels:
         if kind in ("text", "image", "audio"):
             kw["labels"] = torch.randint(0, 3, (batch,), generator=g)
         elif kind == "causal":
             kw["labels"] = kw["input_ids"].clone()
-        elif kind in ("seq2seq", "whisper"):
+        elif kind in ("seq2seq", "whisper", "encdec"):
             kw["labels"] = torch.randint(3, 99, (batch, 6), generator=g)
-        else:
+        elif kind == "clip":
             kw["return_loss"] = True
     return kw
 
@@ -275,7 +301,15 @@ def _build_hf(spec: dict):
                 (key == "pad_token_id" and getattr(cfg, key, 0) is None):
             setattr(cfg, key, tok)          # tiny vocabularies: the default ids of the big models are out of range
     torch.manual_seed(0)
-    model = getattr(transformers, spec["head"]).from_config(cfg)
+    if spec["kind"] == "encdec":        # a BERT encoder and a BERT decoder with cross-attention
+        dec = transformers.AutoConfig.for_model(spec["type"], **spec["cfg"], is_decoder=True,
+                                                add_cross_attention=True)
+        cfg = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(cfg, dec)
+        cfg.decoder_start_token_id, cfg.pad_token_id = 1, 0
+        model = transformers.EncoderDecoderModel(config=cfg)
+        return model, lambda b, s, labels: ((), _hf_inputs(spec, cfg, b, s, labels), None), True
+    cls = getattr(transformers, spec["head"])
+    model = cls.from_config(cfg) if hasattr(cls, "from_config") else cls(cfg)      # an Auto class, or a model
     return model, lambda b, s, labels: ((), _hf_inputs(spec, cfg, b, s, labels), None), True
 
 
@@ -508,8 +542,25 @@ def run_one(name: str) -> dict:
     res["breaks"] = _break_reasons(model, inputs, False) if res["eval"]["graph_breaks"] else []
     if res.get("train", {}).get("graph_breaks"):
         res["breaks"] += _break_reasons(model, inputs, True)
+    if os.environ.get("EMBER_SWEEP_DYNAMO"):
+        res["phase"] = "dynamo"
+        res["dynamo"] = _dynamo_counts(model, inputs, train)
     res["phase"] = "done"
     return res
+
+
+def _dynamo_counts(model, inputs, train: bool) -> dict:
+    """torch.compile's capture of the same calls (``torch._dynamo.explain``), for comparison: graphs, breaks."""
+    import torch
+    out = {}
+    for mode in (("eval", "train") if train else ("eval",)):
+        torch._dynamo.reset()
+        args, kw, _ = inputs(2, 100, mode == "train")
+        model.train(mode == "train")
+        with torch.set_grad_enabled(mode == "train"):
+            ex = torch._dynamo.explain(copy.deepcopy(model))(*args, **kw)
+        out[mode] = [ex.graph_count, ex.graph_break_count]
+    return out
 
 
 # --------------------------------------------------------------------------------------------- parent
@@ -561,6 +612,8 @@ def _row(name: str, res: dict) -> str:
     cells = [name, status, graphs(ev), str(ev.get("graph_breaks", "")),
              str(ev.get("recompiles", "")), graphs(tr), str(tr.get("graph_breaks", "")),
              str(res.get("eager_ms", "")), str(res.get("ember_ms", "")), why.replace("|", "/")[:160]]
+    if "dynamo" in res:     # --dynamo: torch.compile's graphs/breaks, eval and train
+        cells.insert(-1, " ".join(f"{k} {g}/{b}" for k, (g, b) in res["dynamo"].items()))
     return "| " + " | ".join(cells) + " |"
 
 
@@ -570,12 +623,16 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="also write the raw results to this file")
+    ap.add_argument("--dynamo", action="store_true", help="also count torch.compile's graphs and breaks")
     a = ap.parse_args()
+    if a.dynamo:
+        os.environ["EMBER_SWEEP_DYNAMO"] = "1"
     if a.one:
         return _child(a.one)
     names = [n for n in MODELS if not a.names or any(n.startswith(p) for p in a.names)]
     print("| model | status | eval graphs | eval breaks | recompiles | train graphs | train breaks | eager ms "
-          "| ember ms | reason |\n|" + "---|" * 10, flush=True)
+          "| ember ms |" + (" torch.compile graphs/breaks |" if a.dynamo else "") + " reason |\n|"
+          + "---|" * (10 + a.dynamo), flush=True)
     results = []
     for name in names:
         t0 = time.time()

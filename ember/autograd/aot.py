@@ -42,6 +42,7 @@ from ember.autograd.functionalize import functionalize
 from ember.autograd.symsave import save_symbols
 from ember.autograd.saved_strides import adopt_saved_strides
 from ember.autograd.partition import PartitionResult, is_rng, partition_joint
+from ember.autograd.leaves import check_leaf_outputs, eager_only_reason, makes_leaves
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
 from ember.autograd.symbolic import graph_table, symbol_binder, symbolic_inputs
@@ -352,6 +353,8 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                     recompute: bool, compile_graph: GraphCompiler | None = None,
                     binder: SymbolBinder | None = None) -> tuple[CompiledGraphs, Any]:
     traced, grad_after = _trace(gm, inputs, training=True)
+    if makes_leaves(gm):
+        check_leaf_outputs(traced, _unconnected(traced, []))
     func = functionalize(traced)
     _check_write_backs(func)
     joint, write_backs = _normalize_joint(func)
@@ -678,21 +681,6 @@ def _grad_key(args: Sequence[Any], sets_grad: bool | None) -> tuple[bool, ...] |
 
 _EAGER = object()      # a variant AOT tracing could not handle: the captured graph runs as is
 
-# Ops that change a tensor's metadata in place (or make it require grad): functionalization has no
-# functional form for them, so a graph calling one runs as captured
-_METADATA_INPLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "resize_",
-                               "resize_as_", "as_strided_", "set_", "requires_grad_", "share_memory_"})
-
-
-def _eager_only_reason(gm: fx.GraphModule) -> str | None:
-    for n in gm.graph.nodes:
-        name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "") if n.op == "call_function" \
-            else ""
-        if name in _METADATA_INPLACE:
-            return f"Tensor.{name} changes a tensor's metadata in place"
-    return None
-
-
 def _run_built(built: Any, spec: Any, flat: list[Any], sets_grad: bool | None) -> Any:
     if isinstance(built, CompiledGraphs):
         outs = run_training(built, flat)
@@ -749,7 +737,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         real = functools.partial(_build, training, fn, args, decompose, recompute, compile_graph, binder)
         return graph_cache.build(training, args, binder, real) if graph_cache is not None and fn is lifted else real()
 
-    eager_only = _eager_only_reason(gm)
+    eager_only = {t: eager_only_reason(gm, t) for t in (False, True)}
 
     def variant(flat: Sequence[Any], first: bool = False) -> tuple[Any, Any, Any]:
         hit = variants.get(key_of(flat))
@@ -758,8 +746,8 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         training = isinstance(_grad_key(flat, sets_grad), tuple)
         relied = len(binder.table.relations) if binder is not None else 0
         try:
-            if eager_only:
-                raise AotError(eager_only)
+            if eager_only[training]:
+                raise AotError(eager_only[training])
             built, spec = build(training, lifted, flat)
             bases = None
             if built.write_backs:

@@ -18,6 +18,7 @@ from ..emit import attr, is_attr_name, py_str
 from . import rules as R
 from . import subclasses
 from .deques import DequeVar, ProxyVar
+from .class_attrs import replay_class_writes
 from .containers import DictView
 from .interpreter import NULL
 from .sources import Codegen, literal
@@ -197,6 +198,7 @@ class GlueBuilder:
                 writes.append(f"{gn}.pop({py_str(name)}, None)")
             else:
                 writes.append(f"{gn}[{py_str(name)}] = {self._value(reads, v)}")
+        replay_class_writes(self, reads, writes)
         for fn, args in self.d.deferred_calls:      # logging, in program order, after the changes above
             writes.append(f"{self.expr(fn)}({', '.join(self._value(reads, a) for a in args)})")
         return reads + writes

@@ -20,7 +20,8 @@ from .instance_attrs import attr_error as _attr_error, guard_absent, is_data_des
 from .instance_attrs import container_dict, lookup_type_attr, real_instance_attr  # noqa: F401  (lookup_type_attr: part of this module's interface)
 from .interpreter import NULL, UserException
 from .logging_calls import defer_logging, is_logger_method
-from .purity import PURE_BUILTINS, is_pure_callable  # noqa: F401  (part of this module's interface)
+from .purity import PURE_BUILTINS, is_numpy_function, is_pure_callable, plain_numpy_args  # noqa: F401  (is_pure_callable: part of this module's interface)
+from .class_attrs import class_written
 from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource, Source, instance_dict_source
 from .symbolic import SliceVar, SymbolicDomain
@@ -96,6 +97,10 @@ _CONST_ITERABLES = (range, tuple, str, bytes, frozenset)
 @R.GETATTR.register(Const)
 def _const_getattr(d: SymbolicDomain, f, v: Const, name: str) -> Value:
     obj = v.value
+    if d.class_writes and isinstance(obj, type):
+        w = class_written(d, obj, name)
+        if w is not NULL:
+            return w
     for p in d.plugins:
         r = p.const_getattr(d, f, v, name)
         if r is not None:
@@ -173,6 +178,8 @@ def object_getattr(d: SymbolicDomain, f, v: ObjectVar, name: str, generic: bool 
         if inst is not None and name in inst:
             return d.wrap(inst[name], _instance_attr_source(d, v, name))
         not_in_instance(d, v.source, v.obj, name)
+    if d.class_writes and (w := class_written(d, t, name)) is not NULL:
+        return w                # a class attribute the trace wrote (plain data: no descriptor)
     if cattr is not NULL:
         return _descriptor_get(d, f, v, cattr, name, t)
     ga = lookup_type_attr(t, "__getattr__")
@@ -486,7 +493,13 @@ def _call_pure(d: SymbolicDomain, f, fn, args, kwargs) -> Value | None:
         args = [ListVar(d.unpack_all(f, a)) if isinstance(a, IterVar) else a for a in args]
         if not all_const(args, kwargs):
             raise d.unsupported(f, f"call to {_fn_name(fn)} on an iterator of values that are not constants")
-    return call_real(d, f, fn, args, kwargs) if all_const(args, kwargs) else None
+    if not all_const(args, kwargs):
+        return None
+    if is_numpy_function(fn):       # on plain numbers only, and only a number (not an array) comes back
+        a, kw = [x.as_python() for x in args], {k: x.as_python() for k, x in kwargs.items()}
+        r = call_real(d, f, fn, args, kwargs) if plain_numpy_args(a, kw) else None
+        return r if type(r) is Const and is_immutable(r.value) else None
+    return call_real(d, f, fn, args, kwargs)
 
 
 def _fn_name(fn: Any) -> str:

@@ -54,4 +54,36 @@ def is_pure_callable(fn: Any) -> bool:
         return False
     if isinstance(fn, type) and issubclass(fn, NUMPY_VALUES):       # np.float32(x), np.finfo(np.float32)
         return True
-    return False
+    return is_numpy_function(fn)
+
+
+try:
+    import numpy as _np
+except ImportError:     # pragma: no cover - torch brings numpy along
+    _np = None
+# NumPy array functions that write into an argument (or only exist for their effect)
+_NUMPY_MUTATING = {"copyto", "put", "place", "putmask", "fill_diagonal", "put_along_axis", "shares_memory",
+                   "may_share_memory", "save", "savez", "savez_compressed", "savetxt", "tofile"}
+
+
+def is_numpy_function(fn: Any) -> bool:
+    """A NumPy ufunc or array function of ``numpy``/``numpy.linalg``/``numpy.fft`` (``np.sqrt``, ``np.prod``,
+    ``np.log2``): on constant numbers it computes a number and changes nothing (``plain_numpy_call`` checks
+    the arguments and the result). ``numpy.random`` is not among them."""
+    if _np is None:
+        return False
+    if isinstance(fn, _np.ufunc):
+        return True
+    return (type(fn).__name__ == "_ArrayFunctionDispatcher"
+            and getattr(fn, "__module__", "") in ("numpy", "numpy.linalg", "numpy.fft")
+            and getattr(fn, "__name__", "") not in _NUMPY_MUTATING)
+
+
+def plain_numpy_args(args: list, kwargs: dict) -> bool:
+    """Arguments a NumPy function may take at trace time: numbers, strings, None, dtypes, and tuples or lists
+    of those (no array that it could write into or return a view of)."""
+    def plain(x: Any) -> bool:
+        if isinstance(x, (list, tuple)):
+            return all(plain(y) for y in x)
+        return is_immutable(x)
+    return "out" not in kwargs and all(plain(a) for a in args) and all(plain(v) for v in kwargs.values())

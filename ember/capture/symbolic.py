@@ -52,6 +52,7 @@ class SymbolicDomain:
         self.new_ids: dict[int, tuple[Value, object]] = {}    # id() of values made by the trace
         self.side_effects: list[Value] = []          # mutated existing values, in first-mutation order
         self.global_writes: dict[tuple[int, str], tuple[dict, str, Any]] = {}
+        self.class_writes: dict[tuple[int, str], tuple[type, str, Any]] = {}     # see class_attrs
         self.new_objects: list[ObjectVar] = []
         self.dynamic: set[str] = set()      # sources of numbers not to guard (they changed between calls)
         self.is_resume = False              # tracing a continuation after a graph break

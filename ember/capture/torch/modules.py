@@ -26,12 +26,23 @@ class NNModuleVar(ObjectVar):
         return f"{type(self.obj).__name__} module"
 
 
-def _has_hooks(m: _Module) -> bool:
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                      "_global_backward_pre_hooks")
+
+
+def _has_hooks(m: _Module, d=None) -> bool:
+    """Whether calling ``m`` runs hooks. With the trace's domain ``d``, a hook dict the trace has changed
+    (``register_forward_hook`` earlier in the same trace, ``handle.remove()``) counts as the trace sees it."""
     from torch.nn.modules import module as mm
-    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-                or getattr(m, "_backward_pre_hooks", None)
-                or mm._global_forward_hooks or mm._global_forward_pre_hooks or mm._global_backward_hooks
-                or getattr(mm, "_global_backward_pre_hooks", None))
+
+    def nonempty(dct) -> bool:
+        if dct is None:
+            return False
+        tv = d.by_id.get(id(dct)) if d is not None else None
+        return bool(tv.items) if tv is not None and hasattr(tv, "items") else bool(dct)
+    return (any(nonempty(getattr(m, n, None)) for n in _HOOK_DICTS)
+            or any(nonempty(getattr(mm, n, None)) for n in _GLOBAL_HOOK_DICTS))
 
 
 def _own_getattribute(t: type) -> bool:
@@ -109,7 +120,7 @@ def _module_call(d, f, v: NNModuleVar, args, kwargs):
         if type(call) is not types.FunctionType:
             raise d.unsupported(f, f"{type(m).__name__}.__call__ is not a Python function")
         return d.inline(f, call, [v] + list(args), kwargs)
-    if _has_hooks(m):
+    if _has_hooks(m, d):
         return d.inline(f, type(m)._call_impl, [v] + list(args), kwargs)
     watch_hooks(d, m)       # a hook registered later must not be skipped
     fwd = m.__dict__.get("forward")

@@ -95,8 +95,11 @@ def _unwrapped(fn: Any, table: Any) -> Any:
     ``_disable_dynamo`` wrappers on some of its functions (``torch.manual_seed``), and the tables hold the
     functions as they were (themselves maybe wrappers: ``fork_rng`` is a ``contextmanager``)."""
     for _ in range(4):
-        if fn in table:
-            return fn
+        try:
+            if fn in table:
+                return fn
+        except TypeError:       # an unhashable callable (a weakref to a dict hashes its referent)
+            return None
         inner = getattr(fn, "__wrapped__", None)
         if inner is None:
             break

@@ -111,6 +111,16 @@ def _tolist(d, f, t: TensorVar) -> Value:
 
 @R.SETATTR.register(TensorVar)
 def _tensor_setattr(d, f, t, name, value):
+    if name == "requires_grad" and value is not NULL:
+        # the setter does what requires_grad_(value) does (the same leaf checks and errors), returning nothing
+        if not (type(value) is Const and type(value.value) is bool):
+            if type(value) is Const:
+                raise UserException(TypeError("requires_grad must be a bool"))
+            raise d.unsupported(f, "setting Tensor.requires_grad to a value that is not a constant bool")
+        if not t.meta.is_leaf:      # the setter refuses any value on a non-leaf (requires_grad_(True) does not)
+            raise UserException(_nonleaf_setter_error(value.value))
+        _tensor_method(d, f, t, "requires_grad_", [value], {})
+        return
     raise d.unsupported(f, f"setting Tensor.{name} inside compiled code",
                         "set tensor attributes outside the compiled function")
 
@@ -153,6 +163,17 @@ def _register_hook(d, f, t: TensorVar, args, kwargs):
         raise UserException(RuntimeError("cannot register a hook on a tensor that doesn't require gradient"))
     d.deferred_calls.append((MethodOf(t, "register_hook"), [args[0]]))
     return HookHandleVar()
+
+
+def _nonleaf_setter_error(value: bool) -> Exception:
+    """The error eager's ``requires_grad`` setter raises on a non-leaf tensor (its own words)."""
+    with torch.enable_grad():
+        probe = torch.zeros(1, requires_grad=True) * 1
+    try:
+        probe.requires_grad = value
+    except RuntimeError as e:
+        return e
+    return RuntimeError("you can only change requires_grad flags of leaf variables.")
 
 
 @R.METHOD.register(TensorVar)
