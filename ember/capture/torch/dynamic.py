@@ -168,34 +168,11 @@ def _changed(d, kind: str, obj, source) -> bool:
     return plain in d.dynamic
 
 
-def wrap_float(plugin, d, obj: float, source):
-    """A float argument the policy leaves unspecialized (changed between compiles, or ``dynamic=True``): a
-    float64 0-dim graph input used as the float (``float_item.FloatItemVar`` with an origin), guarded on its
-    type only; where Python needs its value it is specialized then (a guard on the value). None: a constant."""
-    from .float_item import FloatItemVar
-    from .graph import ScalarSource, to_meta
-    if not (_changed(d, "float", obj, source) or (plugin.dynamic is True and isinstance(source, LocalSource))):
-        return None
-    plain = d.cg.plain(source)
-    e = source.expr(d.cg)
-    kind = type(obj)
-    d.guards.add(f"type({e}) is {d.cg.bind(kind, kind.__name__)}", f"{plain} is a {kind.__name__} (a graph input)")
-    real = torch.tensor(float(obj), dtype=torch.float64)
-    node = d.torch.placeholder(ScalarSource(source, torch.float64), real)
-    node.meta["example_value"] = to_meta(real)
-    node.meta["ember_device"] = real.device
-    _log(f"{plain} = {obj!r} is a float graph input (unspecialized)")
-    t = TensorVar(node, to_meta(real), real.device)
-    return FloatItemVar(t, (d, source, obj, ((source, obj),), source.expr))
-
-
 def wrap_number(plugin, d, obj: int, source):
-    """An int the policy makes symbolic (a ``SymNumVar`` read from an int graph input), a float it leaves
-    unspecialized (``wrap_float``), or None."""
+    """An int the policy makes symbolic (a ``SymNumVar`` read from an int graph input), or None (floats:
+    ``float_item.wrap_float``)."""
     if plugin.dynamic is False or getattr(d, "static_shapes", False):
         return None
-    if isinstance(obj, float):
-        return wrap_float(plugin, d, obj, source)
     if type(obj) is not int or obj < 2:
         return None
     plain = d.cg.plain(source)

@@ -27,7 +27,7 @@ _METHODS = ("item", "__float__")
 class FloatItemVar(Value):
     """A Python float read from a tensor at run time: ``t`` is its 0-dim float64 tensor in the graph.
 
-    ``origin`` is set for a float argument the dynamic policy left unspecialized (``dynamic.wrap_float``) and
+    ``origin`` is set for a float argument the dynamic policy left unspecialized (``wrap_float``) and
     for arithmetic on such floats and constants: ``(d, source or None, value, roots)``, ``roots`` the
     ``(source, value)`` of the arguments it was computed from. Where Python needs its value (a branch, a
     comparison, a constant argument of an op), it is specialized instead of breaking the graph: a guard on
@@ -47,6 +47,10 @@ class FloatItemVar(Value):
         if self.origin is None:
             return super().as_python()
         return specialize(self)
+
+    def settle(self) -> Value:
+        """The constant of an unspecialized float (guarded on its arguments' values), else itself."""
+        return Const(specialize(self)) if self.origin is not None else self
 
     def describe(self):
         if self.origin is not None:
@@ -182,3 +186,26 @@ R.UNARY.register(FloatItemVar)(_unary)
 R.COMPARE.register(FloatItemVar)(_needs_value("comparing"))
 R.TRUTH.register(FloatItemVar)(_needs_value("branching on"))
 R.RECONSTRUCT.register(FloatItemVar)(_reconstruct)
+
+
+def wrap_float(plugin, d, obj: float, source):
+    """A float argument the policy leaves unspecialized (changed between compiles, or ``dynamic=True``): a
+    float64 0-dim graph input used as the float (``float_item.FloatItemVar`` with an origin), guarded on its
+    type only; where Python needs its value it is specialized then (a guard on the value). None: a constant."""
+    from .dynamic import _changed, _log
+    from .graph import ScalarSource, to_meta
+    if plugin.dynamic is False or getattr(d, "static_shapes", False):
+        return None
+    if not (_changed(d, "float", obj, source) or (plugin.dynamic is True and isinstance(source, LocalSource))):
+        return None
+    plain = d.cg.plain(source)
+    e = source.expr(d.cg)
+    kind = type(obj)
+    d.guards.add(f"type({e}) is {d.cg.bind(kind, kind.__name__)}", f"{plain} is a {kind.__name__} (a graph input)")
+    real = torch.tensor(float(obj), dtype=torch.float64)
+    node = d.torch.placeholder(ScalarSource(source, torch.float64), real)
+    node.meta["example_value"] = to_meta(real)
+    node.meta["ember_device"] = real.device
+    _log(f"{plain} = {obj!r} is a float graph input (unspecialized)")
+    t = TensorVar(node, to_meta(real), real.device)
+    return FloatItemVar(t, (d, source, obj, ((source, obj),), source.expr))

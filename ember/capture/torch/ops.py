@@ -81,8 +81,6 @@ _SCALAR_OPERAND_OPS = {("method", m) for m in ("add", "sub", "mul", "div", "true
 
 
 def _settle_floats(kind: str, target: Any, args: list[Value], kwargs: dict[str, Value]):
-    from .float_item import settle
-
     def unspec(v):
         if type(v).__name__ == "FloatItemVar":
             return v.origin is not None
@@ -99,7 +97,7 @@ def _settle_floats(kind: str, target: Any, args: list[Value], kwargs: dict[str, 
     def conv(v):
         if type(v) in (TupleVar, ListVar):
             return type(v)([conv(x) for x in v.items])
-        return settle(v)
+        return v.settle() if type(v).__name__ == "FloatItemVar" else v
     return [conv(a) for a in args], {k: conv(v) for k, v in kwargs.items()}
 
 

@@ -25,6 +25,7 @@ from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
 from .graph import TensorVar, TorchState, to_meta
 from .located import graph_error
 from . import dynamic as DYN
+from . import float_item as _float_item
 from .dynamic import module_weight as _module_weight
 from . import symsize as _symsize  # noqa: F401  (registers the rules of symbolic ints)
 from . import symfloat as _symfloat   # (registers the rules of symbolic floats)
@@ -310,6 +311,8 @@ class TorchPlugin:
         return v
 
     def wrap_number(self, d, obj: Any, source: Source):
+        if isinstance(obj, float):
+            return _float_item.wrap_float(self, d, obj, source)
         return DYN.wrap_number(self, d, obj, source)
 
     @staticmethod
