@@ -5,7 +5,8 @@ For each model of the table (transformers models built from tiny configs, torchv
 
 * runs the eval forward twice, the second time with another batch size (a dynamic-shape recompile);
 * runs one training step (``loss.backward()``) and compares the loss, every parameter's gradient and every
-  buffer after the step (BatchNorm statistics);
+  buffer after the step (BatchNorm statistics); a step with mismatches is rerun through ember in float64, and
+  one right there is a float32 near tie at a ReLU's kink, not a wrong result (``_recheck_float64``);
 * counts graphs, graph breaks and recompiles (``ember.stats()``), and the break reasons (``ember.explain``);
 * times a cached eval call against eager.
 
@@ -505,6 +506,39 @@ def _train_phase(model, m64, cmodel, compiled, inputs, res: dict) -> None:
             res["problems"].append(m)
 
 
+def _recheck_float64(pristine64, m64, inputs, res: dict, first: int) -> None:
+    """Rerun a float32 training step that mismatched through ember in float64, with the same calls before it
+    (eval at batches 2 and 3, then the step: the same recompiles and symbolic sizes), against eager float64.
+
+    A ReLU (or max, or threshold) whose exact input lies within float32 rounding noise of its kink takes the other
+    branch in any float32 computation that rounds differently from eager, and every gradient upstream then
+    differs from float64 by that point's whole gradient: timm dla34 at seed 200 has a BatchNorm output of -4.4e-7
+    (float64), -3.9e-7 (eager) and +6.3e-7 (ember, whose forward errors there are 1.6x eager's). Such near ties
+    are common at batch 2 (one in two seeds for dla34) and vanish in float64, where a fault of the compiler stays.
+    So a step that is right in float64 is right: the float32 mismatches move to ``res["near_tie"]``. (A fault
+    only in float32 kernels of the backward would hide here; the eval outputs are compared without this.)"""
+    import torch
+    import ember
+    c64 = copy.deepcopy(pristine64)
+    compiled = ember.compile(c64)
+    wide = lambda b, s, labels: tuple(_to64(v) for v in inputs(b, s, labels))  # noqa: E731
+    with torch.no_grad():
+        for call, batch in enumerate((2, 3)):
+            args, kw, _ = wide(batch, 100 + call, False)
+            compiled(*args, **kw)
+    args, kw, target = wide(2, 200, True)
+    c64.train()
+    _loss(compiled(*args, **kw), target).backward()
+    ref = dict(m64.named_parameters())
+    wrong = [m for name, p in c64.named_parameters()
+             if (m := _mismatch(f"float64 grad {name}", p.grad, ref[name].grad, ref[name].grad))]
+    if not wrong:
+        res["near_tie"] = res["problems"][first:]
+        del res["problems"][first:]
+    else:
+        res["problems"] += wrong
+
+
 def _break_reasons(model, inputs, train: bool) -> list[str]:
     import torch
     import ember
@@ -525,6 +559,7 @@ def run_one(name: str) -> dict:
     _zero_dropout(model)
     model.eval()
     m64 = copy.deepcopy(model).double()
+    pristine64 = copy.deepcopy(m64)
     cmodel = copy.deepcopy(model)
     compiled = ember.compile(cmodel)
     before = ember.stats()
@@ -536,8 +571,15 @@ def run_one(name: str) -> dict:
     if train:
         res["phase"] = "train"
         before = ember.stats()
+        n_eval = len(res["problems"])
         _train_phase(model, m64, cmodel, compiled, inputs, res)
         res["train"] = _stats_delta(before)
+        if len(res["problems"]) > n_eval:
+            res["phase"] = "train float64"
+            try:
+                _recheck_float64(pristine64, m64, inputs, res, n_eval)
+            except Exception as e:  # noqa: BLE001 - no float64 run: the float32 mismatches stand
+                res["problems"].append(f"float64 recheck failed: {type(e).__name__}: {str(e)[:100]}")
     res["phase"] = "explain"
     res["breaks"] = _break_reasons(model, inputs, False) if res["eval"]["graph_breaks"] else []
     if res.get("train", {}).get("graph_breaks"):
@@ -602,6 +644,8 @@ def _status(res: dict) -> tuple[str, str]:
             for k in ("eager_autograd_graphs", "fallbacks_to_eager") if st.get(k)]
     if slow:        # right, but a graph skipped the kernel compiler (EMBER_LOGS=perf_hints says why)
         return "fallback", "; ".join(slow)
+    if res.get("near_tie"):     # float32 mismatches of a step right in float64 (see _recheck_float64)
+        return "ok", f"float32 near tie, right in float64: {len(res['near_tie'])} mismatches, {res['near_tie'][0]}"
     return "ok", ""
 
 

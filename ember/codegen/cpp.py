@@ -120,11 +120,14 @@ class _KernelWriter:
             e = C.cast(self.ref(st.args[0]), self.dtype(st.args[0]), st.dtype)
         elif st.kind == "reduced" and st.args[0] in self.wf_sums:      # M2 = s2 - s1^2 / n, not below 0
             acc = st.args[0]
-            e = f"ember_m2_from_sums({acc}, {acc}_s1, ({ct}){self.cR})"
+            e = f"({ct})ember_m2_from_sums({acc}, {acc}_s1, (double){self.cR})"
+        elif st.kind == "reduced" and st.args[1] == "welford" and self.tiled:     # float64 sums per outer point
+            acc = st.args[0]
+            e = f"({ct})ember_m2_from_sums({self.ref(acc)}, {self.ref(acc + '_mean')}, (double){self.cR})"
         elif st.kind == "reduced":
             acc, rt = st.args
             e = f"({self.ref(acc + '_nan')} ? std::numeric_limits<{ct}>::quiet_NaN() : {self.ref(acc)})" \
-                if self._nan_flag(rt, st.dtype) else self.ref(acc) + (".m2" if rt == "welford" and not self.tiled else "")
+                if self._nan_flag(rt, st.dtype) else self.ref(acc) + (".m2" if rt == "welford" else "")
             e = C.round_low(st.dtype, e)
         else:
             name, *args = st.args
@@ -158,13 +161,11 @@ class _KernelWriter:
         if rt == "all":
             return f"{a} &= ({v} != 0);"
         if st.acc in self.wf_sums:
-            return f"{self.part.get(st.acc + '_s1') or a + '_s1'} += {v}; {a} += {v} * {v};"
-        if rt == "welford" and self.tiled:     # every outer point of a block has seen rindex + 1 points
-            m = self.ref(st.acc + "_mean")
-            ct = C.compute_type(st.dtype)
-            return f"{{ const {ct} d_ = {v} - {m}; {m} += d_ * ({ct})wf_inv; {a} += d_ * ({v} - {m}); }}"
+            return f"{self.part.get(st.acc + '_s1') or a + '_s1'} += (double){v}; {a} += (double){v} * {v};"
+        if rt == "welford" and self.tiled:     # float64 sums of the points (``_mean``) and of their squares
+            return f"{self.ref(st.acc + '_mean')} += (double){v}; {a} += (double){v} * {v};"
         if rt == "welford":
-            return f"{a} = ember_wf_update({a}, ({C.compute_type(st.dtype)}){v});"
+            return f"{a} = ember_wf_update({a}, (double){v});"
         raise NotImplementedError(f"ember.codegen.cpp: reduction {rt!r}")
 
     def store(self, st: Store) -> str:
@@ -188,7 +189,9 @@ class _KernelWriter:
     # -- accumulators ----------------------------------------------------------------------------------------
     @staticmethod
     def acc_type(rt: str, dtype: torch.dtype) -> str:
-        return f"ember_wf<{C.compute_type(dtype)}>" if rt == "welford" else C.compute_type(dtype)
+        # Welford states in float64 whatever the dtype: a float running M2 (or a float combine of the vector
+        # lanes' float64 sums) rounded at each point; ATen's CPU kernels accumulate variances in double too
+        return "ember_wf<double>" if rt == "welford" else C.compute_type(dtype)
 
     def init(self, rt: str, dtype: torch.dtype) -> str:
         ct = C.compute_type(dtype)
@@ -211,7 +214,7 @@ class _KernelWriter:
             if orig in self.wf_sums:
                 out.append(f"reduction(+:{acc}) reduction(+:{(names or {}).get(orig + '_s1', orig + '_s1')})")
                 continue
-            out.append(f"reduction({ops.get(rt) or 'ember_wf_' + C.compute_type(dt)}:{acc})")
+            out.append(f"reduction({ops.get(rt) or 'ember_wf_double'}:{acc})")
             if self._nan_flag(rt, dt):
                 out.append(f"reduction(|:{acc}_nan)")
         return " ".join(out)
@@ -230,12 +233,12 @@ class _KernelWriter:
         if not vector:
             # a scalar loop (strided rows, dtypes without vector lanes): Welford's update is a chain through a
             # division per point (a per-channel NHWC batch norm statistic ran 10x slower than two sums), so M2
-            # comes from the sums of the values and of their squares; the values are already shifted by the
-            # row's first point (ember.loopir.welford), which bounds the cancellation
+            # comes from the float64 sums of the values and of their squares (as the vector loops' lanes do,
+            # cpp_vec.PRELUDE); the values are already shifted by the row's first point (ember.loopir.welford)
             self.wf_sums |= {acc for acc, rt, _ in sec.accumulators if rt == "welford"}
         for acc, rt, dt in sec.accumulators:
             if acc in self.wf_sums:
-                lines.append(f"{ind}{C.compute_type(dt)} {acc} = 0, {acc}_s1 = 0;")
+                lines.append(f"{ind}double {acc} = 0, {acc}_s1 = 0;")
                 continue
             lines.append(f"{ind}{self.acc_type(rt, dt)} {acc} = {self.init(rt, dt)};")
             if self._nan_flag(rt, dt):
@@ -275,7 +278,7 @@ class _KernelWriter:
         ``tail``: the points after a vector loop, fewer than a vector (one block)."""
         sums = [] if tail else [(acc, dt) for acc, rt, dt in sec.accumulators
                                 if (rt == "sum" and dt.is_floating_point) or acc in self.wf_sums]
-        partials = [(C.compute_type(dt), acc + s, "0") for acc, dt in sums
+        partials = [("double" if acc in self.wf_sums else C.compute_type(dt), acc + s, "0") for acc, dt in sums
                     for s in (("", "_s1") if acc in self.wf_sums else ("",))]
         names = {acc: acc + "_p" for _, acc, _ in partials}
 
@@ -391,10 +394,10 @@ class _KernelWriter:
         lines = []
         lines.append(f"  for (int64_t xb = 0; xb < {self.cX}; xb += {heuristics().cpp_tile}) {{")
         lines.append(f"    const int64_t xn = std::min<int64_t>({heuristics().cpp_tile}, {self.cX} - xb);")
-        # Welford in blocks: a mean array and an M2 array (the accumulator itself), one count for the block
-        acc_types = {acc: C.compute_type(dt) if rt == "welford" else self.acc_type(rt, dt)
+        # Welford per outer point: float64 sums of the points (``<acc>_mean``) and of their squares (``<acc>``)
+        acc_types = {acc: "double" if rt == "welford" else self.acc_type(rt, dt)
                      for sec in self.body.sections for acc, rt, dt in sec.accumulators}
-        acc_types |= {acc + "_mean": C.compute_type(dt) for sec in self.body.sections
+        acc_types |= {acc + "_mean": "double" for sec in self.body.sections
                       for acc, rt, dt in sec.accumulators if rt == "welford"}
         for v in sorted(self.xvars):
             ct = "int" if v.endswith("_nan") and v not in self.body.dtypes else \
@@ -439,8 +442,6 @@ class _KernelWriter:
             self.part = names
             try:
                 out = [f"{i}for (int64_t rindex = {lo}; rindex < {hi}; ++rindex) {{"]
-                if any(rt == "welford" for _, rt, _ in sec.accumulators):
-                    out.append(f"{i}  const double wf_inv = 1.0 / (double)(rindex + 1);")
                 return out + block([self.stmt(st) for st in sec.stmts], i + "  ") + [f"{i}}}"]
             finally:
                 self.part = {}

@@ -58,7 +58,28 @@ def sum_blocks(partials: list[tuple[str, str, str]]) -> Blocks | None:
                                 [f"{acc}{total} += {acc}{part};" for _, acc, _ in partials])
 
 
-def _static_block(n: int, step: int, always: bool) -> tuple[int, int] | None:
+def lane_blocks(sums: list[str], wfs: list[str]) -> Blocks | None:
+    """``blocks`` for vector accumulators: float sums ``v<acc>`` and Welford states (``v<acc>_mean``,
+    ``v<acc>_m2``, a count ``<acc>_vn`` for all lanes). A block's Welford partials combine into the level above
+    by Chan's formula (the running mean's update error grows with the row as a sum's does: an NHWC column
+    variance over 1000 rows was 27x eager's error)."""
+    if not sums and not wfs:
+        return None
+
+    def blocks(total: str, part: str) -> tuple[list[str], list[str]]:
+        start = [f"vfloat v{a}{part} = ember_vbf(0.0f);" for a in sums]
+        finish = [f"v{a}{total} += v{a}{part};" for a in sums]
+        for a in wfs:
+            t, p = f"{a}{total}", f"{a}{part}"
+            start.append(f"vfloat v{p}_mean = ember_vbf(0.0f), v{p}_m2 = ember_vbf(0.0f); int64_t {p}_vn = 0;")
+            finish.append(f"if ({p}_vn) {{ const int64_t n_ = {t}_vn + {p}_vn; const vfloat d_ = v{p}_mean - "
+                          f"v{t}_mean; const float w_ = (float){p}_vn / (float)n_; v{t}_mean += d_ * w_; "
+                          f"v{t}_m2 += v{p}_m2 + d_ * d_ * ((float){t}_vn * w_); {t}_vn = n_; }}")
+        return start, finish
+    return blocks
+
+
+def static_block(n: int, step: int, always: bool = False) -> tuple[int, int] | None:
     """(steps per innermost block, levels) of a static loop; None: one block, no nest."""
     steps = -(-n // step)
     m = heuristics().cpp_sum_block
@@ -83,7 +104,7 @@ def cascade(ind: str, var: str, lo: str, hi: str, step: int, blocks: Blocks | No
         return inner(ind, lo, hi)
     ilo, ihi = _int(lo), _int(hi)
     if ilo is not None and ihi is not None:
-        static = _static_block(ihi - ilo, step, always)
+        static = static_block(ihi - ilo, step, always)
         if static is None:        # one block: the partials still take the sums the statements add to them
             start, finish = blocks("", "_p")
             return ([f"{ind}{{"] + [f"{ind}  {ln}" for ln in start] + inner(ind + "  ", lo, hi)

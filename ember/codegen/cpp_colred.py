@@ -78,25 +78,9 @@ class XVec:
 
 
 def _lane_blocks(accumulators: list) -> Any:
-    """``cpp_cascade`` blocks for per-lane sums and Welford states (a vector mean and M2, one count): a block's
-    Welford partials combine into the level above by Chan's formula (the running mean's update error grows
-    with the row as a sum's does: an NHWC column variance over 1000 rows was 27x eager's error)."""
-    sums = [acc for acc, rt, _ in accumulators if rt == "sum"]
-    wfs = [acc for acc, rt, _ in accumulators if rt == "welford"]
-    if not sums and not wfs:
-        return None
-
-    def blocks(total: str, part: str) -> tuple[list[str], list[str]]:
-        start = [f"vfloat v{a}{part} = ember_vbf(0.0f);" for a in sums]
-        finish = [f"v{a}{total} += v{a}{part};" for a in sums]
-        for a in wfs:
-            t, p = f"{a}{total}", f"{a}{part}"
-            start.append(f"vfloat v{p}_mean = ember_vbf(0.0f), v{p}_m2 = ember_vbf(0.0f); int64_t {p}_vn = 0;")
-            finish.append(f"if ({p}_vn) {{ const int64_t n_ = {t}_vn + {p}_vn; const vfloat d_ = v{p}_mean - "
-                          f"v{t}_mean; const float w_ = (float){p}_vn / (float)n_; v{t}_mean += d_ * w_; "
-                          f"v{t}_m2 += v{p}_m2 + d_ * d_ * ((float){t}_vn * w_); {t}_vn = n_; }}")
-        return start, finish
-    return blocks
+    """``cpp_cascade.lane_blocks`` for the section's per-lane sums and Welford states."""
+    return cpp_cascade.lane_blocks([acc for acc, rt, _ in accumulators if rt == "sum"],
+                                   [acc for acc, rt, _ in accumulators if rt == "welford"])
 
 
 def _whole_vectors(w: Any) -> bool:

@@ -202,11 +202,12 @@ static inline float ember_hmin(vfloat v) {
   for (int w = EMBER_VW / 2; w > 0; w /= 2) { const vfloat s = __builtin_shuffle(v, ember_rot(w)); v = s < v ? s : v; }
   return v[0];
 }
-static inline ember_wf<float> ember_hwelford(vfloat mean, vfloat m2, int64_t n) {   // lanes of n points each
-  if (n == 0) return ember_wf<float>{0, 0, 0};
+/* the lanes' Welford states (n points each) as one, in float64 (the row's state, cpp.py's acc_type) */
+static inline ember_wf<double> ember_hwelford(vfloat mean, vfloat m2, int64_t n) {
+  if (n == 0) return ember_wf<double>{0, 0, 0};
   const float mu = ember_hsum(mean) * (1.0f / EMBER_VW);
   const vfloat d = mean - mu;
-  return ember_wf<float>{mu, ember_hsum(m2) + (float)n * ember_hsum(d * d), n * EMBER_VW};
+  return ember_wf<double>{mu, (double)ember_hsum(m2) + (double)n * (double)ember_hsum(d * d), n * EMBER_VW};
 }
 /* 1/n for Welford's vector steps: a division per step was a quarter of a bf16 LayerNorm's time */
 static float ember_recip_tab[16384];
@@ -477,18 +478,24 @@ class VecLoop:
         return lines + self._folds(ind, "") + self._folds(ind, "_u1", skip=("sum",))
 
     def _cascaded(self, ind: str, var: str, lo: str, hi: str, sets: list[str]) -> list[str]:
-        """``_loop`` with its float sums added in blocks (``cpp_cascade``): each block into fresh vector
-        partials (``v<acc><set>_p``), added into the row's vector accumulators after it."""
+        """``_loop`` with its float sums and Welford states updated in blocks (``cpp_cascade``): each block into
+        fresh vector partials (``v<acc><set>_p``), added (Welford: combined by Chan's formula) into the row's
+        vector accumulators after it. A Welford state updated through a whole row rounds its running mean and
+        M2 at every point: a float32 variance of 100000 points was 8-11x eager's error."""
         sums = [acc for acc, rt, _ in self.accumulators if rt == "sum"]
-        partials = [("vfloat", f"v{a}{s}", "ember_vbf(0.0f)") for s in sets for a in sums]
+        wfs = [acc for acc, rt, _ in self.accumulators if rt == "welford"]
+        ilo, ihi = _int(lo), _int(hi)
+        if ilo is not None and ihi is not None and cpp_cascade.static_block(ihi - ilo, len(sets) * self.width) is None:
+            wfs = []        # one block: its partial state would only be copied into the row's, once per row
 
         def inner(i: str, a: str, b: str) -> list[str]:
-            self.part = set(sums)
+            self.part = set(sums) | set(wfs)
             try:
                 return self._loop(i, var, a, b, sets)
             finally:
                 self.part = set()
-        return cpp_cascade.cascade(ind, var, lo, hi, len(sets) * self.width, cpp_cascade.sum_blocks(partials), inner)
+        blocks = cpp_cascade.lane_blocks([a + s for s in sets for a in sums], [a + s for s in sets for a in wfs])
+        return cpp_cascade.cascade(ind, var, lo, hi, len(sets) * self.width, blocks, inner)
 
     def _hoisted(self, ind: str) -> list[str]:
         """Statements the same in every step of a loop from 0 (steps of whole vectors), emitted before it:
