@@ -41,7 +41,7 @@ from ember.errors import AotError  # noqa: F401  (raised here; its home is ember
 from ember.autograd.functionalize import functionalize
 from ember.autograd.symsave import save_symbols
 from ember.autograd.saved_strides import adopt_saved_strides
-from ember.autograd.partition import PartitionResult, is_rng, partition_joint
+from ember.autograd.partition import PartitionResult, copied_when_saved, is_rng, partition_joint
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
 from ember.autograd.symbolic import graph_table, symbol_binder, symbolic_inputs
@@ -56,10 +56,10 @@ GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
 
 # -- partitioning --------------------------------------------------------------------------------------------
 def fallback_partition(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
-                       recompute: bool = True) -> PartitionResult:
+                       recompute: bool = True, copied: Any = ()) -> PartitionResult:
     """Split ``joint`` at the tangents: every node not depending on a tangent runs in the forward, and every
-    such value the backward reads is saved (``recompute`` is accepted for the real partitioner's signature)."""
-    del recompute
+    such value the backward reads is saved (``recompute``, ``copied``: the real partitioner's signature)."""
+    del recompute, copied
     nodes = list(joint.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     primals, tangents = placeholders[:num_primals], placeholders[num_primals:num_primals + num_tangents]
@@ -371,7 +371,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     joint = _maybe_decompose(joint, decompose)
     with using(binder.table if binder is not None else None):      # prims' symbolic sizes weigh their hints
         part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
-                              recompute=recompute)
+                              recompute=recompute, copied=copied_when_saved(traced, inputs, write_backs))
     fwd, bwd = _with_table(part.fwd, binder), _with_table(part.bwd, binder)
     num_saved = part.num_saved
     if binder is not None:      # sizes the backward's prims use but cannot read from its inputs: saved ints
