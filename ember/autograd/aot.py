@@ -671,6 +671,16 @@ def _left_to_eager_autograd(e: Exception) -> None:     # what AOT cannot trace r
     logs.log("perf_hints", f"aot_eager: {type(e).__name__}: {first}; this graph runs with eager autograd")
 
 
+def _symbol_binder(gm: fx.GraphModule, lifted: fx.GraphModule) -> SymbolBinder | None:
+    """``symbolic.symbol_binder(lifted, symbolic.graph_table(gm))``, importing ``symbolic`` (and with it the
+    tracing stack) only for a graph with symbolic sizes."""
+    table = getattr(gm, "meta", {}).get("ember_symbols")
+    if table is None or not table.symbols:
+        return None
+    from ember.autograd.symbolic import symbol_binder
+    return symbol_binder(lifted, table)
+
+
 def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
                 decompose: bool | None = None, recompute: bool = True,
                 compile_graph: GraphCompiler | None = None, graph_cache: Any = None) -> Callable[..., Any]:
@@ -681,11 +691,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
     if decompose is None:
         decompose = bool(getattr(options, "aot_decompose", False))
     lifted, paths = _lift_params(gm)
-    table = getattr(gm, "meta", {}).get("ember_symbols")       # symbolic.graph_table, without importing it
-    binder = None                                               # a static graph
-    if table is not None and table.symbols:
-        from ember.autograd.symbolic import symbol_binder
-        binder = symbol_binder(lifted, table)
+    binder = _symbol_binder(gm, lifted)     # None for a static graph
     if binder is not None:
         if decompose and compile_graph is None:
             # prims take sizes as sympy constants: a decomposed graph runs only through the kernel compiler
