@@ -28,7 +28,7 @@ import contextlib
 import functools
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
@@ -38,87 +38,31 @@ from ember import counters, logs
 from ember.autograd import regions
 from ember.autograd.aliasing import SyntheticBases, alias_groups, alias_key, multi_output_views, output_views
 from ember.errors import AotError  # noqa: F401  (raised here; its home is ember.errors, below both modules)
-from ember.autograd.functionalize import functionalize
-from ember.autograd.symsave import save_symbols
-from ember.autograd.saved_strides import adopt_saved_strides
-from ember.autograd.partition import PartitionResult, is_rng, partition_joint
 from ember.autograd.leaves import check_leaf_outputs, eager_only_reason, makes_leaves
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
-from ember.autograd.symbolic import graph_table, symbol_binder, symbolic_inputs
-from ember.autograd.symcompose import SymbolicCompositions
-from ember.autograd.trace import TracedGraph, trace_aten
-from ember.decomp.core import is_impure_node
 from ember.errors import EmberError
 from ember.shapes import SymbolicUnsupported, expr_of, is_symbolic, located, using
+
+# The tracing stack (trace, functionalize, partition, decompositions: ~0.3 s of imports on the 2-core CPU) is
+# imported where a graph is built: a call the whole-graph cache serves (a warm start) needs none of it.
+if TYPE_CHECKING:
+    from ember.autograd.partition import PartitionResult
+    from ember.autograd.trace import TracedGraph
+
+
+def __getattr__(name: str) -> Any:     # names this module had before the tracing stack became lazy
+    if name in ("fallback_partition", "PartitionResult"):
+        from ember.autograd import fallback_partition
+        return getattr(fallback_partition, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 GraphCompiler = Callable[[fx.GraphModule, str], Callable[..., Any]]
 
 
 # -- partitioning --------------------------------------------------------------------------------------------
-def fallback_partition(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
-                       recompute: bool = True) -> PartitionResult:
-    """Split ``joint`` at the tangents: every node not depending on a tangent runs in the forward, and every
-    such value the backward reads is saved (``recompute`` is accepted for the real partitioner's signature)."""
-    del recompute
-    nodes = list(joint.graph.nodes)
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    primals, tangents = placeholders[:num_primals], placeholders[num_primals:num_primals + num_tangents]
-    out_node = next(n for n in nodes if n.op == "output")
-    outs = list(out_node.args[0])
-    fwd_outs, grad_outs = outs[:num_fwd_outputs], outs[num_fwd_outputs:]
-    bwd_side = set(tangents)
-    for n in nodes:
-        if n.op == "call_function" and any(a in bwd_side for a in n.all_input_nodes):
-            bwd_side.add(n)
-    needed = _ancestors([g for g in grad_outs if isinstance(g, fx.Node)])
-    saved: list[fx.Node] = []
-    for n in nodes:
-        if n in needed and n not in bwd_side and n.op != "get_attr" and n.op != "output":
-            if any(u in bwd_side and u in needed for u in n.users) or n in grad_outs:
-                saved.append(n)
-    draws = [n for n in nodes if is_rng(n) and n not in bwd_side]    # run even if unread, as eager does
-    fwd = _subgraph(joint, primals, fwd_outs + saved, draws)
-    bwd = _subgraph(joint, saved + tangents, grad_outs)
-    names = [n.name for n in saved]
-    summary = f"fallback partitioner: saved {len(saved)} values ({', '.join(names) or 'none'}), recomputed 0"
-    return PartitionResult(fwd, bwd, len(saved), names, [], summary, num_fwd_outputs)
-
-
-def _ancestors(roots: list[fx.Node], stop: frozenset | set = frozenset()) -> set[fx.Node]:
-    seen: set[fx.Node] = set()
-    stack = list(roots)
-    while stack:
-        n = stack.pop()
-        if n not in seen:
-            seen.add(n)
-            if n not in stop:
-                stack.extend(n.all_input_nodes)
-    return seen
-
-
-def _subgraph(joint: fx.GraphModule, inputs: list[fx.Node], outputs: list[Any],
-              effects: Sequence[fx.Node] = ()) -> fx.GraphModule:
-    """A graph computing ``outputs`` from ``inputs`` (the rest of what they need is copied from ``joint``), and
-    running the ``effects`` nodes too (random draws nothing reads)."""
-    graph = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    for n in inputs:
-        env[n] = graph.placeholder(n.name)
-        env[n].meta = dict(n.meta)
-    needed = _ancestors([o for o in outputs if isinstance(o, fx.Node)] + list(effects), set(inputs))
-    for n in joint.graph.nodes:
-        if n in env or n not in needed:
-            continue
-        if n.op == "placeholder":
-            raise AotError(f"partition: {n.name} is needed but is not an input of this graph")
-        env[n] = graph.node_copy(n, lambda a: env[a])
-    graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
-    graph.eliminate_dead_code(is_impure_node)
-    return fx.GraphModule(joint, graph)
-
-
 def _partitioner() -> Callable[..., Any]:
+    from ember.autograd.partition import partition_joint
     return partition_joint
 
 
@@ -265,6 +209,7 @@ def _build_inference(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                      compile_graph: GraphCompiler | None = None,
                      binder: SymbolBinder | None = None) -> tuple[_Inference, Any]:
     traced, grad_after = _trace(gm, inputs, training=False)
+    from ember.autograd.functionalize import functionalize
     func = functionalize(traced)
     fwd = _with_table(_maybe_decompose(func.gm, decompose), binder)
     aliases = _aliases(traced, binder)
@@ -278,6 +223,9 @@ def _build_inference(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
 def _trace(gm: fx.GraphModule, inputs: Sequence[Any], training: bool) -> tuple[TracedGraph, bool]:
     """``trace_aten`` that also returns the grad mode ``gm`` leaves behind (a graph captured up to a break
     inside ``torch.no_grad()`` ends with grad disabled; the caller's glue relies on it)."""
+    from ember.autograd.symbolic import graph_table, symbolic_inputs
+    from ember.autograd.symcompose import SymbolicCompositions
+    from ember.autograd.trace import trace_aten
     grad_before = torch.is_grad_enabled()
     after: list[bool] = []
 
@@ -352,6 +300,10 @@ def _with_table(gm: fx.GraphModule, binder: SymbolBinder | None) -> fx.GraphModu
 def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
                     recompute: bool, compile_graph: GraphCompiler | None = None,
                     binder: SymbolBinder | None = None) -> tuple[CompiledGraphs, Any]:
+    from ember.autograd.functionalize import functionalize
+    from ember.autograd.partition import copied_when_saved
+    from ember.autograd.saved_strides import adopt_saved_strides
+    from ember.autograd.symsave import save_symbols
     traced, grad_after = _trace(gm, inputs, training=True)
     if makes_leaves(gm):
         check_leaf_outputs(traced, _unconnected(traced, []))
@@ -374,7 +326,7 @@ def _build_training(gm: fx.GraphModule, inputs: Sequence[Any], decompose: bool,
     joint = _maybe_decompose(joint, decompose)
     with using(binder.table if binder is not None else None):      # prims' symbolic sizes weigh their hints
         part = _partitioner()(joint, traced.num_inputs, traced.num_tangents, n_user + len(write_backs),
-                              recompute=recompute)
+                              recompute=recompute, copied=copied_when_saved(traced, inputs, write_backs))
     fwd, bwd = _with_table(part.fwd, binder), _with_table(part.bwd, binder)
     num_saved = part.num_saved
     if binder is not None:      # sizes the backward's prims use but cannot read from its inputs: saved ints
@@ -486,6 +438,7 @@ def _decompose_graph(gm: fx.GraphModule) -> fx.GraphModule:
     # an op that computes a data-dependent size stays, even where only sizes read it (prims take sizes as sympy
     # expressions): the wrapper reads the size from its result
     keep = {n for n in graph.nodes if n.op == "call_function" and introduces_unbacked(n, table)}
+    from ember.decomp.core import is_impure_node
     graph.eliminate_dead_code(lambda n: n in keep or is_impure_node(n))
     return fx.GraphModule(gm, graph)
 
@@ -706,6 +659,16 @@ def _left_to_eager_autograd(e: Exception) -> None:     # what AOT cannot trace r
     logs.log("perf_hints", f"aot_eager: {type(e).__name__}: {first}; this graph runs with eager autograd")
 
 
+def _symbol_binder(gm: fx.GraphModule, lifted: fx.GraphModule) -> SymbolBinder | None:
+    """``symbolic.symbol_binder(lifted, symbolic.graph_table(gm))``, importing ``symbolic`` (and with it the
+    tracing stack) only for a graph with symbolic sizes."""
+    table = getattr(gm, "meta", {}).get("ember_symbols")
+    if table is None or not table.symbols:
+        return None
+    from ember.autograd.symbolic import symbol_binder
+    return symbol_binder(lifted, table)
+
+
 def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any = None, *,
                 decompose: bool | None = None, recompute: bool = True,
                 compile_graph: GraphCompiler | None = None, graph_cache: Any = None) -> Callable[..., Any]:
@@ -716,7 +679,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
     if decompose is None:
         decompose = bool(getattr(options, "aot_decompose", False))
     lifted, paths = _lift_params(gm)
-    binder = symbol_binder(lifted, graph_table(gm))     # None for a static graph
+    binder = _symbol_binder(gm, lifted)     # None for a static graph
     if binder is not None:
         if decompose and compile_graph is None:
             # prims take sizes as sympy constants: a decomposed graph runs only through the kernel compiler

@@ -400,6 +400,7 @@ class _Joint:
     grads: list[Any]
     tangent_dep: set[fx.Node]
     boundary: list[fx.Node]   # forward-computable nodes the backward reads directly (the baseline saved set)
+    copied: frozenset[fx.Node] = frozenset()    # primals the runtime copies when saved (``copied_when_saved``)
 
 
 def _analyse(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int,
@@ -524,12 +525,13 @@ def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool) -> list[fx.Node]:
     primals, cache = set(j.primals), {}
     outputs = set(j.fwd_outs)
     forward = _ancestors([o for o in j.fwd_outs if isinstance(o, fx.Node)]) | outputs
+    copies = _aliases_of(region, j.copied)
     for n, i in index.items():
         size = node_bytes(n, cache)
-        if weigh and size is not None and not in_memory_forward(n, j.tangent_dep, outputs):
+        if weigh and size is not None and (n in copies or not in_memory_forward(n, j.tangent_dep, outputs)):
             size *= 2
         never = size is None or must_recompute(n, forward, outputs)
-        net.add_edge(2 * i, 2 * i + 1, _INF if never else size * scale + 1)
+        net.add_edge(2 * i, 2 * i + 1, _INF if never else size * scale + 1 + (n in copies))
         recomputable = can_recompute(n) or region_copy(n, outputs)
         if n in primals or not recomputable or region_input(n, forward) or (
                 stored_both_ways(n, j.tangent_dep) and REGION_TAG not in n.meta):
@@ -543,6 +545,28 @@ def _weighted_cut(graph: fx.Graph, j: _Joint, weigh: bool) -> list[fx.Node]:
         raise PartitionError("no finite cut: a value the backward needs can neither be saved nor recomputed")
     side = net.min_cut_source_side(src)
     return [n for n in region if 2 * index[n] in side and 2 * index[n] + 1 not in side]
+
+
+def _aliases_of(region: list[fx.Node], copied: frozenset[fx.Node]) -> set[fx.Node]:
+    """The primals in ``copied`` and the views of them (in ``region``, in graph order): saving one of these
+    makes the runtime copy it on every call (``copied_when_saved``), a store the forward would not make and one
+    more op, so the cut weighs it as a value not in memory, plus one in the count: where a value the forward
+    computes anyway costs as much (nanoGPT's position embedding instead of its weight), that value is saved."""
+    out = set(copied)
+    for n in region:
+        if n not in out and _is_view(n) and any(a in out for a in n.all_input_nodes):
+            out.add(n)
+    return out
+
+
+def copied_when_saved(traced: Any, inputs: Sequence[Any], write_backs: Iterable[tuple[int, int]]
+                      ) -> frozenset[int]:
+    """Indices of the inputs of ``traced`` (a ``trace.TracedGraph``) whose value the runtime copies when the
+    forward saves it (``autograd.runtime``): a tensor eager's autograd does not save (the caller may change it
+    in place before the backward, where eager would not notice: ``runtime._keep_aliased``) or one the function
+    updates in place (its old value is cloned)."""
+    keep = {i for i, _ in traced.saved_inputs} - {i for i, _ in write_backs}
+    return frozenset(i for i in range(traced.num_inputs) if isinstance(inputs[i], torch.Tensor) and i not in keep)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -662,16 +686,18 @@ def _cut_or_baseline(graph: fx.Graph, j: _Joint) -> list[fx.Node]:
 
 def partition_joint(joint: fx.GraphModule, num_primals: int, num_tangents: int, num_fwd_outputs: int, *,
                     recompute: bool = True,
-                    grad_input_indices: Sequence[int] | None = None) -> PartitionResult:
+                    grad_input_indices: Sequence[int] | None = None,
+                    copied: Iterable[int] = ()) -> PartitionResult:
     """Split a functional joint graph into forward and backward graphs (see the module docstring).
 
     ``grad_input_indices`` says which primal each gradient output belongs to (``TracedGraph`` has it); by
     default the joint graph has one gradient output per primal. Outputs after the gradients
     (functionalization write-backs) become forward outputs: after the ``num_fwd_outputs`` ones, before the
-    saved values.
+    saved values. ``copied``: the primals the runtime copies when they are saved (``copied_when_saved``).
     """
     gidx = list(range(num_primals)) if grad_input_indices is None else list(grad_input_indices)
     j = _analyse(joint, num_primals, num_tangents, num_fwd_outputs, len(gidx))
+    j.copied = frozenset(j.primals[i] for i in copied)
     saved = _cut_or_baseline(joint.graph, j) if recompute else list(j.boundary)
     fwd = _build_fwd(joint, j, saved)
     bwd, recomputed = _build_bwd(joint, j, saved, num_primals, gidx)

@@ -89,6 +89,9 @@ class CompiledGraphs:
     # tensor only when the backward node that saved it runs
     version_inputs: list[tuple[int, int]] = field(default_factory=list)
     version_outputs: list[tuple[int, int]] = field(default_factory=list)
+    # ``version_inputs`` split (``_split_versions``, on the first call, as ``aliased_saved``): the inputs the
+    # forward also saves, for autograd's own check, and those the runtime checks itself
+    version_split: tuple[list[int], list[tuple[int, int]]] | None = None
     aliased_saved: dict | None = None       # saved positions aliasing an input/output (``_aliased_saved``)
     unconnected: list[int] = field(default_factory=list)    # inputs passed detached (``aot._unconnected``)
 
@@ -141,8 +144,13 @@ class AotFunction(torch.autograd.Function):
             aliased = graphs.aliased_saved = _aliased_saved(graphs, saved, primals, fwd_outs)
         if aliased:
             saved = _keep_aliased(ctx, saved, aliased)
+        if graphs.version_split is None:
+            graphs.version_split = _split_versions(graphs, saved, primals, fwd_outs)
         tensor_pos = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
-        ctx.save_for_backward(*[saved[i] for i in tensor_pos])
+        saving = [saved[i] for i in tensor_pos]
+        if graphs.version_split[0] and _saved_hooks(False) is None:    # saved after the backward's own values
+            saving += [primals[i] for i in graphs.version_split[0]]
+        ctx.save_for_backward(*saving)
         ctx.saved_other = [None if isinstance(s, torch.Tensor) else s for s in saved]
         ctx.tensor_pos = tensor_pos
         ctx.graphs = graphs
@@ -187,7 +195,8 @@ class AotFunction(torch.autograd.Function):
             with torch.no_grad():       # differentiated again
                 grads = list(_run(bwd, *saved, *tangents))
             pos = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
-            anchors = [t for t in [*ctx.saved_tensors, *(a[1] for a in aliased or ())] + tangents
+            own = ctx.saved_tensors[:len(ctx.tensor_pos)]      # not the inputs saved for their check
+            anchors = [t for t in [*own, *(a[1] for a in aliased or ())] + tangents
                        if isinstance(t, torch.Tensor) and t.requires_grad]
             if pos and anchors:
                 wrapped = _NoDoubleBackward.apply(len(pos), *[grads[i] for i in pos], *anchors)
@@ -418,12 +427,14 @@ def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
     else:       # the graph enables grad itself: which outputs are differentiable was decided by the trace
         with torch.enable_grad():
             outs = list(AotFunction.apply(graphs, *primals))
-    node = _node_of(graphs, outs) if graphs.version_inputs or graphs.version_outputs else None
+    # under saved-tensor hooks autograd checks no saved tensor's version: every input is checked here
+    inputs = graphs.version_inputs if _saved_hooks(False) is not None else graphs.version_split[1]
+    node = _node_of(graphs, outs) if inputs or graphs.version_outputs else None
     finish(graphs.write_backs, graphs.aliases, args, outs)
     if graphs.multi_output_views and graphs.aliases:
         _mark_multi_output_views(graphs, outs)
     if node is not None:
-        _record_versions(node, graphs, args, outs)
+        _record_versions(node, graphs, inputs, args, outs)
     return outs[:graphs.num_user_outputs]
 
 
@@ -454,6 +465,35 @@ def check_versions(versions: Sequence[tuple[torch.Tensor, int, int]], flowing: i
             raise modified_error(t, v)
 
 
+def _split_versions(graphs: CompiledGraphs, saved: list, primals: Sequence[Any], outs: Sequence[Any]
+                    ) -> tuple[list[int], list[tuple[int, int]]]:
+    """``graphs.version_inputs`` split into the inputs autograd checks as eager does, and the rest, which the
+    runtime records after the call and checks before the backward (``check_versions``). Autograd checks a saved
+    tensor whenever this backward runs, as eager checks an input whose mask holds every output: such an input
+    the forward saves itself, or a view of it (sharing its version counter), needs nothing more; one it does not
+    save (a layer norm's bias, which eager saves and the compiled backward does not read) is returned in the
+    first list, to be saved too (saving a reference costs less than a record per call and a check per backward:
+    nanoGPT's 26 weights and biases cost 14 us a step that way). An input the function writes back is left to
+    the runtime (its version moves after the forward saved it). A property of the compiled graph (its saved
+    values are the same inputs, or views of them, on every call), so computed on the first call."""
+    every = _flowing(graphs, outs)
+    ids = set()
+    for s in saved:
+        if isinstance(s, torch.Tensor):
+            ids.add(id(s))
+            if s._base is not None:
+                ids.add(id(s._base))
+    mutated = {i for i, _ in graphs.write_backs}
+    extra, left = [], []
+    for i, m in graphs.version_inputs:
+        p = primals[i]
+        if m & every != every or i in mutated or not isinstance(p, torch.Tensor):
+            left.append((i, m))
+        elif id(p) not in ids and (p._base is None or id(p._base) not in ids):
+            extra.append(i)
+    return extra, left
+
+
 def _flowing(graphs: CompiledGraphs, grad_outputs: tuple) -> int:
     """Bit mask of the user outputs whose gradient reached this backward (None: the loss does not use it)."""
     return sum(1 << i for i in graphs.diff_outputs if grad_outputs[i] is not None)
@@ -468,9 +508,10 @@ def _node_of(graphs: CompiledGraphs, outs: list[Any]) -> Any:
     return None
 
 
-def _record_versions(node: Any, graphs: CompiledGraphs, args: Sequence[Any], outs: list[Any]) -> None:
+def _record_versions(node: Any, graphs: CompiledGraphs, inputs: Sequence[tuple[int, int]], args: Sequence[Any],
+                     outs: list[Any]) -> None:
     # outputs through ``detach()`` (same version counter): the node holding its own output is a cycle
-    node.versions = ([(args[i], args[i]._version, m) for i, m in graphs.version_inputs]
+    node.versions = ([(args[i], args[i]._version, m) for i, m in inputs]
                      + [(outs[k].detach(), outs[k]._version, m) for k, m in graphs.version_outputs
                         if isinstance(outs[k], torch.Tensor)])
 

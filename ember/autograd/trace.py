@@ -37,6 +37,7 @@ from ember.autograd.device_norms import REDIRECTS
 from ember.autograd.symnodes import SymNodes
 from ember.autograd.overlap import ORDER, check_writes, self_overlapping_layout
 from ember.autograd.runtime import modified_error
+from ember.autograd import symbolic as _symbolic  # noqa: F401  (registers the symbolic shape rules fake tensors use)
 from ember.errors import EmberError
 
 

@@ -169,6 +169,12 @@ CASES = [mlp_infer, mlp_train, dynamic_batch_train, batchnorm_train, view_output
 OTHER_CASES = [two_outputs_some_unused]
 
 
+# what builds a graph (AOT tracing, functionalization, partitioning, decompositions): a warm process whose graphs
+# the whole-graph cache serves imports none of it
+TRACING_MODULES = ("ember.autograd.trace", "ember.autograd.functionalize", "ember.autograd.partition",
+                   "ember.autograd.fake", "ember.decomp.core")
+
+
 def main() -> None:
     args = sys.argv[1:]
     if "--load" in args:
@@ -188,7 +194,8 @@ def main() -> None:
     if "--save" in args:
         with open(args[args.index("--save") + 1], "wb") as f:
             f.write(ember.save_cache_artifacts())
-    print(json.dumps({"failed": failed, "stats": ember.stats()}))
+    print(json.dumps({"failed": failed, "stats": ember.stats(),
+                      "tracing_modules": sorted(m for m in TRACING_MODULES if m in sys.modules)}))
 
 
 if __name__ == "__main__":
