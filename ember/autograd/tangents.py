@@ -10,7 +10,7 @@ Why: eager's autograd never runs the backward of a branch the loss does not reac
 tangent instead is not the same: ``0 * inf`` and ``0 / 0`` are NaN (an ``amin`` whose result was then changed
 in place by ``relu_`` divides by a count of 0), and the NaN reaches the gradients of inputs the loss does use.
 Invariant: a node that mixes such a value with a present tangent's other than by ``add``/``sub`` of the same
-shape and dtype keeps the value as computed (from a zero tangent), as before.
+shape, dtype and strides keeps the value as computed (from a zero tangent), as before.
 """
 from __future__ import annotations
 
@@ -34,9 +34,19 @@ def _kind(n: fx.Node) -> Any:
 
 
 def _same_meta(a: fx.Node, b: fx.Node) -> bool:
+    """Same shape, dtype and strides: ``a`` can stand for ``b`` (a later ``view`` of the sum needs its strides;
+    ``tangent + x.transpose(1, 2)`` is laid out as the tangent, not as the transposed operand)."""
     va, vb = a.meta.get("val"), b.meta.get("val")
     return hasattr(va, "shape") and hasattr(vb, "shape") and tuple(va.shape) == tuple(vb.shape) \
-        and va.dtype == vb.dtype
+        and va.dtype == vb.dtype and _strides(va) == _strides(vb)
+
+
+def _strides(v: Any) -> Any:
+    try:
+        stride = v.stride() if callable(v.stride) else v.stride        # a tensor, or a prim value's layout
+        return tuple(st for st, n in zip(stride, v.shape) if n != 1)     # size-1 dims: any stride
+    except (RuntimeError, AttributeError, TypeError):      # sparse or otherwise strideless
+        return None
 
 
 def _sum_operand(n: fx.Node, zero: set) -> fx.Node | None:

@@ -167,7 +167,10 @@ def _freeze_val(node: Any, t: FakeTensor) -> None:
         return
     with _disable_current_modes():
         m = t._meta.as_strided(t.shape, t.stride(), t.storage_offset())
-    node.meta["val"] = FakeTensor(m, t.device, t.fake_mode)
+    # it keeps t's requires_grad too: autograd's reach from inputs to outputs reads it (a pooled mean that
+    # ``adaptive_avg_pool2d`` restrides in place read as not requiring grad, and the loss's gradient then
+    # skipped every parameter before it)
+    node.meta["val"] = FakeTensor(m, t.device, t.fake_mode, requires_grad=t.requires_grad)
 
 
 class SavedVersions:
