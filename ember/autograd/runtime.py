@@ -146,6 +146,7 @@ class AotFunction(torch.autograd.Function):
         ctx.saved_other = [None if isinstance(s, torch.Tensor) else s for s in saved]
         ctx.tensor_pos = tensor_pos
         ctx.graphs = graphs
+        ctx.num_primals = len(primals)
         non_diff = [fwd_outs[i] for i in graphs.non_diff_outputs if isinstance(fwd_outs[i], torch.Tensor)]
         if non_diff:
             ctx.mark_non_differentiable(*non_diff)
@@ -163,6 +164,11 @@ class AotFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
         graphs: CompiledGraphs = ctx.graphs
+        if all(grad_outputs[i] is None for i in graphs.diff_outputs):
+            # no gradient reaches this node: autograd still calls it when a later compiled graph that takes one
+            # of its outputs ran (that graph's node joins values eager keeps in separate nodes), but eager's
+            # nodes for it never run, so neither its saved values (nor their versions) are read here
+            return (None,) * (1 + ctx.num_primals)
         versions = getattr(ctx, "versions", None)
         if versions:
             check_versions(versions, _flowing(graphs, grad_outputs))
@@ -299,8 +305,20 @@ def _aliased_saved(graphs: CompiledGraphs, saved: list, primals: Sequence[Any], 
     found = {i: _storage(s) for i, s in enumerate(saved)}
     # eager checks it whenever any gradient flows: autograd's own check on the saved tensor is eager's (the
     # common case, a weight: no cost per call)
-    return {i: (keys[k], k in eager) for i, k in found.items()
-            if k in keys and eager.get(k, 0) & every != every}
+    found = {i: k for i, k in found.items() if k in keys and eager.get(k, 0) & every != every}
+    reads = _saved_reads(graphs) if any(k in eager for k in found.values()) else []
+    # eager's saved memory, but read for gradients eager computes without checking it (eager saved a view of
+    # ``x`` for ``amax(x)``; the backward recomputes ``tanh(x)`` from ``x`` where eager saved the tanh): a copy
+    return {i: (keys[k], k in eager and i < len(reads) and reads[i] & ~eager[k] == 0) for i, k in found.items()}
+
+
+def _saved_reads(graphs: CompiledGraphs) -> list[int]:
+    """Per saved value, the mask of the user outputs whose gradient reads it (bit k: output k)."""
+    from ember.autograd.tangents import saved_uses
+    if graphs.bwd_graph is None:
+        return []
+    return [sum(1 << graphs.diff_outputs[t] for t in ts if t < len(graphs.diff_outputs))
+            for ts in saved_uses(graphs.bwd_graph, graphs.num_saved)]
 
 
 def _storage(t: Any) -> Any:
