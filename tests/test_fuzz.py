@@ -79,10 +79,11 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # 430626: memory eager saved for one output's gradient, read by the backward for another's; 431329: a compiled
 # node no gradient reaches, called by autograd with none (tests/autograd/test_saved_versions.py); 432322, 434662:
 # an input updated in place whose dims of size 1 have other strides than the traced layout's
-# (tests/autograd/test_size_one_writes.py).
+# (tests/autograd/test_size_one_writes.py); 435416: a kernel body walked as a tree of 2**depth objects (compile
+# timeout: tests/loopir/test_shared_chains.py).
 REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232,
                     350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041, 380329,
-                    436867, 431809, 434911, 430626, 431329, 432322, 434662]
+                    436867, 431809, 434911, 430626, 431329, 432322, 434662, 435416]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
