@@ -528,11 +528,14 @@ def _mark_multi_output_views(graphs: CompiledGraphs, outs: list[Any]) -> None:
 
 def _rebuild_output_view(a: AliasInfo, outs: list[Any]) -> None:
     """Output ``a.output`` as the view of output ``a.input`` that it was in the trace (generated code returns
-    each output in its own buffer; eager's caller may mutate one and read the other)."""
+    each output in its own buffer; eager's caller may mutate one and read the other). A view of a base that
+    does not require grad stays an autograd view of it, as eager's: an update of the view with a value that
+    requires grad (``v.add_(y)`` after a graph break) then gives the base a ``CopySlices`` (made from
+    ``base.detach()``, ``t``'s gradient missed ``y``'s part)."""
     base = outs[a.input]
     if not isinstance(base, torch.Tensor) or (tuple(base.shape), tuple(base.stride())) != a.base_layout:
         return
-    if not a.requires_grad:
+    if not a.requires_grad and base.requires_grad:
         base = base.detach()
     outs[a.output] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
 
