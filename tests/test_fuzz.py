@@ -75,12 +75,12 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # tests/autograd/test_view_outputs_inplace.py); 436867: a scalar view of a strided view output, clamped after
 # a graph break (tests/capture/test_output_views.py); 431809: an input that is a view of another input, at another
 # place in the storage on a later call (tests/autograd/test_aliased_input_views.py); 434911: two equal values
-# stored once and returned as one buffer, one updated after a graph break (tests/capture/test_output_views.py);
-# 430626: memory eager saved for one output's gradient, read by the backward for another's; 431329: a compiled
-# node no gradient reaches, called by autograd with none (tests/autograd/test_saved_versions.py); 432322, 434662:
-# an input updated in place whose dims of size 1 have other strides than the traced layout's
-# (tests/autograd/test_size_one_writes.py); 435416: a kernel body walked as a tree of 2**depth objects (compile
-# timeout: tests/loopir/test_shared_chains.py).
+# stored once and returned as one buffer, one updated after a graph break (tests/capture/test_output_views.py).
+# 430626: memory eager saved for one output's gradient, read by the backward for another's; 431329: a
+# compiled node no gradient reaches, called by autograd with none (tests/autograd/test_saved_versions.py);
+# 432322, 434662: an input updated in place whose dims of size 1 have other strides than the traced layout's
+# (tests/autograd/test_size_one_writes.py); 435416: a kernel body walked as a tree of 2**depth objects
+# (compile timeout: tests/loopir/test_shared_chains.py).
 REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232,
                     350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041, 380329,
                     436867, 431809, 434911, 430626, 431329, 432322, 434662, 435416]

@@ -165,9 +165,9 @@ class AotFunction(torch.autograd.Function):
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
         graphs: CompiledGraphs = ctx.graphs
         if all(grad_outputs[i] is None for i in graphs.diff_outputs):
-            # no gradient reaches this node: autograd still calls it when a later compiled graph that takes one
-            # of its outputs ran (that graph's node joins values eager keeps in separate nodes), but eager's
-            # nodes for it never run, so neither its saved values (nor their versions) are read here
+            # no gradient reaches this node: autograd still calls it when a later compiled graph that takes
+            # one of its outputs ran (that graph's node joins values eager keeps in separate nodes), but
+            # eager's nodes for it never run, so neither its saved values (nor their versions) are read here
             return (None,) * (1 + ctx.num_primals)
         versions = getattr(ctx, "versions", None)
         if versions:
@@ -307,9 +307,11 @@ def _aliased_saved(graphs: CompiledGraphs, saved: list, primals: Sequence[Any], 
     # common case, a weight: no cost per call)
     found = {i: k for i, k in found.items() if k in keys and eager.get(k, 0) & every != every}
     reads = _saved_reads(graphs) if any(k in eager for k in found.values()) else []
-    # eager's saved memory, but read for gradients eager computes without checking it (eager saved a view of
-    # ``x`` for ``amax(x)``; the backward recomputes ``tanh(x)`` from ``x`` where eager saved the tanh): a copy
-    return {i: (keys[k], k in eager and i < len(reads) and reads[i] & ~eager[k] == 0) for i, k in found.items()}
+    # eager's saved memory, but read for gradients eager computes without checking it (eager saved a view
+    # of ``x`` for ``amax(x)``; the backward recomputes ``tanh(x)`` from ``x`` where eager saved the tanh):
+    # a copy
+    return {i: (keys[k], k in eager and i < len(reads) and reads[i] & ~eager[k] == 0)
+            for i, k in found.items()}
 
 
 def _saved_reads(graphs: CompiledGraphs) -> list[int]:

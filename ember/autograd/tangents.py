@@ -96,10 +96,10 @@ def without_tangents(bwd: fx.GraphModule, num_tangents: int, absent: frozenset) 
 
 
 def saved_uses(bwd: fx.GraphModule, num_saved: int) -> list[frozenset]:
-    """For each saved value (the first ``num_saved`` placeholders of the backward ``bwd``), the tangents (their
-    positions among the placeholders after the saved values) of the gradient computations that read it: those
-    whose value depends on both. A saved value whose tangents all stand for outputs whose gradient makes eager
-    check a tensor's version reads, when read at all, only what eager's check also covers."""
+    """For each saved value (the first ``num_saved`` placeholders of the backward ``bwd``), the tangents
+    (their positions among the placeholders after the saved values) of the gradient computations that read
+    it: those whose value depends on both. A saved value whose tangents all stand for outputs whose gradient
+    makes eager check a tensor's version reads, when read at all, only what eager's check also covers."""
     phs = [n for n in bwd.graph.nodes if n.op == "placeholder"]
     deps: dict[fx.Node, frozenset] = {t: frozenset((k,)) for k, t in enumerate(phs[num_saved:])}
     nodes = list(bwd.graph.nodes)

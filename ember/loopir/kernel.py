@@ -199,11 +199,11 @@ class _Builder:
         self.extents: dict[str, int] = {}     # var bound as an index -> the indexed dimension's size
         self.n = 0
         self.buffers: dict[str, tuple[torch.dtype, str]] = {}
-        # (expression, id of its groups) -> its variable. The lowering builds a body by calling its operands'
-        # loaders once per read, so ``x = x + x * n`` ten times over is one value of ~20 distinct nodes made of
-        # 2**10 objects; ``xcache``/``rcache`` dedupe the statements, this the walk, which visited every object
-        # and placed its indices each time (fuzz seed 435416 compiled for hours). Expressions cache their hash.
-        # Entries at the "r" level go with ``rcache``.
+        # (expression, id of its groups) -> its variable. The lowering builds a body by calling its
+        # operands' loaders once per read, so ``x = x + x * n`` ten times over is one value of ~20 distinct
+        # nodes made of 2**10 objects; ``xcache``/``rcache`` dedupe the statements, this the walk, which
+        # visited every object and placed its indices each time (fuzz seed 435416 compiled for hours).
+        # Expressions cache their hash. Entries at the "r" level go with ``rcache``.
         self.emitted: dict[tuple[Expr, int], str] = {}
 
     def times(self) -> dict[str, tuple[str, int]]:

@@ -1,8 +1,8 @@
-"""In-place updates of a graph's input whose layout has dims of size 1 (views made by ``chunk``, ``transpose``,
-``unsqueeze``, a ``keepdim`` reduction). The compiled forward stores the new value into the input itself and
-returns it with the traced layout, whose strides at the dims of size 1 may differ from the input's; the
-write-back then did not recognise it as the input's own memory and copied it onto itself, which ``copy_``
-refuses ("some elements of the input tensor and the written-to tensor refer to a single memory location"):
+"""In-place updates of a graph's input whose layout has dims of size 1 (views made by ``chunk``,
+``transpose``, ``unsqueeze``, a ``keepdim`` reduction). The compiled forward stores the new value into the
+input itself and returns it with the traced layout, whose strides at the dims of size 1 may differ from the
+input's; the write-back then did not recognise it as the input's own memory and copied it onto itself, which
+``copy_`` refuses ("some elements of the input tensor and the written-to tensor refer to a single memory location"):
 fuzz seeds 432322 and 434662, where eager runs fine.
 
 Differential: compiled == eager (values, gradients, the updated tensors), with a gradient flowing through
