@@ -154,6 +154,7 @@ class AotFunction(torch.autograd.Function):
         ctx.saved_other = [None if isinstance(s, torch.Tensor) else s for s in saved]
         ctx.tensor_pos = tensor_pos
         ctx.graphs = graphs
+        ctx.num_primals = len(primals)
         non_diff = [fwd_outs[i] for i in graphs.non_diff_outputs if isinstance(fwd_outs[i], torch.Tensor)]
         if non_diff:
             ctx.mark_non_differentiable(*non_diff)
@@ -171,6 +172,11 @@ class AotFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
         graphs: CompiledGraphs = ctx.graphs
+        if all(grad_outputs[i] is None for i in graphs.diff_outputs):
+            # no gradient reaches this node: autograd still calls it when a later compiled graph that takes
+            # one of its outputs ran (that graph's node joins values eager keeps in separate nodes), but
+            # eager's nodes for it never run, so neither its saved values (nor their versions) are read here
+            return (None,) * (1 + ctx.num_primals)
         versions = getattr(ctx, "versions", None)
         if versions:
             check_versions(versions, _flowing(graphs, grad_outputs))
@@ -308,8 +314,22 @@ def _aliased_saved(graphs: CompiledGraphs, saved: list, primals: Sequence[Any], 
     found = {i: _storage(s) for i, s in enumerate(saved)}
     # eager checks it whenever any gradient flows: autograd's own check on the saved tensor is eager's (the
     # common case, a weight: no cost per call)
-    return {i: (keys[k], k in eager) for i, k in found.items()
-            if k in keys and eager.get(k, 0) & every != every}
+    found = {i: k for i, k in found.items() if k in keys and eager.get(k, 0) & every != every}
+    reads = _saved_reads(graphs) if any(k in eager for k in found.values()) else []
+    # eager's saved memory, but read for gradients eager computes without checking it (eager saved a view
+    # of ``x`` for ``amax(x)``; the backward recomputes ``tanh(x)`` from ``x`` where eager saved the tanh):
+    # a copy
+    return {i: (keys[k], k in eager and i < len(reads) and reads[i] & ~eager[k] == 0)
+            for i, k in found.items()}
+
+
+def _saved_reads(graphs: CompiledGraphs) -> list[int]:
+    """Per saved value, the mask of the user outputs whose gradient reads it (bit k: output k)."""
+    from ember.autograd.tangents import saved_uses
+    if graphs.bwd_graph is None:
+        return []
+    return [sum(1 << graphs.diff_outputs[t] for t in ts if t < len(graphs.diff_outputs))
+            for ts in saved_uses(graphs.bwd_graph, graphs.num_saved)]
 
 
 def _storage(t: Any) -> Any:
@@ -574,11 +594,14 @@ def _mark_multi_output_views(graphs: CompiledGraphs, outs: list[Any]) -> None:
 
 def _rebuild_output_view(a: AliasInfo, outs: list[Any]) -> None:
     """Output ``a.output`` as the view of output ``a.input`` that it was in the trace (generated code returns
-    each output in its own buffer; eager's caller may mutate one and read the other)."""
+    each output in its own buffer; eager's caller may mutate one and read the other). A view of a base that
+    does not require grad stays an autograd view of it, as eager's: an update of the view with a value that
+    requires grad (``v.add_(y)`` after a graph break) then gives the base a ``CopySlices`` (made from
+    ``base.detach()``, ``t``'s gradient missed ``y``'s part)."""
     base = outs[a.input]
     if not isinstance(base, torch.Tensor) or (tuple(base.shape), tuple(base.stride())) != a.base_layout:
         return
-    if not a.requires_grad:
+    if not a.requires_grad and base.requires_grad:
         base = base.detach()
     outs[a.output] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
 
@@ -594,9 +617,13 @@ def _unexpanded(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, tor
 
 
 def _same_memory(a: Any, b: Any) -> bool:
-    """``a`` is ``b`` seen through another tensor object (an autograd Function returns its inputs so)."""
+    """``a`` is ``b`` seen through another tensor object (an autograd Function returns its inputs so). The
+    strides of dims of size 1 address nothing and may differ (the compiled forward returns an input it stored
+    into with the traced layout's strides there): comparing them made ``finish`` copy a tensor onto itself
+    through other strides, which ``copy_`` refuses as overlapping memory (fuzz seeds 432322, 434662)."""
     return (isinstance(a, torch.Tensor) and a.data_ptr() == b.data_ptr() and a.numel() > 0
-            and a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and a.device == b.device)
+            and a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
+            and all(p == q for n, p, q in zip(a.shape, a.stride(), b.stride()) if n != 1))
 
 
 def _bump_versions(ts: list) -> None:

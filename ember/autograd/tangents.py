@@ -103,3 +103,20 @@ def without_tangents(bwd: fx.GraphModule, num_tangents: int, absent: frozenset) 
     gm = fx.GraphModule(bwd, g)
     gm.meta.update(bwd.meta)
     return gm, zeros
+
+
+def saved_uses(bwd: fx.GraphModule, num_saved: int) -> list[frozenset]:
+    """For each saved value (the first ``num_saved`` placeholders of the backward ``bwd``), the tangents
+    (their positions among the placeholders after the saved values) of the gradient computations that read
+    it: those whose value depends on both. A saved value whose tangents all stand for outputs whose gradient
+    makes eager check a tensor's version reads, when read at all, only what eager's check also covers."""
+    phs = [n for n in bwd.graph.nodes if n.op == "placeholder"]
+    deps: dict[fx.Node, frozenset] = {t: frozenset((k,)) for k, t in enumerate(phs[num_saved:])}
+    nodes = list(bwd.graph.nodes)
+    for n in nodes:
+        if n.op != "placeholder":
+            deps[n] = frozenset().union(*(deps.get(a, frozenset()) for a in n.all_input_nodes))
+    below: dict[fx.Node, frozenset] = {}       # tangents of the node and of everything computed from it
+    for n in reversed(nodes):
+        below[n] = deps.get(n, frozenset()).union(*(below.get(u, frozenset()) for u in n.users))
+    return [below[p] for p in phs[:num_saved]]

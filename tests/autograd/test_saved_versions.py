@@ -225,6 +225,19 @@ def f_relu_of_input_times_weight(x, w):
     return x.relu() * w
 
 
+def f_amax_and_tanh(x, w):
+    return x.amax(1), x.tanh() * w      # eager saves x for the amax only; the tanh's own result for the tanh
+
+
+def f_column_max_and_sigmoid(x, w):
+    return x[:, 1].amax(), x.sigmoid() + w     # eager saves a view of x (same memory) for the amax
+
+
+def f_mean_of_view_and_exp(x, w):
+    v = x[None, :, 0].narrow(0, 0, 1)
+    return v.amax(), x.exp() * 0 + v.mean() * w
+
+
 def _mut_first_output(ins, outs):
     outs[0].add_(1)
 
@@ -246,6 +259,13 @@ FLOW_CASES = [
     (f_tanh_of_input, _mut_input, (0,), False),
     (f_relu_of_input_times_weight, _mut_input, (0,), False),
     (f_relu_of_input_times_weight, _mut_weight, (0,), True),
+    # memory eager saved for one output's gradient, read by the compiled backward for another's (fuzz seed
+    # 430626): a copy, checked only as eager checks it
+    (f_amax_and_tanh, _mut_input, (1,), False),
+    (f_amax_and_tanh, _mut_input, (0,), True),
+    (f_column_max_and_sigmoid, _mut_input, (1,), False),
+    (f_column_max_and_sigmoid, _mut_input, (0, 1), True),
+    (f_mean_of_view_and_exp, _mut_input, (1,), False),
 ]
 
 
@@ -386,6 +406,70 @@ def test_input_eager_does_not_connect_is_not_reached(fn, raises, backend):
         expected = _run_unconnected(fn, seed)
         assert (expected[0] == "backward") == raises, expected
         actual = _run_unconnected(compiled, seed)
+        assert actual[:2] == expected[:2], f"eager: {expected[:2]}, ember {backend}: {actual[:2]}"
+        if not raises:
+            torch.testing.assert_close(actual[2], expected[2])
+            torch.testing.assert_close(actual[3], expected[3])
+
+
+# -- a compiled node that no gradient reaches ----------------------------------------------------------------
+# A later compiled graph that takes an output of an earlier one joins, in one autograd node, values that eager
+# keeps in separate nodes: the loss reaches that node through another output, and autograd then calls the
+# earlier graph's node too, with no gradient at all. It unpacked its saved values and raised for one modified
+# since (fuzz seed 431329), where eager's node for it never runs. Each row: (fn(m, w) with m not requiring
+# grad, the outputs the loss uses, eager raises at backward).
+def n_mutated_after_break(m, w):
+    t = (m * w).abs()               # eager's mul saves m for t's gradient
+    _graph_break(w)
+    m.mul_(2)
+    return w.sin() * 2, t * t.tanh()
+
+
+def n_mutated_then_break_again(m, w):
+    t = m.view(-1) * w.view(-1)
+    _graph_break(w)
+    m.tanh_()
+    t = t * t.tanh()
+    s = w.softmax(0).flip(0)
+    _graph_break(s)
+    return s, t
+
+
+def n_view_mutated_after_break(m, w):
+    t = m[1:] * w[1:]
+    _graph_break(w)
+    m[2].zero_()
+    return (w * 3).cos(), t.exp()
+
+
+NO_GRADIENT_CASES = [(n_mutated_after_break, (0,), False), (n_mutated_after_break, (0, 1), True),
+                     (n_mutated_then_break_again, (0,), False), (n_mutated_then_break_again, (1,), True),
+                     (n_view_mutated_after_break, (0,), False), (n_view_mutated_after_break, (1,), True)]
+
+
+def _run_no_gradient(fn, used, seed):
+    gen = torch.Generator().manual_seed(seed)
+    m = torch.randn(4, 3, generator=gen)
+    w = torch.randn(4, 3, generator=gen, requires_grad=True)
+    STATE.clear()
+    outs = fn(m, w)
+    try:
+        sum((outs[i] * (i + 1)).sum() for i in used).backward()
+    except RuntimeError as e:
+        return "backward", type(e).__name__, None, None
+    return None, None, [o.detach() for o in outs] + [m], [w.grad]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+@pytest.mark.parametrize("fn,used,raises", NO_GRADIENT_CASES,
+                         ids=[f"{c[0].__name__}-{'_'.join(map(str, c[1]))}" for c in NO_GRADIENT_CASES])
+def test_node_no_gradient_reaches_reads_nothing(fn, used, raises, backend):
+    ember.reset()
+    compiled = ember.compile(fn, backend=backend)
+    for seed in (0, 1):
+        expected = _run_no_gradient(fn, used, seed)
+        assert (expected[0] == "backward") == raises, expected
+        actual = _run_no_gradient(compiled, used, seed)
         assert actual[:2] == expected[:2], f"eager: {expected[:2]}, ember {backend}: {actual[:2]}"
         if not raises:
             torch.testing.assert_close(actual[2], expected[2])
