@@ -179,6 +179,8 @@ def can_recompute(node: fx.Node) -> bool:
         return False
     if REGION_TAG in node.meta:
         return True
+    if _compared_with_extremum(node):
+        return False
     kind = _prim_kind(node)
     if kind is not None:
         return kind in PRIM_RECOMPUTABLE_KINDS or node.target.name in PRIM_RECOMPUTABLE_READS
@@ -186,6 +188,47 @@ def can_recompute(node: fx.Node) -> bool:
         return True
     name = op_name(node)
     return name in RECOMPUTABLE and name not in EXPENSIVE
+
+
+_EXTREMA = {"amax", "amin", "max", "min"}
+_VIEWISH = {"broadcast_in_dim", "expand", "permute", "view_of", "reshape", "view", "squeeze", "unsqueeze",
+            "transpose", "t"}
+
+
+def _name(node: fx.Node) -> str:
+    return getattr(node.target, "name", None) or op_name(node)
+
+
+def _view_root(node: Any) -> Any:
+    while isinstance(node, fx.Node) and node.op == "call_function" and _name(node) in _VIEWISH and node.args:
+        node = node.args[0]
+    return node
+
+
+def _compared_with_extremum(node: fx.Node) -> bool:
+    """Whether ``node`` (through views) is compared for equality with a max/min reduction of it: the gradient
+    of ``amax``/``amin`` picks the points equal to the result, so the backward must see the very bits the
+    forward reduced. A recomputed value may differ in its last bit (a vector loop's ``cos`` against a scalar
+    loop's) and then match no point at all: such values are saved, as eager saves them."""
+    stack, seen = [node], {node}
+    while stack:
+        n = stack.pop()
+        for u in n.users:
+            if u in seen or u.op != "call_function":
+                continue
+            seen.add(u)
+            name = _name(u)
+            if name in ("eq", "ne") and any(_view_root(a) is not node and _is_extremum_of(_view_root(a), node)
+                                            for a in u.args[:2]):
+                return True
+            if name in _VIEWISH:
+                stack.append(u)
+    return False
+
+
+def _is_extremum_of(red: Any, node: fx.Node) -> bool:
+    return isinstance(red, fx.Node) and red.op == "call_function" and _name(red) in _EXTREMA and bool(red.args) \
+        and _view_root(red.args[0]) is node
 
 
 def _is_view(node: fx.Node) -> bool:
