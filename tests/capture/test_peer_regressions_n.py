@@ -80,3 +80,46 @@ def test_tensor_with_array_argument():
         want, got = f(x, a), cf(x, a)
         assert _same(want[0], got[0]) and type(got[1]) is np.ndarray and np.allclose(want[1], got[1])
     assert ember.stats()["graph_breaks"] == 0, ember.stats()
+
+
+# -- 2. NumPy integer arguments follow the int policy --------------------------------------------------------
+INT_CASES = {   # name: (function of (x, i), input maker, most graphs for 8 values (None: correctness only))
+    "add_int_tensor": (lambda x, i: x + i, lambda: torch.tensor([1, 2]), 2),
+    "int32_tensor": (lambda x, i: x * i, lambda: torch.tensor([1, 2], dtype=torch.int32), 2),
+    "truediv": (lambda x, i: x / i, lambda: torch.tensor([1, 2]), 2),
+    "floordiv": (lambda x, i: x // i, lambda: torch.randn(3), 2),
+    "float_tensor": (lambda x, i: x * i + 1, lambda: torch.randn(3), 2),
+    "as_size": (lambda x, i: x.new_ones(i) * x.sum(), lambda: torch.randn(3), 2),
+    "full": (lambda x, i: torch.full((i,), 2.0) + x.sum(), lambda: torch.randn(3), 2),
+    "view": (lambda x, i: x.view(i, -1).sum(0).sum(), lambda: torch.arange(720.0), 2),
+    "returned": (lambda x, i: (x + i, i), lambda: torch.randn(3), 2),
+    "type_check": (lambda x, i: x + 1 if type(i) is np.int64 else x - 1, lambda: torch.randn(3), 2),
+    "compared": (lambda x, i: (x + 1, i > 5) if i > 5 else (x - 1, i > 5), lambda: torch.randn(3), 3),
+    # NumPy's own arithmetic: specialized (NumPy result types), never a different answer
+    "numpy_arith": (lambda x, i: (x * (i * 2), i * 2, i / 4), lambda: torch.randn(3), None),
+    "negated": (lambda x, i: x * -i, lambda: torch.randn(3), None),
+    "item": (lambda x, i: (x + i.item(), i.item()), lambda: torch.randn(3), None),
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", list(INT_CASES))
+def test_numpy_int_arguments(name, backend):
+    fn, make, most = INT_CASES[name]
+    ember.reset()
+    cf = ember.compile(fn, backend=backend)
+    for v in (2, 3, 4, 5, 6, 8, 9, 10):
+        x = make()
+        i = np.int64(v)
+        assert _same(fn(x, i), cf(x, i)), v
+    if most is not None:
+        assert ember.stats()["graphs_compiled"] <= most, ember.stats()
+
+
+def test_numpy_int_arguments_static():
+    """``dynamic=False`` keeps specializing NumPy ints, as Python ints."""
+    ember.reset()
+    cf = ember.compile(lambda x, i: x + i, backend="eager", dynamic=False)
+    for v in (2, 3, 4):
+        assert _same(cf(torch.tensor([1]), np.int64(v)), torch.tensor([1]) + np.int64(v))
+    assert ember.stats()["graphs_compiled"] == 3
