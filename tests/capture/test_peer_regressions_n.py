@@ -123,3 +123,98 @@ def test_numpy_int_arguments_static():
     for v in (2, 3, 4):
         assert _same(cf(torch.tensor([1]), np.int64(v)), torch.tensor([1]) + np.int64(v))
     assert ember.stats()["graphs_compiled"] == 3
+
+
+# -- 3. a second ember.compile of the same function shares the first one's cache ---------------------------
+class _Counter:
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, gm, example_inputs):
+        self.n += 1
+        return gm
+
+
+def _foo(x):
+    return x.sin() + 1
+
+
+class _Holder:
+    def method(self, x):
+        return x.cos() * 2
+
+    def __call__(self, x):
+        return x - 1
+
+
+_HOLDER = _Holder()
+
+TARGETS = {     # name: what is compiled again on every call
+    "function": lambda: _foo,
+    "bound_method": lambda: _HOLDER.method,
+    "callable_object": lambda: _HOLDER,
+}
+RECOMPILE_WAYS = {
+    "call": lambda target, be: ember.compile(target, backend=be),
+    "decorator": lambda target, be: ember.compile(backend=be)(target),
+}
+
+
+@pytest.mark.parametrize("way", list(RECOMPILE_WAYS))
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_compile_again_shares_cache(target, way):
+    ember.reset()
+    cnt = _Counter()
+    make = RECOMPILE_WAYS[way]
+    fn = TARGETS[target]()
+    for _ in range(3):
+        x = torch.randn(4)
+        assert _same(make(fn, cnt)(x), fn(x))
+    assert cnt.n == 1
+    x = torch.randn(2, 5)               # guards still decide: another shape is another entry
+    assert _same(make(fn, cnt)(x), fn(x)) and cnt.n == 2
+    assert _same(make(fn, cnt)(x), fn(x)) and cnt.n == 2
+
+
+CONFIG_CHANGES = {      # a different configuration: its own cache
+    "other_backend": dict(backend=None),
+    "fullgraph": dict(fullgraph=True),
+    "dynamic": dict(dynamic=True),
+    "options": dict(options={"cache_size_limit": 3}),
+}
+
+
+@pytest.mark.parametrize("change", list(CONFIG_CHANGES))
+def test_compile_again_other_config(change):
+    ember.reset()
+    cnt = _Counter()
+    x = torch.randn(4)
+    ember.compile(_foo, backend=cnt)(x)
+    kw = dict(CONFIG_CHANGES[change])
+    other = _Counter() if kw.pop("backend", cnt) is None else cnt
+    assert _same(ember.compile(_foo, backend=other, **kw)(x), _foo(x))
+    assert cnt.n + (other.n if other is not cnt else 0) == 2
+
+
+def test_compile_again_after_reset_and_freed():
+    cnt = _Counter()
+    x = torch.randn(4)
+    ember.reset()
+    ember.compile(_foo, backend=cnt)(x)
+    ember.reset()                       # drops every cache: the next compile compiles again
+    ember.compile(_foo, backend=cnt)(x)
+    ember.compile(_foo, backend=cnt)(x)
+    assert cnt.n == 2
+
+    def make():
+        def g(x):
+            return x * 3
+        return g
+    g = make()
+    ref = weakref.ref(g)
+    ember.compile(g, backend=cnt)(x)
+    ember.compile(g, backend=cnt)(x)
+    assert cnt.n == 3
+    del g
+    gc.collect()
+    assert ref() is None                # the shared cache keeps no function alive
