@@ -46,6 +46,8 @@ ARRAY_CASES = {     # name: (function of x (float32[3]), captured without a grap
     "numpy_scalar": (lambda x: x + np.ones(3).sum(), True),
     "array_dtype": (lambda x: x.double() if np.ones(3).dtype == np.float64 else x, True),
     "traced_dtype": (lambda x: x.double() if x.numpy().dtype == np.float32 else x, True),
+    # torch reads the NumPy scalar as a number (float32 result), a 0-d tensor would promote to float64: a break
+    "int_tensor_numpy_scalar": (lambda x: x.long() + np.ones(3).sum(), False),
     # eager raises TypeError for these: so must the compiled call
     "reflected_add": (lambda x: np.ones(3) + x, False),
     "reflected_mul": (lambda x: np.ones(3) * x, False),
