@@ -49,8 +49,9 @@ try:        # NumPy's scalars, dtypes and finfo/iinfo records: values, made and 
     import numpy as _np
     NUMPY_VALUES: tuple[type, ...] = (_np.number, _np.bool_, _np.dtype, _np.finfo, _np.iinfo)
     NUMPY_SCALARS: tuple[type, ...] = (_np.number, _np.bool_)
+    NUMPY_INTS: tuple[type, ...] = (_np.integer,)
 except ImportError:     # pragma: no cover - torch brings numpy along
-    NUMPY_VALUES = NUMPY_SCALARS = ()
+    NUMPY_VALUES = NUMPY_SCALARS = NUMPY_INTS = ()
 
 
 class NotConst(Exception):

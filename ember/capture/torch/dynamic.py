@@ -12,12 +12,15 @@ range; the tensor's layout is checked as the contiguous (or dense permuted) layo
 """
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 import torch
 
 from ... import logs
 from ...shapes import SymbolTable, to_python
-from ..sources import AttrSource, ItemSource, LocalSource
+from ..sources import AttrSource, ItemSource, LocalSource, Source
+from ..values import NUMPY_INTS
 from .graph import TensorVar
 from .symsize import PREFIX, SymNumVar
 
@@ -170,24 +173,41 @@ def _changed(d, kind: str, obj, source) -> bool:
 
 def wrap_number(plugin, d, obj: int, source):
     """An int the policy makes symbolic (a ``SymNumVar`` read from an int graph input), or None (floats:
-    ``float_item.wrap_float``)."""
+    ``float_item.wrap_float``). A NumPy integer (``np.int64(i)``) follows the same policy: the graph gets the
+    int it holds (``IntOfSource``), the value keeps its NumPy type (``SymNumVar.np_type``)."""
     if plugin.dynamic is False or getattr(d, "static_shapes", False):
         return None
-    if type(obj) is not int or obj < 2:
+    np_type = type(obj) if isinstance(obj, NUMPY_INTS) else None
+    if type(obj) is not int and np_type is None or int(obj) < 2:
         return None
     plain = d.cg.plain(source)
     if not (_changed(d, "int", obj, source) or (plugin.dynamic is True and isinstance(source, LocalSource))):
         return None
     st = d.torch
     tab = table(st)
-    s = tab.new_symbol(obj, plain, lo=2, size=False)
+    s = tab.new_symbol(int(obj), plain, lo=2, size=False)
     _log(f"symbol {s} = {plain} (an int argument, hint {obj})")
     e = source.expr(d.cg)
-    d.guards.add(f"type({e}) is {d.cg.bind(int, 'int')} and ({PREFIX}{s.name} := {e}) >= 2",
-                 f"{plain} is an int >= 2 (symbol {s})")
-    node = st.placeholder(source, obj)
+    typ = np_type or int
+    if np_type is not None:
+        source = IntOfSource(source)
+    d.guards.add(f"type({e}) is {d.cg.bind(typ, typ.__name__)} and ({PREFIX}{s.name} := {source.expr(d.cg)}) >= 2",
+                 f"{plain} is an {typ.__name__} >= 2 (symbol {s})")
+    node = st.placeholder(source, int(obj))
     sym = tab.symint(s)
     node.meta["example_value"] = sym
     node.meta["ember_int"] = s
     node.meta["ember_device"] = torch.device("cpu")
-    return SymNumVar(sym, node)
+    return SymNumVar(sym, node, np_type)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IntOfSource(Source):
+    """The Python int a NumPy integer argument holds: ``int(base)`` (the graph's int input)."""
+    base: Source
+
+    def _expr(self, cg):
+        return f"{cg.bind(int, 'int')}({self.base.expr(cg)})"
+
+    def name_hint(self):
+        return self.base.name_hint()

@@ -244,7 +244,7 @@ def _nd_getattr(d, f, v: NdarrayVar, name: str) -> Value:
     if name in _META_ATTRS:
         return d.from_python(getattr(_tnp().ndarray(v.t.meta), name))
     if name == "dtype":
-        return Const(np.dtype(str(_tnp().ndarray(v.t.meta).dtype)))
+        return Const(np.dtype(_tnp().ndarray(v.t.meta).dtype.name))
     if name in _ATTRS:
         return run_numpy(d, f, _attr_fn(name), name, [v], {})
     if name in _METHODS:
@@ -299,3 +299,62 @@ def _nd_len(d, f, v: NdarrayVar) -> int:
 @R.RECONSTRUCT.register(NdarrayVar)
 def _nd_reconstruct(glue, v: NdarrayVar) -> str:
     return f"{glue.output_ref(v.t)}.numpy()" + ("[()]" if v.scalar else "")
+
+
+def _probe(v: Value):
+    """A small real operand of ``v``'s type and dtype (one element per dim, ones): what eager does with a
+    tensor and an array depends on their types and dtypes only, so eager itself is asked on these."""
+    if type(v) is TensorVar:
+        m = v.meta
+        grad = m.requires_grad and (m.dtype.is_floating_point or m.dtype.is_complex)
+        return torch.ones([min(int(s), 1) for s in m.shape], dtype=m.dtype, requires_grad=grad)
+    dt = np.dtype(_tnp().ndarray(v.t.meta).dtype.name)
+    if v.scalar:
+        return dt.type(1)
+    return np.ones([min(int(s), 1) for s in v.t.meta.shape], dtype=dt)
+
+
+def tensor_with_array(d, f, fn: Callable, name: str, a: Value, b: Value) -> Value:
+    """``fn`` (an operator) on a tensor and an array, either side (issue 32). Torch's operators do not take an
+    ndarray: ``Tensor.__add__`` declines it, NumPy computes with the tensor read as an array, and
+    ``Tensor.__array_wrap__`` makes NumPy's result a tensor (its dtype NumPy's); the reflected side differs
+    by operator (``ndarray + tensor`` raises, ``ndarray / tensor`` is a tensor, ``tensor < ndarray`` raises).
+    Eager is run on small probes of the same types and dtypes: its error is raised as the user's, its result
+    is computed in the graph the way NumPy computes it, and a dtype that differs from eager's is a graph break,
+    never a different answer."""
+    import warnings
+    t = a if type(a) is TensorVar else b
+    if t.device.type != "cpu":
+        raise d.unsupported(f, f"{t.describe()} (not on the CPU) with a NumPy array in `{name}`")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pa, pb = _probe(a), _probe(b)
+        try:
+            eager = fn(pa, pb)
+        except Exception as e:      # noqa: BLE001  (eager's own error for these operand types)
+            raise UserException(type(e)(*e.args)) from None
+    if type(eager) is not torch.Tensor or eager is pa or eager is pb:
+        raise d.unsupported(f, f"`{name}` of a tensor and a NumPy array gives a {type(eager).__name__} or "
+                               "changes an operand in place", "convert the array with torch.from_numpy first")
+    fn = BINARY_FNS_PLAIN.get(fn, fn)
+    if any(type(x) is NdarrayVar and x.scalar for x in (a, b)):
+        # a NumPy scalar: torch reads it as a number; a 0-d tensor promotes like it for equal kinds only
+        from .ops import record
+        r = record(d, f, "call_function", fn, [x.t if type(x) is NdarrayVar else x for x in (a, b)], {})
+    else:
+        arrs = [NdarrayVar(x) if type(x) is TensorVar else x for x in (a, b)]
+        r = run_numpy(d, f, fn, f"op_{fn.__name__}", arrs, {})
+        r = r.t if type(r) is NdarrayVar else r
+    if type(r) is not TensorVar or r.meta.dtype != eager.dtype:
+        raise d.unsupported(f, f"`{name}` of a tensor and a NumPy array: eager gives {eager.dtype}, the trace "
+                               f"{getattr(getattr(r, 'meta', None), 'dtype', type(r).__name__)}",
+                            "convert the array with torch.from_numpy (and .to(dtype)) first")
+    return r
+
+
+# an in-place operator that eager does not run in place (the probe said so): its plain form
+BINARY_FNS_PLAIN = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+                    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+                    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+                    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+                    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor}

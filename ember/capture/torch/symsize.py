@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import numpy as np
 import sympy
 import torch
 
@@ -39,20 +40,25 @@ def names(table) -> dict:
 
 
 class SymNumVar(Value):
-    """An int of the trace that is symbolic: ``sym`` (a ``torch.SymInt``) and ``node`` (computes it)."""
-    __slots__ = ("sym", "node")
+    """An int of the trace that is symbolic: ``sym`` (a ``torch.SymInt``) and ``node`` (computes it).
+    ``np_type``: the NumPy integer type of an argument that was one (``np.int64(i)``): torch reads it as the
+    int it holds (in tensor arithmetic, as a size), so it is symbolic there; any other use (NumPy's own
+    arithmetic, attributes) specializes it to the NumPy value (``numpy_int``)."""
+    __slots__ = ("sym", "node", "np_type")
     op_priority = 5         # below tensors: ``t * n`` is a tensor op
 
-    def __init__(self, sym, node):
+    def __init__(self, sym, node, np_type=None):
         super().__init__(None)
         self.sym = sym
         self.node = node
+        self.np_type = np_type
 
     def python_type(self):
-        return int
+        return self.np_type or int
 
     def as_python(self):
-        return specialize(self, "its value is needed as a Python constant")
+        n = specialize(self, "its value is needed as a Python constant")
+        return self.np_type(n) if self.np_type is not None else n
 
     def describe(self):
         return f"int {self.sym.node.expr} (a symbolic size, {hint_of(self.sym)} on this call)"
@@ -110,7 +116,25 @@ _INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": opera
             "%": operator.mod}
 
 
+def _numpy_int(d, f, op: str, a: Value, b: Value | None = None):
+    """An operation on a NumPy integer argument (``np_type``) without a tensor: NumPy's own arithmetic and
+    result types (``np.int64(3) / 2`` is an ``np.float64``), so the argument is specialized to its value;
+    None when no operand is one."""
+    vals = [a] if b is None else [a, b]
+    if not any(type(v) is SymNumVar and v.np_type is not None for v in vals):
+        return None
+    why = f"NumPy arithmetic ({op}) on a NumPy integer argument (its result types are NumPy's)"
+    c = [Const(v.np_type(specialize(v, why, f))) if type(v) is SymNumVar and v.np_type is not None else v
+         for v in vals]
+    return d.unary(f, op, c[0]) if b is None else (
+        d.compare(f, op, *c) if op in COMPARE_FNS else d.binary(f, op, *c))
+
+
 def _binary(d, f, op: str, a: Value, b: Value):
+    if type(a).__name__ != "TensorVar" and type(b).__name__ != "TensorVar":
+        r = _numpy_int(d, f, op, a, b)
+        if r is not None:
+            return r
     base = op[:-1] if op.endswith("=") else op
     pa, pb = operand(a), operand(b)
     if pa is None or pb is None:
@@ -136,6 +160,13 @@ def _binary(d, f, op: str, a: Value, b: Value):
 
 
 def _compare(d, f, op: str, a: Value, b: Value):
+    nps = [v.np_type for v in (a, b) if type(v) is SymNumVar and v.np_type is not None]
+    if nps and operand(a) is not None and operand(b) is not None:
+        # a NumPy integer with an int: the same relation as for ints (no specialization), NumPy's bool
+        r = _compare(d, f, op, *[SymNumVar(v.sym, v.node) if type(v) is SymNumVar else v for v in (a, b)])
+        return Const(np.bool_(r.value)) if type(r) is Const else r
+    if nps and type(a).__name__ != "TensorVar" and type(b).__name__ != "TensorVar":
+        return _numpy_int(d, f, op, a, b)
     pa, pb = operand(a), operand(b)
     if pa is None or pb is None:
         if type(a).__name__ == "TensorVar" or type(b).__name__ == "TensorVar":
@@ -162,6 +193,9 @@ def _compare(d, f, op: str, a: Value, b: Value):
 
 
 def _unary(d, f, op: str, v: SymNumVar):
+    r = _numpy_int(d, f, op, v)
+    if r is not None:
+        return r
     st = d.torch
     if op == "-":
         return make(st, -v.sym, st.graph.call_function(operator.neg, (v.node,)))
@@ -185,6 +219,8 @@ def _reconstruct(glue, v: SymNumVar) -> str:
     nm = names(table)
     if table.unbacked and expr.free_symbols & table.unbacked:     # read from the graph's outputs
         nm = UNBACKED["reconstruct_names"](glue, table, expr, nm)
+    if v.np_type is not None:       # a NumPy integer argument given back: its own type again
+        return f"{glue.cg.bind(v.np_type, v.np_type.__name__)}({to_python(expr, nm)})"
     return to_python(expr, nm)
 
 

@@ -12,7 +12,8 @@ from ..interpreter import NULL, UserException
 from ..sources import AttrSource
 from ..values import Const, ListVar, MethodOf, TupleVar, Value
 from .graph import TensorVar
-from .ops import binary, compare, record, unary
+from .ops import BINARY_FNS, binary, compare, record, unary
+from .symsize import COMPARE_FNS
 from . import symsize as S
 from . import unbacked as _unbacked
 from . import float_item as _float_item
@@ -327,8 +328,18 @@ def _tensor_truth(d, f, t):
     raise data_dependent(d, f, "branching on a tensor (if/while/and/or/not on its value)")
 
 
-R.BINARY.register(TensorVar)(binary)
-R.COMPARE.register(TensorVar)(compare)
+def _with_array(table, fns):
+    """The tensor rule, with a NumPy array on the other side computed as eager does (numpy_arrays)."""
+    def rule(d, f, op: str, a, b):
+        from .numpy_arrays import NdarrayVar, tensor_with_array
+        if type(a) is NdarrayVar or type(b) is NdarrayVar:
+            return tensor_with_array(d, f, fns[op], op, a, b)
+        return table(d, f, op, a, b)
+    return rule
+
+
+R.BINARY.register(TensorVar)(_with_array(binary, BINARY_FNS))
+R.COMPARE.register(TensorVar)(_with_array(compare, COMPARE_FNS))
 R.UNARY.register(TensorVar)(unary)
 
 
