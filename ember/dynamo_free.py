@@ -23,7 +23,7 @@ import threading
 import types
 from typing import Any
 
-_DONE = [False]
+_DONE = [0]        # len(sys.modules) at the last install (0: none yet)
 _LOCK = threading.Lock()
 
 
@@ -62,16 +62,19 @@ _PATCHED: list[Any] = []       # the functions given a stand-in (torch's own, al
 
 
 def avoid_dynamo_import() -> None:
-    """Give every function torch wrapped with ``_disable_dynamo`` (and did not call yet) the stand-in, once per
-    process, unless torch._dynamo is imported already."""
-    if _DONE[0]:
+    """Give every function torch wrapped with ``_disable_dynamo`` (and did not call yet) the stand-in, unless
+    torch._dynamo is imported already: once, and again only when modules were imported since."""
+    n = len(sys.modules)
+    if _DONE[0] == n:
         return
     with _LOCK:     # other threads' first traces wait until the stand-ins are in place, then skip this
-        if not _DONE[0]:
+        if _DONE[0] != n:
+            # again after modules were imported since (ember imports its tracing stack when it first builds a
+            # graph, and the torch modules that imports wrap functions of their own)
             try:
                 _install()
             finally:
-                _DONE[0] = True
+                _DONE[0] = n
 
 
 def _install() -> None:
