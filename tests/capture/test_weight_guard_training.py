@@ -175,3 +175,30 @@ def test_weights_rewritten_every_call_turn_the_fast_path_off(fresh_ember):
     owners = [s.owner for s in list(fastguard._ALL.values()) if getattr(s, "owner", None) is not None]
     assert any(r.rewrites_per_record == 0 for r in owners)
     assert not _entry_records(m2)       # nothing remembered: every weight checked in full
+
+
+def test_buffers_the_graph_updates_stay_correct(fresh_ember):
+    """BatchNorm in training mode updates its running statistics inside the compiled graph (a version bump
+    per call): the remembered check misses on them, the full check passes, and the statistics match eager's."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2)).train()
+    ref = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2)).train()
+    ref.load_state_dict(m.state_dict())
+    f = ember.compile(m)
+    for seed in range(6):
+        x = rand(5, 4, seed=seed)
+        got, want = f(x), ref(x)
+        assert_same(got, want)
+        assert_same(list(torch.autograd.grad(got.sum(), list(m.parameters()))),
+                    list(torch.autograd.grad(want.sum(), list(ref.parameters()))), "grads", rtol=1e-4, atol=1e-4)
+        assert_same(list(m[1].buffers()), list(ref[1].buffers()), "running stats")
+        if seed == 3:
+            with torch.no_grad():
+                m[1].running_var.resize_(3)     # no longer broadcasts: eager raises, so must the compiled call
+                ref[1].running_var.resize_(3)
+            with pytest.raises(RuntimeError):
+                ref(x)
+            with pytest.raises(RuntimeError):
+                f(x)
+            m[1].running_var = torch.ones(6)
+            ref[1].running_var = torch.ones(6)
