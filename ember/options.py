@@ -25,6 +25,7 @@ class CompileOptions:
     fallback_random: bool = False        # torch.compile's name; ember's random ops always match eager (see _doc)
     capture_scalar_outputs: bool | None = None     # .item()/float(t)/int(t): None: on under fullgraph=True only
     capture_dynamic_output_shape_ops: bool = True  # nonzero, x[mask], masked_select, unique: unbacked sizes
+    weight_guard_rewrites: int = 4       # in-place rewrites per weight before its entry checks weights in full only
 
     _doc = {
         "cache_size_limit": "compiled entries kept per function before it runs eagerly",
@@ -44,6 +45,10 @@ class CompileOptions:
         "capture_dynamic_output_shape_ops": "capture ops whose output size depends on tensor data (nonzero, "
                                             "x[mask], masked_select, unique) with an unbacked size (u0) read "
                                             "at run time; off: a graph break",
+        "weight_guard_rewrites": "a compiled entry checks each module weight by identity and version counter, "
+                                 "in full only when that changed; once its weights were found rewritten in place "
+                                 "(an optimizer step) more than this many times each, it checks them in full only "
+                                 "(0: always in full)",
         "aot_decompose": "aot_eager: decompose ATen ops into ember's primitives before running the graphs",
         "cudagraph_max_records": "CUDA graphs recorded per compiled graph (new shapes, input addresses, or "
                                  "outputs still waiting for backward) before it runs with plain launches",

@@ -211,6 +211,24 @@ def is_torch_op(fn: Any) -> bool:
     return isinstance(fn, torch._ops.OpOverload) or isinstance(fn, torch._ops.OpOverloadPacket)
 
 
+def _remembered_weight_check(d, first: str, full: str, e: str) -> str:
+    """A module weight's guard: the same tensor with the same version as at its last full check, else the full
+    check ``full`` (which reads the source again: ``first``) and remember it (ember.capture.torch.fastguard).
+    ``__fgon``: the entry's fast path is on (off once its weights keep being rewritten: training)."""
+    cg = d.cg
+    fastguard.install()
+    st: TorchState = d.torch
+    if st.records is None:
+        st.records = fastguard.Records(getattr(st.options, "weight_guard_rewrites", 4))
+        recs = cg.bind(st.records, "records")
+        d.guards.add(f"({cg.bind(fastguard.EPOCH, 'data_epoch')}[0] == {recs}.epoch or {recs}.refresh()) "
+                     f"and ((__fgon := {recs}.on) or True)",
+                     "no tensor had its .data replaced since the last call")
+    seen = cg.bind(st.records.new(), "seen")
+    return (f"(__fgon and (__sv := {seen}[0])[0]() is ({first}) and {e}._version == __sv[1] or "
+            f"({full} and (not __fgon or {cg.bind(fastguard.record, 'record')}({e}, {seen}))))")
+
+
 class TorchPlugin:
     trusted_prefixes = ("torch",)       # torch's own module globals are not guarded
     def __init__(self, backend: Callable | None = None, backend_name: str = "eager", options: Any = None,
@@ -338,18 +356,8 @@ class TorchPlugin:
             shape, layout = DYN.shape_check(d, e, sizes), DYN.layout_check(d, e, t, sizes)
         meta = f"{e}.dtype is {cg.bind(t.dtype, 'dtype')} and {dev_check} and {shape} and {layout}"
         cls = cg.bind(type(t), type(t).__name__)
-        if _module_weight(source) and not torch.is_grad_enabled() and not t.is_inference() and sizes is None:
-            # the same tensor with the same version as at its last full check (ember.capture.torch.fastguard)
-            fastguard.install()
-            st: TorchState = d.torch
-            if st.records is None:
-                st.records = fastguard.Records()
-                recs = cg.bind(st.records, "records")
-                d.guards.add(f"({cg.bind(fastguard.EPOCH, 'data_epoch')}[0] == {recs}.epoch or {recs}.refresh())",
-                             "no tensor had its .data replaced since the last call")
-            seen = cg.bind(st.records.new(), "seen")
-            expr = (f"((__sv := {seen}[0])[0]() is ({first}) and {e}._version == __sv[1] or "
-                    f"({e}.__class__ is {cls} and {meta} and {cg.bind(fastguard.record, 'record')}({e}, {seen})))")
+        if _module_weight(source) and not t.is_inference() and sizes is None:
+            expr = _remembered_weight_check(d, first, f"{first}.__class__ is {cls} and {meta}", e)
         else:
             expr = f"{first}.__class__ is {cls} and {meta}"
         plain = cg.plain(source)
