@@ -410,3 +410,16 @@ def test_torch_tools_unwrap_compiled_function(fn):
         torch.testing.assert_close(tf(x), want)
         if n == 6:
             torch.testing.assert_close(gm(x), want)
+
+
+def test_float_argument_under_dynamic_true():
+    """``dynamic=True`` makes a float argument a graph input from the first call (its policy lives in
+    ``float_item.wrap_float``; a missing import there turned every such compile into an internal error)."""
+    def f(x, s):
+        return x * s + s
+    ember.reset()
+    g = ember.compile(f, dynamic=True)
+    for s in (0.5, 1.25, -3.0):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(g(x, s), f(x, s))
+    assert ember.stats()["fallbacks_to_eager"] == 0

@@ -192,6 +192,7 @@ def wrap_float(plugin, d, obj: float, source):
     """A float argument the policy leaves unspecialized (changed between compiles, or ``dynamic=True``): a
     float64 0-dim graph input used as the float (``float_item.FloatItemVar`` with an origin), guarded on its
     type only; where Python needs its value it is specialized then (a guard on the value). None: a constant."""
+    from ..sources import LocalSource
     from .dynamic import _changed, _log
     from .graph import ScalarSource, to_meta
     if plugin.dynamic is False or getattr(d, "static_shapes", False):
