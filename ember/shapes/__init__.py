@@ -13,6 +13,7 @@ Every decision PyTorch or ember takes on a symbolic value (``s0 == 1``? ``s0 % 2
 ranges, records the relation as a guard together with the user line that caused it. A compiled entry is valid
 for a call exactly when every recorded relation holds for that call's sizes.
 """
+from . import sympy_mod as _sympy_mod
 from .node import SymNode, expr_of, hint_of, is_symbolic, size_symbols, symint
 from .printer import to_python
 from .table import (DataDependent, Relation, SymbolicUnsupported, SymbolTable, active_table, current_location, guard, located,
@@ -21,3 +22,5 @@ from .table import (DataDependent, Relation, SymbolicUnsupported, SymbolTable, a
 __all__ = ["SymNode", "SymbolTable", "Relation", "SymbolicUnsupported", "DataDependent", "expr_of", "hint_of", "is_symbolic",
            "symint", "size_symbols", "to_python", "located", "current_location",
            "using", "active_table", "guard", "size_hint"]
+
+_sympy_mod.install()
