@@ -1,11 +1,11 @@
 """A guard against a sympy simplification that changes an index's value.
 
-sympy 1.14 evaluates a ``Mod`` of a product that has ``Mod`` factors wrongly: ``Mod(k * Mod(x, m), q)`` becomes
-``Mod(k * Mod(x, m)**2, q)`` (the product's ``Mod`` factors listed twice) when ``m != q``, and ``k * Mod(x, q)``
-(the factor ``k`` pulled out of the modulus) when ``m == q``. Loop indices hit it whenever a view chain
-substitutes ``xindex % 8`` into ``3 * x1 % 4`` (``stack(...).reshape(5, 32)[1:, 8:31:3]`` read the wrong
-elements). ``install()`` wraps ``Mod.eval`` so that a product with ``Mod`` factors stays unevaluated (zero where
-an integer factor is a multiple of ``q``, as sympy's own rule gives); every other case is sympy's. It is
+sympy 1.14 evaluates a ``Mod`` of a product that has ``Mod`` factors wrongly: ``Mod(k * Mod(x, m), q)``
+becomes ``Mod(k * Mod(x, m)**2, q)`` (the product's ``Mod`` factors listed twice) when ``m != q``, and ``k *
+Mod(x, q)`` (the factor ``k`` pulled out of the modulus) when ``m == q``. Loop indices hit it whenever a view
+chain substitutes ``xindex % 8`` into ``3 * x1 % 4`` (``stack(...).reshape(5, 32)[1:, 8:31:3]`` read the wrong
+elements). ``install()`` wraps ``Mod.eval`` so that a product with ``Mod`` factors stays unevaluated (zero
+where an integer factor is a multiple of ``q``, as sympy's own rule gives); every other case is sympy's. It is
 installed only when the installed sympy shows the fault, so a fixed sympy runs unchanged."""
 from __future__ import annotations
 

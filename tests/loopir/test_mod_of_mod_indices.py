@@ -1,7 +1,8 @@
-"""Indices that substitute a ``Mod`` into a ``Mod`` of a product (``Mod(3 * x1, 4)`` with ``x1 = xindex % 8``):
-sympy 1.14 simplifies ``Mod(k * Mod(x, m), q)`` to a wrong value (``ember.shapes.sympy_mod``). A strided slice
-of a reshaped stack read the wrong elements (fuzz seed 510421). Differential: values compiled == eager for view
-chains that produce such indices, and sympy's ``Mod`` of such products checked against Python's ``%``."""
+"""Indices that substitute a ``Mod`` into a ``Mod`` of a product (``Mod(3 * x1, 4)`` with ``x1 = xindex %
+8``): sympy 1.14 simplifies ``Mod(k * Mod(x, m), q)`` to a wrong value (``ember.shapes.sympy_mod``). A
+strided slice of a reshaped stack read the wrong elements (fuzz seed 510421). Differential: values compiled
+== eager for view chains that produce such indices, and sympy's ``Mod`` of such products checked against
+Python's ``%``."""
 from __future__ import annotations
 
 import itertools
