@@ -34,8 +34,9 @@ def _mm_then_scatter_chain(x, w, h1, h2):
     """A matmul whose epilogue comes after an accumulation chain: the chain's copies leave the schedule (a
     scatter writes over the buffer it copied), and the template search must step over the empty steps."""
     y = x @ w
-    out = torch.zeros(6, 8).index_add(0, torch.tensor([0, 2, 5]), h1)
-    out = out.index_add(0, torch.tensor([1, 2, 3]), h2)
+    dev = h1.device         # the GPU table runs it on CUDA inputs: eager needs the new tensors there too
+    out = torch.zeros(6, 8, device=dev, dtype=h1.dtype).index_add(0, torch.tensor([0, 2, 5], device=dev), h1)
+    out = out.index_add(0, torch.tensor([1, 2, 3], device=dev), h2)
     return (y + out.sum()).relu(), out
 
 
