@@ -88,7 +88,8 @@ def test_fuzz_campaign(backend, seed, count, tmp_path):
 # (tests/autograd/test_size_one_writes.py); 435416: a kernel body walked as a tree of 2**depth objects
 # (compile timeout: tests/loopir/test_shared_chains.py); 450184: an amin's input recomputed in the backward, a
 # last bit away from the forward's (tests/autograd/test_extremum_recompute.py); 510421: sympy's Mod of a product
-# with a Mod factor (tests/loopir/test_mod_of_mod_indices.py).
+# with a Mod factor (tests/loopir/test_mod_of_mod_indices.py). 520243 and 520367 (torch 2.11's meta kernel of
+# linalg_vector_norm) are in tests/autograd/test_meta_fixups.py: this torch's kernel is right.
 REGRESSION_SEEDS = [320090, 320256, 320385, 330002, 320314, 341232,
                     350265, 350314, 350820, 351005, 351044, 341019, 341059, 370485, 360755, 380041, 380329,
                     436867, 431809, 434911, 475687, 471969, 472396, 471320, 472024,

@@ -185,7 +185,7 @@ class FakeMode(TorchDispatchMode):
         out = _run_meta(func, meta_args, meta_kwargs, self.symbolic)
         layout_rule = DEVICE_LAYOUT_RULES.get(func._schema.name)
         if layout_rule is not None and device.type in ("cpu", "cuda"):
-            out = layout_rule(out, meta_args)
+            out = layout_rule(out, meta_args, meta_kwargs)
         if func._schema.name in INPLACE_VIEW_OPS and isinstance(args[0], FakeTensor):
             _restride(args[0])
             return args[0]
@@ -286,7 +286,7 @@ def _to_meta(x: Any) -> Any:
     return x
 
 
-def _channels_last_conv(out: Any, args: tuple) -> Any:
+def _channels_last_conv(out: Any, args: tuple, _kwargs: dict | None = None) -> Any:
     """CPU (oneDNN) and CUDA (cuDNN) convolutions return a channels-last result when their input or weight is
     channels-last; the meta kernel always returns a contiguous one."""
     x, w = args[0], args[1]
@@ -309,8 +309,28 @@ def _channels_last_order(t: torch.Tensor) -> bool:
     return by_stride == channels_last != contiguous and len(set(map(t.stride, big))) == len(big)
 
 
-# ATen op name -> fix-up of the meta kernel's output to the layout eager gives it on a real CPU or CUDA device
-DEVICE_LAYOUT_RULES: dict[str, Callable[[Any, tuple], Any]] = {"aten::convolution": _channels_last_conv}
+def _vector_norm_shape(out: Any, meta_args: tuple, meta_kwargs: dict | None = None) -> Any:
+    """``linalg_vector_norm`` reduces its dims away unless ``keepdim``; torch 2.11's meta kernel kept a reduced
+    dim of size 1 (``t.norm(dim=-1)`` of a (4, 1) tensor: (4, 1) where the CPU and CUDA kernels give (4,))."""
+    kw = meta_kwargs or {}
+    x = meta_args[0]
+    dim = meta_args[2] if len(meta_args) > 2 else kw.get("dim")
+    keepdim = bool(meta_args[3] if len(meta_args) > 3 else kw.get("keepdim", False))
+    if keepdim or not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return out
+    dims = range(x.ndim) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
+        ([dim] if isinstance(dim, int) else dim)
+    drop = {d % max(x.ndim, 1) for d in dims}
+    shape = [n for d, n in enumerate(x.shape) if d not in drop]
+    if list(out.shape) == shape:
+        return out
+    return out.new_empty(shape)
+
+
+# ATen op name -> fix-up of the meta kernel's output to what eager gives on a real CPU or CUDA device (layout,
+# and shape where a torch version's meta kernel differs from its real kernels)
+DEVICE_LAYOUT_RULES: dict[str, Callable[[Any, tuple, dict], Any]] = {"aten::convolution": _channels_last_conv,
+                                                              "aten::linalg_vector_norm": _vector_norm_shape}
 
 
 class SymbolicRules:
