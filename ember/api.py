@@ -66,9 +66,8 @@ class _Config:
         shared = fn.__dict__.setdefault(_SHARED_ATTR, [])
         key = self.key()
         for gen, k, backend, cache in shared:
-            if gen == _GENERATION[0] and k == key and cache.code is fn.__code__ and (
-                    isinstance(self.backend, str) or backend is self.backend):
-                return cache        # (a function given new code since compiles anew, as torch.compile does)
+            if gen == _GENERATION[0] and k == key and (isinstance(self.backend, str) or backend is self.backend):
+                return cache
         cache = compile_function(self.session, fn, name)
         shared[:] = [e for e in shared if e[0] == _GENERATION[0]] + [(_GENERATION[0], key, self.backend, cache)]
         return cache
