@@ -49,33 +49,8 @@ class _Config:
                                    fullgraph=fullgraph, limit=self.options.cache_size_limit, options=self.options)
         _ALL_SESSIONS.add(self.session)
 
-    def key(self) -> tuple:
-        """What makes two compiles of one function share their cache: the same backend (a name, or the same
-        callable), equal options, fullgraph and dynamic (torch.compile's cache is per code object + backend)."""
-        return (self.fullgraph, self.dynamic, self.mode, self.backend if isinstance(self.backend, str)
-                else id(self.backend), self.options)
-
     def frame_cache(self, fn: types.FunctionType, name: str | None = None) -> FrameCache:
-        """``fn``'s cache for this configuration. A function's caches live in its own ``__dict__`` (so they
-        last as long as the function does and keep nothing else alive: the function and its cache form a
-        cycle the collector frees with it): a second ``ember.compile(fn)`` with the same backend and equal
-        options reuses the first one's compiled entries, and guards decide hits. Module forwards (``name``)
-        get their own. ``reset()`` starts a new generation: no cache made before it is reused."""
-        if name is not None:
-            return compile_function(self.session, fn, name)
-        shared = fn.__dict__.setdefault(_SHARED_ATTR, [])
-        key = self.key()
-        for gen, k, backend, cache in shared:
-            if gen == _GENERATION[0] and k == key and (isinstance(self.backend, str) or backend is self.backend):
-                return cache
-        cache = compile_function(self.session, fn, name)
-        shared[:] = [e for e in shared if e[0] == _GENERATION[0]] + [(_GENERATION[0], key, self.backend, cache)]
-        return cache
-
-
-# the attribute of a compiled function holding its caches, and the generation ``reset()`` moves on
-_SHARED_ATTR = "__ember_caches__"
-_GENERATION = [0]
+        return compile_function(self.session, fn, name)
 
 
 def compile(model: Any = None, *, fullgraph: bool = False, dynamic: bool | None = None, backend: Any = "ember",
@@ -297,7 +272,6 @@ def reset() -> None:
         s.resumes.clear()
         s.callees.clear()
     _ALL_SESSIONS.clear()
-    _GENERATION[0] += 1
     STATS.reset()
     counters.reset()
 
