@@ -112,7 +112,7 @@ class FakeMode(TorchDispatchMode):
         self.table = None           # their SymbolTable: data-dependent ops get unbacked sizes in it (unbacked.py)
 
     def __enter__(self) -> "FakeMode":
-        avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free): once
+        avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free)
         # Factories with device="cuda" run torch.cuda._lazy_init while parsing arguments, before any dispatch;
         # on a machine without CUDA that raises although no CUDA memory is touched. Skip it while faking.
         self._skips_cuda_init = not torch.cuda.is_available()

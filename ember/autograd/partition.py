@@ -179,15 +179,12 @@ def can_recompute(node: fx.Node) -> bool:
         return False
     if REGION_TAG in node.meta:
         return True
-    if _compared_with_extremum(node):
-        return False
     kind = _prim_kind(node)
     if kind is not None:
-        return kind in PRIM_RECOMPUTABLE_KINDS or node.target.name in PRIM_RECOMPUTABLE_READS
-    if _is_prim_getitem(node):
-        return True
-    name = op_name(node)
-    return name in RECOMPUTABLE and name not in EXPENSIVE
+        ok = kind in PRIM_RECOMPUTABLE_KINDS or node.target.name in PRIM_RECOMPUTABLE_READS
+    else:
+        ok = _is_prim_getitem(node) or (op_name(node) in RECOMPUTABLE and op_name(node) not in EXPENSIVE)
+    return ok and not _compared_with_extremum(node)     # the users' walk only for what could be recomputed
 
 
 _EXTREMA = {"amax", "amin", "max", "min"}

@@ -448,7 +448,9 @@ def run_training(graphs: CompiledGraphs, args: Sequence[Any]) -> list[Any]:
         with torch.enable_grad():
             outs = list(AotFunction.apply(graphs, *primals))
     # under saved-tensor hooks autograd checks no saved tensor's version: every input is checked here
-    inputs = graphs.version_inputs if _saved_hooks(False) is not None else graphs.version_split[1]
+    inputs = graphs.version_split[1]
+    if graphs.version_inputs and _saved_hooks(False) is not None:
+        inputs = graphs.version_inputs
     node = _node_of(graphs, outs) if inputs or graphs.version_outputs else None
     finish(graphs.write_backs, graphs.aliases, args, outs)
     if graphs.multi_output_views and graphs.aliases:

@@ -6,7 +6,8 @@ costs (a training step's forward: ~0.35 us a parameter, 11 of a 2-layer nanoGPT'
 module's parameter or buffer, in inference and training entries alike, the guard remembers the tensor it last
 checked in full, with its version counter: the same tensor object with the same ``_version`` has the same
 metadata, because every in-place op that changes a tensor's shape, strides or storage (``resize_``, ``set_``,
-``t_``, ``as_strided_``, ...) bumps its version, in and out of inference mode. Two things change metadata without a version bump:
+``t_``, ``as_strided_``, ...) bumps its version, in and out of inference mode. Two things change metadata
+without a version bump:
 ``t.data = other`` and ``torch.utils.swap_tensors``; both are wrapped here (once, when the first such guard is
 made) to bump ``EPOCH``. An entry's guard compares ``EPOCH`` once, before its first remembered check, with the
 value it last saw; when it moved, the entry forgets every tensor it remembered (``Records.refresh``), so each is

@@ -72,7 +72,7 @@ def specialize(v: FloatItemVar) -> float:
 
 def settle(v: Value) -> Value:
     """``v``, or the constant of an unspecialized float (guarded on its arguments' values)."""
-    return Const(specialize(v)) if type(v) is FloatItemVar and v.origin is not None else v
+    return v.settle() if type(v) is FloatItemVar else v
 
 
 def _known(v: Value):

@@ -240,7 +240,7 @@ class TorchPlugin:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self, d) -> None:
-        avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free): once
+        avoid_dynamo_import()           # meta kernels would import torch._dynamo (ember.dynamo_free)
         d.torch = TorchState()
         d.torch.options = self.options      # capture_scalar_outputs / capture_dynamic_output_shape_ops
         g, cg = d.guards, d.cg
