@@ -339,6 +339,16 @@ def _storage(t: Any) -> Any:
         return None
 
 
+def _copy_keeping_layout(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its sizes and strides (the backward was compiled for them). A tensor that overlaps
+    itself (an expanded one) cannot be ``copy_``-ed into: its storage span is copied instead."""
+    if not any(st == 0 and n > 1 for n, st in zip(t.size(), t.stride())):
+        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+    span = 1 + sum((n - 1) * abs(st) for n, st in zip(t.size(), t.stride())) if t.numel() else 0
+    flat = t.as_strided((span,), (1,), t.storage_offset()).clone()
+    return flat.as_strided(t.size(), t.stride(), 0)
+
+
 def _keep_aliased(ctx: Any, saved: list, aliased: dict[int, tuple[bool, bool]]) -> list:
     """``saved`` with the values aliasing an input or output that eager saved behind ``.data`` (without
     saved-tensor hooks), those eager did not save copied; ``ctx.aliased``: ``(position, tensor, version)`` of
@@ -352,8 +362,7 @@ def _keep_aliased(ctx: Any, saved: list, aliased: dict[int, tuple[bool, bool]]) 
             continue
         if not eager:
             # grad mode is off inside the Function's forward: no ``torch.no_grad()`` (40 us a call)
-            copy = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
-            saved[i] = copy.copy_(t.detach())
+            saved[i] = _copy_keeping_layout(t.detach())
             if not out and t.requires_grad:
                 kept.append((i, t, None))       # not checked: for ``requires_grad`` under create_graph only
             continue
