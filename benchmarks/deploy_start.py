@@ -45,6 +45,9 @@ dev = torch.device(a["device"])
 args, kwargs = torch.load(a["inputs"], map_location=dev)
 with torch.no_grad():
     if a["engine"] == "package":
+        import importlib
+        for name in a["modules"]:     # the output container's module (a transformers ModelOutput): the server's
+            importlib.import_module(name)   # own import, timed; ember imports nothing a package names
         import ember
         y = ember.load_package(a["path"])(*args, **kwargs)
     elif a["engine"] == "aoti":
@@ -119,7 +122,9 @@ def build(model: str, suite: str, batch: int, device: str, d: Path, aoti: bool =
                 for t in args)
     ep = ember.export(m, args, kwargs or None, dynamic_shapes=dyn if not kwargs else None)
     ember.aot_compile(ep, d / f"{model}.ember-pkg", device=device)
-    out = {"inputs": str(d / f"{model}.inputs.pt"), "package": str(d / f"{model}.ember-pkg")}
+    from ember.deploy.serialize import spec_modules
+    out = {"inputs": str(d / f"{model}.inputs.pt"), "package": str(d / f"{model}.ember-pkg"),
+           "modules": spec_modules(ep.out_spec)}
     if not aoti:
         return out
     try:
@@ -151,7 +156,7 @@ def measure(engine: str, model: str, a: argparse.Namespace, built: dict, d: Path
     env.update(cache_env(engine, model, d))
     path = built["package"] if engine == "package" else built.get("aoti", "")
     arg = json.dumps({"engine": engine, "model": model, "suite": a.suite, "device": a.device,
-                      "inputs": built["inputs"], "path": path})
+                      "inputs": built["inputs"], "path": path, "modules": built.get("modules", [])})
     out = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"rc {out.returncode}"}

@@ -24,11 +24,11 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten, treespec_loads
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import package_format as F
 from .program import InputSpec, OutputSpec, check_inputs, lookup_state, state_owner
-from .serialize import ProgramFormatError, _dec, _leaf_from, _resolve, _tensor_from
+from .serialize import ProgramFormatError, _dec, load_spec, _leaf_from, _resolve, _tensor_from
 
 
 class PackageError(ValueError):
@@ -147,7 +147,7 @@ class PackagedModule(torch.nn.Module):
             user_inputs=[_leaf_from(r) for r in program["user_inputs"]],
             range_constraints={k: (lo, hi) for k, (lo, hi) in program["range_constraints"].items()},
             relations=list(program["relations"]),
-            in_spec=treespec_loads(program["in_spec"]), out_spec=treespec_loads(program["out_spec"]))
+            in_spec=load_spec(program["in_spec"], root), out_spec=load_spec(program["out_spec"], root))
         self._n_user = sum(1 for s in self.spec.output_specs if s.kind == "user_output")
         tensors = [_tensor_from(r, blob) for r in program["tensors"]]
         self._fn = _wrapper(root, program["wrapper"], tensors, data, device)

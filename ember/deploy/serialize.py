@@ -36,6 +36,43 @@ class ProgramFormatError(ValueError):
     """The file is not an ember program this version can load (corrupt, truncated, or another format)."""
 
 
+class UnregisteredTypeError(ProgramFormatError):
+    """The program's inputs or outputs are a container type (a transformers ``ModelOutput``, a dataclass) that
+    is not registered in this process: its module was not imported. ember imports nothing a file names."""
+
+
+def load_spec(text: str, path: Any) -> Any:
+    """A pytree spec from ``treespec_dumps`` text; a container type this process does not know yet is a clear
+    error that names the module to import first (the file is data: no module it names is imported)."""
+    from torch.utils._pytree import SUPPORTED_SERIALIZED_TYPES
+    try:
+        return treespec_loads(text)
+    except NotImplementedError:
+        known = {v.serialized_type_name for v in SUPPORTED_SERIALIZED_TYPES.values()}
+        missing = sorted(n for n in _spec_types(json.loads(text)[1]) if n not in known)
+        if not missing:
+            raise
+        mods = sorted({n.rpartition(".")[0] for n in missing})
+        raise UnregisteredTypeError(
+            f"{os.fspath(path)}: the program's inputs or outputs contain {', '.join(missing)}, a type not "
+            f"registered in this process; import {', '.join(mods)} before loading it (ember imports no module "
+            "that a file names)") from None
+
+
+def _spec_types(node: dict) -> set[str]:
+    out = {node["type"]} if node.get("type") else set()
+    for c in node.get("children_spec", []):
+        out |= _spec_types(c)
+    return out
+
+
+def spec_modules(spec: Any) -> list[str]:
+    """The modules (other than builtins and collections) whose types appear in ``spec``: what a process must
+    import before it loads a program with that spec."""
+    names = _spec_types(json.loads(treespec_dumps(spec))[1])
+    return sorted({n.rpartition(".")[0] for n in names} - {"builtins", "collections"})
+
+
 # values -------------------------------------------------------------------------------------------------------
 def _enc(v: Any, index: dict[fx.Node, int]) -> Any:
     if isinstance(v, fx.Node):
@@ -301,7 +338,7 @@ def load(path: str | os.PathLike) -> ExportedProgram:
         return ExportedProgram(
             gm, [InputSpec(k, n) for k, n in header["input_specs"]],
             [OutputSpec(k, t) for k, t in header["output_specs"]], state,
-            treespec_loads(header["in_spec"]), treespec_loads(header["out_spec"]),
+            load_spec(header["in_spec"], path), load_spec(header["out_spec"], path),
             [_leaf_from(r) for r in header["user_inputs"]], ranges, frozenset(params),
             list(header.get("relations", [])))
     except (KeyError, TypeError, IndexError) as e:

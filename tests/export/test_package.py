@@ -388,3 +388,54 @@ def test_kernel_callers_share_code_but_call_their_own_kernel(n, parallel, checke
     else:
         g(*bufs, *range(7, 7 + symbols))
     assert seen[-1] == ("g", want)
+
+
+_OUT_TYPE_MODULE = '''
+import dataclasses
+import torch
+import torch.utils._pytree as pytree
+
+
+@dataclasses.dataclass
+class Pair:
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+pytree.register_dataclass(Pair, serialized_type_name="pairmod_pkgtest.Pair")
+
+
+class Net(torch.nn.Module):
+    def forward(self, x):
+        return Pair(x.sin(), x * 2)
+'''
+
+
+@pytest.mark.parametrize("import_first", [False, True])
+def test_package_with_an_output_type_of_a_module_not_imported_names_the_module(import_first, tmp_path):
+    (tmp_path / "pairmod_pkgtest.py").write_text(_OUT_TYPE_MODULE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import pairmod_pkgtest as mod
+        x = torch.randn(3, 4)
+        path = _package(ember.export(mod.Net(), (x,)), tmp_path)
+        saved = tmp_path / "m.ember"
+        ember.save(ember.export(mod.Net(), (x,)), saved)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("pairmod_pkgtest", None)
+    torch.save(x, tmp_path / "x.pt")
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n" + ("import pairmod_pkgtest\n" if import_first else "")
+            + "import torch, ember\nx = torch.load(sys.argv[3])\n"
+            "for load, p in ((ember.load_package, sys.argv[1]), (lambda p: ember.load(p).module(), sys.argv[2])):\n"
+            "    try:\n        out = load(p)(x)\n    except ValueError as e:\n        print('refused:', e)\n"
+            "    else:\n        torch.testing.assert_close(out.a, x.sin()); print('ok', type(out).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path), str(saved), str(tmp_path / "x.pt")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    if import_first:
+        assert lines == ["ok Pair", "ok Pair"]
+    else:
+        assert len(lines) == 2 and all(ln.startswith("refused:") and "pairmod_pkgtest.Pair" in ln
+                                       and "import pairmod_pkgtest before" in ln for ln in lines), lines
