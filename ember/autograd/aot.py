@@ -39,6 +39,7 @@ from ember.autograd import regions
 from ember.autograd.aliasing import SyntheticBases, alias_groups, alias_key, multi_output_views, output_views
 from ember.errors import AotError  # noqa: F401  (raised here; its home is ember.errors, below both modules)
 from ember.autograd.leaves import check_leaf_outputs, eager_only_reason, makes_leaves
+from ember.autograd.view_bases import expose_view_bases
 from ember.autograd.runtime import (AliasInfo, CompiledGraphs, SymbolBinder, run_inference, run_training,
                                     tangent_dependencies)
 from ember.errors import EmberError
@@ -678,6 +679,7 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
     compiler); by default the graph module itself runs. ``graph_cache``: ``ember.graphcache``."""
     if decompose is None:
         decompose = bool(getattr(options, "aot_decompose", False))
+    gm, hidden = expose_view_bases(gm)      # overlapping views of an intermediate come back as its views
     lifted, paths = _lift_params(gm)
     binder = _symbol_binder(gm, lifted)     # None for a static graph
     if binder is not None:
@@ -740,8 +742,10 @@ def aot_compile(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Any 
         flat = full_args(args)
         built, spec, bases, *checked = variant(flat)
         if built is _EAGER or checked and not checked[0].holds(flat):
-            return gm(*args)
-        return _run_built(built, spec, bases.args(flat) if bases is not None else flat, sets_grad)
+            out = gm(*args)
+        else:
+            out = _run_built(built, spec, bases.args(flat) if bases is not None else flat, sets_grad)
+        return out[:-hidden] if hidden else out
 
     variant(full_args(example_inputs), first=True)
     compiled.__ember_aot__ = variants  # type: ignore[attr-defined]
