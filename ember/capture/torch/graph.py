@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ember.autograd.overlap import ORDER, check_writes, may_overlap
 
 from ...emit import object_name
-from ...errors import Unsupported
+from ...errors import EmberError, Unsupported
 from ..interpreter import UserException
 from ..sources import Source
 from ..values import NUMPY_SCALARS, Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
@@ -301,6 +301,8 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
         with torch.set_grad_enabled(st.grad_enabled), torch.device(META), _overlap_checks(margs, mkwargs):
             try:
                 return fn(*margs, **mkwargs)
+            except EmberError:      # ember's own (a graph break), also where it is a RuntimeError
+                raise
             except (NotImplementedError, RuntimeError) as e:
                 if not (_data_dependent(str(e)) and _scalar_params_only(fn)):
                     raise
@@ -310,6 +312,8 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
                                "(overlapping views of one tensor), so eager's result depends on the order its "
                                "loop visits the elements", "ember runs it eagerly (a graph break); clone() the "
                                "input to make the result well-defined") from None
+    except EmberError:      # a graph break raised below stays one: not the program's error
+        raise
     except (NotImplementedError, RuntimeError) as e:
         msg = str(e)
         low = msg.lower()
