@@ -149,3 +149,116 @@ def test_decomposition_fallback_passes_ember_errors_through(exc):
     with pytest.raises(type(exc)) as info:
         _or_extern(torch.ops.aten.add.Tensor, run)
     assert info.value is exc and len(calls) == 1
+
+
+# -- NumPy constructors in compiled code ---------------------------------------------------------------------
+# Dynamo traces NumPy code as tensor code. ember traced a fixed list of constructors through torch._numpy; any
+# other (np.full, np.logspace, np.tri, np.diag, np.identity with dtype=...) was inlined into NumPy's Python
+# code and broke at a C function (np.empty), and torch._numpy's dtype defaults (float32 for np.identity) and
+# values (np.linspace) differed from NumPy's. A pure NumPy function of plain constants is now computed by NumPy
+# at trace time and made fresh in the graph on every call; with symbolic sizes torch._numpy computes it, cast
+# to NumPy's dtype.
+import numpy as np  # noqa: E402
+
+_NP_CONSTANT = {
+    "full_float": lambda x: np.full((2, 3), 1.5),
+    "full_int": lambda x: np.full(4, 7),
+    "full_dtype_class": lambda x: np.full((2,), 3, dtype=np.float32),
+    "full_python_dtype": lambda x: np.full(3, 1, dtype=float),
+    "ones_int32": lambda x: np.ones((2, 2), dtype=np.int32),
+    "zeros_dtype": lambda x: np.zeros((2, 3), dtype=np.float32),
+    "empty_shape": lambda x: np.empty((2, 3)).shape,
+    "arange": lambda x: np.arange(5),
+    "arange_float": lambda x: np.arange(0.0, 1.0, 0.25),
+    "linspace": lambda x: np.linspace(0, 1, 7),
+    "linspace_no_endpoint": lambda x: np.linspace(0, 1, 5, endpoint=False),
+    "logspace": lambda x: np.logspace(0, 2, 3),
+    "geomspace": lambda x: np.geomspace(1, 100, 3),
+    "identity": lambda x: np.identity(2),
+    "eye_k": lambda x: np.eye(3, 4, k=1),
+    "tri": lambda x: np.tri(3),
+    "diag": lambda x: np.diag([1, 2, 3]),
+    "tril_list": lambda x: np.tril([[1, 2], [3, 4]]),
+    "meshgrid": lambda x: np.meshgrid(np.arange(2), np.arange(3)),
+    "full_then_from_numpy": lambda x: torch.from_numpy(np.full(4, 2.0, dtype=np.float32)) * x,
+    "linspace_with_tensor": lambda x: torch.from_numpy(np.linspace(0, 1, 4)) + x,
+    "full_from_size": lambda x: np.full((x.shape[0], 2), 0.5),
+    "big_uniform": lambda x: np.ones((70, 70)),
+    "big_identity": lambda x: np.identity(70),
+    "big_nan": lambda x: np.full(5000, np.nan),
+    "mutated_after": lambda x: _mutate(np.full(3, 1.0)),
+}
+
+
+def _mutate(a):
+    a[0] = 5.0
+    return a
+
+
+def _same(e, c):
+    if isinstance(e, (tuple, list)):
+        assert type(e) is type(c) and len(e) == len(c)
+        for a, b in zip(e, c):
+            _same(a, b)
+    elif isinstance(e, torch.Tensor):
+        assert c.dtype == e.dtype
+        torch.testing.assert_close(c, e)
+    elif isinstance(e, np.ndarray):
+        assert type(c) is np.ndarray and c.dtype == e.dtype and c.shape == e.shape
+        np.testing.assert_array_equal(c, e)
+    else:
+        assert type(c) is type(e) and c == e
+
+
+@pytest.mark.parametrize("name", list(_NP_CONSTANT))
+def test_numpy_constructors_match_eager(fresh_ember, name):
+    fn = _NP_CONSTANT[name]
+    cf = ember.compile(fn, backend="eager", fullgraph=name != "mutated_after")
+    for _ in range(2):
+        x = torch.randn(4, dtype=torch.float64 if "linspace" in name else torch.float32)
+        e, c = fn(x), cf(x)
+        _same(e, c)
+    if isinstance(c, np.ndarray):
+        assert cf(x) is not c           # a new array on every call
+
+
+@pytest.mark.parametrize("name", ["full_float", "full_then_from_numpy", "linspace_with_tensor", "diag"])
+def test_numpy_constructors_default_backend(fresh_ember, name):
+    fn = _NP_CONSTANT[name]
+    x = torch.randn(4, dtype=torch.float64)
+    _same(fn(x), ember.compile(fn)(x))
+
+
+_NP_SIZED = {
+    "full": lambda x: np.full((x.shape[0], 2), 0.5),
+    "full_kw": lambda x: np.full(shape=x.shape[0], fill_value=3),
+    "zeros": lambda x: np.zeros(x.shape[0]),
+    "ones_dtype": lambda x: np.ones((2, x.shape[0]), dtype=np.int32),
+    "arange": lambda x: np.arange(x.shape[0]),
+    "arange_step": lambda x: np.arange(1, x.shape[0], 2),
+    "eye": lambda x: np.eye(x.shape[0]),
+    "empty_shape": lambda x: np.empty((x.shape[0], 2)).shape,
+    "array_shape": lambda x: x.numpy().shape,
+    "array_size": lambda x: (x.numpy().size, x.numpy().nbytes, x.numpy().ndim),
+    "from_numpy_sum": lambda x: torch.from_numpy(np.full(x.shape[0], 2.0)) * x,
+}
+
+
+@pytest.mark.parametrize("name", list(_NP_SIZED))
+def test_numpy_constructors_symbolic_sizes(fresh_ember, name):
+    """Sizes that change: one recompile (the sizes become symbolic), then reuse; each call's own values."""
+    fn = _NP_SIZED[name]
+    cf = ember.compile(fn)
+    for n in (3, 5, 7, 9):
+        x = torch.randn(n, dtype=torch.float64)
+        _same(fn(x), cf(x))
+    assert ember.stats()["recompiles"] == 1
+    assert ember.stats()["graph_breaks"] == 0
+
+
+def test_numpy_strides_symbolic_sizes(fresh_ember):
+    fn = lambda x: (x.numpy().strides, x.t().numpy().strides, len(x.numpy()))    # noqa: E731
+    cf = ember.compile(fn)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 2)
+        _same(fn(x), cf(x))
