@@ -262,3 +262,103 @@ def test_numpy_strides_symbolic_sizes(fresh_ember):
     for n in (3, 5, 7):
         x = torch.randn(n, 2)
         _same(fn(x), cf(x))
+
+
+# -- a hook registered (and removed) on every call ----------------------------------------------------------
+# Every registration takes its handle's id from the class counter RemovableHandle.next_id. The trace guarded
+# the counter's value (then specialized it as a dict key), so a forward that registers a hook on every call
+# recompiled on every call. What the program relies on is that the id is fresh; the counter is now read per
+# call without a guard on its value, and the glue writes back "value at entry + increments".
+from torch.utils.hooks import RemovableHandle  # noqa: E402
+
+
+def _hook_double(m, i, o):
+    return o * 2
+
+
+class _HookPerCall(torch.nn.Module):
+    def __init__(self, mode):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.mode = mode
+
+    def forward(self, x):
+        mode = self.mode
+        if mode == "function":
+            h = self.lin.register_forward_hook(_hook_double)
+        elif mode == "new_lambda":
+            h = self.lin.register_forward_hook(lambda m, i, o: o + 1)
+        elif mode == "pre_hook":
+            h = self.lin.register_forward_pre_hook(lambda m, a: (a[0] * 3,))
+        elif mode == "with_kwargs":
+            h = self.lin.register_forward_hook(lambda m, a, kw, o: o - 1, with_kwargs=True)
+        elif mode == "global":
+            h = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o * 0.5)
+        elif mode == "two_hooks":
+            h1 = self.lin.register_forward_hook(_hook_double)
+            h = self.lin.register_forward_pre_hook(lambda m, a: (a[0] + 1,))
+            y = self.lin(x)
+            h1.remove()
+            h.remove()
+            return y + self.lin(x)
+        y = self.lin(x)
+        h.remove()
+        return y
+
+
+@pytest.mark.parametrize("mode", ["function", "new_lambda", "pre_hook", "with_kwargs", "global", "two_hooks"])
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+def test_hook_registered_every_call_compiles_once(fresh_ember, mode, backend):
+    torch.manual_seed(0)
+    m = _HookPerCall(mode)
+    cm = ember.compile(m, backend=backend)
+    for _ in range(5):
+        x = torch.randn(2, 4)
+        n0 = RemovableHandle.next_id
+        e = m(x)
+        n1 = RemovableHandle.next_id
+        c = cm(x)
+        torch.testing.assert_close(c, e)
+        assert RemovableHandle.next_id - n1 == n1 - n0          # the counter moved as eager's did
+        assert not m.lin._forward_hooks and not m.lin._forward_pre_hooks
+    assert ember.stats()["recompiles"] == 0
+    assert ember.stats()["graph_breaks"] == 0
+
+
+def _keep_hook(m, x):
+    m.register_forward_hook(lambda mod, i, o: o + 1)
+    return m(x)
+
+
+def _handle_out(m, x):
+    h = m.register_forward_hook(_hook_double)
+    y = m(x)
+    h.remove()
+    return y, h
+
+
+def _id_compared(m, x):
+    h = m.register_forward_hook(_hook_double)
+    y = m(x)
+    h.remove()
+    return y * (h.id >= 0)
+
+
+@pytest.mark.parametrize("fn", [_keep_hook, _handle_out, _id_compared], ids=lambda f: f.__name__)
+def test_hook_handles_match_eager(fresh_ember, fn):
+    """Hooks kept across calls pile up as in eager; a handle given back has its real id; the id used as a
+    number is read (guarded)."""
+    torch.manual_seed(0)
+    me = torch.nn.Linear(3, 3)
+    mc = torch.nn.Linear(3, 3)
+    mc.load_state_dict(me.state_dict())
+    cf = ember.compile(fn, backend="eager")
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        e, c = fn(me, x), cf(mc, x)
+        if fn is _handle_out:
+            assert type(c[1]) is RemovableHandle and c[1].id == RemovableHandle.next_id - 1
+            e, c = e[0], c[0]
+        torch.testing.assert_close(c, e)
+        assert len(mc._forward_hooks) == len(me._forward_hooks)
+        assert len(set(mc._forward_hooks)) == len(mc._forward_hooks)

@@ -368,6 +368,9 @@ class TorchPlugin:
                      f"{plain}.requires_grad is {t.requires_grad}", tag=(REQUIRES_GRAD, source))
 
     def const_getattr(self, d, f, v, name):
+        if isinstance(v.value, type):       # a hook handle's id counter (hook_ids.py)
+            from .hook_ids import read_counter
+            return read_counter(d, v.value, name, v.source)
         return None
 
     @staticmethod
