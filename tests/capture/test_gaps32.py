@@ -362,3 +362,82 @@ def test_hook_handles_match_eager(fresh_ember, fn):
         torch.testing.assert_close(c, e)
         assert len(mc._forward_hooks) == len(me._forward_hooks)
         assert len(set(mc._forward_hooks)) == len(mc._forward_hooks)
+
+
+# -- NumPy scalars as ints, indices and float arguments ------------------------------------------------------
+# `[0] * np.int64(n)` raised "can't multiply sequence by non-int" in the trace (CPython repeats by any
+# __index__ integer); `x[:np.int64(n)]` put the NumPy integer into the graph's code inside a slice (NameError
+# 'np' in the compiled graph); an np.float32 argument was a constant guarded by value (a recompile for every
+# new value, where a Python float or an np.float64 becomes a graph input after one), and an np.float64 result
+# of arithmetic on an unspecialized np.float64 argument came back a Python float.
+_NP_INT_PROGRAMS = {
+    "list_repeat": (lambda x, n: x + len([0] * n), lambda i: np.int64(3 + i)),
+    "list_repeat_reflected": (lambda x, n: x + sum(n * [1]), lambda i: np.int32(3 + i)),
+    "tuple_repeat": (lambda x, n: x * len((1, 2) * n), lambda i: np.int64(2 + i)),
+    "range": (lambda x, n: x + sum(range(n)), lambda i: np.int64(4 + i)),
+    "range_loop": (lambda x, n: sum(x * k for k in range(n)), lambda i: np.int32(2 + i)),
+    "list_index": (lambda x, n: x * [1.0, 2.0, 3.0, 4.0, 5.0, 6.0][n], lambda i: np.int64(i)),
+    "tensor_index": (lambda x, n: x[n], lambda i: np.int64(i)),
+    "slice": (lambda x, n: x[:n], lambda i: np.int64(2 + i)),
+    "slice_step": (lambda x, n: x[1::n], lambda i: np.int64(1 + i)),
+    "narrow": (lambda x, n: x.narrow(0, n, 2), lambda i: np.int64(i)),
+    "narrow_python_int": (lambda x, n: x.narrow(0, n, 2), lambda i: i),     # a view whose offset is symbolic
+    "narrow_computed": (lambda x, n: x.narrow(0, n, 3) * 2, lambda i: i),
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+@pytest.mark.parametrize("name", list(_NP_INT_PROGRAMS))
+def test_numpy_ints_as_python_ints(fresh_ember, name, backend):
+    fn, make = _NP_INT_PROGRAMS[name]
+    cf = ember.compile(fn, backend=backend)
+    for i in range(4):
+        x = torch.randn(8)
+        _same(fn(x, make(i)), cf(x, make(i)))
+    assert ember.stats()["graph_breaks"] == 0
+
+
+_NP_FLOAT_PROGRAMS = {
+    "mul": lambda x, s: x * s,
+    "mul_add": lambda x, s: x * s + s,
+    "int_tensor": lambda x, s: x.long() + s,
+    "half_tensor": lambda x, s: x.half() * s,
+    "return_arg": lambda x, s: (x + 1, s),
+}
+
+
+@pytest.mark.parametrize("kind", [np.float32, np.float64, np.float16], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("name", list(_NP_FLOAT_PROGRAMS))
+def test_numpy_float_arguments_are_unspecialized(fresh_ember, name, kind):
+    """Like a Python float: one recompile (the argument becomes a graph input), then reused; eager's values
+    and result dtypes."""
+    fn = _NP_FLOAT_PROGRAMS[name]
+    cf = ember.compile(fn)
+    for i in range(5):
+        x = torch.randn(4)
+        s = kind(0.7 + 0.3 * i)
+        _same(fn(x, s), cf(x, s))
+    assert ember.stats()["recompiles"] == 1
+
+
+_NP_FLOAT_PYTHON_USES = {
+    "numpy_arithmetic": lambda x, s: (x + 1, s * 2),
+    "negate": lambda x, s: (x + 1, -s),
+    "reflected": lambda x, s: (x + 1, 1.5 + s),
+    "branch": lambda x, s: x + 1 if s > 1.2 else x - 1,
+    "type_test": lambda x, s: x * 2 if type(s) is np.float32 else x,
+    "torch_tensor_of": lambda x, s: torch.tensor(s) + x,
+    "numpy_function": lambda x, s: x * np.sqrt(s),
+}
+
+
+@pytest.mark.parametrize("kind", [np.float32, np.float64, np.float16], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("name", list(_NP_FLOAT_PYTHON_USES))
+def test_numpy_float_arguments_python_uses(fresh_ember, name, kind):
+    """Uses that need the value in Python: NumPy's own result (its type, its rounding), eager's dtypes."""
+    fn = _NP_FLOAT_PYTHON_USES[name]
+    cf = ember.compile(fn)
+    for i in range(4):
+        x = torch.randn(4)
+        s = kind(0.7 + 0.3 * i)
+        _same(fn(x, s), cf(x, s))
