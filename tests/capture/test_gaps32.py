@@ -441,3 +441,44 @@ def test_numpy_float_arguments_python_uses(fresh_ember, name, kind):
         x = torch.randn(4)
         s = kind(0.7 + 0.3 * i)
         _same(fn(x, s), cf(x, s))
+
+
+# -- true division of a NumPy integer argument ---------------------------------------------------------------
+# np.int64(n) / 2 is NumPy's arithmetic (an np.float64), so the argument was specialized to its value: a
+# recompile for every value (Dynamo's test_unspec::test_no_recompilations). NumPy divides two integers as
+# doubles, Python's int division for these magnitudes: the quotient stays symbolic, typed np.float64; NumPy
+# arithmetic on it specializes it, and torch.tensor of it is float64 as eager's.
+_NP_DIVISIONS = {
+    "half": lambda x, y: (x + 1, y / 2),
+    "scale_tensor": lambda x, y: x * (y / 3),
+    "reflected": lambda x, y: (x - 1, 7 / y),
+    "numpy_const": lambda x, y: (x * 2, np.int32(5) / y, y / np.int64(2)),
+}
+
+
+@pytest.mark.parametrize("kind", [np.int64, np.int32], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("name", list(_NP_DIVISIONS))
+def test_numpy_int_true_division_stays_symbolic(fresh_ember, name, kind):
+    fn = _NP_DIVISIONS[name]
+    cf = ember.compile(fn)
+    for i in range(2, 9):
+        x = torch.randn(2, 2, dtype=torch.float64)
+        _same(fn(x, kind(i)), cf(x, kind(i)))
+    assert ember.stats()["recompiles"] == 1
+
+
+_NP_QUOTIENT_USES = {
+    "numpy_arithmetic": lambda x, y: (x + 1, (y / 3) * 2, -(y / 3)),
+    "compare": lambda x, y: x + 1 if y / 3 > 1.5 else x - 1,
+    "tensor_of": lambda x, y: torch.tensor(y / 3) + x,
+    "float_tensor": lambda x, y: x.float() * (y / 3),
+}
+
+
+@pytest.mark.parametrize("name", list(_NP_QUOTIENT_USES))
+def test_numpy_int_quotient_python_uses(fresh_ember, name):
+    fn = _NP_QUOTIENT_USES[name]
+    cf = ember.compile(fn)
+    for i in range(2, 7):
+        x = torch.randn(2, 2, dtype=torch.float64)
+        _same(fn(x, np.int64(i)), cf(x, np.int64(i)))
