@@ -3,10 +3,17 @@ from __future__ import annotations
 
 
 class EmberError(Exception):
-    """Base class of every error ember raises on purpose."""
+    """Base class of every error ember raises on purpose.
+
+    The errors that reach the user (``Unsupported``, ``BackendCompilerFailed``, ``InternalError``) are also
+    ``RuntimeError``s, as torch._dynamo's are, so ``except RuntimeError`` around a compiled call catches them.
+    ember's own ``except RuntimeError`` sites (torch's errors from a meta run, a kernel) therefore re-raise
+    ``EmberError`` first: an ember error raised inside one keeps its meaning (a graph break stays a break).
+    The internal errors (a lowering, a fake-tensor refusal) stay plain ``Exception``s: torch code that catches
+    ``RuntimeError`` around ember's dispatch hooks must not swallow them."""
 
 
-class Unsupported(EmberError):
+class Unsupported(EmberError, RuntimeError):
     """Something in the user's program could not be captured.
 
     Under ``fullgraph=True`` it reaches the user; otherwise it ends the trace and the frame runs eagerly.
@@ -40,7 +47,7 @@ class DataDependent(EmberError):
     capture interpreter turns it into a graph break naming the condition and the op that produced the size."""
 
 
-class BackendCompilerFailed(EmberError):
+class BackendCompilerFailed(EmberError, RuntimeError):
     """A backend raised while compiling a captured graph."""
 
     def __init__(self, backend: str, error: BaseException):
@@ -53,5 +60,5 @@ class AotError(EmberError):
     """A graph AOT autograd cannot compile (the message says what and what to do)."""
 
 
-class InternalError(EmberError):
+class InternalError(EmberError, RuntimeError):
     """A bug in ember (never the user's fault): reported with the user location where it happened."""

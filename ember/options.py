@@ -163,3 +163,14 @@ def cache_options() -> CacheOptions:
                       stacklevel=2)
         return CacheOptions()
     return CacheOptions(max_bytes=n)
+
+
+@dataclass(frozen=True)
+class CaptureLimits:
+    """Capture's size limits (process-wide; a change of them changes what a trace records, not its result)."""
+    numpy_constant_elements: int = 4096     # a NumPy array made from constants (np.full(3, 1.5), np.linspace)
+    #                                         with at most this many elements is a literal of the graph: NumPy's
+    #                                         own values; a larger one is computed by torch._numpy in the graph
+
+
+CAPTURE_LIMITS = CaptureLimits()

@@ -372,6 +372,8 @@ def _run_meta(func: Any, args: tuple, kwargs: dict, symbolic: bool = False) -> A
             return _run_on_placeholders(func, args, kwargs)
         except Exception:       # noqa: BLE001 - report the missing meta kernel, the real cause
             raise MissingMetaKernelError(f"{func} has no meta kernel, so ember cannot trace it: {e}") from e
+    except EmberError:      # ember's own, also where it is a RuntimeError (errors.py)
+        raise
     except RuntimeError as e:
         # a meta kernel that cannot compute with symbolic sizes: ember's own rules (ember.autograd.symbolic)
         if rules.has_symbols is None or not rules.has_symbols(args, kwargs):

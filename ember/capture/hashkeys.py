@@ -15,6 +15,9 @@ def hash_key(d, f, k: Value) -> Any:
     """The real dict/set key standing for value ``k``."""
     if type(k) is Const:
         return k.value
+    own = getattr(k, "own_hash_key", None)      # a value that is its own key (a fresh hook id: hook_ids.py)
+    if own is not None:
+        return own()
     part = getattr(k, "base_part", None)
     if part is not None and type(k.obj).__hash__ in (None, frozenset.__hash__):
         k = part        # a new dict/set/frozenset-subclass object hashes as its base type does

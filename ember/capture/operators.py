@@ -15,7 +15,7 @@ from .concrete import UNARY as REAL_UNARY
 from .interpreter import NULL, UserException
 from .objects import lookup_type_attr
 from .subclasses import base_operand
-from .values import (OpaqueVar, Const, DictVar, ListVar, NotConst, ObjectVar, SetVar, TupleVar, Value)
+from .values import (NUMPY_INTS, OpaqueVar, Const, DictVar, ListVar, NotConst, ObjectVar, SetVar, TupleVar, Value)
 
 DUNDER = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod", "**": "pow",
           "@": "matmul", "<<": "lshift", ">>": "rshift", "&": "and", "|": "or", "^": "xor"}
@@ -139,9 +139,10 @@ def _container_binary(d, f, op, inplace, a, b):
         return a
     if op == "*" and (ta in (ListVar, TupleVar) and tb is Const or tb in (ListVar, TupleVar) and ta is Const):
         seq, n = (a, b) if ta in (ListVar, TupleVar) else (b, a)
-        if type(n.value) is not int and type(n.value) is not bool:
+        if type(n.value) is not int and type(n.value) is not bool and not isinstance(n.value, NUMPY_INTS):
+            # CPython repeats by any integer with __index__ (a NumPy integer): the plain constants here
             raise UserException(TypeError(f"can't multiply sequence by non-int of type '{type(n.value).__name__}'"))
-        items = seq.items * n.value
+        items = seq.items * int(n.value)
         if inplace and seq is a and ta is ListVar:
             a.items[:] = items
             d.mark_mutated(a)

@@ -26,7 +26,7 @@ from .subclasses import BaseItemSource
 from .hashkeys import hash_key
 from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
-                     is_immutable, is_plain_builtin, tuple_override, NUMPY_INTS, NUMPY_VALUES)
+                     is_immutable, is_plain_builtin, tuple_override, NUMPY_INTS, NUMPY_SCALARS, NUMPY_VALUES)
 
 
 def _cell_is_empty(cell) -> bool:
@@ -108,7 +108,7 @@ class SymbolicDomain:
             v = self.by_source.get(source)
             if v is not None:
                 return v
-            if (type(obj) is int or isinstance(obj, (float, *NUMPY_INTS))) and self.number_hooks:  # maybe symbolic
+            if (type(obj) is int or isinstance(obj, (float, *NUMPY_SCALARS))) and self.number_hooks:  # maybe symbolic
                 for hook in self.number_hooks:
                     v = hook(self, obj, source)
                     if v is not None:

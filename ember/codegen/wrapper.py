@@ -166,9 +166,11 @@ class _Writer:
                 flat = tree_flatten((n.args, n.kwargs))[0]
                 exprs += [a for a in flat if isinstance(a, sympy.Basic)]
                 exprs += [x for a in flat if isinstance(a, BufferRef) and a.layout is not None
-                          for x in (*a.layout.shape, *a.layout.stride)]     # views passed to the call
+                          for x in (*a.layout.shape, *a.layout.stride, a.layout.offset)]   # views passed to the call
         exprs += [a for a in tree_flatten(g.outputs)[0] if isinstance(a, sympy.Basic)]
-        exprs += [x for o in g.outputs if isinstance(o, BufferRef) for x in (*o.layout.shape, *o.layout.stride)]
+        # output views, their offsets included (x.narrow(0, n, 2) of an int argument n: offset n)
+        exprs += [x for o in g.outputs if isinstance(o, BufferRef)
+                  for x in (*o.layout.shape, *o.layout.stride, o.layout.offset)]
         sources: dict[Any, str] = {}
         for name, e in g.symbol_inputs.items():
             if isinstance(e, sympy.Symbol):

@@ -16,6 +16,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from ember.errors import EmberError
 from ember.shapes import SymbolicUnsupported, active_table, expr_of, using
 
 from .core import PRIMS, Prim, push_handler
@@ -81,7 +82,11 @@ def _or_extern(op: Any, run: Any) -> Any:
     has no symbolic metadata."""
     try:
         return run(decompose)
-    except (SymbolicUnsupported, TypeError, ValueError, RuntimeError, NotImplementedError):
+    except SymbolicUnsupported:
+        pass
+    except EmberError:      # ember's own, also where it is a RuntimeError (errors.py): not for the fallback
+        raise
+    except (TypeError, ValueError, RuntimeError, NotImplementedError):
         pass
     try:
         return run(lambda o, *a, **k: PRIMS["aten_extern"](o, a, k))

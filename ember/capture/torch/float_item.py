@@ -148,10 +148,19 @@ def _operand(v: Value) -> Value | None:
     return None
 
 
+def narrow(v: Value) -> bool:
+    """An unspecialized NumPy float narrower than a double (``np.float32(0.5)``): an operand of a tensor op
+    as the float it holds, as eager reads it; NumPy's own arithmetic on it (float32 rounding, an ``np.float32``
+    result) is computed on its value, specialized."""
+    return type(v) is FloatItemVar and v.origin is not None and not isinstance(v.origin[2], float)
+
+
 def _binary(d, f, op: str, a: Value, b: Value):
     from .ops import BINARY_FNS, record
     if type(a) is TensorVar or type(b) is TensorVar:
         return NotImplemented
+    if narrow(a) or narrow(b):
+        return d.binary(f, op, settle(a), settle(b))
     pa, pb = _operand(a), _operand(b)
     if pa is None or pb is None or op.rstrip("=") in ("@", "<<", ">>", "&", "|", "^"):
         return NotImplemented
@@ -163,6 +172,8 @@ def _unary(d, f, op: str, v: FloatItemVar):
     from .ops import UNARY_FNS, record
     if op not in UNARY_FNS or op == "~":
         return NotImplemented
+    if narrow(v):
+        return d.unary(f, op, settle(v))
     return _derived(d, record(d, f, "call_function", UNARY_FNS[op], [v.t], {}), UNARY_FNS[op], op, v)
 
 
@@ -178,6 +189,9 @@ def _needs_value(what: str):
 
 
 def _reconstruct(glue, v: FloatItemVar) -> str:
+    kind = type(v.origin[2]) if v.origin is not None else float
+    if kind is not float:       # a NumPy float argument (np.float64(x) * 2 is an np.float64): its type again
+        return f"{glue.cg.bind(kind, kind.__name__)}({glue.output_ref(v.t)}.item())"
     return f"{glue.output_ref(v.t)}.item()"
 
 

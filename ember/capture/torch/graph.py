@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ember.autograd.overlap import ORDER, check_writes, may_overlap
 
 from ...emit import object_name
-from ...errors import Unsupported
+from ...errors import EmberError, Unsupported
 from ..interpreter import UserException
 from ..sources import Source
 from ..values import NUMPY_SCALARS, Const, DictVar, ListVar, NotConst, OpaqueVar, TupleVar, Value
@@ -153,7 +153,7 @@ def node_arg(d, f, v: Value) -> Any:
     if t is OpaqueVar and type(v.obj) in (float, int, bool):   # a number from outside the graph: a scalar input
         return d.torch.scalar_input(d, v)
     if t is Const:
-        return _plain_number(v.value) if isinstance(v.value, NUMPY_SCALARS) else v.value
+        return _plain_const(v.value)
     if t is TupleVar:
         return tuple(node_arg(d, f, x) for x in v.items)
     if t is ListVar:
@@ -167,6 +167,19 @@ def node_arg(d, f, v: Value) -> Any:
         return v.as_python()
     except NotConst:
         raise d.unsupported(f, f"passing a {v.describe()} to a torch operation") from None
+
+
+def _plain_const(x: Any) -> Any:
+    """A constant for a graph node: NumPy scalars in it (also inside a slice, a tuple or a list: ``x[:n]`` of an
+    ``np.int64``) as ``_plain_number`` gives them."""
+    if isinstance(x, NUMPY_SCALARS):
+        return _plain_number(x)
+    t = type(x)
+    if t is slice:
+        return slice(_plain_const(x.start), _plain_const(x.stop), _plain_const(x.step))
+    if t in (tuple, list):
+        return t(_plain_const(y) for y in x)
+    return x
 
 
 def _plain_number(x: Any) -> Any:
@@ -301,6 +314,8 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
         with torch.set_grad_enabled(st.grad_enabled), torch.device(META), _overlap_checks(margs, mkwargs):
             try:
                 return fn(*margs, **mkwargs)
+            except EmberError:      # ember's own (a graph break), also where it is a RuntimeError
+                raise
             except (NotImplementedError, RuntimeError) as e:
                 if not (_data_dependent(str(e)) and _scalar_params_only(fn)):
                     raise
@@ -310,6 +325,8 @@ def run_meta(d, f, st: TorchState, fn, margs, mkwargs):
                                "(overlapping views of one tensor), so eager's result depends on the order its "
                                "loop visits the elements", "ember runs it eagerly (a graph break); clone() the "
                                "input to make the result well-defined") from None
+    except EmberError:      # a graph break raised below stays one: not the program's error
+        raise
     except (NotImplementedError, RuntimeError) as e:
         msg = str(e)
         low = msg.lower()

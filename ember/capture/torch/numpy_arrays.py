@@ -150,26 +150,133 @@ def run_numpy(d, f, fn: Callable, name: str, args, kwargs) -> Value:
         fn, name = _in_float64(fn), f"{name}_float64"
     a = [_plain_arg(d, f, x) for x in args]
     k = {key: _plain_arg(d, f, x) for key, x in kwargs.items()}
-    return _as_arrays(record(d, f, "call_function", np_target(fn, name), a, k), name not in _ARRAY_MAKERS)
+    r = _as_arrays(record(d, f, "call_function", np_target(fn, name), a, k), name not in _ARRAY_MAKERS)
+    return TupleVar(r.items) if type(r) is ListVar and name in _TUPLE_RESULTS else r
 
 
-# functions that make a new array from constants (a new mutable array on every call, so no graph constant)
-_CONSTANT_MAKERS = {"array", "asarray", "zeros", "ones", "arange", "linspace", "eye", "identity"}
+# NumPy functions that give a tuple of arrays where torch._numpy gives a list
+_TUPLE_RESULTS = {"meshgrid", "broadcast_arrays", "atleast_1d", "atleast_2d", "atleast_3d"}
 
 
-def _new_constant_array(fn: Any, name: str, args, kwargs) -> bool:
-    """``np.array([1, 2])``, ``np.zeros(3)``: made in the graph (``torch._numpy``'s, NumPy's dtypes), where its
-    arguments are plain constants (numbers, their lists, dtype names)."""
-    if name not in _CONSTANT_MAKERS or getattr(np, name, None) is not fn:
-        return False
-    from ..objects import all_const
-    if not all_const(args, kwargs):
-        return False
+# NumPy's array constructors that are not array functions (``is_numpy_function``): made from plain values only
+_CONSTANT_MAKERS = {"array", "asarray", "asanyarray", "ascontiguousarray", "zeros", "ones", "empty", "full",
+                    "arange", "eye", "identity", "tri", "indices"}
+
+
+def _constant_array(d, f, fn: Any, name: str, args, kwargs) -> Value | None:
+    """A NumPy function of plain constants (numbers, their lists, shapes, dtypes) that makes an array:
+    ``np.full((2, 3), 1.5)``, ``np.linspace(0, 1, 5, endpoint=False)``, ``np.diag([1, 2])``. NumPy itself computes
+    it at trace time (these functions are pure: ``purity.is_numpy_function`` or a constructor above), so the
+    values and the dtype (NumPy's int64/float64 defaults) are eager's by construction; the graph makes a new
+    array of them on every call (an array is mutable: never a shared constant). Where a size is symbolic
+    (``np.zeros(x.shape[0])`` after a recompile) ``torch._numpy`` computes it in the graph, cast to the dtype
+    NumPy gives; where it cannot, the size is specialized. None: not such a call."""
+    from ..purity import is_numpy_function, plain_numpy_args
+    if not (is_numpy_function(fn) or name in _CONSTANT_MAKERS and getattr(np, name, None) is fn):
+        return None
     try:
-        made = fn(*[a.as_python() for a in args], **{k: v.as_python() for k, v in kwargs.items()})
-    except Exception:       # noqa: BLE001  (NumPy's own error: the call stays NumPy's)
-        return False
-    return isinstance(made, np.ndarray) and made.dtype in _FROM_NUMPY and made.dtype.kind != "O"
+        hinted = [_hinted(x) for x in args], {k: _hinted(v) for k, v in kwargs.items()}
+    except LookupError:
+        return None
+    if not plain_numpy_args(*hinted):
+        return None
+    try:
+        made = fn(*hinted[0], **hinted[1])
+    except Exception as e:      # noqa: BLE001  (NumPy's own error for these arguments: eager raises it too)
+        raise UserException(e) from None
+    if _has_symbol(list(args) + list(kwargs.values())):
+        v = _symbolic_array(d, f, made, name, args, kwargs)
+        if v is not None:
+            return v
+        from ..objects import all_const
+        all_const(args, kwargs)         # specializes the sizes: the array below is this call's
+    return _array_value(d, f, made, name, args, kwargs)
+
+
+_UNIFORM = {"zeros", "ones", "full", "empty"}      # shape first; every element the same value
+
+
+def _hinted(v: Value) -> Any:
+    """The Python value of a plain argument (a symbolic int: its value on this call); LookupError otherwise."""
+    from .symsize import SymNumVar, hint_of
+    if type(v) is Const:
+        return _dtype_class(v.value)
+    if type(v) is SymNumVar:
+        n = hint_of(v.sym)
+        return v.np_type(n) if v.np_type is not None else n
+    if type(v) in (TupleVar, ListVar):
+        return (tuple if type(v) is TupleVar else list)(_hinted(x) for x in v.items)
+    raise LookupError(v)
+
+
+def _has_symbol(vals: list) -> bool:
+    return any(type(v).__name__ == "SymNumVar" or type(v) in (TupleVar, ListVar) and _has_symbol(v.items)
+               for v in vals)
+
+
+def _symbolic_array(d, f, made: Any, name: str, args, kwargs) -> Value | None:
+    """``torch._numpy``'s ``name`` on symbolic sizes, cast to NumPy's dtype; None where it has none or its
+    meta run fails (nothing was recorded then)."""
+    from ...errors import Unsupported
+    target = getattr(_tnp(), name, None)
+    if target is None or type(made) is not np.ndarray or made.dtype not in _FROM_NUMPY:
+        return None
+    shape = args[0] if args else kwargs.get("shape")
+    if name in _UNIFORM and shape is not None and made.size:   # one value everywhere: torch.full of the sizes
+        from .ops import record
+        shape = shape if type(shape) in (TupleVar, ListVar) else ListVar([shape])
+        t = record(d, f, "call_function", torch.full, [ListVar(list(shape.items)), Const(made.reshape(-1)[0].item())],
+                   {"dtype": Const(torch.from_numpy(made[:0].reshape(-1)).dtype)})
+        return NdarrayVar(t)
+    try:
+        v = run_numpy(d, f, target, name, args, kwargs)
+    except Unsupported:
+        return None
+    return _cast(d, f, v, made.dtype)
+
+
+def _cast(d, f, v: Value, dtype: np.dtype) -> Value:
+    if type(v) is NdarrayVar and _np_dtype(v) != dtype:
+        v = run_numpy(d, f, _method_fn("astype"), "ndarray_astype", [v, Const(dtype.name)], {})
+    return v
+
+
+def _dtype_class(x: Any) -> Any:
+    """A dtype given as a class (``np.float32``, ``float``) as its ``np.dtype`` (a plain value: same result)."""
+    if isinstance(x, type) and (issubclass(x, np.generic) or x in (bool, int, float, complex)):
+        return np.dtype(x)
+    return x
+
+
+def _array_value(d, f, made: Any, name: str, args, kwargs) -> Value | None:
+    """The graph's copy of ``made`` (an ndarray, or a tuple/list of them): a literal up to
+    ``CaptureLimits.numpy_constant_elements``, a ``torch.full`` where all elements are equal, else
+    ``torch._numpy``'s ``name`` cast to NumPy's dtype."""
+    from ...options import CAPTURE_LIMITS
+    from .ops import record
+    if type(made) in (tuple, list):
+        items = [_array_value(d, f, m, "", [], {}) for m in made]
+        return None if None in items else (TupleVar if type(made) is tuple else ListVar)(items)
+    if type(made) is not np.ndarray or made.dtype not in _FROM_NUMPY or not made.dtype.isnative:
+        return None
+    dt = torch.from_numpy(made[:0].reshape(-1)).dtype
+    if made.size <= CAPTURE_LIMITS.numpy_constant_elements:
+        t = record(d, f, "call_function", torch.tensor, [d.from_python(made.tolist())], {"dtype": Const(dt)})
+        return NdarrayVar(t)
+    first = made.reshape(-1)[0]
+    if np.array_equal(made, np.full_like(made, first), equal_nan=made.dtype.kind in "fc"):
+        t = record(d, f, "call_function", torch.full, [d.from_python(list(made.shape)), Const(first.item())],
+                   {"dtype": Const(dt)})
+        return NdarrayVar(t)
+    target = getattr(_tnp(), name, None) if name else None
+    if target is None:
+        raise d.unsupported(f, f"numpy.{name or 'array'} made from constants, with {made.size} elements",
+                            "make it outside the compiled function and pass it in")
+    return _cast(d, f, run_numpy(d, f, target, name, args, kwargs), made.dtype)
+
+
+def _np_dtype(v: NdarrayVar) -> np.dtype:
+    return np.dtype(_tnp().ndarray(v.t.meta).dtype.name)
 
 
 def numpy_function(d, f, fn: Any, args, kwargs) -> Value | None:
@@ -182,8 +289,8 @@ def numpy_function(d, f, fn: Any, args, kwargs) -> Value | None:
     name = getattr(fn, "__name__", "")
     if any(type(x) is TensorVar for x in vals) and name not in _TENSOR_SAFE:
         return None     # NumPy on a torch tensor may return a tensor (np.exp(t), np.add) or fail (np.sum(t))
-    if not any(type(x) in (NdarrayVar, TensorVar) for x in vals) and not _new_constant_array(fn, name, args, kwargs):
-        return None
+    if not any(type(x) in (NdarrayVar, TensorVar) for x in vals):
+        return _constant_array(d, f, fn, name, args, kwargs)
     sub = mod.split(".")[1] if mod.count(".") and mod.split(".")[1] in ("linalg", "fft") else None
     owner = getattr(_tnp(), sub) if sub else _tnp()
     target = getattr(owner, name, None)
@@ -242,7 +349,7 @@ def wrap_input_array(plugin, d, a: np.ndarray, source: Source) -> Value | None:
 @R.GETATTR.register(NdarrayVar)
 def _nd_getattr(d, f, v: NdarrayVar, name: str) -> Value:
     if name in _META_ATTRS:
-        return d.from_python(getattr(_tnp().ndarray(v.t.meta), name))
+        return _nd_meta_attr(d, f, v, name)
     if name == "dtype":
         return Const(np.dtype(_tnp().ndarray(v.t.meta).dtype.name))
     if name in _ATTRS:
@@ -260,7 +367,7 @@ def _nd_method(d, f, v: NdarrayVar, name: str, args, kwargs) -> Value:
     if name in ("tolist", "item"):
         raise d.unsupported(f, f"ndarray.{name}() turns array values into Python values")
     if name == "__len__":
-        return Const(_nd_len(d, f, v))
+        return _nd_len(d, f, v)
     return run_numpy(d, f, _method_fn(name), f"ndarray_{name}", [v] + list(args), kwargs)
 
 
@@ -291,9 +398,31 @@ def _nd_getitem(d, f, v: NdarrayVar, k: Value) -> Value:
     return run_numpy(d, f, operator.getitem, "getitem", [v, k], {})
 
 
+def _nd_meta_attr(d, f, v: NdarrayVar, name: str) -> Value:
+    """``shape``, ``size``, ``strides``, ``nbytes``, ``ndim``, ``itemsize``: from the tensor's sizes, symbolic ones
+    included (read from the tensor's symbolic sizes, never a value of the call that traced it)."""
+    from .symsize import dim_value
+    a = _tnp().ndarray(v.t.meta)
+    if getattr(v.t, "sym", None) is None or name in ("ndim", "itemsize"):
+        return d.from_python(getattr(a, name))
+    shape = [dim_value(d, f, v.t, i) for i in range(v.t.meta.dim())]
+    if name == "shape":
+        return TupleVar(shape)
+    if name == "strides":
+        st = d.call_method(f, v.t, "stride", [], {})
+        return TupleVar([d.binary(f, "*", x, Const(a.itemsize)) for x in d.unpack_all(f, st)])
+    n = Const(1)
+    for x in shape:
+        n = d.binary(f, "*", n, x)
+    return n if name == "size" else d.binary(f, "*", n, Const(a.itemsize))
+
+
 @R.LEN.register(NdarrayVar)
-def _nd_len(d, f, v: NdarrayVar) -> int:
-    return len(_tnp().ndarray(v.t.meta))
+def _nd_len(d, f, v: NdarrayVar):
+    if v.t.meta.dim() == 0:
+        raise UserException(TypeError("len() of unsized object"))
+    from .symsize import dim_value
+    return dim_value(d, f, v.t, 0)
 
 
 @R.RECONSTRUCT.register(NdarrayVar)

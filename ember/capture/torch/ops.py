@@ -84,6 +84,8 @@ def _settle_floats(kind: str, target: Any, args: list[Value], kwargs: dict[str, 
     def unspec(v):
         if type(v).__name__ == "FloatItemVar":
             return v.origin is not None
+        if type(v).__name__ == "SymFloatVar":       # a NumPy float of symbolic ints (np.int64(n) / 2)
+            return v.np_type is not None
         return type(v) in (TupleVar, ListVar) and any(map(unspec, v.items))
     if not any(map(unspec, args)) and not any(map(unspec, kwargs.values())):
         return args, kwargs
@@ -97,6 +99,9 @@ def _settle_floats(kind: str, target: Any, args: list[Value], kwargs: dict[str, 
     def conv(v):
         if type(v) in (TupleVar, ListVar):
             return type(v)([conv(x) for x in v.items])
+        if type(v).__name__ == "SymFloatVar":
+            from .symfloat import settle_numpy
+            return settle_numpy(v)
         return v.settle() if type(v).__name__ == "FloatItemVar" else v
     return [conv(a) for a in args], {k: conv(v) for k, v in kwargs.items()}
 

@@ -329,7 +329,8 @@ class TorchPlugin:
         return v
 
     def wrap_number(self, d, obj: Any, source: Source):
-        if isinstance(obj, float):
+        if isinstance(obj, (float, _np.floating)) and not isinstance(obj, _np.longdouble):
+            # np.float32/np.float16 too: torch reads them as the Python float they hold (float_item.narrow)
             return _float_item.wrap_float(self, d, obj, source)
         return DYN.wrap_number(self, d, obj, source)
 
@@ -368,6 +369,9 @@ class TorchPlugin:
                      f"{plain}.requires_grad is {t.requires_grad}", tag=(REQUIRES_GRAD, source))
 
     def const_getattr(self, d, f, v, name):
+        if isinstance(v.value, type):       # a hook handle's id counter (hook_ids.py)
+            from .hook_ids import read_counter
+            return read_counter(d, v.value, name, v.source)
         return None
 
     @staticmethod

@@ -33,17 +33,20 @@ _FLOAT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": oper
 
 
 class SymFloatVar(Value):
-    """A float of the trace that is symbolic: ``sym`` (a ``torch.SymFloat``) and ``node`` (computes it)."""
-    __slots__ = ("sym", "node")
+    """A float of the trace that is symbolic: ``sym`` (a ``torch.SymFloat``) and ``node`` (computes it).
+    ``np_type``: a NumPy float result (``np.int64(n) / 2`` is an ``np.float64``): given back as one; NumPy's
+    own arithmetic on it specializes it (``settle_numpy``)."""
+    __slots__ = ("sym", "node", "np_type")
     op_priority = 6         # above symbolic ints (``n * s`` is a float op), below .item() floats and tensors
 
-    def __init__(self, sym, node):
+    def __init__(self, sym, node, np_type=None):
         super().__init__(None)
         self.sym = sym
         self.node = node
+        self.np_type = np_type
 
     def python_type(self):
-        return float
+        return self.np_type or float
 
     def as_python(self):
         return specialize(self, "its value is needed as a Python constant")
@@ -144,13 +147,24 @@ def _plain(v: Value, why: str, f) -> Any:
     return v.value
 
 
+def settle_numpy(v: Value, f=None) -> Value:
+    """A NumPy float of symbolic ints as its NumPy value (specialized); anything else as it is."""
+    if type(v) is SymFloatVar and v.np_type is not None:
+        return Const(v.np_type(specialize(v, "NumPy arithmetic on a NumPy float", f)))
+    return v
+
+
 def _binary(d, f, op: str, a: Value, b: Value):
     if type(a).__name__ == "TensorVar" or type(b).__name__ == "TensorVar":
         return NotImplemented
+    if any(type(v) is SymFloatVar and v.np_type is not None for v in (a, b)):
+        return d.binary(f, op, settle_numpy(a, f), settle_numpy(b, f))
     return arithmetic(d, f, op, a, b)
 
 
 def _compare(d, f, op: str, a: Value, b: Value):
+    if any(type(v) is SymFloatVar and v.np_type is not None for v in (a, b)):
+        return d.compare(f, op, settle_numpy(a, f), settle_numpy(b, f))
     pa, pb = operand(a), operand(b)
     if pa is None or pb is None:
         if type(a).__name__ == "TensorVar" or type(b).__name__ == "TensorVar":
@@ -163,6 +177,8 @@ def _compare(d, f, op: str, a: Value, b: Value):
 
 
 def _unary(d, f, op: str, v: SymFloatVar):
+    if v.np_type is not None:
+        return d.unary(f, op, settle_numpy(v, f))
     st = d.torch
     if op == "-":
         return make_number(st, -v.sym, st.graph.call_function(operator.neg, (v.node,)))
@@ -184,7 +200,8 @@ def _reconstruct(glue, v: SymFloatVar) -> str:
     """Python source for the float over the bound symbols (``float(...)``: ``float(n)`` prints as ``n``)."""
     table = v.sym.node.table
     names = {s: PREFIX + s.name for s in table.symbols}
-    return f"float({to_python(sympy.sympify(v.sym.node.expr), names, floats=True)})"
+    text = f"float({to_python(sympy.sympify(v.sym.node.expr), names, floats=True)})"
+    return f"{glue.cg.bind(v.np_type, v.np_type.__name__)}({text})" if v.np_type is not None else text
 
 
 R.BINARY.register(SymFloatVar)(_binary)

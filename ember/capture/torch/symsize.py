@@ -123,11 +123,36 @@ def _numpy_int(d, f, op: str, a: Value, b: Value | None = None):
     vals = [a] if b is None else [a, b]
     if not any(type(v) is SymNumVar and v.np_type is not None for v in vals):
         return None
+    if op in ("/", "/=") and b is not None:
+        r = _numpy_true_division(d, f, op, a, b)
+        if r is not None:
+            return r
     why = f"NumPy arithmetic ({op}) on a NumPy integer argument (its result types are NumPy's)"
     c = [Const(v.np_type(specialize(v, why, f))) if type(v) is SymNumVar and v.np_type is not None else v
          for v in vals]
     return d.unary(f, op, c[0]) if b is None else (
         d.compare(f, op, *c) if op in COMPARE_FNS else d.binary(f, op, *c))
+
+
+def _numpy_true_division(d, f, op: str, a: Value, b: Value):
+    """``np.int64(n) / 2``: NumPy divides the two integers as doubles, which is Python's int division for
+    sizes (below 2**53), so the quotient stays symbolic, typed as NumPy's result (``np.float64``); None
+    where an operand is not an integer of the trace or a constant one."""
+    def plain(v):
+        if type(v) is SymNumVar:
+            return SymNumVar(v.sym, v.node), v.np_type or int
+        if type(v) is Const and isinstance(v.value, (int, np.integer)) and type(v.value) is not bool:
+            return Const(int(v.value)), type(v.value)
+        return None
+    pa, pb = plain(a), plain(b)
+    if pa is None or pb is None or (type(pb[0]) is Const and pb[0].value == 0):
+        return None
+    kind = type(pa[1](3) / pb[1](2))
+    r = FLOAT["arithmetic"](d, f, op, pa[0], pb[0])
+    if type(r).__name__ == "SymFloatVar":
+        r.np_type = kind
+        return r
+    return Const(kind(r.value)) if type(r) is Const else None
 
 
 def _binary(d, f, op: str, a: Value, b: Value):
