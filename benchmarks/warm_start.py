@@ -3,7 +3,9 @@ process compiles cold, the next ones should find every kernel on disk), each wit
 Python gives it. Prints each process's first-call time and how many kernel files it added to the cache.
 ``first_call_s`` is the compiled step's first call (capture, compile or cache hit, run); ``after_import_torch_s``
 is everything after ``import torch`` to the first output: importing the compiler (ember's pipeline and
-sympy, or torch._dynamo and Inductor), building the model, ``compile()``, the first call.
+sympy, or torch._dynamo and Inductor), building the model, ``compile()``, the first call. ``..._cpu_s`` is the
+process's CPU time (OpenMP's worker threads spinning included), ``..._main_cpu_s`` the main thread's alone
+(capture, imports and the compiler run there): the steadier figure on a shared machine.
 
     python benchmarks/warm_start.py --model nanogpt --task train [--device cpu] [--runs 3] [--engine ember,inductor]
 
@@ -31,7 +33,7 @@ CHILD = """
 import time
 t_start = time.perf_counter()
 import json, sys, torch
-t_torch, c_torch = time.perf_counter(), time.process_time()
+t_torch, c_torch, m_torch = time.perf_counter(), time.process_time(), time.thread_time()
 from ember.bench.engines import parse_engine
 from ember.bench.runner import make_step, zoo_case
 a = json.loads(sys.argv[1])
@@ -50,6 +52,7 @@ t_end = time.perf_counter()
 row = {"first_call_s": round(t_end - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
        "after_import_torch_s": round(t_end - t_torch, 3),
        "after_import_torch_cpu_s": round(time.process_time() - c_torch, 3),
+       "after_import_torch_main_cpu_s": round(time.thread_time() - m_torch, 3),
        "import_torch_s": round(t_torch - t_start, 3),
        "dynamo": "torch._dynamo" in sys.modules}
 if "ember" in sys.modules and "ember.counters" in sys.modules:
@@ -87,6 +90,9 @@ def run_engine(a: argparse.Namespace) -> None:
         env = dict(os.environ, EMBER_CACHE_DIR=str(cache), TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                    PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         env.pop("PYTHONHASHSEED", None)
+        # an installed ember has its bytecode cached (__pycache__), as a user's warm start finds it; a caller's
+        # PYTHONDONTWRITEBYTECODE made every child compile ember's ~300 modules from source again (~0.5 s more)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         rows = []
         for i in range(a.runs):
             before = kernel_files(cache)
@@ -106,7 +112,8 @@ def summary(a: argparse.Namespace, rows: list[dict]) -> dict:
     """The cold run's times and the warm runs' medians."""
     out: dict = {"summary": a.engine, "model": a.model, "task": a.task}
     warm = rows[1:]
-    for k in ("first_call_s", "cpu_s", "after_import_torch_s", "after_import_torch_cpu_s"):
+    for k in ("first_call_s", "cpu_s", "after_import_torch_s", "after_import_torch_cpu_s",
+              "after_import_torch_main_cpu_s"):
         out[f"cold_{k}"] = rows[0][k]
         if warm:
             out[f"warm_{k}_median"] = round(statistics.median(r[k] for r in warm), 3)

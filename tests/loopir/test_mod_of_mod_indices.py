@@ -51,3 +51,39 @@ def test_mod_of_products_with_mods():
         for e, ref in cases:
             for v, w in itertools.product(range(0, 24, 5), range(0, 13, 4)):
                 assert int(e.subs({x: v, y: w})) == ref(v, w), (e, v, w)
+
+
+_FRESH = """
+import itertools, sys, threading
+import sympy
+import ember.shapes
+from ember.shapes import sympy_mod
+assert "sympy.combinatorics" not in sys.modules and sympy_mod._FAULTY == [], "import evaluated a Mod"
+M = sympy.Mod
+x = sympy.Symbol("x", integer=True, nonnegative=True)
+bad = []
+
+def check(k):
+    for m, q in itertools.product((2, 3, 4, 8), (2, 3, 4, 8)):
+        e = M(k * M(x, m), q)
+        bad.extend((k, m, q, v) for v in range(0, 24, 5) if int(e.subs(x, v)) != (k * (v % m)) % q)
+
+threads = [threading.Thread(target=check, args=(k,)) for k in range(1, 6)]   # the first Mods, at once
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert not bad, bad
+print(sympy_mod._FAULTY)
+"""
+
+
+def test_guard_is_decided_at_the_first_mod_not_at_import():
+    """Importing ember.shapes evaluates no ``Mod`` (the fault probe's arithmetic imports sympy.tensor and
+    sympy.combinatorics: ~50 ms of a warm start that does no size arithmetic); the first ``Mod`` evaluations,
+    from several threads at once, wait for the probe and get right values."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True, cwd=root, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip() in ("[True]", "[False]")

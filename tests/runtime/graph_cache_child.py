@@ -173,6 +173,10 @@ OTHER_CASES = [two_outputs_some_unused]
 # the whole-graph cache serves imports none of it
 TRACING_MODULES = ("ember.autograd.trace", "ember.autograd.functionalize", "ember.autograd.partition",
                    "ember.autograd.fake", "ember.decomp.core")
+# what compiles a graph's kernels, and sympy's arithmetic (its first ``Add`` imports sympy.tensor.tensor and
+# sympy.combinatorics, ~50 ms; a static graph served by the whole-graph cache does no arithmetic on sizes)
+COMPILE_MODULES = ("ember.loopir.lower", "ember.loopir.schedule", "ember.codegen.cpp", "ember.codegen.triton",
+                   "triton", "networkx", "sympy.combinatorics", "sympy.tensor.tensor")
 
 
 def main() -> None:
@@ -195,7 +199,8 @@ def main() -> None:
         with open(args[args.index("--save") + 1], "wb") as f:
             f.write(ember.save_cache_artifacts())
     print(json.dumps({"failed": failed, "stats": ember.stats(),
-                      "tracing_modules": sorted(m for m in TRACING_MODULES if m in sys.modules)}))
+                      "tracing_modules": sorted(m for m in TRACING_MODULES if m in sys.modules),
+                      "compile_modules": sorted(m for m in COMPILE_MODULES if m in sys.modules)}))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,18 @@ def test_warm_process_imports_no_tracing_stack(cases, tmp_path):
     assert cold and _result(warm, "tracing_modules") == []
 
 
+@pytest.mark.parametrize("cases", ["mlp_infer", "view_output", "mlp_train,batchnorm_train", "two_outputs_all_used"])
+def test_warm_process_imports_no_kernel_compiler_and_does_no_size_arithmetic(cases, tmp_path):
+    """A warm start of static graphs imports neither the kernel compiler (loop IR, C++/Triton codegen, Triton,
+    networkx) nor the parts of sympy its first arithmetic loads (sympy.tensor.tensor, sympy.combinatorics:
+    ~50 ms; ember.shapes probed sympy's ``Mod`` fault on import, ``ember.shapes.sympy_mod``); the cold process
+    imports them, and both equal eager."""
+    cold = _result(_start(tmp_path / "cache", "--cases", cases), "compile_modules")
+    warm = _start(tmp_path / "cache", "--cases", cases)
+    assert "ember.loopir.lower" in cold and "sympy.combinatorics" in cold, cold
+    assert _result(warm, "compile_modules") == []
+
+
 def test_artifacts_warm_an_empty_cache_in_a_fresh_process(cold, tmp_path):
     _compiled_nothing(_result(_start(tmp_path / "empty", "--load", str(cold[1]))), cold[2])
 
