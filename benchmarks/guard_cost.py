@@ -3,11 +3,14 @@ a 1x1 convolution and a batch norm (318 parameters and buffers), in eval mode un
 backend whose graph does nothing, so each call is the generated glue alone: its guard clauses, then the graph's
 inputs pulled from the module.
 
-    python benchmarks/guard_cost.py [--blocks 53] [--resnet]
+    python benchmarks/guard_cost.py [--blocks 53] [--resnet] [--compare]
     PYTHONPATH=<transformers> python benchmarks/guard_cost.py --decode gpt2|llama [--calls 2000]
 
 Prints microseconds per call (the best and the median of 15 batches, in this thread's CPU time: this host's
 noise only adds) and how many guard clauses the entry checks (``ember.explain(...).guards``).
+
+``--compare``: also torch.compile (dynamic=None) of the same module with the same do-nothing backend, timed in
+this process after ember's: its whole cached call (Dynamo's C++ guards and its wrapper) against ember's.
 
 ``--decode``: one decode step of the zoo's GPT-2 or Llama (its "quick" config) with a ``DynamicCache``, through
 ember.compile and torch.compile (dynamic=None; each warmed on cache lengths 8 to 12 so the length is symbolic).
@@ -195,6 +198,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--resnet", action="store_true", help="ResNet-50's module tree instead of the blocks")
     ap.add_argument("--decode", choices=["gpt2", "llama"], help="a decode step of the zoo's model (see above)")
+    ap.add_argument("--compare", action="store_true", help="also torch.compile of the same module (see above)")
     a = ap.parse_args()
     if a.decode:
         return decode(a.decode, a.calls)
@@ -212,6 +216,17 @@ def main() -> None:
         clauses = len(ember.explain(m)(x).guards)
     print(f"{tensors} weights, {clauses} guard clauses: {best:.1f} us per call at best, {med:.1f} median "
           f"({best / clauses * 1e3:.0f} ns per clause)")
+    if a.compare:
+        from torch._dynamo import reset as dynamo_reset
+        dynamo_reset()
+        tc = torch.compile(m, backend=lambda gm, example_inputs: (lambda *args: out), dynamic=None)
+        with torch.no_grad():
+            tc(x)
+            tc(x)
+            best, med = _time_calls(lambda: tc(x), a.calls)
+        n = _dynamo_guard_count(m.forward.__code__)      # -1: no entry on forward's own code (not counted)
+        print(f"torch.compile, the same module: {best:.1f} us per call at best, {med:.1f} median"
+              + (f" ({n} leaf guards)" if n >= 0 else ""))
 
 
 if __name__ == "__main__":

@@ -107,8 +107,9 @@ class OptimizedModule(torch.nn.Module):
     def _ember_select(self, mod: torch.nn.Module):
         """Compile (once per entry function) what calling ``mod`` runs now: an instance-level ``forward``, a
         ``__call__`` override, the hook-running ``_call_impl`` while the module has hooks, or the class's
-        ``forward``. Re-selected on a call that finds an instance ``forward`` assigned or deleted, or a hook
-        handle made anywhere since (``RemovableHandle.next_id`` moved): eager would run what changed."""
+        ``forward``. Re-selected on a call that finds an instance ``forward`` assigned or deleted, another
+        ``forward`` or ``__call__`` on the class (patched, or the module's class swapped), or a hook handle made
+        anywhere since (``RemovableHandle.next_id`` moved): eager would run what changed."""
         d = self.__dict__
         d["_ember_hook_seen"] = RemovableHandle.next_id
         fwd, call = mod.__dict__.get("forward"), type(mod).__call__
@@ -124,14 +125,14 @@ class OptimizedModule(torch.nn.Module):
                 cache = getattr(getattr(run, "__func__", run), "__ember_cache__", None)
             hit = calls[id(fn)] = (fn, cache, run)
         _, d["_ember_cache"], d["_ember_call"] = hit
-        d["_ember_key"] = (fwd, call)
+        d["_ember_key"] = (fwd, call, type(mod).forward)
 
     def __call__(self, *args, **kwargs):
         d = self.__dict__
         mod = d["_orig_mod"]
         key = d["_ember_key"]
         if RemovableHandle.next_id != d["_ember_hook_seen"] or mod.__dict__.get("forward") is not key[0] \
-                or type(mod).__call__ is not key[1]:
+                or type(mod).__call__ is not key[1] or type(mod).forward is not key[2]:
             self._ember_select(mod)
         return d["_ember_call"](*args, **kwargs)
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from .containers import DictView, sort_values
 from .interpreter import NULL, UserException
+from .lookups import resolved_type_attr
 from .objects import all_const, bare_instance, call_real, construct, lookup_type_attr
 from .symbolic import SymbolicDomain
 from .values import (BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst, ObjectVar,
@@ -105,6 +106,8 @@ def _callable(d, f, args, kwargs):
         return Const(callable(v.value))
     if isinstance(v, (FuncVar, BoundMethod, PartialVar, MethodOf)):
         return Const(True)
+    if isinstance(v, ObjectVar):        # a __call__ defined on the class later makes it callable: guarded
+        return Const(resolved_type_attr(d, type(v.obj), "__call__") is not NULL)
     return Const(lookup_type_attr(type_of(v), "__call__") is not NULL)
 
 
@@ -322,7 +325,7 @@ def _reversed(d, f, seq):
     elif type(seq) is Const:
         items = [d.from_python(x) for x in reversed(seq.value)]
         items.reverse()
-    elif isinstance(seq, ObjectVar) and lookup_type_attr(type(seq.obj), "__reversed__") is not NULL:
+    elif isinstance(seq, ObjectVar) and resolved_type_attr(d, type(seq.obj), "__reversed__") is not NULL:
         yield from _items(d, f, d.call_method(f, seq, "__reversed__", [], {}))
         return
     else:
@@ -421,10 +424,12 @@ def _convert(pyfn, dunder):
             return call_real(d, f, pyfn, [Const(a.as_python()) for a in args], kwargs)
         v = args[0] if args else None
         name = dunder
+        # which dunder runs is decided on the class: guarded (resolved_type_attr), so a method defined on
+        # the class after the compile (``Cls.__str__ = ...``) is not ignored
         if pyfn is str and isinstance(v, ObjectVar) and \
-                lookup_type_attr(type(v.obj), "__str__") is object.__str__:
+                resolved_type_attr(d, type(v.obj), "__str__") is object.__str__:
             name = "__repr__"           # object.__str__ is repr(): the class's own __repr__ runs
-        if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), name) is not NULL:
+        if isinstance(v, ObjectVar) and resolved_type_attr(d, type(v.obj), name) is not NULL:
             return d.call_method(f, v, name, [], {})
         if pyfn in _NUMERIC and len(args) == 1 and not kwargs and type_of(v) not in _NUMERIC_TYPES \
                 and lookup_type_attr(type_of(v), name) is not NULL:
@@ -671,7 +676,7 @@ def _op_index(d, f, args, kwargs):
     v = args[0]
     if type(v) is Const:
         return call_real(d, f, operator.index, args, kwargs)
-    if isinstance(v, ObjectVar) and lookup_type_attr(type(v.obj), "__index__") is not NULL:
+    if isinstance(v, ObjectVar) and resolved_type_attr(d, type(v.obj), "__index__") is not NULL:
         return d.call_method(f, v, "__index__", [], {})
     return NotImplemented
 

@@ -54,6 +54,20 @@ def class_lookup(d: Any, t: type, name: str, found: Any = NULL) -> None:
         d.guards.add(" and ".join(parts), f"{t.__qualname__}.{name} resolves to {what}")
 
 
+def resolved_type_attr(d: Any, t: type, name: str) -> Any:
+    """``name`` looked up on class ``t`` (without the descriptor protocol; NULL when absent), guarded to
+    resolve the same way on every later call. For the methods a trace finds on the class and inlines (a
+    module's ``forward`` and ``__call__``, an object's ``__call__``): a method patched onto the class after
+    the compile (``Block.forward = ...``) must run, not the one traced."""
+    found = NULL
+    for k in t.__mro__:
+        if name in k.__dict__:
+            found = k.__dict__[name]
+            break
+    class_lookup(d, t, name, found)
+    return found
+
+
 def namespace_lookup(d: Any, obj: Any, name: str, found: Any = NULL) -> None:
     """Guard ``getattr(obj, name)`` on a module or class (known by identity) still finding ``found`` (NULL:
     nothing). The namespaces of trusted libraries (``SymbolicDomain._trusted_globals``: torch, the standard

@@ -22,7 +22,7 @@ from .interpreter import NULL, UserException
 from .logging_calls import defer_logging, is_logger_method
 from .purity import PURE_BUILTINS, is_numpy_function, is_pure_callable, plain_numpy_args  # noqa: F401  (is_pure_callable: part of this module's interface)
 from .class_attrs import class_written
-from .lookups import class_lookup, namespace_lookup, not_in_instance, slot_empty
+from .lookups import class_lookup, namespace_lookup, not_in_instance, resolved_type_attr, slot_empty
 from .sources import AttrSource, ConstSource, ItemSource, Source, instance_dict_source
 from .symbolic import SliceVar, SymbolicDomain
 from .values import (SeqIterVar, is_python_class, BoundMethod, Const, DictVar, FuncVar, IterVar, ListVar, MethodOf, NotConst,
@@ -479,7 +479,7 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
     declined = dunders.number_slot_declines(fn, args, kwargs)
     if declined is not None:
         return declined
-    call = lookup_type_attr(t, "__call__")
+    call = resolved_type_attr(d, t, "__call__")
     if type(call) is types.FunctionType:
         return d.inline(f, call, [v] + args, kwargs)
     raise d.unsupported(f, f"call to {_fn_name(fn)} is not supported",
@@ -619,7 +619,7 @@ def _object_call(d, f, v, args, kwargs):
     inner = cache_wrapped(v.obj)
     if inner is not None:
         return d.inline(f, inner, args, kwargs)
-    call = lookup_type_attr(type(v.obj), "__call__")
+    call = resolved_type_attr(d, type(v.obj), "__call__")      # a __call__ patched onto the class later runs
     if call is NULL:
         raise UserException(TypeError(f"'{type(v.obj).__name__}' object is not callable"))
     if type(call) is types.FunctionType:

@@ -440,8 +440,8 @@ class SymbolicDomain:
         """GET_YIELD_FROM_ITER: a user object's ``__iter__`` result stays that object (not wrapped as a plain
         iterator), so `yield from` reaches its ``send``/``throw``/``close`` (generators.py)."""
         if type(v) is ObjectVar:
-            from .instance_attrs import lookup_type_attr
-            if lookup_type_attr(type(v.obj), "__iter__") is not NULL:
+            from .lookups import resolved_type_attr
+            if resolved_type_attr(self, type(v.obj), "__iter__") is not NULL:
                 return self.call_method(f, v, "__iter__", [], {})
         return self.iter(f, v)
 
@@ -532,8 +532,8 @@ class SymbolicDomain:
             except Exception as e:          # noqa: BLE001
                 raise UserException(e) from None
         if isinstance(v, ObjectVar):
-            from .objects import lookup_type_attr
-            if lookup_type_attr(type(v.obj), "__format__") is object.__format__:    # str(v), as CPython's
+            from .lookups import resolved_type_attr
+            if resolved_type_attr(self, type(v.obj), "__format__") is object.__format__:    # str(v), as CPython's
                 if s:
                     raise UserException(TypeError(f"unsupported format string passed to "
                                                   f"{type(v.obj).__name__}.__format__"))

@@ -9,7 +9,7 @@ import torch
 
 from .. import rules as R
 from ..interpreter import NULL, UserException
-from ..lookups import class_lookup, not_in_instance, not_in_module, not_readable
+from ..lookups import class_lookup, not_in_instance, not_in_module, not_readable, resolved_type_attr
 from ..objects import _descriptor_get, _is_data_descriptor, lookup_type_attr
 from ..sources import AttrSource, InstAttrSource, ItemSource
 from ..values import BoundMethod, Const, ObjectVar
@@ -115,19 +115,19 @@ def _module_setattr(d, f, v: NNModuleVar, name: str, value):
 @R.CALL.register(NNModuleVar)
 def _module_call(d, f, v: NNModuleVar, args, kwargs):
     m = v.obj
-    call = lookup_type_attr(type(m), "__call__")
+    call = resolved_type_attr(d, type(m), "__call__")
     if call is not _Module.__call__:            # the class overrides __call__: run it, as CPython does
         if type(call) is not types.FunctionType:
             raise d.unsupported(f, f"{type(m).__name__}.__call__ is not a Python function")
         return d.inline(f, call, [v] + list(args), kwargs)
     if _has_hooks(m, d):
-        return d.inline(f, type(m)._call_impl, [v] + list(args), kwargs)
+        return d.inline(f, resolved_type_attr(d, type(m), "_call_impl"), [v] + list(args), kwargs)
     watch_hooks(d, m)       # a hook registered later must not be skipped
     fwd = m.__dict__.get("forward")
     if fwd is not None:
         return d.call(f, d.wrap(fwd, InstAttrSource(v.source, "forward") if v.source else None), args, kwargs)
     not_in_instance(d, v.source, m, "forward")      # a forward assigned to the instance later replaces it
-    forward = lookup_type_attr(type(m), "forward")
+    forward = resolved_type_attr(d, type(m), "forward")     # and one patched onto the class later
     if isinstance(forward, staticmethod) and type(forward.__func__) is types.FunctionType:
         return d.inline(f, forward.__func__, list(args), kwargs)
     if type(forward) is not types.FunctionType:
