@@ -60,7 +60,7 @@ class XVec:
                 lines += [f"    {ln}" for st in sec.stmts for ln in vec.stmt(st).split("\n")]
                 continue
             lines += vec._decls("    ", "", sec.accumulators)
-            sums = [acc for acc, rt, _ in sec.accumulators if rt in ("sum", "welford")]
+            sums = [acc for acc, rt, _ in sec.accumulators if rt == "sum"]   # Welford: float64 sums, no blocks
 
             def inner(i: str, lo: str, hi: str, sec: Any = sec, sums: list = sums) -> list[str]:
                 vec.part = set(sums)       # each lane's sum goes through a block's partials (cpp_cascade)
@@ -78,9 +78,9 @@ class XVec:
 
 
 def _lane_blocks(accumulators: list) -> Any:
-    """``cpp_cascade.lane_blocks`` for the section's per-lane sums and Welford states."""
-    return cpp_cascade.lane_blocks([acc for acc, rt, _ in accumulators if rt == "sum"],
-                                   [acc for acc, rt, _ in accumulators if rt == "welford"])
+    """``cpp_cascade.lane_blocks`` for the section's per-lane float sums (Welford states are float64 sums,
+    ``cpp_vec.VecLoop._decls``: they add without blocks)."""
+    return cpp_cascade.lane_blocks([acc for acc, rt, _ in accumulators if rt == "sum"], [])
 
 
 def _whole_vectors(w: Any) -> bool:
@@ -102,8 +102,9 @@ class Flat:
     rows interleave into one contiguous run of ``X * R`` values, read as vectors whose lane ``l`` belongs to
     point ``l % X``. A reduction loop runs over that run (``findex``), per-point values enter it as vectors of
     period ``X`` (``ember_vperiodic``), and its vector accumulators fold into per-point arrays; the run's last
-    values (fewer than a vector) run one at a time. Sums only, and Welford as the sums of the values and of
-    their squares, as in the scalar loops (ember.loopir.welford shifts the values by a row's first point)."""
+    values (fewer than a vector) run one at a time. Sums only, and Welford as the float64 sums of the values
+    and of their squares, as in the scalar loops (ember.loopir.welford shifts the values by a row's first
+    point; float sums of squares were 21x eager's error for a variance over 1000 rows of 8 columns)."""
 
     def __init__(self, w: Any) -> None:
         self.w = w
@@ -145,7 +146,8 @@ class Flat:
         lines = [f"  // {X} outer points interleaved in one run of {n}"]
         for sec in w.body.sections:
             for acc, rt, dt in sec.accumulators:
-                lines.append(f"  float {acc}[{X}] = {{}};" + (f" float {acc}_s1[{X}] = {{}};" if rt == "welford" else ""))
+                ct = "double" if rt == "welford" else "float"
+                lines.append(f"  {ct} {acc}[{X}] = {{}};" + (f" {ct} {acc}_s1[{X}] = {{}};" if rt == "welford" else ""))
             for st in sec.stmts:
                 if isinstance(st, Assign) and sec.level == "x":
                     lines.append(f"  {C.compute_type(st.dtype)} {st.var}[{X}];")
@@ -164,15 +166,17 @@ class Flat:
             lines += [f"      const vfloat {v} = ember_vperiodic({v}_p, {X});" for v in used]
             vec = cpp_vec.VecLoop(w, stmts, FINDEX, w.width, vectors=frozenset(used))
             for acc, rt, _ in sec.accumulators:
-                lines.append(f"      vfloat v{acc} = ember_vbf(0.0f);" +
-                             (f" vfloat v{acc}_s1 = ember_vbf(0.0f);" if rt == "welford" else ""))
+                lines.append(f"      vfloat v{acc} = ember_vbf(0.0f);" if rt != "welford" else
+                             f"      {cpp_vec.wf_lane_decl(f'v{acc}', '', '_s1')}")
             lines += cpp_cascade.cascade("      ", "findex", "0", str(end), w.width, cpp_cascade.sum_blocks([
-                ("vfloat", f"v{acc}{sfx}", "ember_vbf(0.0f)") for acc, rt, _ in sec.accumulators
-                for sfx in (("", "_s1") if rt == "welford" else ("",))]), lambda i, lo, hi, vec=vec, stmts=stmts:
-                self._run(vec, stmts, i, lo, hi))
+                ("vfloat", f"v{acc}", "ember_vbf(0.0f)") for acc, rt, _ in sec.accumulators if rt != "welford"]),
+                lambda i, lo, hi, vec=vec, stmts=stmts: self._run(vec, stmts, i, lo, hi))
             for acc, rt, _ in sec.accumulators:
                 for sfx in ("", "_s1") if rt == "welford" else ("",):
-                    lines.append(f"      for (int l = 0; l < EMBER_VW; ++l) {acc}{sfx}[l % {X}] += v{acc}{sfx}[l];")
+                    lines.append(f"      for (int l = 0; l < EMBER_VW; ++l) {acc}{sfx}[l % {X}] += v{acc}{sfx}[l];"
+                                 if rt != "welford" else f"      for (int l = 0; l < EMBER_VW / 2; ++l) {{ {acc}{sfx}"
+                                 f"[l % {X}] += v{acc}{sfx}a[l]; {acc}{sfx}[(l + EMBER_VW / 2) % {X}] += "
+                                 f"v{acc}{sfx}b[l]; }}")
             lines.append("    }")
             if end < n:
                 lines.append(f"    for (int64_t findex = {end}; findex < {n}; ++findex) {{")
@@ -189,8 +193,8 @@ class Flat:
         for st in stmts:
             if isinstance(st, Accumulate):
                 v, a = vec._v(st.var), f"v{st.acc}"
-                lines.append(f"{ind}  {a}_p += {v} * {v}; {a}_s1_p += {v};" if st.reduce_type == "welford" else
-                             f"{ind}  {a}_p += {v};")
+                lines.append(f"{ind}  {cpp_vec.wf_lane_update(a, '', '_s1', v)}" if st.reduce_type == "welford"
+                             else f"{ind}  {a}_p += {v};")
             else:
                 lines += [f"{ind}  {ln}" for ln in vec.stmt(st).split("\n")]
         return lines + [f"{ind}}}"]
@@ -200,11 +204,12 @@ class Flat:
         w = self.w
         if isinstance(st, Accumulate):
             v = f"{st.var}[xi]" if st.var in self.xvars else st.var
-            return f"{st.acc}[xi] += {v} * {v}; {st.acc}_s1[xi] += {v};" if st.reduce_type == "welford" else \
+            return f"{st.acc}[xi] += (double){v} * {v}; {st.acc}_s1[xi] += {v};" if st.reduce_type == "welford" else \
                 f"{st.acc}[xi] += {v};"
         if isinstance(st, Assign) and st.kind == "reduced":
             acc, rt = st.args
-            e = f"ember_m2_from_sums({acc}[xi], {acc}_s1[xi], (float){w.R})" if rt == "welford" else f"{acc}[xi]"
+            e = f"(float)ember_m2_from_sums({acc}[xi], {acc}_s1[xi], (double){w.R})" if rt == "welford" else \
+                f"{acc}[xi]"
             return f"{st.var}[xi] = {e};"
         saved, w.xvars = w.xvars, self.xvars
         try:

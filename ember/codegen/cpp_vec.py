@@ -213,8 +213,55 @@ static inline ember_wf<double> ember_hwelford(vfloat mean, vfloat m2, int64_t n)
 static float ember_recip_tab[16384];
 static const int ember_recip_init = [] { for (int i = 1; i < 16384; ++i) ember_recip_tab[i] = 1.0f / (float)i; return 0; }();
 static inline float ember_recip(int64_t n) { return n < 16384 ? ember_recip_tab[n] : 1.0f / (float)n; }
+/* per-lane Welford states of column reductions (ember.codegen.cpp_colred): float64 sums of the shifted points
+   and of their squares, one lane per outer point, as two halves of EMBER_VW / 2 doubles (one register each: a
+   vector of EMBER_VW doubles is wider than a register, and GCC kept such accumulators on the stack, a load and a
+   store per step, 2x slower); M2 from them per lane, rounded to float once */
+typedef double vdh __attribute__((vector_size(EMBER_VW * 4)));
+typedef float vfh __attribute__((vector_size(EMBER_VW * 2)));
+#if defined(__AVX512F__) && EMBER_VW == 16     /* one vcvtps2pd per half (GCC splits a generic convert in four) */
+#include <immintrin.h>
+static inline vdh ember_vlo(vfloat v) { return (vdh)_mm512_cvtps_pd(_mm512_castps512_ps256((__m512)v)); }
+static inline vdh ember_vhi(vfloat v) {
+  return (vdh)_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd((__m512)v), 1)));
+}
+#elif defined(__has_builtin) && __has_builtin(__builtin_shufflevector)   /* GCC 12, Clang: a register's half */
+#if EMBER_VW == 16
+#define EMBER_LO_LANES 0, 1, 2, 3, 4, 5, 6, 7
+#define EMBER_HI_LANES 8, 9, 10, 11, 12, 13, 14, 15
+#else
+#define EMBER_LO_LANES 0, 1, 2, 3
+#define EMBER_HI_LANES 4, 5, 6, 7
+#endif
+static inline vdh ember_vlo(vfloat v) { return __builtin_convertvector(__builtin_shufflevector(v, v, EMBER_LO_LANES), vdh); }
+static inline vdh ember_vhi(vfloat v) { return __builtin_convertvector(__builtin_shufflevector(v, v, EMBER_HI_LANES), vdh); }
+#else
+static inline vdh ember_vlo(vfloat v) { vfh h; std::memcpy(&h, &v, sizeof h); return __builtin_convertvector(h, vdh); }
+static inline vdh ember_vhi(vfloat v) {
+  vfh h; std::memcpy(&h, (const char*)&v + sizeof h, sizeof h); return __builtin_convertvector(h, vdh);
+}
+#endif
+static inline vfloat ember_vm2_from_sums(vdh s2a, vdh s2b, vdh s1a, vdh s1b, double n) {
+  vfloat r;
+  for (int l = 0; l < EMBER_VW / 2; ++l) {
+    r[l] = (float)ember_m2_from_sums(s2a[l], s1a[l], n);
+    r[l + EMBER_VW / 2] = (float)ember_m2_from_sums(s2b[l], s1b[l], n);
+  }
+  return r;
+}
 static inline int ember_hnan(vfloat v) { int n = 0; for (int l = 0; l < EMBER_VW; ++l) n |= v[l] != v[l]; return n; }
 """
+
+
+def wf_lane_decl(a: str, *sfx: str) -> str:
+    """Declarations of float64 lane sums ``a<sfx>`` as register-wide halves ``a<sfx>a`` and ``a<sfx>b``."""
+    return "vdh " + ", ".join(f"{a}{x}{h} = vdh{{}}" for x in sfx for h in "ab") + ";"
+
+
+def wf_lane_update(a: str, sq: str, s1: str, v: str) -> str:
+    """Add the float vector ``v`` to the float64 lane sums ``a<s1>`` and its squares to ``a<sq>``."""
+    return (f"{{ const vdh a_ = ember_vlo({v}), b_ = ember_vhi({v}); {a}{s1}a += a_; {a}{s1}b += b_; "
+            f"{a}{sq}a += a_ * a_; {a}{sq}b += b_ * b_; }}")
 
 
 def lane_coeff(e: Any, var: sympy.Symbol, width: int, lane_vars: set[str]) -> int | None:
@@ -374,6 +421,8 @@ class VecLoop:
             return f"{fn}({ptr} + {i}, {self._v(st.var)});"
         if isinstance(st, Accumulate):
             a, v = f"v{st.acc}{self.suffix}{'_p' if st.acc in self.part else ''}", self._v(st.var)
+            if st.reduce_type == "welford" and self.per_lane:     # float64 sums per lane (``_decls``)
+                return wf_lane_update(f"v{st.acc}{self.suffix}", "_s2", "_s1", v)
             if st.reduce_type == "welford":     # every lane has seen as many points: one count
                 n = f"{st.acc}{self.suffix}{'_p' if st.acc in self.part else ''}_vn"
                 return (f"{{ const vfloat d_ = {v} - {a}_mean; {a}_mean += d_ * ember_recip(++{n}); "
@@ -384,7 +433,11 @@ class VecLoop:
         if st.kind == "reduced" and self.per_lane:
             self.vec.add(st.var)
             acc, rt = st.args
-            return f"const vfloat {st.var} = v{acc}{'_m2' if rt == 'welford' else ''};"
+            if rt == "welford":
+                a = f"v{acc}"
+                return (f"const vfloat {st.var} = ember_vm2_from_sums({a}_s2a, {a}_s2b, {a}_s1a, {a}_s1b, "
+                        f"(double){self.w.cR});")
+            return f"const vfloat {st.var} = v{acc};"
         m = self._period(st) if st.kind == "load" else None
         if m:
             self.vec.add(st.var)
@@ -558,6 +611,12 @@ class VecLoop:
     def _decls(self, ind: str, sfx: str, accumulators: list | None = None) -> list[str]:
         lines = []
         for acc, rt, _ in self.accumulators if accumulators is None else accumulators:
+            if rt == "welford" and self.per_lane:
+                # a lane's float Welford state (or float sums) rounds at every point: an NHWC column variance
+                # of 4097 rows was 36x eager's error (eager accumulates in float64); float64 sums of the shifted
+                # points (ember.loopir.welford) cost no more than the float update's chain and need no cascade
+                lines.append(f"{ind}{wf_lane_decl(f'v{acc}{sfx}', '_s2', '_s1')}")
+                continue
             if rt == "welford":
                 lines.append(f"{ind}vfloat v{acc}{sfx}_mean = ember_vbf(0.0f), v{acc}{sfx}_m2 = ember_vbf(0.0f); "
                              f"int64_t {acc}{sfx}_vn = 0;")

@@ -19,7 +19,7 @@ import math
 from typing import Any, Sequence
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
 
@@ -45,7 +45,7 @@ def aligned_split(rranges: Sequence[Any], want: int) -> int:
     if want <= 1 or not all(isinstance(n, int) for n in rranges):
         return want
     R = math.prod(rranges)
-    options = [k for k in _divisors(R) if 1 < k < R and aligned_factor(rranges, k) is not None]
+    options = [k for k in divisors(R) if 1 < k < R and aligned_factor(rranges, k) is not None]
     best = min(options, key=lambda k: abs(math.log(k / want)), default=None)
     return best if best is not None and abs(math.log(best / want)) <= math.log(2) else want
 

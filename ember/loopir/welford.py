@@ -29,9 +29,10 @@ from ember.decomp.meta import canonical_dims
 from ember.shapes import SymbolicUnsupported, guard
 
 from . import lowerings as LW
-from .expr import Const, Op, xvars
+from .expr import Const, Op, cast, xvars
 from .ir import Layout, Reduction, prod
 from .lowering_table import register_lowering  # ``Lowerer`` in annotations: lower.py's
+from .split_align import divisors
 from .values import TV, buffer_view, constant, pointwise
 from ember.heuristics import heuristics
 
@@ -64,15 +65,21 @@ def _var_mean(L: Lowerer, x: TV, dims: Any, correction: float = 1, keepdim: bool
         m2 = LW._reduce(L, c, d, False, "welford", None)
     k = LW._squeeze(L, TV(tuple(1 if i in d else x.shape[i] for i in range(x.ndim)), x.dtype, x.device, first),
                     list(d))
-    mean = pointwise("add", [k, pointwise("div", [s, n], x.dtype)], x.dtype)
+    dt = m2.dtype           # float64 where the split's partials combine in float64 (``_combine_dtype``)
+    mean = pointwise("add", [_cast(k, dt), pointwise("div", [s, n], dt)], dt)
     if guard(sympy.Gt(n, 1)):       # ATen's running mean turns NaN past an inf (inf - inf), as M2 does: so does this one
-        mean = pointwise("where", [pointwise("isnan", [m2], x.dtype, torch.bool), m2, mean], x.dtype)
+        mean = pointwise("where", [pointwise("isnan", [m2], dt, torch.bool), m2, mean], dt)
     var = pointwise("div", [m2, float(max(n - correction, 0)) if isinstance(n, int) else
-                            _symbolic_count(n, correction)], x.dtype)
+                            _symbolic_count(n, correction)], dt)
+    var, mean = _cast(var, x.dtype), _cast(mean, x.dtype)
     if keepdim:
         for i in d:
             var, mean = LW._unsqueeze(L, var, i), LW._unsqueeze(L, mean, i)
     return var, mean
+
+
+def _cast(v: TV, dtype: torch.dtype) -> TV:
+    return v if v.dtype == dtype else pointwise("to_dtype", [v], v.dtype, dtype)
 
 
 def _split_count(x: TV, d: Sequence[int]) -> int:
@@ -85,6 +92,11 @@ def _split_count(x: TV, d: Sequence[int]) -> int:
     accurate = LW.aligned_split(rranges, LW._accuracy_split(x.device, R, "welford", x.dtype, outer))
     if accurate > gpu and LW.aligned_factor(rranges, accurate) is not None:
         return accurate         # the CPU's accuracy split, in chunks interleaved along the row's dims
+    if accurate > gpu:
+        # the CPU's C++ column kernels keep float64 sums per outer point (ember.codegen.cpp_vec), accurate over
+        # a chunk of any length: the largest divisor up to the count (a row of 4097 = 17 * 241 points: 17
+        # chunks), or none. The shifted sums of squares lose what float32 partials cannot hold (36x eager's error)
+        return max((k for k in divisors(R) if 1 < k <= accurate), default=1)
     want = max(gpu, accurate)
     if want <= 1:
         return 1
@@ -92,20 +104,30 @@ def _split_count(x: TV, d: Sequence[int]) -> int:
     return best if best * heuristics().welford_min_split_fraction >= want else 0
 
 
+def _combine_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype the split's partials combine in: float64 on the CPU (a few values per outer point; ATen's
+    CPU variance accumulates in float64 too), else the input's. Combined in float32, a column variance over
+    4096 rows was 2.4x eager's error against float64."""
+    return torch.float64 if device.type == "cpu" and dtype.is_floating_point else dtype
+
+
 def _split_sum_m2(L: Lowerer, c: TV, d: Sequence[int], n: int, split: int) -> tuple[TV, TV]:
-    """(sum, M2) of the shifted ``c`` over ``d`` through ``split`` partial sums and M2s (kept shape)."""
+    """(sum, M2) of the shifted ``c`` over ``d`` through ``split`` partial sums and M2s (kept shape), in
+    ``_combine_dtype``."""
     ranges, rranges, xs, rs, body = LW._reduction_body(c, d, c.dtype)
     outer = LW._kept_dim_contiguous(body, xs, rs)
     chunk = prod(rranges) // split
     dt, dev = c.dtype, c.device
     part_s, kept, rr = LW._split_reduction(L, body, ranges, rranges, "sum", split, dt, dev, outer)
     part_m2, _, _ = LW._split_reduction(L, body, ranges, rranges, "welford", split, dt, dev, outer)
-    lay = Layout.contiguous(kept, dt, dev)
+    at = _combine_dtype(dt, dev)
+    part_s, part_m2 = cast(part_s, at), cast(part_m2, at)
+    lay = Layout.contiguous(kept, at, dev)
     s = L.realized(_reduction_node(L, lay, kept, rr, "sum", part_s))
-    mean_c = Op("div", (s.loader(xvars(len(kept))), Const(float(n), dt)), dt)
-    dev_i = Op("sub", (Op("div", (part_s, Const(float(chunk), dt)), dt), mean_c), dt)
-    spread = Op("mul", (Const(float(chunk), dt), Op("mul", (dev_i, dev_i), dt)), dt)
-    return s, _reduction_node(L, lay, kept, rr, "sum", Op("add", (part_m2, spread), dt))
+    mean_c = Op("div", (s.loader(xvars(len(kept))), Const(float(n), at)), at)
+    dev_i = Op("sub", (Op("div", (part_s, Const(float(chunk), at)), at), mean_c), at)
+    spread = Op("mul", (Const(float(chunk), at), Op("mul", (dev_i, dev_i), at)), at)
+    return s, _reduction_node(L, lay, kept, rr, "sum", Op("add", (part_m2, spread), at))
 
 
 def _reduction_node(L: Lowerer, lay: Layout, ranges: tuple, rranges: tuple, kind: str, body: Any) -> TV:
