@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .identity import guard_address
 from .interpreter import NULL, UserException
 from .values import Const, DictVar, ListVar, NotConst, SetVar, TupleVar, Value
 
@@ -31,6 +32,8 @@ def hash_key(d, f, k: Value) -> Any:
         if k.source is not None:
             d.guards.id_match(k.source, ro)
     if ro is not NULL and not isinstance(k, (ListVar, DictVar, SetVar)):
+        if type(ro).__hash__ is object.__hash__:
+            guard_address(d, k, ro)     # found (or not) among the other keys by identity
         return ro
     if isinstance(k, TupleVar):
         return tuple(hash_key(d, f, x) for x in k.items)

@@ -1,0 +1,95 @@
+"""Capture fidelity found by PyTorch's test_misc.py run through tools/peer (issue 32). Differential: each
+program runs eagerly and compiled on the same arguments, call after call, and the results must agree."""
+import pytest
+import torch
+
+import ember
+
+
+class _Obj:
+    pass
+
+
+class _Mod(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.y1 = torch.ones(2)
+        self.y2 = torch.zeros(2)
+
+
+_O1, _O2 = _Obj(), _Obj()
+_T1, _T2 = torch.ones(2), torch.zeros(2)
+_GLOBAL_LIST = [_O1]
+_GLOBAL_DICT = {_O1: 5}
+_MOD = _Mod()
+
+
+# -- 1. identity of the objects passed in: a trace that saw two distinct objects (or an id) holds only for
+#       them. Each program takes (t, a, b); the calls alternate distinct and identical a, b.
+IDENTITY_CASES = {
+    "is": lambda t, a, b: t + 1 if a is b else t - 1,
+    "is_not": lambda t, a, b: t + 1 if a is not b else t - 1,
+    "default_eq": lambda t, a, b: t + 1 if a == b else t - 1,
+    "default_ne": lambda t, a, b: t + 1 if a != b else t - 1,
+    "in_new_list": lambda t, a, b: t + 1 if a in [b] else t - 1,
+    "in_global_list": lambda t, a, b: t + 1 if a in _GLOBAL_LIST else t - 1,
+    "global_dict_get": lambda t, a, b: t + _GLOBAL_DICT.get(a, 0),
+    "new_dict_get": lambda t, a, b: t + {b: 3}.get(a, 0),
+    "new_set_len": lambda t, a, b: t + len({a, b}),
+    "id_eq": lambda t, a, b: t + (id(a) == id(b)),
+    "id_of_arg": lambda t, a, b: t + 1 if id(a) == id(_O1) else t - 1,
+    "id_vs_int_arg": lambda t, a, b: t * 0 if id(a) == b else t,
+    "tensor_id": lambda t, a, b: t + 1 if id(_MOD.y1) == id(a) else t - 1,
+}
+_OBJ_CALLS = [(_O2, _O1), (_O1, _O1), (_O1, _O2), (_O2, _O2)]
+_TENSOR_CALLS = [(_T1, _T2), (_T1, _T1), (_MOD.y1, _T1), (_T2, _T2)]
+
+
+def _calls(name):
+    if name == "id_vs_int_arg":
+        return [(_O1, id(_O1)), (_O2, id(_O1)), (_O2, id(_O2))]
+    if name == "tensor_id":
+        return [(_MOD.y1, None), (_MOD.y2, None), (_MOD.y1, None)]
+    return _OBJ_CALLS + (_TENSOR_CALLS if name in ("is", "is_not", "id_eq", "new_set_len") else [])
+
+
+@pytest.mark.parametrize("name", list(IDENTITY_CASES))
+def test_identity_of_arguments_is_guarded(name, fresh_ember):
+    fn = IDENTITY_CASES[name]
+    cfn = ember.compile(fn, backend="eager")
+    t = torch.zeros(2)
+    for a, b in _calls(name):
+        torch.testing.assert_close(cfn(t, a, b), fn(t, a, b))
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+def test_id_of_self_in_a_method(backend, fresh_ember):
+    """test_id_guarded_object: a compiled method compares id(self) with an id passed in."""
+    class User:
+        @ember.compile(backend=backend)
+        def call(self, x, ref_id):
+            return torch.mul(x, 1.0) if id(self) == ref_id else torch.mul(x, 0)
+
+    x = torch.ones(2)
+    first, second = User(), User()
+    torch.testing.assert_close(first.call(x, id(first)), torch.ones(2))
+    torch.testing.assert_close(second.call(x, id(first)), torch.zeros(2))
+    torch.testing.assert_close(second.call(x, id(second)), torch.ones(2))
+
+
+def test_id_of_module_tensor_attribute(fresh_ember):
+    """test_id_tensor: id() of a module's tensor attribute is that tensor's id (it was a stand-in's)."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.y1 = torch.ones(2)
+            self.y2 = torch.zeros(2)
+
+        def forward(self, x, ref_id):
+            return torch.mul(x, self.y1) if ref_id == id(self.y1) else torch.mul(x, self.y2)
+
+    m = M()
+    om = ember.compile(m, backend="eager", fullgraph=True)
+    x = torch.ones(2)
+    for ref in (id(m.y1), id(m.y2), id(m.y1)):
+        torch.testing.assert_close(om(x, ref), m(x, ref))
