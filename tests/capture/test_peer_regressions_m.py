@@ -93,3 +93,63 @@ def test_id_of_module_tensor_attribute(fresh_ember):
     x = torch.ones(2)
     for ref in (id(m.y1), id(m.y2), id(m.y1)):
         torch.testing.assert_close(om(x, ref), m(x, ref))
+
+
+# -- 2. what a truth or length dunder returns is checked as CPython checks it (test_if_cond_user_defined_object2)
+class _Bool:
+    def __init__(self, r):
+        self.r = r
+
+    def __bool__(self):
+        return self.r
+
+
+class _Len:
+    def __init__(self, r):
+        self.r = r
+
+    def __len__(self):
+        return self.r
+
+
+class _Index:
+    def __index__(self):
+        return 2
+
+
+DUNDER_RESULT_CASES = {     # name: (object, use)
+    "bool_float": (_Bool(1.2), "truth"),
+    "bool_int": (_Bool(1), "truth"),
+    "bool_none": (_Bool(None), "truth"),
+    "bool_true": (_Bool(True), "truth"),
+    "len_negative_truth": (_Len(-1), "truth"),
+    "len_negative": (_Len(-1), "len"),
+    "len_float_truth": (_Len(1.5), "truth"),
+    "len_float": (_Len(1.5), "len"),
+    "len_index": (_Len(_Index()), "len"),
+    "len_bool_is_int": (_Len(True), "len_type"),
+    "len_zero_truth": (_Len(0), "truth"),
+}
+_USES = {
+    "truth": lambda x, o: x + 1 if o else x - 1,
+    "len": lambda x, o: x + len(o),
+    "len_type": lambda x, o: (x, type(len(o))),
+}
+
+
+def _outcome(fn, *args):
+    try:
+        return "ok", fn(*args)
+    except Exception as e:      # noqa: BLE001
+        return type(e), str(e)
+
+
+@pytest.mark.parametrize("name", list(DUNDER_RESULT_CASES))
+def test_dunder_results_checked(name, fresh_ember):
+    obj, use = DUNDER_RESULT_CASES[name]
+    fn = _USES[use]
+    x = torch.zeros(1)
+    want, got = _outcome(fn, x, obj), _outcome(ember.compile(fn, backend="eager"), x, obj)
+    assert want[0] == got[0] and (want[0] != "ok" and want[1] == got[1] or want[0] == "ok" and
+                                  str(want[1]) == str(got[1])), (want, got)
+
