@@ -153,3 +153,18 @@ def test_dunder_results_checked(name, fresh_ember):
     assert want[0] == got[0] and (want[0] != "ok" and want[1] == got[1] or want[0] == "ok" and
                                   str(want[1]) == str(got[1])), (want, got)
 
+
+# -- 3. the spellings of "is torch.compile tracing this" answer as under torch.compile (test_is_compiling)
+IS_COMPILING_CASES = {
+    "compiler.is_compiling": lambda: torch.compiler.is_compiling(),
+    "utils.is_compiling": lambda: torch._utils.is_compiling(),
+    "compiler.is_exporting": lambda: not torch.compiler.is_exporting(),
+}
+
+
+@pytest.mark.parametrize("name", list(IS_COMPILING_CASES))
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_is_compiling_spellings(name, fresh_ember):
+    fn = IS_COMPILING_CASES[name]
+    body = (lambda x: x + 1 if fn() else x - 1)
+    torch.testing.assert_close(ember.compile(body, backend="eager")(torch.zeros(2)), torch.ones(2))

@@ -66,6 +66,10 @@ def _constant_rules() -> dict[Any, Callable]:
     }
     if hasattr(torch.compiler, "is_dynamo_compiling"):
         out[torch.compiler.is_dynamo_compiling] = lambda d, f, a, k: Const(False)
+    if hasattr(torch._utils, "is_compiling"):
+        # the deprecated spelling of torch.compiler.is_compiling: inlined, it warns (a graph break), and the
+        # rest, run natively, read the real flag, which is False
+        out[torch._utils.is_compiling] = lambda d, f, a, k: Const(True)
     for name, dev in (("is_autocast_cpu_enabled", "cpu"), ("is_autocast_cuda_enabled", "cuda")):
         if hasattr(torch, name):
             out[getattr(torch, name)] = lambda d, f, a, k, dev=dev: Const(d.torch.autocast_dtype(dev) is not None)
