@@ -1,5 +1,6 @@
 """Capture fidelity found by PyTorch's test_misc.py run through tools/peer (issue 32). Differential: each
 program runs eagerly and compiled on the same arguments, call after call, and the results must agree."""
+import numpy as np
 import pytest
 import torch
 
@@ -168,3 +169,43 @@ def test_is_compiling_spellings(name, fresh_ember):
     fn = IS_COMPILING_CASES[name]
     body = (lambda x: x + 1 if fn() else x - 1)
     torch.testing.assert_close(ember.compile(body, backend="eager")(torch.zeros(2)), torch.ones(2))
+
+
+# -- 4. torch's legacy tensor types called in compiled code (test_generate_tensor_from_list_of_numpy_primitive_type)
+LEGACY_CASES = {    # name: (function of x (float32[2]), compare values (False: an uninitialized tensor))
+    "long_of_numpy_ints": (lambda x: x + torch.LongTensor([np.int64(1), np.int64(3)]), True),
+    "long_of_floats": (lambda x: x + torch.LongTensor([1.7, 2.2]), True),
+    "float_of_tuple": (lambda x: x + torch.FloatTensor((1, 2)), True),
+    "double_of_sizes": (lambda x: torch.DoubleTensor(2, 3), False),
+    "half_of_dynamic_size": (lambda x: torch.HalfTensor(x.shape[0]), False),
+    "int_empty": (lambda x: torch.IntTensor(), False),
+    "bool_of_list": (lambda x: torch.BoolTensor([True, False]) & (x > 0), True),
+    "float_of_traced_items": (lambda x: torch.FloatTensor([x.sum().item(), 2.0]) + x, True),
+    "tensor_of_list": (lambda x: x * torch.Tensor([2, 3]), True),
+    "tensor_of_size": (lambda x: torch.Tensor(torch.Size([2, 3])), False),
+}
+
+
+def _check_legacy(fn, values, x):
+    want, got = fn(x), ember.compile(fn, backend="eager", fullgraph=True)(x)
+    assert (got.dtype, got.shape, got.device) == (want.dtype, want.shape, want.device)
+    if values:
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("name", list(LEGACY_CASES))
+def test_legacy_tensor_type_constructors(name, fresh_ember):
+    fn, values = LEGACY_CASES[name]
+    _check_legacy(fn, values, torch.ones(2))
+
+
+def test_legacy_tensor_follows_default_dtype(fresh_ember):
+    """torch.Tensor(data) is of the default dtype: a later call under another default recompiles."""
+    fn = lambda x: x.int() + torch.Tensor([2, 3])      # noqa: E731
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    assert cfn(torch.ones(2)).dtype == fn(torch.ones(2)).dtype
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert cfn(torch.ones(2)).dtype == fn(torch.ones(2)).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)

@@ -22,6 +22,7 @@ from . import tensor_ctor as _tensor_ctor
 from .autograd_fn import APPLY as _APPLY, call_function_apply, function_apply_class
 from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
+from .legacy_types import call_legacy_constructor, is_legacy_constructor
 from .graph import TensorVar, TorchState, to_meta
 from .located import graph_error
 from . import dynamic as DYN
@@ -421,6 +422,8 @@ class TorchPlugin:
         if cls is not None:
             return call_function_apply(d, f, cls, args[1:] if fn is _APPLY else args, kwargs)
         if isinstance(fn, type):
+            if is_legacy_constructor(fn):
+                return call_legacy_constructor(d, f, fn, args, kwargs)
             if issubclass(fn, torch.nn.Module):
                 return construct_module(d, f, fn, args, kwargs)
             if fn in (torch.Size, torch.device, torch.finfo, torch.iinfo, torch.dtype):
