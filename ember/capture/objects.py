@@ -463,6 +463,8 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
             and lookup_type_attr(type(args[0].obj), fn.__name__) is fn:
         r = polyfills.C_METHOD_RULES.get(fn, _declined)(d, f, args, kwargs)
+        if r is NotImplemented:
+            r = subclasses.scalar_base_call(d, f, fn, args, kwargs)     # str.split on a TorchVersion
         if r is not NotImplemented:
             return r
         raise d.unsupported(f, f"calling {_fn_name(fn)} (a method written in C) on a "

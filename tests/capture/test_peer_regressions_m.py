@@ -209,3 +209,33 @@ def test_legacy_tensor_follows_default_dtype(fresh_ember):
         assert cfn(torch.ones(2)).dtype == fn(torch.ones(2)).dtype == torch.float64
     finally:
         torch.set_default_dtype(torch.float32)
+
+
+# -- 5. str's and int's C methods on an existing instance of a Python subclass (torch.__version__ is a
+#       TorchVersion, a str subclass) read its base value: captured, and guarded on that value
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+SCALAR_SUBCLASS_CASES = {   # name: (function of (x, o), first o, second o)
+    "split": (lambda x, o: x + len(o.split(".")), _Str("2.0.1"), _Str("1.2.3.4")),
+    "contains": (lambda x, o: x + ("+" in o), _Str("2.1+cpu"), _Str("2.1")),
+    "len": (lambda x, o: x + len(o), _Str("abc"), _Str("abcdef")),
+    "iterate": (lambda x, o: x + len(set(o)), _Str("aab"), _Str("abc")),
+    "startswith": (lambda x, o: x + o.startswith("2"), _Str("2.0"), _Str("1.0")),
+    "format": (lambda x, o: x + len(f"{o}!"), _Str("ab"), _Str("abcd")),
+    "int_bit_length": (lambda x, o: x + o.bit_length(), _Int(7), _Int(1024)),
+    "torch_version_split": (lambda x, o: x + int(torch.__version__.split(".")[0]), None, None),
+}
+
+
+@pytest.mark.parametrize("name", list(SCALAR_SUBCLASS_CASES))
+def test_scalar_subclass_c_methods(name, fresh_ember):
+    fn, first, second = SCALAR_SUBCLASS_CASES[name]
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    for o in (first, second, first):
+        torch.testing.assert_close(cfn(torch.zeros(1), o), fn(torch.zeros(1), o))
