@@ -1,5 +1,7 @@
 """Capture fidelity found by PyTorch's test_misc.py run through tools/peer (issue 32). Differential: each
 program runs eagerly and compiled on the same arguments, call after call, and the results must agree."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -239,3 +241,35 @@ def test_scalar_subclass_c_methods(name, fresh_ember):
     cfn = ember.compile(fn, backend="eager", fullgraph=True)
     for o in (first, second, first):
         torch.testing.assert_close(cfn(torch.zeros(1), o), fn(torch.zeros(1), o))
+
+
+# -- 6. a frozen dataclass made in compiled code as a dict key or set member (test_frozen_dataclass_hashable)
+@dataclasses.dataclass(frozen=True)
+class _Point:
+    x: float
+    z: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer:
+    p: _Point
+    n: int
+
+
+_EXISTING = {_Point(1.5, 2): 10}
+
+DATACLASS_KEY_CASES = {
+    "same_value_lookup": lambda x: x + {_Point(3.2, 5): 2}[_Point(3.2, 5)],
+    "nested": lambda x: x + {_Outer(_Point(2.4, 4.4), 5): 2}[_Outer(_Point(2.4, 4.4), 5)],
+    "finds_existing_key": lambda x: x + _EXISTING[_Point(1.5, 2)],
+    "misses_existing_key": lambda x: x + _EXISTING.get(_Point(1.5, 3), -1),
+    "set_of_equal_values": lambda x: x + len({_Point(1.0, 1), _Point(1.0, 1), _Point(2.0, 1)}),
+    "in_set": lambda x: x + (_Point(1.0, 1) in {_Point(1.0, 1)}),
+}
+
+
+@pytest.mark.parametrize("name", list(DATACLASS_KEY_CASES))
+def test_new_frozen_dataclass_as_key(name, fresh_ember):
+    fn = DATACLASS_KEY_CASES[name]
+    x = torch.zeros(1)
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
