@@ -273,3 +273,18 @@ def test_new_frozen_dataclass_as_key(name, fresh_ember):
     fn = DATACLASS_KEY_CASES[name]
     x = torch.zeros(1)
     torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+
+
+# -- 7. Tensor.tolist() of a 0-dim tensor is its item() (test_tolist_0d): captured as item() is
+TOLIST_0D_CASES = {
+    "int": (lambda x: [x.tolist() * 4], torch.tensor(42), torch.tensor(-3)),
+    "float": (lambda x: x.tolist() + 1.5, torch.tensor(2.5), torch.tensor(-1.25)),
+}
+
+
+@pytest.mark.parametrize("name", list(TOLIST_0D_CASES))
+def test_tolist_of_0d_tensor(name, fresh_ember):
+    fn, a, b = TOLIST_0D_CASES[name]
+    cfn = ember.compile(fn, backend="eager", fullgraph=True)
+    for x in (a, b):
+        assert cfn(x) == fn(x)
