@@ -72,15 +72,15 @@ class _Identity:
 
 
 def _generated(fn) -> bool:
-    """Whether a dataclass method is the one ``dataclasses`` wrote (exec'd source) rather than the class's own."""
+    """Whether a dataclass method is the one ``dataclasses`` wrote (exec'd source), not the class's own."""
     code = getattr(fn, "__code__", None)
     return code is not None and code.co_filename == "<string>"
 
 
 def _dataclass_twin(d, f, k: Value, cls: type) -> Any:
-    """For a new instance of a dataclass whose ``__eq__`` and ``__hash__`` are the generated ones (they compare
-    and hash the tuple of its fields), a real instance with the fields' keys: equal to, and hashed as, any
-    existing equal instance, as the trace's object would be. None where that does not hold."""
+    """For a new instance of a dataclass whose ``__eq__`` and ``__hash__`` are the generated ones (they
+    compare and hash the tuple of its fields), a real instance with the fields' keys: equal to, and hashed
+    as, any existing equal instance, as the trace's object would be. None where that does not hold."""
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.eq or not (_generated(cls.__dict__.get("__hash__"))
                                                and _generated(cls.__dict__.get("__eq__"))):

@@ -1,11 +1,12 @@
 """Identity of existing objects, and the guards that keep an answer about it true.
 
-A trace that asks whether two values are one object (``is``, ``is not``, object's default ``==``, ``in`` on a
-list, ``id()``, a dict or set keyed by identity) learns a fact about the objects passed in, not only about their
-types. The same object reached through two sources is one value already (``SymbolicDomain.wrap`` guards
-``a is b``); what these helpers add is the other half: two distinct objects hold only while they stay distinct
-(``a is not b``), and ``id(x)`` holds only for an object at that address (``id(x) == N``, an int: no reference is
-kept, and any object found there later has that id, so the number the trace returned is still right).
+A trace that asks whether two values are one object (``is``, ``is not``, object's default ``==``, ``in`` on
+a list, ``id()``, a dict or set keyed by identity) learns a fact about the objects passed in, not only about
+their types. The same object reached through two sources is one value already (``SymbolicDomain.wrap``
+guards ``a is b``); what these helpers add is the other half: two distinct objects hold only while they stay
+distinct (``a is not b``), and ``id(x)`` holds only for an object at that address (``id(x) == N``, an int: no
+reference is kept, and any object found there later has that id, so the number the trace returned is still
+right).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def existing_object(d, v: Value) -> Any:
 
 
 def identical(d, a: Value, b: Value) -> bool:
-    """``a is b``; where both are distinct existing objects found at sources, guards that they stay distinct."""
+    """``a is b``; where both are distinct existing objects found at sources, guards that they stay
+    distinct."""
     if a is b:
         return True
     ra, rb = existing_object(d, a), existing_object(d, b)

@@ -699,7 +699,8 @@ def _object_truth(d, f, v):
     if lookup_type_attr(t, "__bool__") is not NULL:
         r = d.call_method(f, v, "__bool__", [], {})
         if r.python_type() is not bool:     # CPython checks what the dunder returned
-            raise UserException(TypeError(f"__bool__ should return bool, returned {r.python_type().__name__}"))
+            got = r.python_type().__name__
+            raise UserException(TypeError(f"__bool__ should return bool, returned {got}"))
         return d.as_python(f, r)
     if lookup_type_attr(t, "__len__") is not NULL:
         return bool(_len_result(d, f, d.call_method(f, v, "__len__", [], {})))
@@ -707,7 +708,7 @@ def _object_truth(d, f, v):
 
 
 def _len_result(d, f, r):
-    """What ``__len__`` returned, checked as CPython checks it (an int, by ``__index__``, and not negative)."""
+    """What ``__len__`` returned, checked as CPython does (an int, by ``__index__``, and not negative)."""
     n = d.as_python(f, r)
     if not isinstance(n, int):
         if lookup_type_attr(type(n), "__index__") is NULL:

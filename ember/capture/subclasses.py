@@ -303,20 +303,21 @@ def _refill(base: type, obj: Any, items: dict) -> None:
 
 
 
-_SCALAR_BASES = {str: "__str__", int: "__int__", float: "__float__"}     # the base's own value, as a plain object
+_SCALAR_BASES = {str: "__str__", int: "__int__", float: "__float__"}     # the base value, as a plain object
 
 
 def scalar_base_call(d, f, fn, args, kwargs):
     """``fn``, a method written in C of ``str``/``int``/``float``, called on an existing instance of a Python
-    subclass (``torch.__version__``, a ``TorchVersion``): such a method reads only the immutable base value and
-    returns base-type objects, so it runs on that value, guarded (the subclass's own attributes are not read).
-    NotImplemented where this does not apply (a new instance, another owner, a class whose ``__str__`` or
-    ``__repr__`` is Python code, which ``str.__format__`` may call)."""
+    subclass (``torch.__version__``, a ``TorchVersion``): such a method reads only the immutable base value
+    and returns base-type objects, so it runs on that value, guarded (the subclass's own attributes are not
+    read). NotImplemented where this does not apply (a new instance, another owner, a class whose
+    ``__str__`` or ``__repr__`` is Python code, which ``str.__format__`` may call)."""
     v, owner = args[0], getattr(fn, "__objclass__", None)
     if owner not in _SCALAR_BASES or not isinstance(v, ObjectVar) or v.is_new or v.source is None:
         return NotImplemented
     t = type(v.obj)
-    if any(n in k.__dict__ for k in t.__mro__ if is_python_class(k) for n in ("__str__", "__repr__", "__format__")):
+    own = ("__str__", "__repr__", "__format__")
+    if any(n in k.__dict__ for k in t.__mro__ if is_python_class(k) for n in own):
         return NotImplemented
     conv = getattr(owner, _SCALAR_BASES[owner])
     value = conv(v.obj)

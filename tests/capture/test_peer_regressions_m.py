@@ -98,7 +98,8 @@ def test_id_of_module_tensor_attribute(fresh_ember):
         torch.testing.assert_close(om(x, ref), m(x, ref))
 
 
-# -- 2. what a truth or length dunder returns is checked as CPython checks it (test_if_cond_user_defined_object2)
+# -- 2. what a truth or length dunder returns is checked as CPython checks it
+#       (test_if_cond_user_defined_object2)
 class _Bool:
     def __init__(self, r):
         self.r = r
@@ -173,7 +174,8 @@ def test_is_compiling_spellings(name, fresh_ember):
     torch.testing.assert_close(ember.compile(body, backend="eager")(torch.zeros(2)), torch.ones(2))
 
 
-# -- 4. torch's legacy tensor types called in compiled code (test_generate_tensor_from_list_of_numpy_primitive_type)
+# -- 4. torch's legacy tensor types called in compiled code
+#       (test_generate_tensor_from_list_of_numpy_primitive_type)
 LEGACY_CASES = {    # name: (function of x (float32[2]), compare values (False: an uninitialized tensor))
     "long_of_numpy_ints": (lambda x: x + torch.LongTensor([np.int64(1), np.int64(3)]), True),
     "long_of_floats": (lambda x: x + torch.LongTensor([1.7, 2.2]), True),

@@ -1,11 +1,12 @@
-"""Calls of torch's legacy tensor types (``torch.LongTensor(data)``, ``torch.FloatTensor(2, 3)``, ``torch.Tensor``).
+"""Calls of torch's legacy tensor types (``torch.LongTensor(data)``, ``torch.FloatTensor(2, 3)``,
+``torch.Tensor``).
 
-Each legacy type (``torch.tensortype``: ``torch.FloatTensor``, ``torch.cuda.HalfTensor``, ...) names a dtype and a
-device. Called with one list or tuple it copies that data, as ``torch.tensor(data, dtype=...)`` does (items
-converted the same way: ``torch.LongTensor([1.7])`` is ``[1]``); called with ints or a ``torch.Size`` it makes
-an uninitialized tensor of that size, as ``torch.empty`` does; with nothing, an empty one. ``torch.Tensor``
-behaves as the legacy type of the default dtype. Anything else (a tensor, a storage, keywords) stays a graph
-break, with the reason.
+Each legacy type (``torch.tensortype``: ``torch.FloatTensor``, ``torch.cuda.HalfTensor``, ...) names a dtype
+and a device. Called with one list or tuple it copies that data, as ``torch.tensor(data, dtype=...)``
+does (items converted the same way: ``torch.LongTensor([1.7])`` is ``[1]``); called with ints or a
+``torch.Size`` it makes an uninitialized tensor of that size, as ``torch.empty`` does; with nothing, an
+empty one. ``torch.Tensor`` behaves as the legacy type of the default dtype. Anything else (a tensor, a
+storage, keywords) stays a graph break, with the reason.
 """
 from __future__ import annotations
 
