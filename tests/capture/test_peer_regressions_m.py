@@ -162,6 +162,7 @@ def test_dunder_results_checked(name, fresh_ember):
 IS_COMPILING_CASES = {
     "compiler.is_compiling": lambda: torch.compiler.is_compiling(),
     "utils.is_compiling": lambda: torch._utils.is_compiling(),
+    "compiler.is_dynamo_compiling": lambda: torch.compiler.is_dynamo_compiling(),
     "compiler.is_exporting": lambda: not torch.compiler.is_exporting(),
 }
 

@@ -66,7 +66,9 @@ def _constant_rules() -> dict[Any, Callable]:
             d.as_python(f, a[0]) if a else "cuda") is not None),
     }
     if hasattr(torch.compiler, "is_dynamo_compiling"):
-        out[torch.compiler.is_dynamo_compiling] = lambda d, f, a, k: Const(False)
+        # True, as under torch.compile: code asks it to skip what a bytecode tracer cannot follow (and torch's
+        # own helpers then call the function directly instead of compiling it again inside the trace)
+        out[torch.compiler.is_dynamo_compiling] = lambda d, f, a, k: Const(True)
     if hasattr(torch._utils, "is_compiling"):
         # the deprecated spelling of torch.compiler.is_compiling: inlined, it warns (a graph break), and the
         # rest, run natively, read the real flag, which is False
