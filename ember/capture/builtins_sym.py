@@ -13,6 +13,7 @@ import weakref
 from typing import Any, Callable
 
 from .containers import DictView, sort_values
+from .identity import existing_object, guard_address
 from .interpreter import NULL, UserException
 from .lookups import resolved_type_attr
 from .objects import all_const, bare_instance, call_real, construct, lookup_type_attr
@@ -608,7 +609,7 @@ def _locals(d, f, args, kwargs):
 
 @rule(id)
 def _id(d, f, args, kwargs):
-    ro = args[0].real_object()
+    ro = existing_object(d, args[0])
     if ro is NULL or getattr(args[0], "is_new", False):
         # a value made by the trace has no object yet: it is identified by its Value, and a sentinel kept
         # alive with the compiled code lends it an id that no other object has (copy.deepcopy keys its memo
@@ -618,6 +619,7 @@ def _id(d, f, args, kwargs):
             tok = d.new_ids[id(args[0])] = (args[0], object())
             d.keepalive.append(tok[1])
         return Const(id(tok[1]))
+    guard_address(d, args[0], ro)
     return Const(id(ro))
 
 

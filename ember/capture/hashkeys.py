@@ -3,8 +3,10 @@ the existing object (guarded by identity where the trace relies on it), a tuple 
 identity key for an object made in the trace."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from .identity import guard_address
 from .interpreter import NULL, UserException
 from .values import Const, DictVar, ListVar, NotConst, SetVar, TupleVar, Value
 
@@ -25,6 +27,9 @@ def hash_key(d, f, k: Value) -> Any:
     if getattr(k, "is_new", False) and type(ro).__hash__ not in (object.__hash__, None):
         # an object made in the trace whose class hashes by value (a frozen dataclass): its real object is
         # a bare instance whose fields live in the trace, so neither its real hash nor identity is right
+        twin = _dataclass_twin(d, f, k, type(ro))
+        if twin is not None:
+            return twin
         raise d.unsupported(f, f"using a new {type(ro).__name__} object (its class defines __hash__) as "
                               "a dict key or set member")
     if ro is NULL and id(k) in d.real_of:
@@ -34,6 +39,8 @@ def hash_key(d, f, k: Value) -> Any:
         if k.source is not None:
             d.guards.id_match(k.source, ro)
     if ro is not NULL and not isinstance(k, (ListVar, DictVar, SetVar)):
+        if type(ro).__hash__ is object.__hash__:
+            guard_address(d, k, ro)     # found (or not) among the other keys by identity
         return ro
     if isinstance(k, TupleVar):
         return tuple(hash_key(d, f, x) for x in k.items)
@@ -65,3 +72,27 @@ class _Identity:
 
     def __eq__(self, other):
         return type(other) is _Identity and other.v is self.v
+
+
+def _generated(fn) -> bool:
+    """Whether a dataclass method is the one ``dataclasses`` wrote (exec'd source), not the class's own."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == "<string>"
+
+
+def _dataclass_twin(d, f, k: Value, cls: type) -> Any:
+    """For a new instance of a dataclass whose ``__eq__`` and ``__hash__`` are the generated ones (they
+    compare and hash the tuple of its fields), a real instance with the fields' keys: equal to, and hashed
+    as, any existing equal instance, as the trace's object would be. None where that does not hold."""
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.eq or not (_generated(cls.__dict__.get("__hash__"))
+                                               and _generated(cls.__dict__.get("__eq__"))):
+        return None
+    twin = object.__new__(cls)
+    for field in dataclasses.fields(cls):
+        v = d.getattr(f, k, field.name)
+        key = hash_key(d, f, v)
+        if not (type(v) is Const or (dataclasses.is_dataclass(key) and type(key) is not type)):
+            return None         # a field the trace knows only by identity, or not at all (a tensor)
+        object.__setattr__(twin, field.name, key)
+    return twin

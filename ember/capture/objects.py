@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 import types
 import weakref
 from typing import Any
@@ -462,6 +463,8 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and isinstance(args[0], ObjectVar) \
             and lookup_type_attr(type(args[0].obj), fn.__name__) is fn:
         r = polyfills.C_METHOD_RULES.get(fn, _declined)(d, f, args, kwargs)
+        if r is NotImplemented:
+            r = subclasses.scalar_base_call(d, f, fn, args, kwargs)     # str.split on a TorchVersion
         if r is not NotImplemented:
             return r
         raise d.unsupported(f, f"calling {_fn_name(fn)} (a method written in C) on a "
@@ -693,11 +696,27 @@ def _const_truth(d, f, v):
 @R.TRUTH.register(ObjectVar)
 def _object_truth(d, f, v):
     t = type(v.obj)
-    for name in ("__bool__", "__len__"):
-        if lookup_type_attr(t, name) is not NULL:
-            r = d.call_method(f, v, name, [], {})
-            return bool(d.as_python(f, r))
+    if lookup_type_attr(t, "__bool__") is not NULL:
+        r = d.call_method(f, v, "__bool__", [], {})
+        if r.python_type() is not bool:     # CPython checks what the dunder returned
+            got = r.python_type().__name__
+            raise UserException(TypeError(f"__bool__ should return bool, returned {got}"))
+        return d.as_python(f, r)
+    if lookup_type_attr(t, "__len__") is not NULL:
+        return bool(_len_result(d, f, d.call_method(f, v, "__len__", [], {})))
     return True
+
+
+def _len_result(d, f, r):
+    """What ``__len__`` returned, checked as CPython does (an int, by ``__index__``, and not negative)."""
+    n = d.as_python(f, r)
+    if not isinstance(n, int):
+        if lookup_type_attr(type(n), "__index__") is NULL:
+            raise UserException(TypeError(f"'{type(n).__name__}' object cannot be interpreted as an integer"))
+        n = operator.index(n)
+    if n < 0:
+        raise UserException(ValueError("__len__() should return >= 0"))
+    return int(n)
 
 
 @R.TRUTH.register(FuncVar, BoundMethod, PartialVar, IterVar, MethodOf, SuperVar)
@@ -709,7 +728,7 @@ def _always_true(d, f, v):
 def _object_len(d, f, v):
     if lookup_type_attr(type(v.obj), "__len__") is NULL:
         raise UserException(TypeError(f"object of type '{type(v.obj).__name__}' has no len()"))
-    return d.as_python(f, d.call_method(f, v, "__len__", [], {}))
+    return _len_result(d, f, d.call_method(f, v, "__len__", [], {}))
 
 
 @R.GETITEM.register(ObjectVar)

@@ -12,6 +12,7 @@ from . import rules as R
 from .concrete import BINARY as REAL_BINARY
 from .concrete import COMPARE as REAL_COMPARE
 from .concrete import UNARY as REAL_UNARY
+from .identity import identical
 from .interpreter import NULL, UserException
 from .objects import lookup_type_attr
 from .subclasses import base_operand
@@ -220,7 +221,7 @@ def compare(d, f, op: str, a: Value, b: Value) -> Value:
             try:
                 same = REAL_COMPARE["=="](a.as_python(), b.as_python())
             except NotConst:
-                same = a is b or (a.real_object() is not NULL and a.real_object() is b.real_object())
+                same = identical(d, a, b)
             return Const(same if op == "==" else not same)
         if ta in (DictVar, SetVar):
             same = a.items.keys() == b.items.keys() and all(

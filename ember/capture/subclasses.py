@@ -301,3 +301,29 @@ def _refill(base: type, obj: Any, items: dict) -> None:
     for k, x in items.items():
         base.__setitem__(obj, k, x)
 
+
+
+_SCALAR_BASES = {str: "__str__", int: "__int__", float: "__float__"}     # the base value, as a plain object
+
+
+def scalar_base_call(d, f, fn, args, kwargs):
+    """``fn``, a method written in C of ``str``/``int``/``float``, called on an existing instance of a Python
+    subclass (``torch.__version__``, a ``TorchVersion``): such a method reads only the immutable base value
+    and returns base-type objects, so it runs on that value, guarded (the subclass's own attributes are not
+    read). NotImplemented where this does not apply (a new instance, another owner, a class whose
+    ``__str__`` or ``__repr__`` is Python code, which ``str.__format__`` may call)."""
+    v, owner = args[0], getattr(fn, "__objclass__", None)
+    if owner not in _SCALAR_BASES or not isinstance(v, ObjectVar) or v.is_new or v.source is None:
+        return NotImplemented
+    t = type(v.obj)
+    own = ("__str__", "__repr__", "__format__")
+    if any(n in k.__dict__ for k in t.__mro__ if is_python_class(k) for n in own):
+        return NotImplemented
+    conv = getattr(owner, _SCALAR_BASES[owner])
+    value = conv(v.obj)
+    e = v.source.expr(d.cg)
+    d.guards.add(f"{d.cg.bind(conv, 'base_value')}({e}) == {literal(value, d.cg)}",
+                 f"{d.cg.plain(v.source)} has the {owner.__name__} value {value!r}")
+    if fn.__name__ == "__iter__":       # an iterator over the value's items, as the trace iterates one
+        return d.iter(f, Const(value))
+    return d.call(f, Const(fn), [Const(value), *args[1:]], kwargs)

@@ -24,6 +24,7 @@ from .interpreter import CO_GENERATOR, NULL, Frame, UserException, bind_argument
 from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource, ItemSource, Source
 from .subclasses import BaseItemSource
 from .hashkeys import hash_key
+from .identity import identical
 from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
                      is_immutable, is_plain_builtin, tuple_override, NUMPY_INTS, NUMPY_SCALARS, NUMPY_VALUES)
@@ -470,11 +471,7 @@ class SymbolicDomain:
         return type(v) is Const and v.value is None
 
     def is_(self, f, a, b, negate):
-        same = a is b
-        if not same:
-            ra, rb = a.real_object(), b.real_object()
-            same = ra is not NULL and ra is rb and not isinstance(a, (TupleVar,))
-        return Const(same != negate)
+        return Const(identical(self, a, b) != negate)
 
     def binary(self, f, op, a, b):
         from .operators import binary

@@ -15,7 +15,8 @@ patches, before the test modules are imported:
 - ``torch._dynamo.exc.Unsupported`` -> a subclass whose ``issubclass``/``isinstance`` also accept
   ``ember.Unsupported``: a test that expects the compiler to refuse (``assertRaises(Unsupported)``) passes
   when ember refuses (a plain ``except Unsupported:`` still matches only Dynamo's class; an expected message,
-  ``assertRaisesRegex(Unsupported, "Observed exception")``, still has to match).
+  ``assertRaisesRegex(Unsupported, "Observed exception")``, still has to match);
+- ``torch._dynamo.exc.BackendCompilerFailed`` likewise accepts ``ember.BackendCompilerFailed`` (a backend raised).
 Time limits per test come from ``tools.peer.timeout``, loaded for both runs by compare.py.
 """
 from __future__ import annotations
@@ -75,6 +76,7 @@ def _install() -> None:
         return ember.disable(fn, recursive) if fn is not None else (lambda f: ember.disable(f, recursive))
 
     _alias_unsupported(torch._dynamo.exc, ember.Unsupported)
+    _alias_exception(torch._dynamo.exc, "BackendCompilerFailed", ember.BackendCompilerFailed)
     torch.compile = compile
     # the public names only: eval_frame's own globals stay Dynamo's, since Dynamo's export() and explain()
     # call them (redirected, they handed Dynamo's internal backends to ember)
@@ -93,16 +95,22 @@ def _install() -> None:
 
 
 def _alias_unsupported(exc_module, ember_unsupported) -> None:
-    orig = exc_module.Unsupported
+    _alias_exception(exc_module, "Unsupported", ember_unsupported)
+
+
+def _alias_exception(exc_module, name: str, ember_class) -> None:
+    """``exc_module.<name>`` -> a subclass that ``issubclass``/``isinstance`` also answer for ember's class of the
+    same role (ember raises its own exception classes, API.md)."""
+    orig = getattr(exc_module, name)
 
     class _Meta(type(orig)):
         def __subclasscheck__(cls, sub):
-            return type.__subclasscheck__(cls, sub) or issubclass(sub, (orig, ember_unsupported))
+            return type.__subclasscheck__(cls, sub) or issubclass(sub, (orig, ember_class))
 
         def __instancecheck__(cls, obj):
             return cls.__subclasscheck__(type(obj))
 
-    exc_module.Unsupported = _Meta("Unsupported", (orig,), {"__module__": orig.__module__, "__doc__": orig.__doc__})
+    setattr(exc_module, name, _Meta(name, (orig,), {"__module__": orig.__module__, "__doc__": orig.__doc__}))
 
 
 def pytest_configure(config):

@@ -22,6 +22,7 @@ from . import tensor_ctor as _tensor_ctor
 from .autograd_fn import APPLY as _APPLY, call_function_apply, function_apply_class
 from . import fastguard
 from . import tensor as _tensor  # noqa: F401  (registers tensor rules)
+from .legacy_types import call_legacy_constructor, is_legacy_constructor
 from .graph import TensorVar, TorchState, to_meta
 from .located import graph_error
 from . import dynamic as DYN
@@ -65,7 +66,13 @@ def _constant_rules() -> dict[Any, Callable]:
             d.as_python(f, a[0]) if a else "cuda") is not None),
     }
     if hasattr(torch.compiler, "is_dynamo_compiling"):
-        out[torch.compiler.is_dynamo_compiling] = lambda d, f, a, k: Const(False)
+        # True, as under torch.compile: code asks it to skip what a bytecode tracer cannot follow (and torch's
+        # own helpers then call the function directly instead of compiling it again inside the trace)
+        out[torch.compiler.is_dynamo_compiling] = lambda d, f, a, k: Const(True)
+    if hasattr(torch._utils, "is_compiling"):
+        # the deprecated spelling of torch.compiler.is_compiling: inlined, it warns (a graph break), and the
+        # rest, run natively, read the real flag, which is False
+        out[torch._utils.is_compiling] = lambda d, f, a, k: Const(True)
     for name, dev in (("is_autocast_cpu_enabled", "cpu"), ("is_autocast_cuda_enabled", "cuda")):
         if hasattr(torch, name):
             out[getattr(torch, name)] = lambda d, f, a, k, dev=dev: Const(d.torch.autocast_dtype(dev) is not None)
@@ -421,6 +428,8 @@ class TorchPlugin:
         if cls is not None:
             return call_function_apply(d, f, cls, args[1:] if fn is _APPLY else args, kwargs)
         if isinstance(fn, type):
+            if is_legacy_constructor(fn):
+                return call_legacy_constructor(d, f, fn, args, kwargs)
             if issubclass(fn, torch.nn.Module):
                 return construct_module(d, f, fn, args, kwargs)
             if fn in (torch.Size, torch.device, torch.finfo, torch.iinfo, torch.dtype):

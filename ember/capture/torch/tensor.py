@@ -197,6 +197,9 @@ def _tensor_method(d, f, t: TensorVar, name: str, args, kwargs):
         return tensor_numpy(d, f, t, args, kwargs)
     if name == "tolist" and not args and not kwargs and t.sym is None and t.meta.dim() > 0 and t.meta.numel():
         return _tolist(d, f, t)
+    if name == "tolist" and not args and not kwargs and t.meta.dim() == 0 and t.meta.dtype != torch.bool \
+            and not t.meta.dtype.is_complex:        # a 0-dim tensor's is its item()
+        return d.call_method(f, t, "item", [], {})
     if name in _DATA_DEPENDENT:
         v = _unbacked.item(d, f, t, name, record)
         if v is None:
