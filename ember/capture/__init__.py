@@ -13,6 +13,7 @@ from . import opcodes_match as _match  # noqa: F401
 from . import opcodes_groups as _groups  # noqa: F401
 from . import containers as _containers  # noqa: F401  (registers value rules)
 from . import objects as _objects  # noqa: F401
+from . import truth_len as _truth_len  # noqa: F401
 from . import setattrs as _setattrs  # noqa: F401
 from . import class_attrs as _class_attrs  # noqa: F401
 from . import builtins_sym as _builtins_sym  # noqa: F401

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import math
-import operator
 import types
 import weakref
 from typing import Any
@@ -471,6 +470,13 @@ def _const_call(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
                                f"{type(args[0].obj).__name__} object")
     if t in (types.MethodDescriptorType, types.WrapperDescriptorType) and args and type(args[0]) is not Const:
         return d.call_method(f, args[0], fn.__name__, args[1:], kwargs)
+    return _const_call_other(d, f, v, args, kwargs)
+
+
+def _const_call_other(d: SymbolicDomain, f, v: Const, args, kwargs) -> Value:
+    """The rest of ``_const_call``: cached wrappers, weak references, declined number slots, ``__call__``."""
+    fn = v.value
+    t = type(fn)
     inner = cache_wrapped(fn)
     if inner is not None:
         return d.inline(f, inner, args, kwargs)
@@ -685,52 +691,6 @@ def _const_iter(d, f, v):
     return SeqIterVar([d.from_python(x) for x in items], f"iterator over {v.describe()}")
 
 
-@R.TRUTH.register(Const)
-def _const_truth(d, f, v):
-    try:
-        return bool(v.value)
-    except Exception as e:      # noqa: BLE001
-        raise UserException(e) from None
-
-
-@R.TRUTH.register(ObjectVar)
-def _object_truth(d, f, v):
-    t = type(v.obj)
-    if lookup_type_attr(t, "__bool__") is not NULL:
-        r = d.call_method(f, v, "__bool__", [], {})
-        if r.python_type() is not bool:     # CPython checks what the dunder returned
-            got = r.python_type().__name__
-            raise UserException(TypeError(f"__bool__ should return bool, returned {got}"))
-        return d.as_python(f, r)
-    if lookup_type_attr(t, "__len__") is not NULL:
-        return bool(_len_result(d, f, d.call_method(f, v, "__len__", [], {})))
-    return True
-
-
-def _len_result(d, f, r):
-    """What ``__len__`` returned, checked as CPython does (an int, by ``__index__``, and not negative)."""
-    n = d.as_python(f, r)
-    if not isinstance(n, int):
-        if lookup_type_attr(type(n), "__index__") is NULL:
-            raise UserException(TypeError(f"'{type(n).__name__}' object cannot be interpreted as an integer"))
-        n = operator.index(n)
-    if n < 0:
-        raise UserException(ValueError("__len__() should return >= 0"))
-    return int(n)
-
-
-@R.TRUTH.register(FuncVar, BoundMethod, PartialVar, IterVar, MethodOf, SuperVar)
-def _always_true(d, f, v):
-    return True
-
-
-@R.LEN.register(ObjectVar)
-def _object_len(d, f, v):
-    if lookup_type_attr(type(v.obj), "__len__") is NULL:
-        raise UserException(TypeError(f"object of type '{type(v.obj).__name__}' has no len()"))
-    return _len_result(d, f, d.call_method(f, v, "__len__", [], {}))
-
-
 @R.GETITEM.register(ObjectVar)
 def _object_getitem(d, f, v, k):
     if _typing_form(v.obj) and not v.is_new and not v.mutated:
@@ -780,14 +740,6 @@ def _const_getitem(d, f, v, k):
         return d.from_python(v.value[d.as_python(f, k)])
     except UserException:
         raise
-    except Exception as e:      # noqa: BLE001
-        raise UserException(e) from None
-
-
-@R.LEN.register(Const)
-def _const_len(d, f, v):
-    try:
-        return len(v.value)
     except Exception as e:      # noqa: BLE001
         raise UserException(e) from None
 
