@@ -1,0 +1,88 @@
+"""What real models of timm, torchvision and transformers 5 do that ember must compile as eager runs it (issue
+32, the thirty-second sweep of ``tools/models_sweep.py``).
+
+* Convolutions with short parameter lists. ``nn.Conv2d(padding="valid")`` (SigLIP's patch embedding) reaches
+  ``aten.convolution`` with ``padding=[0]``: ATen expands a one-element list to every spatial dim, and so must
+  the decomposition (it crashed with ``IndexError`` in the shape rule for 2-D and 3-D convolutions).
+
+Each case compiles a fresh copy, runs eval and a training step on fresh random inputs, and compares outputs and
+gradients with eager.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ember
+from tests.capture.harness import assert_same
+
+
+def _conv_fn(op: Callable, **kw) -> Callable:
+    return lambda x, w, b: op(x, w, b, **kw)
+
+
+# name -> (function of (x, weight, bias), input shape, weight shape)
+CONV_CASES: dict[str, tuple[Callable, tuple, tuple]] = {
+    "conv2d_valid": (_conv_fn(F.conv2d, padding="valid"), (2, 3, 8, 8), (4, 3, 3, 3)),
+    "conv3d_valid": (_conv_fn(F.conv3d, padding="valid"), (2, 3, 5, 5, 5), (4, 3, 3, 3, 3)),
+    "conv2d_valid_stride_dilation": (_conv_fn(F.conv2d, padding="valid", stride=2, dilation=2), (2, 3, 9, 9),
+                                     (4, 3, 3, 3)),
+    "conv2d_valid_groups": (_conv_fn(F.conv2d, padding="valid", groups=3), (2, 3, 8, 8), (6, 1, 3, 3)),
+    "conv1d_valid": (_conv_fn(F.conv1d, padding="valid"), (2, 3, 8), (4, 3, 3)),
+    "conv2d_same": (_conv_fn(F.conv2d, padding="same", dilation=2), (2, 3, 8, 8), (4, 3, 3, 3)),
+    "conv3d_same": (_conv_fn(F.conv3d, padding="same"), (2, 3, 5, 5, 5), (4, 3, 3, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("name", list(CONV_CASES))
+def test_conv_short_params(name: str, train: bool) -> None:
+    fn, xs, ws = CONV_CASES[name]
+    make = lambda: [torch.randn(xs), torch.randn(ws), torch.randn(ws[0])]  # noqa: E731
+    compiled = ember.compile(fn)
+    for _ in range(2):
+        vals = make()
+        mine = [v.clone().requires_grad_(train) for v in vals]
+        ref = [v.clone().requires_grad_(train) for v in vals]
+        out, expect = compiled(*mine), fn(*ref)
+        assert_same(out, expect, atol=1e-4, rtol=1e-4)
+        if train:
+            grad = torch.randn_like(expect)
+            out.backward(grad)
+            expect.backward(grad)
+            for i, (a, b) in enumerate(zip(mine, ref)):
+                assert_same(a.grad, b.grad, f"grad {i}", atol=1e-4, rtol=1e-4)
+
+
+class PatchEmbed(nn.Module):
+    """SigLIP's vision embedding: a "valid" patch convolution, flattened to tokens, plus positions."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv2d(3, 8, kernel_size=4, stride=4, padding="valid")
+        self.pos = nn.Parameter(torch.randn(1, 4, 8))
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2) + self.pos
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_valid_patch_embedding_module(train: bool) -> None:
+    torch.manual_seed(0)
+    model = PatchEmbed()
+    mine = copy.deepcopy(model)
+    compiled = ember.compile(mine)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.set_grad_enabled(train):
+        out, expect = compiled(x), model(x)
+    assert_same(out, expect, atol=1e-4, rtol=1e-4)
+    if train:
+        out.sum().backward()
+        expect.sum().backward()
+        for (n, a), b in zip(mine.named_parameters(), model.parameters()):
+            assert_same(a.grad, b.grad, f"grad {n}", atol=1e-4, rtol=1e-4)
