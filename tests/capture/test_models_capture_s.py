@@ -7,10 +7,21 @@
 
 Each case compiles a fresh copy, runs eval and a training step on fresh random inputs, and compares outputs and
 gradients with eager.
+
+* Generated code that depends on the process's string hash seed. The kernel compiler ordered a step's frees
+  (the wrapper's ``del`` line) by iterating a set of buffer names; a training graph read from the whole-graph
+  cache by another process, whose loss left an output unused, rebuilt its backward, found the rebuilt forward's
+  source different and raised (RWKV of transformers 5, second process). Tested in child processes
+  (``hashseed_programs.py``) with several ``PYTHONHASHSEED`` values.
 """
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -86,3 +97,30 @@ def test_valid_patch_embedding_module(train: bool) -> None:
         expect.sum().backward()
         for (n, a), b in zip(mine.named_parameters(), model.parameters()):
             assert_same(a.grad, b.grad, f"grad {n}", atol=1e-4, rtol=1e-4)
+
+
+# -- generated code must not depend on the process's string hash seed --------------------------------------
+def _run_child(seed: int, cache: Path) -> list[str]:
+    env = {**os.environ, "PYTHONHASHSEED": str(seed), "EMBER_CACHE_DIR": str(cache)}
+    env.pop("EMBER_LOGS", None)
+    p = subprocess.run([sys.executable, str(Path(__file__).with_name("hashseed_programs.py"))], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"child with PYTHONHASHSEED={seed} failed:\n{p.stderr[-3000:]}"
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("SOURCES ")]
+    return json.loads(line[-1][8:])
+
+
+def test_generated_code_independent_of_hash_seed(tmp_path: Path) -> None:
+    """Cold compiles in processes with different hash seeds generate the same wrappers (the frees of an extern
+    step, its ``del`` line, came from a set of buffer names, ordered by the string hash). And a training graph
+    read from the whole-graph cache by a process with another hash seed, run with a loss that leaves an output
+    unused, rebuilds its backward variant and compares the rebuilt forward with the cached one: a hash-ordered
+    ``del`` line made them differ, and backward raised 'does not match the cached forward' (RWKV of
+    transformers 5 in a second process)."""
+    first = _run_child(1, tmp_path / "shared")
+    assert first, "no wrapper source was logged"
+    other = _run_child(2, tmp_path / "cold")
+    assert len(other) == len(first)
+    for a, b in zip(first, other):
+        assert a == b, f"wrapper differs between PYTHONHASHSEED=1 and 2:\n{a}\n---\n{b}"
+    _run_child(3, tmp_path / "shared")      # warm: every backward variant rebuilt and checked
