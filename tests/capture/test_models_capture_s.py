@@ -124,3 +124,103 @@ def test_generated_code_independent_of_hash_seed(tmp_path: Path) -> None:
     for a, b in zip(first, other):
         assert a == b, f"wrapper differs between PYTHONHASHSEED=1 and 2:\n{a}\n---\n{b}"
     _run_child(3, tmp_path / "shared")      # warm: every backward variant rebuilt and checked
+
+
+# -- a parameter updated in place under no_grad inside a training forward -----------------------------------
+def _rescale_mul(w):
+    w.mul_(2)
+
+
+def _rescale_copy(w):
+    w.copy_(w.flip(0) * 0.5)
+
+
+def _rescale_clamp(w):
+    w.clamp_(-0.2, 0.2)
+
+
+def _rescale_row(w):
+    w[0].zero_()
+
+
+def _rescale_addcmul(w):
+    w.addcmul_(w, w, value=0.1)
+
+
+RESCALES: dict[str, Callable] = {"mul": _rescale_mul, "copy": _rescale_copy, "clamp": _rescale_clamp,
+                                 "row_view": _rescale_row, "addcmul": _rescale_addcmul}
+
+
+class Rescaled(nn.Module):
+    """RWKV's pattern (transformers 5): the first forward in a new mode rescales a weight in place under
+    no_grad, then uses it; gradients reach the (same) leaf parameter."""
+
+    def __init__(self, update: Callable):
+        super().__init__()
+        self.update = update
+        self.lin, self.out = nn.Linear(4, 6), nn.Linear(6, 3)
+        self.rescaled = False
+
+    def forward(self, x):
+        if self.rescaled != self.training:
+            with torch.no_grad():
+                self.update(self.lin.weight)
+            self.rescaled = self.training
+        return self.out(self.lin(x).tanh())
+
+
+@pytest.mark.parametrize("name", list(RESCALES))
+def test_parameter_updated_under_no_grad_in_training(name: str) -> None:
+    torch.manual_seed(0)
+    model = Rescaled(RESCALES[name])
+    mine = copy.deepcopy(model)
+    compiled = ember.compile(mine)
+    before = ember.stats()["eager_autograd_graphs"]
+    for train in (False, True, True, False, True):
+        model.train(train)
+        mine.train(train)
+        x = torch.randn(2, 4)
+        with torch.set_grad_enabled(train):
+            out, expect = compiled(x), model(x)
+        assert_same(out, expect, atol=1e-5, rtol=1e-5)
+        if train:
+            out.sum().backward()
+            expect.sum().backward()
+        for (n, a), b in zip(mine.named_parameters(), model.parameters()):
+            assert a.is_leaf and a.requires_grad, n
+            assert_same(a.detach(), b.detach(), f"param {n}", atol=1e-5, rtol=1e-5)
+            if b.grad is not None:
+                assert_same(a.grad, b.grad, f"grad {n}", atol=1e-5, rtol=1e-5)
+    assert ember.stats()["eager_autograd_graphs"] == before, "the training graph fell back to eager autograd"
+
+
+def _fn_no_grad_update(x, w):
+    with torch.no_grad():
+        w.mul_(0.5)
+    return (x @ w).sin().sum(), w.sum()
+
+
+def _fn_grad_update(x, w):       # an input that needs no grad takes a value that does: still refused, still right
+    x.add_(w)
+    return (x * w).sum()
+
+
+@pytest.mark.parametrize("fn", [_fn_no_grad_update, _fn_grad_update], ids=["no_grad", "grad"])
+def test_function_input_updated_in_place(fn: Callable) -> None:
+    compiled = ember.compile(fn)
+    before = ember.stats()["eager_autograd_graphs"]
+    for _ in range(2):
+        x, w = torch.randn(3, 3), torch.randn(3, 3)
+        mine = [x.clone(), w.clone().requires_grad_()]
+        ref = [x.clone(), w.clone().requires_grad_()]
+        out, expect = compiled(*mine), fn(*ref)
+        assert_same(out, expect, atol=1e-5, rtol=1e-5)
+        loss, loss_ref = (out[0], expect[0]) if isinstance(out, tuple) else (out, expect)
+        loss.backward()
+        loss_ref.backward()
+        for i, (a, b) in enumerate(zip(mine, ref)):
+            assert_same(a.detach(), b.detach(), f"input {i}", atol=1e-5, rtol=1e-5)
+            if b.is_leaf and b.grad is not None:
+                assert_same(a.grad, b.grad, f"grad {i}", atol=1e-5, rtol=1e-5)
+    if fn is _fn_no_grad_update:
+        assert ember.stats()["eager_autograd_graphs"] == before, "the training graph fell back to eager autograd"
