@@ -224,3 +224,18 @@ def test_function_input_updated_in_place(fn: Callable) -> None:
                 assert_same(a.grad, b.grad, f"grad {i}", atol=1e-5, rtol=1e-5)
     if fn is _fn_no_grad_update:
         assert ember.stats()["eager_autograd_graphs"] == before, "the training graph fell back to eager autograd"
+
+
+def test_parameter_updated_under_no_grad_after_use_raises_as_eager() -> None:
+    """Updated after a saving op used it: eager's backward raises (a saved tensor was modified); so does ember's."""
+    def fn(x, w):
+        y = (x @ w).sin()
+        with torch.no_grad():
+            w.mul_(2)
+        return y.sum()
+
+    for f in (fn, ember.compile(fn)):
+        x, w = torch.randn(3, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
+        loss = f(x, w)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
