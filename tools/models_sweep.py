@@ -290,7 +290,7 @@ MODELS.update({
     "tm_sequencer2d_s": _tm("sequencer2d_s", img_size=64),
     "tm_volo_d1": _tm("volo_d1_224", img_size=64),
     "tm_twins_pcpvt": _tm("twins_pcpvt_small"),
-    "tm_eva02_tiny": _tm("eva02_tiny_patch14_224", img_size=56),
+    "tm_eva02_tiny": _tm("eva02_tiny_patch14_224", res=56, img_size=56),
     "tm_cspresnet50": _tm("cspresnet50"),
 })
 
