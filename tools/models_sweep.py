@@ -240,6 +240,59 @@ MODELS.update({
     "tm_res2net50_14w_8s": _tm("res2net50_14w_8s"),
     "tm_skresnet18": _tm("skresnet18"),
 })
+# the thirty-second session's rows: families of unusual code not swept before
+MODELS.update({
+    "hf_siglip": _hf("siglip", "AutoModel", "clip",
+                     text_config=dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=64, max_position_embeddings=64),
+                     vision_config=dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, intermediate_size=64)),
+    "hf_swinv2": _hf("swinv2", "AutoModelForImageClassification", "image", image_size=32, patch_size=4,
+                     embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=2, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, drop_path_rate=0.0, num_labels=3),
+    "hf_convnextv2": _hf("convnextv2", "AutoModelForImageClassification", "image", hidden_sizes=[8, 16],
+                         depths=[1, 1], num_stages=2, image_size=32, drop_path_rate=0.0, num_labels=3),
+    "hf_longformer": _hf("longformer", "AutoModelForSequenceClassification", "text", **_BERTISH,
+                         attention_window=[4, 4]),
+    "hf_big_bird": _hf("big_bird", "AutoModelForSequenceClassification", "text", **_BERTISH,
+                       attention_type="original_full"),
+    "hf_blenderbot": _hf("blenderbot", "AutoModelForSeq2SeqLM", "seq2seq", **_BART),
+    "hf_led": _hf("led", "AutoModelForSeq2SeqLM", "seq2seq", **{k: v for k, v in _BART.items()
+                                                                 if k != "max_position_embeddings"},
+                  attention_window=[4, 4], max_encoder_position_embeddings=64,
+                  max_decoder_position_embeddings=64),
+    "hf_biogpt": _hf("biogpt", "AutoModelForCausalLM", "causal", **_DEC, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0),
+    "hf_xglm": _hf("xglm", "AutoModelForCausalLM", "causal", vocab_size=99, d_model=32, num_layers=2,
+                   attention_heads=4, ffn_dim=64, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+                   activation_dropout=0.0),
+    "hf_phi3": _hf("phi3", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2, pad_token_id=0),
+    "hf_olmo": _hf("olmo", "AutoModelForCausalLM", "causal", **_DEC, num_key_value_heads=2),
+    "hf_rwkv": _hf("rwkv", "AutoModelForCausalLM", "causal", vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                   attention_hidden_size=32, intermediate_size=64, context_length=64),
+    "hf_nystromformer": _hf("nystromformer", "AutoModelForSequenceClassification", "text", **_BERTISH,
+                            num_landmarks=4, segment_means_seq_len=8),
+    "tv_mnasnet": _tv("mnasnet0_5", dropout=0.0, num_classes=10),
+    "tv_efficientnet_v2_s": _tv("efficientnet_v2_s", res=32, dropout=0.0, stochastic_depth_prob=0.0,
+                                num_classes=10),
+    "tv_lraspp": _tv("segmentation.lraspp_mobilenet_v3_large", train=False, weights_backbone=None,
+                     num_classes=5),
+    "tv_r3d_18": _tv("video.r3d_18", res=32, frames=4, num_classes=10),
+    "tv_retinanet": _tv("detection.retinanet_resnet50_fpn", res=96, train=False, weights_backbone=None,
+                        num_classes=5, min_size=96, max_size=96),
+    "tm_coat_lite_tiny": _tm("coat_lite_tiny", img_size=64),
+    "tm_pit_ti": _tm("pit_ti_224", img_size=64),
+    "tm_gernet_s": _tm("gernet_s"),
+    "tm_nf_resnet26": _tm("nf_resnet26"),
+    "tm_pvt_v2_b0": _tm("pvt_v2_b0"),
+    "tm_mobileone_s0": _tm("mobileone_s0"),
+    "tm_fastvit_t8": _tm("fastvit_t8"),
+    "tm_sequencer2d_s": _tm("sequencer2d_s", img_size=64),
+    "tm_volo_d1": _tm("volo_d1_224", img_size=64),
+    "tm_twins_pcpvt": _tm("twins_pcpvt_small"),
+    "tm_eva02_tiny": _tm("eva02_tiny_patch14_224", res=56, img_size=56),
+    "tm_cspresnet50": _tm("cspresnet50"),
+})
 
 # ------------------------------------------------------------------------------------- building a model
 
@@ -321,12 +374,14 @@ def _build_tv(spec: dict):
     for part in spec["fn"].split("."):
         fn = getattr(fn, part)
     torch.manual_seed(0)
-    model = fn(weights=None, **spec["kw"])
+    kw = dict(spec["kw"])
+    frames = kw.pop("frames", None)     # a video model: (batch, 3, frames, res, res)
+    model = fn(weights=None, **kw)
     res = spec["res"]
 
     def inputs(b, s, labels):
         g = torch.Generator().manual_seed(s)
-        x = torch.randn(b, 3, res, res, generator=g)
+        x = torch.randn(b, 3, *((frames,) if frames else ()), res, res, generator=g)
         if spec["fn"].startswith("detection."):
             return ([t for t in x],), {}, None
         return (x,), {}, torch.randint(0, 10, (b,), generator=g)
@@ -586,7 +641,10 @@ def run_one(name: str) -> dict:
         res["breaks"] += _break_reasons(model, inputs, True)
     if os.environ.get("EMBER_SWEEP_DYNAMO"):
         res["phase"] = "dynamo"
-        res["dynamo"] = _dynamo_counts(model, inputs, train)
+        try:
+            res["dynamo"] = _dynamo_counts(model, inputs, train)
+        except Exception as e:  # noqa: BLE001 - torch.compile's own failure is no result of ember's
+            res["dynamo"] = {"error": f"{type(e).__name__}: {str(e)[:80]}"}
     res["phase"] = "done"
     return res
 
@@ -616,8 +674,9 @@ def _child(name: str) -> None:
         res = {"name": name, "skip": str(e)}
     except BaseException as e:  # noqa: BLE001 - a crash is a result of the sweep
         tb = traceback.extract_tb(e.__traceback__)
-        if not any("/ember/" in f.filename for f in tb) and any(f.name.startswith("_build_") for f in tb):
-            print("RESULT " + json.dumps({"name": name, "skip": f"model not built: {type(e).__name__}: "
+        if not any("/ember/" in f.filename or "<ember" in f.filename for f in tb):
+            what = "model not built" if any(f.name.startswith("_build_") for f in tb) else "eager fails"
+            print("RESULT " + json.dumps({"name": name, "skip": f"{what}: {type(e).__name__}: "
                                           f"{str(e)[:200]}"}), flush=True)
             return
         where = next((f"{os.path.basename(f.filename)}:{f.lineno}" for f in reversed(tb)
@@ -657,7 +716,8 @@ def _row(name: str, res: dict) -> str:
              str(ev.get("recompiles", "")), graphs(tr), str(tr.get("graph_breaks", "")),
              str(res.get("eager_ms", "")), str(res.get("ember_ms", "")), why.replace("|", "/")[:160]]
     if "dynamo" in res:     # --dynamo: torch.compile's graphs/breaks, eval and train
-        cells.insert(-1, " ".join(f"{k} {g}/{b}" for k, (g, b) in res["dynamo"].items()))
+        cells.insert(-1, res["dynamo"]["error"][:40] if "error" in res["dynamo"] else
+                     " ".join(f"{k} {g}/{b}" for k, (g, b) in res["dynamo"].items()))
     return "| " + " | ".join(cells) + " |"
 
 

@@ -363,7 +363,9 @@ def _check_write_backs(func: TracedGraph) -> None:
     outs = list(out.args[0])
     for i, j in func.write_backs:
         v = _val(outs[j])
-        if isinstance(v, torch.Tensor) and v.requires_grad:
+        # a leaf that requires grad updated under no_grad (a parameter rescaled in place) stays the same leaf:
+        # no gradient flows through the update, and the write-back is a plain copy, as in eager
+        if isinstance(v, torch.Tensor) and v.requires_grad and v.grad_fn is not None:
             raise AotError(
                 f"aot autograd: graph input {i} is updated in place with a value that requires grad; ember's "
                 "AOT autograd cannot yet carry gradients through an input mutated in place (stage: autograd "

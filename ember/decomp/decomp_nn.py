@@ -82,11 +82,19 @@ def _linear(x: Any, w: Any, bias: Any = None) -> Any:
     return P.reshape(out, (*x.shape[:-1], w.shape[0]))
 
 
+def _conv_param(value: Sequence, n: int) -> tuple:
+    """ATen's convolution takes a one-element list for every spatial dim (``F.conv2d(padding="valid")`` passes
+    ``padding=[0]``): expand it to ``n`` entries, so the prim's shape rule and kernels see one per dim."""
+    value = tuple(value)
+    return value * n if len(value) == 1 and n > 1 else value
+
+
 @register_decomposition(aten.convolution.default)
 def _convolution(x: Any, w: Any, bias: Any, stride: Sequence, padding: Sequence, dilation: Sequence,
                  transposed: bool, output_padding: Sequence, groups: int) -> Any:
-    return P.convolution(x, w, bias, tuple(stride), tuple(padding), tuple(dilation), transposed,
-                         tuple(output_padding), groups)
+    n = x.ndim - 2
+    return P.convolution(x, w, bias, _conv_param(stride, n), _conv_param(padding, n), _conv_param(dilation, n),
+                         transposed, _conv_param(output_padding, n), groups)
 
 
 @register_decomposition(aten.scaled_dot_product_attention.default)

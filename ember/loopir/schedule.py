@@ -535,10 +535,12 @@ def _finish(graph: LoopGraph, steps: list[Any]) -> Schedule:
             owner[s.name] = i
             stored.add(s.name)
             kernels.append(s)
-    # memory: a buffer dies after its last reading step (graph outputs and inputs live on)
+    # memory: a buffer dies after its last reading step (graph outputs and inputs live on). A node's reads are
+    # a set: sorted, so the frees (the wrapper's ``del`` lines) do not depend on the process's string hash seed
+    # (the whole-graph cache compares a rebuilt wrapper's source with the one another process wrote)
     last: dict[str, int] = {}
     for i, s in enumerate(kernels):
-        for r in (s.reads if isinstance(s, Kernel) else s.reads()):
+        for r in (s.reads if isinstance(s, Kernel) else sorted(s.reads())):
             last[r] = i
     frees: list[list[str]] = [[] for _ in kernels]
     stored = {n for s in kernels if isinstance(s, Kernel) for n in s.stores} | \
