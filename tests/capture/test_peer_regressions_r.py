@@ -1,0 +1,51 @@
+"""Reproducers of differences from eager found by PyTorch's test_repros.py (issue 32, run by tools/peer): each
+program compiled by ember against eager on fresh inputs (values, and where the case is about them, strides,
+identity or side effects)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ember
+
+aten = torch.ops.aten
+
+
+# -- eager layouts that the meta kernels do not predict ------------------------------------------------------
+# The CPU kernels of these ops allocate their result in the memory format of their input (channels-last stays
+# channels-last) where the meta kernels return a contiguous tensor; ``as_strided`` of the result then reads
+# eager's memory order (test_repros.py::test_roll_as_strided_channels_last).
+def _cl(*shape):
+    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    return torch.randn(*shape).contiguous(memory_format=fmt)
+
+
+_LAYOUT_OPS = {
+    "roll": (lambda x: torch.roll(x, shifts=-1, dims=0), (2, 3, 4, 5)),
+    "roll_two_dims": (lambda x: torch.roll(x, shifts=(1, 2), dims=(0, 3)), (2, 3, 4, 5)),
+    "roll_3d": (lambda x: torch.roll(x, shifts=1, dims=2), (2, 3, 2, 3, 4)),
+    "reflection_pad2d": (lambda x: torch.nn.functional.pad(x, (1, 1, 1, 1), mode="reflect"), (2, 3, 4, 5)),
+    "replication_pad2d": (lambda x: torch.nn.functional.pad(x, (1, 2, 1, 0), mode="replicate"), (2, 3, 4, 5)),
+    "reflection_pad3d": (lambda x: torch.nn.functional.pad(x, (1,) * 6, mode="reflect"), (2, 3, 2, 3, 4)),
+    "pixel_shuffle": (lambda x: torch.nn.functional.pixel_shuffle(x, 2), (2, 8, 3, 4)),
+    "channel_shuffle": (lambda x: torch.nn.functional.channel_shuffle(x, 2), (2, 4, 3, 4)),
+}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+@pytest.mark.parametrize("name", sorted(_LAYOUT_OPS))
+def test_as_strided_reads_eager_layout_of_result(name, backend):
+    op, shape = _LAYOUT_OPS[name]
+
+    def fn(x):
+        y = op(x) * 2
+        n = y.numel()
+        return torch.as_strided(y, (n // 4, 4), (4, 1), 0) + 1, y
+
+    x = _cl(*shape)
+    ember.reset()
+    got = ember.compile(fn, backend=backend, fullgraph=True)(x)
+    want = fn(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert got[1].stride() == want[1].stride()
