@@ -126,7 +126,7 @@ class OptimizedModule(torch.nn.Module):
         _, d["_ember_cache"], d["_ember_call"] = hit
         d["_ember_key"] = (fwd, call)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         d = self.__dict__
         mod = d["_orig_mod"]
         key = d["_ember_key"]
@@ -135,7 +135,7 @@ class OptimizedModule(torch.nn.Module):
             self._ember_select(mod)
         return d["_ember_call"](*args, **kwargs)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, /, *args, **kwargs):
         return self.__call__(*args, **kwargs)
 
     def __setattr__(self, name: str, value):

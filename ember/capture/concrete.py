@@ -446,7 +446,7 @@ def _after_sub_throw(frame: Frame, err: BaseException):
     return frame.run()
 
 
-def run_concrete(fn: Any, *args, **kwargs):
+def run_concrete(fn: Any, /, *args, **kwargs):
     """Run ``fn`` by interpreting its bytecode (and its Python callees') with real values."""
     dom = ConcreteDomain(interpret_callees=True)
     try:

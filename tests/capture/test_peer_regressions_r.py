@@ -49,3 +49,46 @@ def test_as_strided_reads_eager_layout_of_result(name, backend):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     assert got[1].stride() == want[1].stride()
+
+
+# -- keyword arguments named like ember's own parameters -----------------------------------------------------
+# A compiled function called with ``self=`` (``torch._foreach_pow(**kwargs)`` forwards ``self``): ember's
+# wrappers between the user's call and the compiled code took ``self`` as their own parameter
+# (test_repros.py::test_foreach_decomp_arg_names: "_miss() got multiple values for argument 'self'").
+def _kw_sum(**kwargs):
+    return sum(v * (i + 1) for i, v in enumerate(kwargs.values()))
+
+
+def _kw_foreach(**kwargs):
+    return torch._foreach_pow(**kwargs)
+
+
+def _kw_named(self, fn, x):
+    return self * 2 + fn - x
+
+
+def _kw_break(**kwargs):
+    y = kwargs["self"] + 1
+    print("", end="")       # a graph break: the rest runs as a resumed frame
+    return y * kwargs.get("fn", 1)
+
+
+_KW_CASES = {
+    "self": (_kw_sum, True, lambda: {"self": torch.randn(3)}),
+    "self_and_fn": (_kw_sum, True, lambda: {"fn": torch.randn(3), "self": torch.randn(3)}),
+    "args_kwargs": (_kw_sum, True, lambda: {"args": torch.randn(3), "kwargs": torch.randn(3)}),
+    "foreach_self": (_kw_foreach, True, lambda: {"self": [torch.rand(2, 2)], "exponent": 2.5}),
+    "named_params": (_kw_named, True, lambda: {"x": torch.randn(3), "fn": torch.randn(3),
+                                               "self": torch.randn(3)}),
+    "graph_break": (_kw_break, False, lambda: {"self": torch.randn(3), "fn": torch.randn(3)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_KW_CASES))
+def test_keyword_arguments_named_like_wrapper_parameters(name):
+    fn, fullgraph, make = _KW_CASES[name]
+    ember.reset()
+    opt = ember.compile(fn, backend="eager", fullgraph=fullgraph)
+    for _ in range(3):              # a miss, then cached calls
+        kw = make()
+        torch.testing.assert_close(opt(**kw), fn(**kw))
