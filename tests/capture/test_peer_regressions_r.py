@@ -3,6 +3,9 @@ program compiled by ember against eager on fresh inputs (values, and where the c
 identity or side effects)."""
 from __future__ import annotations
 
+import functools
+import operator
+
 import pytest
 import torch
 
@@ -92,3 +95,36 @@ def test_keyword_arguments_named_like_wrapper_parameters(name):
     for _ in range(3):              # a miss, then cached calls
         kw = make()
         torch.testing.assert_close(opt(**kw), fn(**kw))
+
+
+# -- ember.compile of callables without Python code of their own ---------------------------------------------
+# torch.compile(torch.sin) compiles a call of it (test_repros.py::test_function_in_skipfiles); ember refused
+# builtins and partials, and traced a torch Python function (``F.relu``) through its torch-function dispatch
+# checks, whose graph FX could not generate code for.
+def _partial_body(a, b):
+    return a * b + 1
+
+
+_T = torch.randn(4)
+_CALLABLES = {
+    "builtin": (torch.sin, 1),
+    "builtin_kwargs": (torch.clamp, 1, {"min": -0.5}),
+    "partial_builtin": (functools.partial(torch.add, alpha=2), 2),
+    "partial_function": (functools.partial(_partial_body, b=2.0), 1),
+    "bound_builtin_method": (_T.mul, 1),
+    "method_descriptor": (torch.Tensor.cos, 1),
+    "operator": (operator.mul, 2),
+    "torch_python_function": (torch.nn.functional.relu, 1),
+    "torch_python_function_kwargs": (torch.nn.functional.gelu, 1, {"approximate": "tanh"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CALLABLES))
+def test_compile_callables_without_code(name):
+    fn, nargs, *kw = _CALLABLES[name]
+    kw = kw[0] if kw else {}
+    ember.reset()
+    opt = ember.compile(fn, backend="eager", fullgraph=True)
+    for shape in ((3, 4), (3, 4), (5, 4)):
+        args = [torch.randn(*shape) for _ in range(nargs)]
+        torch.testing.assert_close(opt(*args, **kw), fn(*args, **kw))
