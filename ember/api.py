@@ -82,7 +82,7 @@ def _compile(model: Any, cfg: _Config, disable: bool):
         # a callable without Python code of its own (``torch.sin``, a ``functools.partial``, a builtin bound
         # method): compiled as a Python function that calls it, as torch.compile does
         return _compile_function(_calling(model), cfg)
-    raise TypeError(f"ember.compile expects a function, a bound method, an nn.Module or another callable, "
+    raise TypeError(f"ember.compile expects a function, a bound method or an nn.Module (or another callable), "
                     f"got {type(model).__name__}")
 
 
