@@ -128,3 +128,43 @@ def test_compile_callables_without_code(name):
     for shape in ((3, 4), (3, 4), (5, 4)):
         args = [torch.randn(*shape) for _ in range(nargs)]
         torch.testing.assert_close(opt(*args, **kw), fn(*args, **kw))
+
+
+# -- torch's __torch_function__ checks on traced values -----------------------------------------------------
+# ``torch._C._has_torch_function*`` (what torch's Python functions ask before dispatching) was recorded in the
+# graph and asked of the trace's stand-in tensors, which answered True: the override branch ran
+# (found compiling torch.nn.functional.relu itself for test_repros.py::test_function_in_skipfiles).
+class _WithTorchFunction:
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return 0
+
+
+_HTF = {
+    "unary": lambda x, o: torch._C._has_torch_function_unary(x),
+    "tuple": lambda x, o: torch._C._has_torch_function((x, x * 2)),
+    "variadic": lambda x, o: torch._C._has_torch_function_variadic(x, 3, x),
+    "overrides_tuple_obj": lambda x, o: torch.overrides.has_torch_function((x, o)),
+    "overrides_unary_obj": lambda x, o: torch.overrides.has_torch_function_unary(o),
+}
+
+
+@pytest.mark.parametrize("obj", ["int", "overrider"])
+@pytest.mark.parametrize("kind", ["tensor", "parameter"])
+@pytest.mark.parametrize("name", sorted(_HTF))
+def test_has_torch_function_answers_for_the_traced_classes(name, kind, obj):
+    check = _HTF[name]
+
+    def fn(x, o):
+        if check(x, o):
+            return x * 0 - 1
+        return x.relu() + 1
+
+    o = 3 if obj == "int" else _WithTorchFunction()
+    ember.reset()
+    opt = ember.compile(fn, backend="eager")
+    for _ in range(2):
+        x = torch.randn(4)
+        x = torch.nn.Parameter(x) if kind == "parameter" else x
+        with torch.no_grad():
+            torch.testing.assert_close(opt(x, o), fn(x, o))

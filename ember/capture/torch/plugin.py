@@ -70,6 +70,9 @@ def _constant_rules() -> dict[Any, Callable]:
         if hasattr(torch, name):
             out[getattr(torch, name)] = lambda d, f, a, k, dev=dev: Const(d.torch.autocast_dtype(dev) is not None)
     out[torch._C._set_grad_enabled] = _set_grad_call
+    for fn in (torch._C._has_torch_function, torch._C._has_torch_function_unary,
+               torch._C._has_torch_function_variadic):
+        out[fn] = lambda d, f, a, k, fn=fn: _has_torch_function(fn, a)
     from .checkpoint import RULES as _checkpoint_rules
     out.update(_checkpoint_rules)
     from .unbacked import RULES as _unbacked_rules     # torch._check / torch._check_is_size
@@ -81,6 +84,23 @@ def _constant_rules() -> dict[Any, Callable]:
     for fn, what in _GLOBAL_STATE.items():
         out[fn] = lambda d, f, a, k, fn=fn, what=what: _read_global_state(d, fn, what)
     return out
+
+
+def _has_torch_function(fn: Any, args: list) -> Any:
+    """``torch._C._has_torch_function*`` (torch's functions ask it of their arguments before dispatching):
+    whether an argument's class overrides ``__torch_function__``, answered from the classes the traced values
+    stand for. Recorded in the graph instead, it was asked of the trace's stand-ins, which answered True."""
+    items = args[0].items if fn is torch._C._has_torch_function and type(args[0]).__name__ in (
+        "TupleVar", "ListVar") else args
+    if torch._C._is_torch_function_mode_enabled():
+        return None
+    try:
+        classes = [v.python_type() for v in items]
+    except NotImplementedError:
+        return None
+    disabled = torch._C._disabled_torch_function_impl
+    return Const(any(c is not torch.Tensor and getattr(c, "__torch_function__", disabled) is not disabled
+                     for c in classes))
 
 
 # Process-wide state a trace may read: its value is a constant of the trace and a guard of the entry.
