@@ -168,3 +168,45 @@ def test_has_torch_function_answers_for_the_traced_classes(name, kind, obj):
         x = torch.nn.Parameter(x) if kind == "parameter" else x
         with torch.no_grad():
             torch.testing.assert_close(opt(x, o), fn(x, o))
+
+
+# -- a list extended with itself ------------------------------------------------------------------------------
+# CPython copies the items first when a list is extended with itself; ember iterated the list subclass while
+# appending to it and never stopped (test_repros.py::test_restricted_list_subclass3 timed out).
+class _ListSub(list):
+    def append_twice(self, x):
+        self.extend([x, x])
+
+
+def _extend_self(a, b):
+    a.extend(b)
+    a.append_twice(b[1] + 1)
+    return b
+
+
+def _iadd_self(a, b):
+    a += b
+    return a
+
+
+def _extend_self_method(a, b):
+    list.extend(a, b)
+    return len(a)
+
+
+@pytest.mark.parametrize("fn,cls", [(_extend_self, _ListSub), (_iadd_self, list), (_extend_self_method, list),
+                                    (_extend_self_method, _ListSub)], ids=lambda v: v.__name__)
+def test_list_extended_with_itself(fn, cls):
+    x, y = torch.randn(3), torch.randn(3)
+    want_list = cls([x, y])
+    want = fn(want_list, want_list)
+    ember.reset()
+    got_list = cls([x, y])
+    got = ember.compile(fn, backend="eager", fullgraph=True)(got_list, got_list)
+    assert len(got_list) == len(want_list)
+    for g, w in zip(got_list, want_list):
+        torch.testing.assert_close(g, w)
+    if isinstance(want, int):
+        assert got == want
+    else:
+        assert got is got_list
