@@ -276,3 +276,60 @@ def test_builtins_reading_the_callers_frame(fn):
             assert got[1] == want[1]
         else:
             torch.testing.assert_close(got, want)
+
+
+# -- symbolic graphs given to another library's backend ---------------------------------------------------------
+# A backend that traces the graph into its own callable from the real example inputs (PyTorch's
+# aot_module_simplified, make_fx) bakes their sizes and Python ints in; ember handed it a symbolic graph and kept
+# calling the result for other sizes and values (test_repros.py::test_maybe_multiply_symint: the second call
+# used the first call's alpha).
+def _aot_module_simplified_backend(gm, example_inputs):
+    from torch._functorch.aot_autograd import aot_module_simplified
+    return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: g.forward)
+
+
+def _make_fx_backend(gm, example_inputs):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(gm)(*example_inputs)
+
+
+def _interpreter_backend(gm, example_inputs):
+    return lambda *args: torch.fx.Interpreter(gm).run(*args)
+
+
+def _alpha_add(t1, t2, d):
+    return torch.add(t1, t2, alpha=d)
+
+
+def _size_scale(x, d):
+    return x.sum(0) * x.shape[0] + d
+
+
+_FOREIGN = {"aot_module_simplified": _aot_module_simplified_backend, "make_fx": _make_fx_backend,
+            "interpreter": _interpreter_backend}
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+@pytest.mark.parametrize("backend", sorted(_FOREIGN))
+def test_foreign_backend_never_sees_a_symbolic_graph_it_would_specialize(backend, dynamic):
+    ember.reset()
+    with torch.no_grad():
+        add = ember.compile(_alpha_add, backend=_FOREIGN[backend], dynamic=dynamic)
+        scale = ember.compile(_size_scale, backend=_FOREIGN[backend], dynamic=dynamic)
+        for n, d in ((3, 5), (4, 6), (5, 7), (6, 5)):
+            t1, t2 = torch.randn(n), torch.randn(n)
+            torch.testing.assert_close(add(t1, t2, d), _alpha_add(t1, t2, d))
+            x = torch.randn(n, 2)
+            torch.testing.assert_close(scale(x, d), _size_scale(x, d))
+
+
+def test_graph_running_backend_keeps_symbolic_graph():
+    """A backend that runs the graph itself (a compile counter) still gets one symbolic graph for all sizes."""
+    from torch._dynamo.testing import CompileCounter
+    ember.reset()
+    cnt = CompileCounter()
+    fn = ember.compile(_size_scale, backend=cnt, dynamic=True)
+    for n in (3, 4, 5):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(fn(x, 2), _size_scale(x, 2))
+    assert cnt.frame_count == 1

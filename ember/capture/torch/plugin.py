@@ -517,6 +517,10 @@ class TorchPlugin:
             raise BackendCompilerFailed(self.backend_name, e) from e
         finally:        # a backend that runs the graph while compiling must not leave its grad mode behind
             torch._C._set_grad_enabled(grad)
+        if symbolic and not _keeps_symbols(self.backend, compiled, gm):
+            STATS.bump("graphs_compiled", -1)
+            raise SymbolicUnsupported(f"backend {self.backend_name!r} compiled the graph into its own callable from "
+                                      "real example inputs, so it may have specialized the symbolic sizes")
         if symbolic:        # what the trace and the backend relied on about the sizes
             _symsize.relation_guards(d, st.table)
             STATS.bump("symbolic_graphs")
@@ -531,6 +535,17 @@ class TorchPlugin:
                  f"    __graph_error(__x, {name}_gm, ({again}{',' if again else ''}))", "    raise"]
         return lines, [{"gm": gm, "bindings": {name: compiled, f"{name}_gm": gm, "__graph_error": graph_error},
                         "n_inputs": len(st.inputs), "n_ops": st.n_calls}]
+
+
+def _keeps_symbols(backend: Any, compiled: Any, gm: fx.GraphModule) -> bool:
+    """Whether a symbolic graph stays symbolic in what the backend returned: ember's own backends read the
+    sizes' symbols (``gm.meta["ember_symbols"]``); another backend is safe only when it runs the graph itself
+    (``gm.forward``: a compile counter, a graph recorder). One that traced the graph into its own callable
+    (PyTorch's ``aot_module_simplified``) saw only real example inputs and may have baked their sizes and
+    Python ints in: it runs the same answer for every size, so the frame is compiled with static sizes."""
+    if backend is None or (getattr(backend, "__module__", None) or "").split(".")[0] == "ember":
+        return True
+    return compiled is gm or getattr(compiled, "__self__", None) is gm
 
 
 def _drop_unused_sizes(graph: fx.Graph) -> None:
