@@ -15,6 +15,7 @@ from . import counters, logs
 from .backends import lookup_backend
 from .capture.frontend import STATS, FrameCache, compile_function, new_session
 from .capture.torch import plugins_factory
+from .capture.torch.plugin import is_torch_op
 from .errors import Unsupported
 from .graphcache import register as _register_graph_cache
 from .options import CompileOptions, make_options
@@ -69,23 +70,44 @@ def _compile(model: Any, cfg: _Config, disable: bool):
         return OptimizedModule(model, cfg)
     if isinstance(model, types.MethodType) and type(model.__func__) is types.FunctionType:
         return types.MethodType(cfg.frame_cache(model.__func__).dispatch, model.__self__)
+    if type(model) is types.FunctionType and is_torch_op(model):
+        # a torch function (``F.relu``) is one op of the graph wherever code calls it: compiled as a call of
+        # it, not by tracing its own code (torch-function dispatch checks and all)
+        return _compile_function(_calling(model), cfg)
     if type(model) is types.FunctionType:
-        inner = model.__dict__.get("__ember_cache__")
-        if inner is not None and inner.fn is not None:
-            model = inner.fn        # compiling a compiled function compiles its original (the outer wins)
-        cache = cfg.frame_cache(model)
-        disp = cache.dispatch
-        functools.update_wrapper(disp, model)
-        disp.__ember_cache__ = cache
-        # what torch.compile's own wrappers carry: PyTorch's tools that take a compiled function
-        # (torch._dynamo.export, torch.compile of it, torch.compiler.disable) unwrap it to the original
-        # instead of tracing ember's dispatcher
-        disp._torchdynamo_orig_callable = model
-        disp._torchdynamo_wrapper_id = id(disp)
-        return disp
+        return _compile_function(model, cfg)
     if callable(model) and type(getattr(type(model), "__call__", None)) is types.FunctionType:
         return types.MethodType(cfg.frame_cache(type(model).__call__).dispatch, model)
-    raise TypeError(f"ember.compile expects a function, a bound method or an nn.Module, got {type(model).__name__}")
+    if callable(model) and not isinstance(model, type):
+        # a callable without Python code of its own (``torch.sin``, a ``functools.partial``, a builtin bound
+        # method): compiled as a Python function that calls it, as torch.compile does
+        return _compile_function(_calling(model), cfg)
+    raise TypeError(f"ember.compile expects a function, a bound method or an nn.Module (or another callable), "
+                    f"got {type(model).__name__}")
+
+
+def _compile_function(model: types.FunctionType, cfg: _Config) -> Callable:
+    inner = model.__dict__.get("__ember_cache__")
+    if inner is not None and inner.fn is not None:
+        model = inner.fn        # compiling a compiled function compiles its original (the outer wins)
+    cache = cfg.frame_cache(model)
+    disp = cache.dispatch
+    functools.update_wrapper(disp, model)
+    disp.__ember_cache__ = cache
+    # what torch.compile's own wrappers carry: PyTorch's tools that take a compiled function
+    # (torch._dynamo.export, torch.compile of it, torch.compiler.disable) unwrap it to the original
+    # instead of tracing ember's dispatcher
+    disp._torchdynamo_orig_callable = model
+    disp._torchdynamo_wrapper_id = id(disp)
+    return disp
+
+
+def _calling(target: Callable) -> types.FunctionType:
+    """A Python function that calls ``target``, named after it (its module and qualname stay ember's)."""
+    def call(*args, **kwargs):
+        return target(*args, **kwargs)
+    functools.update_wrapper(call, target, assigned=("__name__", "__doc__"), updated=())
+    return call
 
 
 class OptimizedModule(torch.nn.Module):
@@ -127,7 +149,7 @@ class OptimizedModule(torch.nn.Module):
         _, d["_ember_cache"], d["_ember_call"] = hit
         d["_ember_key"] = (fwd, call, type(mod).forward)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         d = self.__dict__
         mod = d["_orig_mod"]
         key = d["_ember_key"]
@@ -136,7 +158,7 @@ class OptimizedModule(torch.nn.Module):
             self._ember_select(mod)
         return d["_ember_call"](*args, **kwargs)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, /, *args, **kwargs):
         return self.__call__(*args, **kwargs)
 
     def __setattr__(self, name: str, value):

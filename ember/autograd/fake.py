@@ -327,10 +327,29 @@ def _vector_norm_shape(out: Any, meta_args: tuple, meta_kwargs: dict | None = No
     return out.new_empty(shape)
 
 
+def _input_memory_format(out: Any, args: tuple, _kwargs: dict | None = None) -> Any:
+    """The op's CPU and CUDA kernels allocate their result in the memory format their first input suggests
+    (channels-last stays channels-last), where the meta kernel returns a contiguous one. The strides matter
+    beyond the result's own layout: ``as_strided`` of the result addresses its memory in eager's order."""
+    x = args[0] if args else None
+    if not isinstance(out, torch.Tensor) or out.ndim not in (4, 5) or not isinstance(x, torch.Tensor) or \
+            x.ndim != out.ndim or not _channels_last_order(x):
+        return out
+    return out.contiguous(memory_format=torch.channels_last if out.ndim == 4 else torch.channels_last_3d)
+
+
+# ops whose eager kernels follow the input's suggested memory format (meta: contiguous); torch 2.13
+_FOLLOW_INPUT_FORMAT = ("aten::roll", "aten::reflection_pad2d", "aten::reflection_pad3d",
+                        "aten::replication_pad2d", "aten::replication_pad3d", "aten::reflection_pad2d_backward",
+                        "aten::reflection_pad3d_backward", "aten::replication_pad2d_backward",
+                        "aten::replication_pad3d_backward", "aten::pixel_shuffle", "aten::channel_shuffle",
+                        "aten::native_channel_shuffle")
+
 # ATen op name -> fix-up of the meta kernel's output to what eager gives on a real CPU or CUDA device (layout,
 # and shape where a torch version's meta kernel differs from its real kernels)
-DEVICE_LAYOUT_RULES: dict[str, Callable[[Any, tuple, dict], Any]] = {"aten::convolution": _channels_last_conv,
-                                                              "aten::linalg_vector_norm": _vector_norm_shape}
+DEVICE_LAYOUT_RULES: dict[str, Callable[[Any, tuple, dict], Any]] = {
+    "aten::convolution": _channels_last_conv, "aten::linalg_vector_norm": _vector_norm_shape,
+    **{name: _input_memory_format for name in _FOLLOW_INPUT_FORMAT}}
 
 
 class SymbolicRules:

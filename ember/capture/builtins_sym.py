@@ -586,8 +586,10 @@ def _reduce(d, f, args, kwargs):
 
 @rule(vars)
 def _vars(d, f, args, kwargs):
-    if len(args) != 1 or kwargs:        # vars() is locals(): the frame's names, which glue does not rebuild
-        raise d.unsupported(f, "vars() without an argument inside compiled code", "use locals() or name them")
+    if not args and not kwargs:         # vars() is locals()
+        return _locals(d, f, args, kwargs)
+    if len(args) != 1 or kwargs:
+        raise UserException(TypeError(f"vars expected at most 1 argument, got {len(args) + len(kwargs)}"))
     try:
         return d.getattr(f, args[0], "__dict__")
     except UserException as ue:
@@ -605,6 +607,15 @@ def _globals(d, f, args, kwargs):
 def _locals(d, f, args, kwargs):
     return DictVar({k: v for k, v in f.locals.items() if isinstance(v, Value)},
                    {k: Const(k) for k, v in f.locals.items() if isinstance(v, Value)})
+
+
+@rule(dir)
+def _dir(d, f, args, kwargs):
+    """``dir()`` lists the names of the traced frame (run natively, it listed the interpreter's own); with an
+    argument it is an ordinary pure call."""
+    if args or kwargs:
+        return NotImplemented
+    return d.from_python(sorted(k for k, v in f.locals.items() if isinstance(v, Value)))
 
 
 @rule(id)

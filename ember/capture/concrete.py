@@ -309,6 +309,19 @@ class ConcreteDomain:
         setattr(fn, f"__{name}__", v)
         return fn
 
+    def _frame_builtin(self, f, fn, args, kwargs):
+        """A builtin that reads its caller's frame (``locals()``, ``vars()``, ``dir()``, ``eval``/``exec``
+        without namespaces) gets the interpreted frame's names, not those of the interpreter's own frame."""
+        names = {k: (self.cell_get(v) if isinstance(v, types.CellType) else v) for k, v in f.locals.items()
+                 if not (isinstance(v, types.CellType) and _empty_cell(v))}
+        if fn is globals:
+            return f.f_globals
+        if fn is locals or fn is vars:
+            return names
+        if fn is dir:
+            return sorted(names)
+        return fn(args[0], f.f_globals, names, **kwargs)        # eval / exec of a string or code object
+
     def call_ex(self, f, fn, args, kwargs):
         if kwargs and not all(isinstance(k, str) for k in kwargs):
             raise UserException(TypeError("keywords must be strings"))
@@ -317,10 +330,9 @@ class ConcreteDomain:
     def call(self, f, fn, args, kwargs):
         if fn is super and not args:
             return self._zero_arg_super(f)
-        if fn is locals and not args:
-            return {k: (self.cell_get(v) if isinstance(v, types.CellType) else v) for k, v in f.locals.items()}
-        if fn is globals and not args:
-            return f.f_globals
+        if type(fn) is types.BuiltinFunctionType and fn in _FRAME_BUILTINS and \
+                _reads_callers_frame(fn, args, kwargs):
+            return self._frame_builtin(f, fn, args, kwargs)
         if self.call_hook is not None:
             return self.call_hook(f, fn, args, kwargs)
         func, bound = fn, []
@@ -446,7 +458,27 @@ def _after_sub_throw(frame: Frame, err: BaseException):
     return frame.run()
 
 
-def run_concrete(fn: Any, *args, **kwargs):
+_FRAME_BUILTINS = frozenset((locals, globals, vars, dir, eval, exec))
+
+
+def _reads_callers_frame(fn: Any, args: Any, kwargs: dict) -> bool:
+    """Whether this call of a frame builtin reads its caller's names: ``locals()``, ``globals()``, ``vars()``,
+    ``dir()`` without arguments; ``eval``/``exec`` without a locals namespace."""
+    if fn in (eval, exec):
+        return 1 <= len(args) <= 2 and (len(args) == 1 or args[1] is None) and \
+            not {"globals", "locals"} & set(kwargs)
+    return not args and not kwargs
+
+
+def _empty_cell(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return True
+    return False
+
+
+def run_concrete(fn: Any, /, *args, **kwargs):
     """Run ``fn`` by interpreting its bytecode (and its Python callees') with real values."""
     dom = ConcreteDomain(interpret_callees=True)
     try:

@@ -172,7 +172,13 @@ def _list_method(d: SymbolicDomain, f, v: ListVar, name, args, kwargs):
     if name == "append":
         items.append(_args(d, f, name, args, 1, 1)[0])
     elif name == "extend":
-        for x in d.each(f, args[0]):            # appended as read: the iterator may look at the list
+        src = args[0]
+        if src is v or getattr(src, "base_part", None) is v:
+            # the list itself (a list subclass as itself too): CPython copies its items first
+            items.extend(list(items))
+            d.mark_mutated(v)
+            return Const(None)
+        for x in d.each(f, src):            # appended as read: the iterator may look at the list
             items.append(x)
             d.mark_mutated(v)
     elif name == "insert":

@@ -327,7 +327,7 @@ class FrameCache:
         return self.fn(*args, **kwargs)
 
     # -- misses ----------------------------------------------------------------------------------------
-    def _miss(self, *args, **kwargs):
+    def _miss(self, /, *args, **kwargs):
         """No entry matched: compile one (or fall back) under this cache's lock, then run it outside the lock.
 
         Threads that miss together compile once: each takes the lock in turn and first checks the entries added
@@ -629,7 +629,7 @@ def compile_python(fn: types.FunctionType, fullgraph: bool = False) -> Callable:
     return compile_function(new_session(fullgraph=fullgraph), fn).dispatch
 
 
-def symbolic_call(fn: types.FunctionType, *args, **kwargs):
+def symbolic_call(fn: types.FunctionType, /, *args, **kwargs):
     """Trace ``fn`` on these arguments, generate its glue and run it (breaking where unsupported)."""
     return compile_python(fn)(*args, **kwargs)
 

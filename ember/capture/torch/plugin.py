@@ -77,6 +77,9 @@ def _constant_rules() -> dict[Any, Callable]:
         if hasattr(torch, name):
             out[getattr(torch, name)] = lambda d, f, a, k, dev=dev: Const(d.torch.autocast_dtype(dev) is not None)
     out[torch._C._set_grad_enabled] = _set_grad_call
+    for fn in (torch._C._has_torch_function, torch._C._has_torch_function_unary,
+               torch._C._has_torch_function_variadic):
+        out[fn] = lambda d, f, a, k, fn=fn: _has_torch_function(fn, a)
     from .checkpoint import RULES as _checkpoint_rules
     out.update(_checkpoint_rules)
     from .unbacked import RULES as _unbacked_rules     # torch._check / torch._check_is_size
@@ -88,6 +91,23 @@ def _constant_rules() -> dict[Any, Callable]:
     for fn, what in _GLOBAL_STATE.items():
         out[fn] = lambda d, f, a, k, fn=fn, what=what: _read_global_state(d, fn, what)
     return out
+
+
+def _has_torch_function(fn: Any, args: list) -> Any:
+    """``torch._C._has_torch_function*`` (torch's functions ask it of their arguments before dispatching):
+    whether an argument's class overrides ``__torch_function__``, answered from the classes the traced values
+    stand for. Recorded in the graph instead, it was asked of the trace's stand-ins, which answered True."""
+    items = args[0].items if fn is torch._C._has_torch_function and type(args[0]).__name__ in (
+        "TupleVar", "ListVar") else args
+    if torch._C._is_torch_function_mode_enabled():
+        return None
+    try:
+        classes = [v.python_type() for v in items]
+    except NotImplementedError:
+        return None
+    disabled = torch._C._disabled_torch_function_impl
+    return Const(any(c is not torch.Tensor and getattr(c, "__torch_function__", disabled) is not disabled
+                     for c in classes))
 
 
 # Process-wide state a trace may read: its value is a constant of the trace and a guard of the entry.
@@ -510,6 +530,10 @@ class TorchPlugin:
             raise BackendCompilerFailed(self.backend_name, e) from e
         finally:        # a backend that runs the graph while compiling must not leave its grad mode behind
             torch._C._set_grad_enabled(grad)
+        if symbolic and not _keeps_symbols(self.backend, compiled, gm):
+            STATS.bump("graphs_compiled", -1)
+            raise SymbolicUnsupported(f"backend {self.backend_name!r} compiled the graph into its own callable from "
+                                      "real example inputs, so it may have specialized the symbolic sizes")
         if symbolic:        # what the trace and the backend relied on about the sizes
             _symsize.relation_guards(d, st.table)
             STATS.bump("symbolic_graphs")
@@ -524,6 +548,17 @@ class TorchPlugin:
                  f"    __graph_error(__x, {name}_gm, ({again}{',' if again else ''}))", "    raise"]
         return lines, [{"gm": gm, "bindings": {name: compiled, f"{name}_gm": gm, "__graph_error": graph_error},
                         "n_inputs": len(st.inputs), "n_ops": st.n_calls}]
+
+
+def _keeps_symbols(backend: Any, compiled: Any, gm: fx.GraphModule) -> bool:
+    """Whether a symbolic graph stays symbolic in what the backend returned: ember's own backends read the
+    sizes' symbols (``gm.meta["ember_symbols"]``); another backend is safe only when it runs the graph itself
+    (``gm.forward``: a compile counter, a graph recorder). One that traced the graph into its own callable
+    (PyTorch's ``aot_module_simplified``) saw only real example inputs and may have baked their sizes and
+    Python ints in: it runs the same answer for every size, so the frame is compiled with static sizes."""
+    if backend is None or (getattr(backend, "__module__", None) or "").split(".")[0] == "ember":
+        return True
+    return compiled is gm or getattr(compiled, "__self__", None) is gm
 
 
 def _drop_unused_sizes(graph: fx.Graph) -> None:
