@@ -63,6 +63,48 @@ def test_mark_static_pins_a_dim():
     assert ember.stats()["graphs_compiled"] == 3       # dim 0 pinned: one entry per size (dim 1 symbolic)
 
 
+def _torch_mark_dynamic(x, **kw):
+    import torch._dynamo        # the reference's own marking function (tests may import Dynamo)
+    torch._dynamo.mark_dynamic(x, 0, **kw)
+
+
+def _torch_maybe_mark_dynamic(x, **kw):
+    import torch._dynamo
+    torch._dynamo.maybe_mark_dynamic(x, 0)
+
+
+@pytest.mark.parametrize("mark", [_torch_mark_dynamic, _torch_maybe_mark_dynamic])
+def test_torch_dynamo_markings_make_first_call_symbolic(mark):
+    """Code written for torch.compile marks dims with ``torch._dynamo.mark_dynamic``; ember reads the marking
+    (before: ignored, so every batch size compiled its own graph until automatic dynamic)."""
+    ember.reset()
+    c = ember.compile(_f, backend="eager")
+    for n in (6, 4, 9):
+        x = torch.randn(n, 4)
+        mark(x)
+        torch.testing.assert_close(c(x), _f(x))
+        assert ember.stats()["symbolic_graphs"] == 1 and ember.stats()["graphs_compiled"] == 1, ember.stats()
+
+
+def test_torch_dynamo_mark_dynamic_range_and_mark_static():
+    import torch._dynamo
+    ember.reset()
+    c = ember.compile(_f, backend="eager")
+    x = torch.randn(6, 4)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=10)
+    torch.testing.assert_close(c(x), _f(x))
+    big = torch.randn(12, 4)            # outside [2, 10]: a new entry
+    torch.testing.assert_close(c(big), _f(big))
+    assert ember.stats()["graphs_compiled"] == 2
+    ember.reset()
+    c = ember.compile(_f, backend="eager", dynamic=True)
+    for n in (4, 6, 8):
+        x = torch.randn(n, 4)
+        torch._dynamo.mark_static(x, 0)
+        torch.testing.assert_close(c(x), _f(x))
+    assert ember.stats()["graphs_compiled"] == 3
+
+
 def _branch(x):
     if x.shape[0] > 4:
         return x * 2

@@ -45,15 +45,34 @@ def module_weight(source) -> bool:
 _weight_like = module_weight
 
 
+def _markings(t: torch.Tensor) -> tuple[set[int], dict[int, tuple], set[int]]:
+    """The dims marked dynamic (with their ``(min, max)``) and static, by ``ember.mark_dynamic`` /
+    ``mark_static`` or by torch's own ``torch._dynamo.mark_dynamic`` / ``maybe_mark_dynamic`` / ``mark_static``
+    (code written for torch.compile keeps its markings; read from the attributes those set, without importing
+    Dynamo). ember's own marking wins for a dim marked both ways."""
+    marked = set(getattr(t, "_ember_dynamic", ()))
+    ranges = dict(getattr(t, "_ember_dynamic_ranges", {}))
+    static = set(getattr(t, "_ember_static", ()))
+    if getattr(t, "_has_dynamo_dim_marking", False) or hasattr(t, "_dynamo_static_indices"):
+        n = t.dim()
+        torch_dims = {i % n for i in (*getattr(t, "_dynamo_dynamic_indices", ()),
+                                      *getattr(t, "_dynamo_weak_dynamic_indices", ()))}
+        marked |= torch_dims
+        for r in getattr(t, "_dynamo_dynamic_range", ()):
+            dim = getattr(r, "dim", None)
+            if isinstance(dim, int) and dim % n not in ranges:
+                ranges[dim % n] = (getattr(r, "min", None), getattr(r, "max", None))
+        static |= {i % n for i in getattr(t, "_dynamo_static_indices", ())} - set(getattr(t, "_ember_dynamic", ()))
+    return marked, ranges, static
+
+
 def dynamic_dims(plugin, d, source, t: torch.Tensor) -> dict[int, tuple]:
     """{dim: (lo, hi)} of ``t``'s dims that are symbolic in this trace."""
     if getattr(d, "static_shapes", False) or source is None or t.dim() == 0:
         return {}
     plain = d.cg.plain(source)
     state = getattr(d, "frame_state", None)
-    marked = getattr(t, "_ember_dynamic", ())
-    ranges = getattr(t, "_ember_dynamic_ranges", {})
-    static = getattr(t, "_ember_static", ())
+    marked, ranges, static = _markings(t)
     want: set[int] = set(marked)
     if plugin.dynamic is True and not _weight_like(source):
         want |= set(range(t.dim()))
