@@ -187,6 +187,7 @@ def build_entry(d: SymbolicDomain, ret: Any, fn: Any, graph_hook: Callable | Non
     glue = GlueBuilder(d)
     ret_expr = break_tail(glue, ret, step) if isinstance(ret, Frame) else glue.expr(ret)
     effects = glue.side_effect_lines()
+    checks = _assert_lines(glue)
     graph_lines, graphs = (graph_hook(d, glue) if graph_hook is not None else ([], []))
     if glue.graph_outputs and not graph_lines:
         raise InternalError("values from a graph were used but no graph was built")
@@ -198,6 +199,7 @@ def build_entry(d: SymbolicDomain, ret: Any, fn: Any, graph_hook: Callable | Non
              "    except Exception:",
              "        return __MISS"]
     lines += ["    " + ln for ln in graph_lines]
+    lines += ["    " + ln for ln in checks]
     lines += ["    " + ln for ln in glue.creations + glue.fills]
     if isinstance(ret, Frame):          # graph break: state read first, effects, then the native step
         lines.append(f"    __state = {ret_expr}")
@@ -210,6 +212,17 @@ def build_entry(d: SymbolicDomain, ret: Any, fn: Any, graph_hook: Callable | Non
     else:
         lines.append(f"    return {ret_expr}")
     return "\n".join(lines) + "\n", graphs, effects
+
+
+def _assert_lines(glue: GlueBuilder) -> list[str]:
+    """The runtime assertions' checks (torch/asserts.py): after the graph, before any side effect, as eager
+    raises at the assert."""
+    lines = []
+    for cond, msg in glue.d.runtime_asserts:
+        args = "" if msg is None else glue.cg.bind(msg, "msg")
+        lines.append(f"if not {glue.output_ref(cond)}:")
+        lines.append(f"    raise {glue.cg.bind(AssertionError, 'AssertionError')}({args})")
+    return lines
 
 
 def _plugin_graphs(d: SymbolicDomain, glue: GlueBuilder):

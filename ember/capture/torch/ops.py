@@ -12,6 +12,7 @@ from ..values import NUMPY_SCALARS, Const, ListVar, TupleVar, Value
 from .symprop import final_sym, has_symbols, propagate
 from . import symrules  # noqa: F401  (registers the shape rules in symprop.RULES)
 from . import unbacked
+from .asserts import check_no_mutation_after
 from .symsize import COMPARE_FNS
 from .graph import TensorVar, location_meta, meta_arg, node_arg, result_device, run_meta, tensors_in, wrap_result
 
@@ -156,7 +157,7 @@ def record(d, f, kind: str, target: Any, args: list[Value], kwargs: dict[str, Va
     if dd is not None:      # an output size that depends on tensor values: an unbacked symbol (unbacked.py)
         out, sym = dd
     else:
-        out = run_meta(d, f, st, meta_fn, margs, mkwargs)
+        out = check_no_mutation_after(d, f, tens, lambda: run_meta(d, f, st, meta_fn, margs, mkwargs))
         sym = None
         if st.table is not None and has_symbols(args, kwargs):
             sym = propagate(d, f, kind, target, meta_fn, args, kwargs, out)

@@ -1,0 +1,159 @@
+"""`assert` on a tensor and `Tensor.data = y` inside compiled code (issue 32), differential against eager.
+
+A passing tensor assert costs no graph break (checked under fullgraph=True); a failing one raises eager's
+AssertionError with the user's message, before any later side effect, on the default (C++) backend so the
+check really runs in compiled code.
+
+PYTEST_DONT_REWRITE: pytest's assert rewriting would replace the programs' `assert` bytecode under test.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ember
+from tests.capture.harness import assert_same, clone_value
+
+pytestmark = pytest.mark.usefixtures("fresh_ember")
+
+
+def _first_is_3(x):
+    assert x[0] == 3, "first must be 3"
+    return x * 2
+
+
+def _all_positive(x):
+    assert (x > 0).all(), "all positive"
+    return x.sin() + 1
+
+
+def _no_message(x):
+    y = x.exp()
+    assert y.sum() > 3.5
+    return y - 1
+
+
+def _helper_check(t):
+    assert t.max() < 10, "too large"
+
+
+def _inlined(x):
+    _helper_check(x)
+    return x.cos()
+
+
+def _two_asserts(x):
+    assert x.numel() == 3, "static check"
+    assert x[1] != 0, "second is zero"
+    y = x / x[1]
+    return y
+
+
+def _bool_scalar_tensor(x, flag):
+    assert flag, "flag off"
+    return x + 1
+
+
+# name -> (fn, passing args, failing args)
+ASSERT_CASES = {
+    "indexed_compare": (_first_is_3, lambda: (torch.tensor([3.0, 1.0]),), lambda: (torch.tensor([2.0, 1.0]),)),
+    "all": (_all_positive, lambda: (torch.rand(4) + 0.5,), lambda: (torch.rand(4) - 2.0,)),
+    "no_message": (_no_message, lambda: (torch.ones(3),), lambda: (torch.zeros(3),)),
+    "inlined_helper": (_inlined, lambda: (torch.rand(5),), lambda: (torch.rand(5) + 20,)),
+    "two_asserts": (_two_asserts, lambda: (torch.rand(3) + 1,), lambda: (torch.tensor([1.0, 0.0, 2.0]),)),
+    "bool_input": (_bool_scalar_tensor, lambda: (torch.rand(2), torch.tensor(True)),
+                   lambda: (torch.rand(2), torch.tensor(False))),
+}
+
+
+def _eager_error(fn, args):
+    with pytest.raises(AssertionError) as ei:
+        fn(*clone_value(args))
+    return str(ei.value)
+
+
+@pytest.mark.parametrize("fail_first", [False, True])
+@pytest.mark.parametrize("name", list(ASSERT_CASES))
+def test_tensor_assert_fullgraph(name, fail_first):
+    fn, good, bad = ASSERT_CASES[name]
+    cf = ember.compile(fn, fullgraph=True)
+    order = [bad, good, bad] if fail_first else [good, bad, good]
+    for make in order:
+        args = make()
+        if make is bad:
+            msg = _eager_error(fn, args)
+            with pytest.raises(AssertionError) as ei:
+                cf(*clone_value(args))
+            assert str(ei.value) == msg
+        else:
+            assert_same(cf(*clone_value(args)), fn(*clone_value(args)))
+
+
+def _appends_after(x, log):
+    assert (x > 0).all(), "positive"
+    log.append(x.sum())
+    return x + 1
+
+
+def test_failing_assert_skips_later_side_effects():
+    cf = ember.compile(_appends_after, fullgraph=True)
+    log_c, log_e = [], []
+    assert_same(cf(torch.ones(3), log_c), _appends_after(torch.ones(3), log_e))
+    with pytest.raises(AssertionError, match="positive"):
+        cf(-torch.ones(3), log_c)
+    with pytest.raises(AssertionError, match="positive"):
+        _appends_after(-torch.ones(3), log_e)
+    assert_same(log_c, log_e)
+
+
+def _mutates_after(x):
+    assert x[0] > 0, "first positive"
+    x.add_(1)
+    return x * 2
+
+
+def test_failing_assert_leaves_input_unmutated():
+    """A write after the assert would run inside the graph before the check: the graph breaks there."""
+    cf = ember.compile(_mutates_after)
+    for v in ([1.0, 2.0], [-1.0, 2.0], [3.0, 0.0]):
+        xc, xe = torch.tensor(v), torch.tensor(v)
+        try:
+            oe = _mutates_after(xe)
+        except AssertionError as e:
+            with pytest.raises(AssertionError, match=str(e)):
+                cf(xc)
+        else:
+            assert_same(cf(xc), oe)
+        assert_same(xc, xe, "caller's x")
+
+
+def _grad_fn(x, w):
+    assert (w.abs() < 100).all(), "weights exploded"
+    return (x @ w).tanh().sum()
+
+
+def test_tensor_assert_gradients():
+    cf = ember.compile(_grad_fn, fullgraph=True)
+    x = torch.randn(3, 4)
+    w = torch.randn(4, 2, requires_grad=True)
+    wc = w.detach().clone().requires_grad_(True)
+    assert_same(cf(x, wc), _grad_fn(x, w))
+    cf(x, wc).backward()
+    _grad_fn(x, w).backward()
+    assert_same(wc.grad, w.grad, "grad")
+    with pytest.raises(AssertionError, match="weights exploded"):
+        cf(x, (wc.detach() * 1000).requires_grad_(True))
+
+
+def _ambiguous(x):
+    assert x > 0, "never reached"
+    return x
+
+
+def test_multi_element_assert_raises_eager_error():
+    """bool() of a several-element tensor is eager's RuntimeError, not an assertion."""
+    cf = ember.compile(_ambiguous)
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        _ambiguous(torch.ones(3))
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        cf(torch.ones(3))
