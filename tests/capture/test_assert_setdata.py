@@ -157,3 +157,95 @@ def test_multi_element_assert_raises_eager_error():
         _ambiguous(torch.ones(3))
     with pytest.raises(RuntimeError, match="ambiguous"):
         cf(torch.ones(3))
+
+
+# -- Tensor.data = y -------------------------------------------------------------------------------------
+def _sd_input(x, y):
+    x.data = y
+    return x + 1, x.shape, x.dtype
+
+
+def _sd_local(x, y):
+    z = x * 2
+    z.data = y
+    return z, z is not y
+
+
+def _sd_then_inplace(x, y):
+    x.data = y
+    x.add_(1)                   # writes y's storage too, as eager
+    return x.sum()
+
+
+def _sd_computed(x, y):
+    x.data = y * 3
+    return x.mul_(2), x
+
+
+def _sd_twice_in_list(x, y):
+    box = [x]
+    x.data = y
+    x.data = y[:1]
+    return box[0] is x, box[0] + 0
+
+
+def _sd_grad_source(x, w):
+    x.data = w * 2              # the target does not require grad; w's graph is not attached to x
+    return (w * x).sum()
+
+
+def _sd_grad_read(x, y):
+    x.add_(1)
+    x.data = y
+    return x.grad is None, x * 1
+
+
+SETDATA_CASES = {
+    "input": (_sd_input, lambda: (torch.zeros(3), torch.rand(2, dtype=torch.float64))),
+    "local": (_sd_local, lambda: (torch.rand(3), torch.rand(4))),
+    "then_inplace": (_sd_then_inplace, lambda: (torch.zeros(3), torch.rand(2))),
+    "computed": (_sd_computed, lambda: (torch.zeros(5), torch.rand(2, 2))),
+    "twice_in_list": (_sd_twice_in_list, lambda: (torch.zeros(3), torch.rand(4))),
+    "grad_read": (_sd_grad_read, lambda: (torch.zeros(3), torch.rand(2))),
+    "grad_source": (_sd_grad_source, lambda: (torch.zeros(3), torch.rand(3, requires_grad=True))),
+}
+
+
+def _aliasing(args):
+    return [[a.data_ptr() == b.data_ptr() for b in args] for a in args]
+
+
+@pytest.mark.parametrize("name", list(SETDATA_CASES))
+def test_set_data_fullgraph(name):
+    fn, make = SETDATA_CASES[name]
+    cf = ember.compile(fn, fullgraph=True)
+    for _ in range(2):
+        args = make()
+        ae, ac = clone_value(args), clone_value(args)
+        oe, oc = fn(*ae), cf(*ac)
+        assert_same(oc, oe)
+        assert_same(list(ac), list(ae), "caller's args")
+        assert _aliasing(ac) == _aliasing(ae), "storage sharing with y differs from eager"
+        if name == "grad_source":
+            oe.backward()
+            oc.backward()
+            assert_same(ac[1].grad, ae[1].grad, "w.grad")
+
+
+def _sd_requires_grad(x, y):
+    x.data = y
+    return x * 2
+
+
+def test_set_data_on_requires_grad_is_a_break_not_a_wrong_result():
+    x = torch.zeros(3, requires_grad=True)
+    with pytest.raises(ember.errors.Unsupported, match="requires grad"):
+        ember.compile(_sd_requires_grad, fullgraph=True)(x, torch.ones(2))
+    xe, xc = torch.zeros(3, requires_grad=True), torch.zeros(3, requires_grad=True)
+    ye = torch.rand(2)
+    oe, oc = _sd_requires_grad(xe, ye), ember.compile(_sd_requires_grad)(xc, ye.clone())
+    assert_same(oc, oe)
+    oe.sum().backward()
+    oc.sum().backward()
+    assert_same(xc.grad, xe.grad, "x.grad")
+    assert_same(xc, xe, "x")

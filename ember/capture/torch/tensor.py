@@ -86,7 +86,8 @@ def _tensor_getattr(d, f, t: TensorVar, name: str):
         return record(d, f, "call_function", getattr, [t, Const(name)], {})
     if name == "grad":
         if t.source is not None:
-            real = next(r for s, r, n in d.torch.inputs if n is t.node)
+            # (by source too: after `t.data = y` the value reads another node)
+            real = next(r for s, r, n in d.torch.inputs if n is t.node or s == t.source)
             return d.wrap(real.grad, AttrSource(t.source, "grad"))
         return Const(None)
     if name in ("grad_fn", "_base", "_version"):
@@ -121,6 +122,10 @@ def _tensor_setattr(d, f, t, name, value):
         if not t.meta.is_leaf:      # the setter refuses any value on a non-leaf (requires_grad_(True) does not)
             raise UserException(_nonleaf_setter_error(value.value))
         _tensor_method(d, f, t, "requires_grad_", [value], {})
+        return
+    if name == "data" and value is not NULL:
+        from .setdata import set_data
+        set_data(d, f, t, value)
         return
     raise d.unsupported(f, f"setting Tensor.{name} inside compiled code",
                         "set tensor attributes outside the compiled function")
