@@ -112,19 +112,42 @@ def _mutates_after(x):
     return x * 2
 
 
-def test_failing_assert_leaves_input_unmutated():
-    """A write after the assert would run inside the graph before the check: the graph breaks there."""
-    cf = ember.compile(_mutates_after)
+def _setitem_after(x):
+    assert x[0] > 0, "first positive"
+    x[1] = 7.0
+    return x
+
+
+def _view_write_after(x):
+    assert x[0] > 0, "first positive"
+    x[1:].mul_(2)
+    return x.sum()
+
+
+def _out_after(x):
+    assert x[0] > 0, "first positive"
+    torch.add(x, 1, out=x)
+    return x
+
+
+@pytest.mark.parametrize("fn", [_mutates_after, _setitem_after, _view_write_after, _out_after],
+                         ids=lambda fn: fn.__name__)
+def test_failing_assert_leaves_input_unmutated(fn):
+    """A write to an input after the assert would run inside the graph before the check: the graph breaks
+    there (and fullgraph=True refuses it with the reason)."""
+    cf = ember.compile(fn)
     for v in ([1.0, 2.0], [-1.0, 2.0], [3.0, 0.0]):
         xc, xe = torch.tensor(v), torch.tensor(v)
         try:
-            oe = _mutates_after(xe)
+            oe = fn(xe)
         except AssertionError as e:
             with pytest.raises(AssertionError, match=str(e)):
                 cf(xc)
         else:
             assert_same(cf(xc), oe)
         assert_same(xc, xe, "caller's x")
+    with pytest.raises(ember.errors.Unsupported, match="written in place after an `assert`"):
+        ember.compile(fn, fullgraph=True)(torch.tensor([1.0, 2.0]))
 
 
 def _grad_fn(x, w):
@@ -249,3 +272,21 @@ def test_set_data_on_requires_grad_is_a_break_not_a_wrong_result():
     oc.sum().backward()
     assert_same(xc.grad, xe.grad, "x.grad")
     assert_same(xc, xe, "x")
+
+
+def _local_writes_after(x):
+    assert x.min() > 0, "positive"
+    out = torch.zeros(3)
+    out[0] = x.sum()
+    y = x.clone()
+    y.mul_(2)
+    return out + y[:3]
+
+
+def test_graph_local_writes_after_assert_stay_in_the_graph():
+    """Writes to the graph's own tensors are invisible when the assertion fails: one graph (fullgraph)."""
+    cf = ember.compile(_local_writes_after, fullgraph=True)
+    x = torch.rand(4) + 0.1
+    assert_same(cf(x), _local_writes_after(x))
+    with pytest.raises(AssertionError, match="positive"):
+        cf(-x)

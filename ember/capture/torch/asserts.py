@@ -8,8 +8,9 @@ are replayed (frontend.build_entry). The graph computes the condition whatever t
 check always runs.
 
 Soundness: eager raises before anything after the assert happens. The glue's side effects already come after
-the check; a tensor *mutation* recorded after a pending assertion would run inside the graph before the check,
-so such an op breaks the graph instead (``check_no_mutation_after``), where the check runs first.
+the check; an in-place write to an *input's* storage recorded after a pending assertion would run inside the
+graph before the check, so such an op breaks the graph instead (``check_no_mutation_after``), where the check
+runs first.
 """
 from __future__ import annotations
 
@@ -54,17 +55,32 @@ def capture_assert(d, f, t) -> bool:
 
 
 def check_no_mutation_after(d, f, tens, run) -> object:
-    """Run ``run()`` (an op's meta kernel); if a runtime assertion is pending and the op wrote one of its
-    tensor arguments in place, refuse it (a graph break there, so the assertion is checked first)."""
+    """Run ``run()`` (an op's meta kernel); if a runtime assertion is pending and the op wrote in place a tensor
+    that shares storage with a graph input (what the caller would see although eager raised first), refuse it:
+    a graph break there, so the assertion is checked first. Writes to the graph's own tensors are invisible
+    when the assertion fails (outputs and replayed side effects come after the check), so they stay."""
     if not d.runtime_asserts:
         return run()
     before = [_version(t.meta) for t in tens]
     out = run()
-    if any(_version(t.meta) != v for t, v in zip(tens, before)):
-        raise d.unsupported(f, "a tensor written in place after an `assert` on a tensor in the same graph "
-                               "(the assertion must be checked before the write, as eager does)",
+    written = [t for t, v in zip(tens, before) if _version(t.meta) != v]
+    if written and _storage_keys(written) & _storage_keys(d.torch.inputs):
+        raise d.unsupported(f, "an input tensor written in place after an `assert` on a tensor in the same "
+                               "graph (the assertion must be checked before the write, as eager does)",
                             "move the in-place op before the assert, or make it out of place")
     return out
+
+
+def _storage_keys(items) -> set:
+    keys = set()
+    for x in items:
+        m = x[2].meta.get("example_value") if type(x) is tuple else x.meta
+        if isinstance(m, torch.Tensor):
+            try:
+                keys.add(m.untyped_storage()._cdata)
+            except (RuntimeError, NotImplementedError):
+                keys.add(None)      # (no storage to compare: count it as the input's)
+    return keys
 
 
 def _version(m) -> int:
