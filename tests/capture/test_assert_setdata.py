@@ -54,6 +54,21 @@ def _bool_scalar_tensor(x, flag):
     return x + 1
 
 
+def _negated(x):
+    assert not x.isnan().any(), "has nan"
+    return x + 1
+
+
+def _and_chain(x, y):
+    assert x.sum() > 0 and (y < 5).all(), "bad pair"
+    return x * y
+
+
+def _and_python_first(x):
+    assert x.dim() == 1 and x[-1] < 0.5, "last too big"
+    return x.neg()
+
+
 # name -> (fn, passing args, failing args)
 ASSERT_CASES = {
     "indexed_compare": (_first_is_3, lambda: (torch.tensor([3.0, 1.0]),), lambda: (torch.tensor([2.0, 1.0]),)),
@@ -61,6 +76,10 @@ ASSERT_CASES = {
     "no_message": (_no_message, lambda: (torch.ones(3),), lambda: (torch.zeros(3),)),
     "inlined_helper": (_inlined, lambda: (torch.rand(5),), lambda: (torch.rand(5) + 20,)),
     "two_asserts": (_two_asserts, lambda: (torch.rand(3) + 1,), lambda: (torch.tensor([1.0, 0.0, 2.0]),)),
+    "negated": (_negated, lambda: (torch.rand(3),), lambda: (torch.tensor([1.0, float("nan")]),)),
+    "and_first": (_and_chain, lambda: (torch.rand(3), torch.rand(3)), lambda: (-torch.rand(3), torch.rand(3))),
+    "and_second": (_and_chain, lambda: (torch.rand(3), torch.rand(3)), lambda: (torch.rand(3), torch.rand(3) + 9)),
+    "and_python_first": (_and_python_first, lambda: (torch.rand(3) * 0.4,), lambda: (torch.rand(3) + 0.6,)),
     "bool_input": (_bool_scalar_tensor, lambda: (torch.rand(2), torch.tensor(True)),
                    lambda: (torch.rand(2), torch.tensor(False))),
 }
@@ -290,3 +309,21 @@ def test_graph_local_writes_after_assert_stay_in_the_graph():
     assert_same(cf(x), _local_writes_after(x))
     with pytest.raises(AssertionError, match="positive"):
         cf(-x)
+
+
+def _or_chain(x, y):
+    assert x.sum() > 0 or y.sum() > 0, "both non-positive"
+    return x + y
+
+
+def test_or_assert_on_tensor_is_correct():
+    """`assert a or b` on a tensor `a`: which operand runs depends on data, so the graph breaks there."""
+    cf = ember.compile(_or_chain)
+    for x, y in ((torch.ones(2), -torch.ones(2)), (-torch.ones(2), torch.ones(2)), (-torch.ones(2), -torch.ones(2))):
+        try:
+            oe = _or_chain(x, y)
+        except AssertionError as e:
+            with pytest.raises(AssertionError, match=str(e)):
+                cf(x, y)
+        else:
+            assert_same(cf(x, y), oe)

@@ -18,19 +18,32 @@ import torch
 
 from ..values import Const
 
-_JUMPS_IF_TRUE = ("POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE")
+_JUMPS = {"POP_JUMP_IF_TRUE": True, "POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_BACKWARD_IF_TRUE": True,
+          "POP_JUMP_IF_FALSE": False, "POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_BACKWARD_IF_FALSE": False}
 _CALLS = ("PRECALL", "CALL", "CALL_FUNCTION")
 
 
-def assert_message(f):
-    """When the instruction being run is an assert's jump: ``(True, msg)`` (msg None without a message),
-    else ``(False, None)``. Only a constant message qualifies (a computed one may read tensor data)."""
-    cur, instrs, ip = f.cur, f.instrs, f.ip
-    if cur is None or cur.opname not in _JUMPS_IF_TRUE or ip >= len(instrs):
+def assert_jump(f):
+    """When the instruction being run is a conditional jump with an assert's raise block on one side:
+    ``(passing, msg)``, the truth value that skips the raise and the constant message (None without one);
+    else None. ``assert c`` and ``assert not c`` fall through to the block, ``assert c and d`` jumps to it
+    from ``c``; a computed message (it may read tensor data) does not qualify."""
+    cur, instrs = f.cur, f.instrs
+    jumps_if = _JUMPS.get(cur.opname) if cur is not None else None
+    if jumps_if is None or cur.jump_target is None:
+        return None
+    for at, passing in ((f.ip, jumps_if), (cur.jump_target, not jumps_if)):
+        ok, msg = _raise_block(instrs, at)
+        if ok:
+            return passing, msg
+    return None
+
+
+def _raise_block(instrs, at):
+    """Whether ``instrs[at:]`` is ``LOAD_ASSERTION_ERROR [LOAD_CONST m; CALL 0] RAISE_VARARGS 1``, and m."""
+    if at >= len(instrs) or instrs[at].opname != "LOAD_ASSERTION_ERROR":
         return False, None
-    if instrs[ip].opname != "LOAD_ASSERTION_ERROR":
-        return False, None
-    rest = [i for i in instrs[ip + 1:ip + 6] if i.opname not in ("PRECALL", "CACHE", "NOP")]
+    rest = [i for i in instrs[at + 1:at + 6] if i.opname not in ("PRECALL", "CACHE", "NOP")]
     if rest and rest[0].opname == "RAISE_VARARGS" and rest[0].arg == 1:
         return True, None
     if (len(rest) >= 3 and rest[0].opname == "LOAD_CONST" and rest[1].opname in _CALLS and rest[1].arg == 0
@@ -39,19 +52,24 @@ def assert_message(f):
     return False, None
 
 
-def capture_assert(d, f, t) -> bool:
-    """Record ``assert t`` as a runtime assertion when it can be (see the module docstring); False otherwise
-    (the caller keeps its graph break)."""
+def capture_assert(d, f, t):
+    """Record the assert being run on ``t`` as a runtime assertion when it can be (see the module docstring):
+    the truth value that passes it (the trace continues on that side), or None (the caller keeps its graph
+    break)."""
     from .ops import record
     st = d.torch
-    ok, msg = assert_message(f)
-    if not ok or st.graph is not st.root or t.meta.numel() != 1 or t.meta.dim() > 1:
-        return False
+    found = assert_jump(f)
+    if found is None or st.graph is not st.root or t.meta.numel() != 1 or t.meta.dim() > 1:
+        return None
     if t.sym is not None and any(type(s) is not int for s in t.sym):
-        return False
-    cond = t if t.meta.dtype == torch.bool else record(d, f, "call_function", torch.ne, [t, Const(0)], {})
+        return None
+    passing, msg = found
+    if t.meta.dtype == torch.bool and passing:
+        cond = t
+    else:
+        cond = record(d, f, "call_function", torch.ne if passing else torch.eq, [t, Const(0)], {})
     d.runtime_asserts.append((cond, msg))
-    return True
+    return passing
 
 
 def check_no_mutation_after(d, f, tens, run) -> object:
