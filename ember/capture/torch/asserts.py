@@ -52,11 +52,10 @@ def _raise_block(instrs, at):
     return False, None
 
 
-def capture_assert(d, f, t):
+def capture_assert(d, f, t, record):
     """Record the assert being run on ``t`` as a runtime assertion when it can be (see the module docstring):
     the truth value that passes it (the trace continues on that side), or None (the caller keeps its graph
-    break)."""
-    from .ops import record
+    break). ``record`` is ops.record (passed in: ops imports this module)."""
     st = d.torch
     found = assert_jump(f)
     if found is None or st.graph is not st.root or t.meta.numel() != 1 or t.meta.dim() > 1:

@@ -334,7 +334,7 @@ def _tensor_iter(d, f, t):
 @R.TRUTH.register(TensorVar)
 def _tensor_truth(d, f, t):
     from .asserts import capture_assert
-    passing = capture_assert(d, f, t) if f is not None else None
+    passing = capture_assert(d, f, t, record) if f is not None else None
     if passing is not None:     # `assert t, "msg"`: checked after the graph runs; the trace passes it
         return passing
     raise data_dependent(d, f, "branching on a tensor (if/while/and/or/not on its value)")
