@@ -71,14 +71,17 @@ def _and_python_first(x):
 
 # name -> (fn, passing args, failing args)
 ASSERT_CASES = {
-    "indexed_compare": (_first_is_3, lambda: (torch.tensor([3.0, 1.0]),), lambda: (torch.tensor([2.0, 1.0]),)),
+    "indexed_compare": (_first_is_3, lambda: (torch.tensor([3.0, 1.0]),),
+                        lambda: (torch.tensor([2.0, 1.0]),)),
     "all": (_all_positive, lambda: (torch.rand(4) + 0.5,), lambda: (torch.rand(4) - 2.0,)),
     "no_message": (_no_message, lambda: (torch.ones(3),), lambda: (torch.zeros(3),)),
     "inlined_helper": (_inlined, lambda: (torch.rand(5),), lambda: (torch.rand(5) + 20,)),
     "two_asserts": (_two_asserts, lambda: (torch.rand(3) + 1,), lambda: (torch.tensor([1.0, 0.0, 2.0]),)),
     "negated": (_negated, lambda: (torch.rand(3),), lambda: (torch.tensor([1.0, float("nan")]),)),
-    "and_first": (_and_chain, lambda: (torch.rand(3), torch.rand(3)), lambda: (-torch.rand(3), torch.rand(3))),
-    "and_second": (_and_chain, lambda: (torch.rand(3), torch.rand(3)), lambda: (torch.rand(3), torch.rand(3) + 9)),
+    "and_first": (_and_chain, lambda: (torch.rand(3), torch.rand(3)),
+                  lambda: (-torch.rand(3), torch.rand(3))),
+    "and_second": (_and_chain, lambda: (torch.rand(3), torch.rand(3)),
+                   lambda: (torch.rand(3), torch.rand(3) + 9)),
     "and_python_first": (_and_python_first, lambda: (torch.rand(3) * 0.4,), lambda: (torch.rand(3) + 0.6,)),
     "bool_input": (_bool_scalar_tensor, lambda: (torch.rand(2), torch.tensor(True)),
                    lambda: (torch.rand(2), torch.tensor(False))),
@@ -319,7 +322,8 @@ def _or_chain(x, y):
 def test_or_assert_on_tensor_is_correct():
     """`assert a or b` on a tensor `a`: which operand runs depends on data, so the graph breaks there."""
     cf = ember.compile(_or_chain)
-    for x, y in ((torch.ones(2), -torch.ones(2)), (-torch.ones(2), torch.ones(2)), (-torch.ones(2), -torch.ones(2))):
+    one = torch.ones(2)
+    for x, y in ((one, -one), (-one, one), (-one, -one)):
         try:
             oe = _or_chain(x, y)
         except AssertionError as e:

@@ -1,16 +1,17 @@
 """``assert <tensor>, "msg"`` captured without a graph break.
 
-CPython compiles ``assert c, m`` to ``POP_JUMP_IF_TRUE ok; LOAD_ASSERTION_ERROR; [LOAD_CONST m; CALL]; RAISE``.
-When the tested value is a one-element tensor and the message is a constant (or absent), the trace takes the
-passing branch and notes a *runtime assertion*: the condition becomes a graph output, and the entry's glue
-checks it right after the graph ran, raising ``AssertionError(m)`` before any of the trace's Python side effects
-are replayed (frontend.build_entry). The graph computes the condition whatever the backend (C++, Triton), so the
-check always runs.
+CPython compiles ``assert c, m`` to ``POP_JUMP_IF_TRUE ok; LOAD_ASSERTION_ERROR; [LOAD_CONST m; CALL];
+RAISE`` (``assert not c`` and ``assert c and d`` use a jump-if-false with the raise block on one side;
+``assert_jump``). When the tested value is a one-element tensor and the message is a constant (or absent), the trace
+takes the passing branch and notes a *runtime assertion*: the condition becomes a graph output, and the
+entry's glue checks it right after the graph ran, raising ``AssertionError(m)`` before any of the trace's
+Python side effects are replayed (frontend.build_entry). The graph computes the condition whatever the
+backend (C++, Triton), so the check always runs.
 
 Soundness: eager raises before anything after the assert happens. The glue's side effects already come after
 the check; an in-place write to an *input's* storage recorded after a pending assertion would run inside the
-graph before the check, so such an op breaks the graph instead (``check_no_mutation_after``), where the check
-runs first.
+graph before the check, so such an op breaks the graph instead (``check_no_mutation_after``), where the
+check runs first.
 """
 from __future__ import annotations
 
@@ -72,9 +73,9 @@ def capture_assert(d, f, t, record):
 
 
 def check_no_mutation_after(d, f, tens, run) -> object:
-    """Run ``run()`` (an op's meta kernel); if a runtime assertion is pending and the op wrote in place a tensor
-    that shares storage with a graph input (what the caller would see although eager raised first), refuse it:
-    a graph break there, so the assertion is checked first. Writes to the graph's own tensors are invisible
+    """Run ``run()`` (an op's meta kernel); if a runtime assertion is pending and the op wrote in place a
+    tensor that shares storage with a graph input (what the caller would see although eager raised first),
+    refuse it: a graph break there, so the assertion is checked first. Writes to the graph's own tensors are invisible
     when the assertion fails (outputs and replayed side effects come after the check), so they stay."""
     if not d.runtime_asserts:
         return run()

@@ -1,13 +1,15 @@
 """``t.data = y`` inside a trace.
 
-Eager keeps the Python object ``t`` (and its autograd identity) and gives it ``y``'s storage, shape and dtype,
-detached. The trace does the same to its value: the TensorVar stays the same object (so every reference to
-``t`` in the trace, and ``is``, see the change) and reads ``y.detach()`` from then on. When ``t`` is a tensor the
-caller can see (it has a source), the glue replays the assignment on the caller's object after the graph ran,
-in program order, so afterwards the caller's tensor shares ``y``'s storage as in eager.
+Eager keeps the Python object ``t`` (and its autograd identity) and gives it ``y``'s storage, shape and
+dtype, detached. The trace does the same to its value: the TensorVar stays the same object (so every
+reference to ``t`` in the trace, and ``is``, see the change) and reads ``y.detach()`` from then on. When
+``t`` is a tensor the caller can see (it has a source), the glue replays the assignment on the caller's
+object after the graph ran, in program order, so afterwards the caller's tensor shares ``y``'s storage as in
+eager.
 
-Only a target that does not require grad is captured: for one that does, later ops would have to differentiate
-to the leaf ``t`` while reading ``y``'s values, which a graph of values cannot express; that stays a graph break.
+Only a target that does not require grad is captured: for one that does, later ops would have to
+differentiate to the leaf ``t`` while reading ``y``'s values, which a graph of values cannot express; that
+stays a graph break.
 """
 from __future__ import annotations
 
