@@ -245,12 +245,26 @@ def _sd_grad_read(x, y):
     return x.grad is None, x * 1
 
 
+def _sd_then_source_changes(x, y):
+    x.data = y
+    y.data = torch.zeros([0])   # x keeps y's old storage
+    return x
+
+
+def _sd_chain(x, y):
+    y.data = x * 5
+    x.data = y
+    return x, y
+
+
 SETDATA_CASES = {
     "input": (_sd_input, lambda: (torch.zeros(3), torch.rand(2, dtype=torch.float64))),
     "local": (_sd_local, lambda: (torch.rand(3), torch.rand(4))),
     "then_inplace": (_sd_then_inplace, lambda: (torch.zeros(3), torch.rand(2))),
     "computed": (_sd_computed, lambda: (torch.zeros(5), torch.rand(2, 2))),
     "twice_in_list": (_sd_twice_in_list, lambda: (torch.zeros(3), torch.rand(4))),
+    "then_source_changes": (_sd_then_source_changes, lambda: (torch.ones(2), torch.rand(3))),
+    "chain": (_sd_chain, lambda: (torch.ones(2), torch.rand(3))),
     "grad_read": (_sd_grad_read, lambda: (torch.zeros(3), torch.rand(2))),
     "grad_source": (_sd_grad_source, lambda: (torch.zeros(3), torch.rand(3, requires_grad=True))),
 }
