@@ -216,12 +216,14 @@ def build_entry(d: SymbolicDomain, ret: Any, fn: Any, graph_hook: Callable | Non
 
 def _assert_lines(glue: GlueBuilder) -> list[str]:
     """The runtime assertions' checks (torch/asserts.py): after the graph, before any side effect, as eager
-    raises at the assert."""
+    raises at the assert; the error is raised through the user's frames at the ``assert``."""
+    from .tracebacks import assertion_failed
     lines = []
-    for cond, msg in glue.d.runtime_asserts:
-        args = "" if msg is None else glue.cg.bind(msg, "msg")
+    for cond, msg, frames in glue.d.runtime_asserts:
+        args = () if msg is None else (msg,)
+        fail = glue.cg.bind(assertion_failed, "assertion_failed")
         lines.append(f"if not {glue.output_ref(cond)}:")
-        lines.append(f"    raise {glue.cg.bind(AssertionError, 'AssertionError')}({args})")
+        lines.append(f"    {fail}({glue.cg.bind(args, 'msg')}, {glue.cg.bind(frames, 'frames')})")
     return lines
 
 

@@ -62,7 +62,7 @@ class SymbolicDomain:
         self.number_hooks = [p.wrap_number for p in self.plugins if hasattr(p, "wrap_number")]
         self.generators: list[IterVar] = []          # user generators started by the trace
         self.deferred_calls: list[tuple[Value, list[Value]]] = []   # logging calls run after the graph
-        self.runtime_asserts: list[tuple[Value, Any]] = []  # (condition, message): checked after the graph
+        self.runtime_asserts: list[tuple] = []  # (condition, message, user frames): checked after the graph
         for p in self.plugins:
             p.start(self)
 

@@ -108,3 +108,9 @@ def raise_in_user_frames(exc: BaseException, frames: list | None, keep_tail: boo
             raise
         e.__context__, e.__cause__, e.__suppress_context__ = ctx, cause, suppress
         raise
+
+
+def assertion_failed(args: tuple, frames: list | None) -> None:
+    """Raise ``AssertionError(*args)`` for a runtime assertion the compiled code checked after its graph ran
+    (torch/asserts.py), through stand-ins of the user's frames at the ``assert``, as eager's traceback reads."""
+    raise_in_user_frames(AssertionError(*args), frames, keep_tail=False)

@@ -345,3 +345,14 @@ def test_or_assert_on_tensor_is_correct():
                 cf(x, y)
         else:
             assert_same(cf(x, y), oe)
+
+
+def test_failing_assert_traceback_points_at_the_users_assert():
+    import traceback
+    cf = ember.compile(_inlined, fullgraph=True)
+    cf(torch.rand(5))
+    with pytest.raises(AssertionError) as ei:
+        cf(torch.rand(5) + 20)
+    last = traceback.extract_tb(ei.value.__traceback__)[-1]
+    assert (last.filename, last.name) == (__file__, "_helper_check")
+    assert last.lineno == _helper_check.__code__.co_firstlineno + 1

@@ -68,7 +68,7 @@ def capture_assert(d, f, t, record):
         cond = t
     else:
         cond = record(d, f, "call_function", torch.ne if passing else torch.eq, [t, Const(0)], {})
-    d.runtime_asserts.append((cond, msg))
+    d.runtime_asserts.append((cond, msg, f.user_frames()))
     return passing
 
 
