@@ -356,3 +356,28 @@ def test_failing_assert_traceback_points_at_the_users_assert():
     last = traceback.extract_tb(ei.value.__traceback__)[-1]
     assert (last.filename, last.name) == (__file__, "_helper_check")
     assert last.lineno == _helper_check.__code__.co_firstlineno + 1
+
+
+def _random_after(x):
+    assert x[0] > 0, "pos"
+    return x + torch.rand(3)
+
+
+def _dropout_after(x):
+    assert x[0] > 0, "pos"
+    return torch.nn.functional.dropout(x, 0.5, training=True)
+
+
+@pytest.mark.parametrize("fn", [_random_after, _dropout_after], ids=lambda fn: fn.__name__)
+def test_failing_assert_leaves_the_generator_untouched(fn):
+    """A random op after the assert would draw before the check: the graph breaks there."""
+    cf = ember.compile(fn)
+    torch.manual_seed(1)
+    cf(torch.ones(3))
+    states = []
+    for g in (fn, cf):
+        torch.manual_seed(0)
+        with pytest.raises(AssertionError, match="pos"):
+            g(-torch.ones(3))
+        states.append(torch.get_rng_state())
+    assert torch.equal(states[0], states[1])

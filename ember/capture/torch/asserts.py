@@ -2,20 +2,21 @@
 
 CPython compiles ``assert c, m`` to ``POP_JUMP_IF_TRUE ok; LOAD_ASSERTION_ERROR; [LOAD_CONST m; CALL];
 RAISE`` (``assert not c`` and ``assert c and d`` use a jump-if-false with the raise block on one side;
-``assert_jump``). When the tested value is a one-element tensor and the message is a constant (or absent), the trace
-takes the passing branch and notes a *runtime assertion*: the condition becomes a graph output, and the
-entry's glue checks it right after the graph ran, raising ``AssertionError(m)`` before any of the trace's
-Python side effects are replayed (frontend.build_entry). The graph computes the condition whatever the
-backend (C++, Triton), so the check always runs.
+``assert_jump``). When the tested value is a one-element tensor and the message is a constant (or absent),
+the trace takes the passing branch and notes a *runtime assertion*: the condition becomes a graph output,
+and the entry's glue checks it right after the graph ran, raising ``AssertionError(m)`` before any of the
+trace's Python side effects are replayed (frontend.build_entry). The graph computes the condition whatever
+the backend (C++, Triton), so the check always runs.
 
 Soundness: eager raises before anything after the assert happens. The glue's side effects already come after
 the check; an in-place write to an *input's* storage recorded after a pending assertion would run inside the
-graph before the check, so such an op breaks the graph instead (``check_no_mutation_after``), where the
-check runs first.
+graph before the check, and so would a random op's draw from the generator: such an op breaks the graph
+instead (``check_no_mutation_after``), where the check runs first.
 """
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..values import Const
 
@@ -74,19 +75,35 @@ def capture_assert(d, f, t, record):
 
 def check_no_mutation_after(d, f, tens, run) -> object:
     """Run ``run()`` (an op's meta kernel); if a runtime assertion is pending and the op wrote in place a
-    tensor that shares storage with a graph input (what the caller would see although eager raised first),
-    refuse it: a graph break there, so the assertion is checked first. Writes to the graph's own tensors are invisible
-    when the assertion fails (outputs and replayed side effects come after the check), so they stay."""
+    tensor that shares storage with a graph input (what the caller would see although eager raised first), or
+    drew from the random generator, refuse it: a graph break there, so the assertion is checked first. Writes
+    to the graph's own tensors are invisible when the assertion fails (outputs and replayed side effects come
+    after the check), so they stay."""
     if not d.runtime_asserts:
         return run()
     before = [_version(t.meta) for t in tens]
-    out = run()
+    with _SeededWatch() as watch:
+        out = run()
+    if watch.seeded:
+        raise d.unsupported(f, "a random op after an `assert` on a tensor in the same graph (it would "
+                               "advance the random generator although eager raised first)",
+                            "draw the random values before the assert")
     written = [t for t, v in zip(tens, before) if _version(t.meta) != v]
     if written and _storage_keys(written) & _storage_keys(d.torch.inputs):
         raise d.unsupported(f, "an input tensor written in place after an `assert` on a tensor in the same "
                                "graph (the assertion must be checked before the write, as eager does)",
                             "move the in-place op before the assert, or make it out of place")
     return out
+
+
+class _SeededWatch(TorchDispatchMode):
+    """Notes whether an op ran an ATen op that draws from the random generator."""
+    seeded = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            self.seeded = True
+        return func(*args, **(kwargs or {}))
 
 
 def _storage_keys(items) -> set:
