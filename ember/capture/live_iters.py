@@ -47,14 +47,18 @@ def advance(it: Any, n: int) -> None:
 class LiveIterVar(SeqIterVar):
     """A live builtin iterator. ``direct`` counts the steps the trace took on it (the glue replays them);
     steps taken by an enclosing live ``enumerate``/``zip`` (``pull``) are replayed through that one."""
-    __slots__ = ("direct", "pull_fn", "d")
+    __slots__ = ("direct", "pull_fn", "d", "real_type")
 
-    def __init__(self, d, source: Source, pull_fn, desc: str):
+    def __init__(self, d, source: Source, pull_fn, real_type: type):
         self.direct = 0
         self.pull_fn = pull_fn
         self.d = d
-        super().__init__([], desc)
+        self.real_type = real_type
+        super().__init__([], real_type.__name__)
         self.source = source
+
+    def python_type(self):
+        return self.real_type
 
     def _items(self):
         while True:
@@ -106,7 +110,7 @@ def _relative_leaf(d, it: Any, src: Source, g) -> LiveIterVar:
         g.add(f"len({e}) > {j}", f"{g.cg.plain(src)} has more than {j} items left")
         pos[0] = j + 1
         return d.wrap(rest[j], ItemSource(rsrc, j))
-    return LiveIterVar(d, src, pull, type(it).__name__)
+    return LiveIterVar(d, src, pull, type(it))
 
 
 def _leaf(d, it: Any, src: Source, g) -> LiveIterVar:
@@ -118,7 +122,7 @@ def _leaf(d, it: Any, src: Source, g) -> LiveIterVar:
     e = rsrc.expr(g.cg)
     if len(state) == 2:     # exhausted: CPython dropped the sequence
         g.add(f"len({e}) == 2", f"{g.cg.plain(src)} is exhausted")
-        return LiveIterVar(d, src, lambda: _END, f"exhausted {type(it).__name__}")
+        return LiveIterVar(d, src, lambda: _END, type(it))
     seq, idx = state[1][0], state[2]
     g.add(f"len({e}) == 3 and {rsrc.expr(g.cg)}[2] == {idx}", f"{g.cg.plain(src)} is at index {idx}")
     seqv = d.wrap(seq, ItemSource(ItemSource(rsrc, 1), 0))    # a list's live items: CPython reads by index
@@ -133,7 +137,7 @@ def _leaf(d, it: Any, src: Source, g) -> LiveIterVar:
             return _END
         pos[0] = i - 1 if reverse else i + 1
         return items[i]
-    return LiveIterVar(d, src, pull, type(it).__name__)
+    return LiveIterVar(d, src, pull, type(it))
 
 
 def wrap(d, it: Any, src: Source | None, g) -> Value | None:
@@ -159,7 +163,7 @@ def wrap(d, it: Any, src: Source | None, g) -> Value | None:
         if not all(isinstance(s, LiveIterVar) for s in subs):
             return None
         v = LiveIterVar(d, src, _zip_pull(subs) if t is zip else _enum_pull(d, subs[0], state[1][1], rsrc),
-                        t.__name__)
+                        t)
     d.side_effects.append(v)
     return v
 

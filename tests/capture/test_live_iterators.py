@@ -184,3 +184,23 @@ def test_long_module_list_compiles_resume_once():
         for _ in range(2):
             x = torch.randn(2, 4)
             torch.testing.assert_close(cm(x), m(x))
+
+
+_TUPLE_IT = type(iter(()))
+
+
+def _type_after_break(x, it):
+    x = x + _brk(x)
+    return x, type(it).__name__, isinstance(it, _TUPLE_IT), next(it)
+
+
+@pytest.mark.parametrize("make", [lambda: iter((1, 2)), lambda: iter(range(3)), lambda: enumerate([4, 5]),
+                                  lambda: zip((1,), [2])], ids=["tuple", "range", "enumerate", "zip"])
+def test_live_iterator_type(make):
+    """The traced iterator reports the real one's type (before: every traced iterator said list_iterator)."""
+    cf = ember.compile(_type_after_break)
+    x = _pos(3)
+    it_e, it_c = make(), make()
+    got, ref = cf(x, it_c), _type_after_break(x, it_e)
+    torch.testing.assert_close(got[0], ref[0])
+    assert got[1:] == ref[1:] and list(it_c) == list(it_e)
