@@ -236,7 +236,8 @@ def _gen(fn, materialize: bool = False):
         if materialize and name in ("enumerate", "zip"):    # these call iter() on their iterables at once
             n = 1 if name == "enumerate" else len(args)     # enumerate(it, start): start is a number
             args = [a if _is_container(a) or i >= n else d.iter(f, a) for i, a in enumerate(args)]
-        if materialize and all(_is_container(a) for a in args):
+        iterables = args[:1] if name == "enumerate" else args       # (enumerate's start is a number)
+        if materialize and all(_is_container(a) for a in iterables):
             from .values import SeqIterVar
             return SeqIterVar(list(fn(d, f, *args, **kwargs)), f"{name} iterator")
         return IterVar(fn(d, f, *args, **kwargs), name, None, _remake(name, args, kwargs))

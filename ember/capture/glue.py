@@ -21,6 +21,7 @@ from .deques import DequeVar, ProxyVar
 from .class_attrs import replay_class_writes
 from .containers import DictView
 from .interpreter import NULL
+from .live_iters import LiveIterVar, advance as advance_live_iter
 from .sources import Codegen, literal
 from .symbolic import SliceVar, SymbolicDomain, _DELETED
 from .values import (MethodOf, OpaqueVar, SeqIterVar, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar, ObjectVar, PartialVar,
@@ -219,6 +220,11 @@ class GlueBuilder:
             writes.append(f"del {c}.cell_contents" if v.written is _DELETED
                           else f"{c}.cell_contents = {self._value(reads, v.written)}")
             return
+        if type(v) is LiveIterVar:      # the trace's next() calls on a live iterator (live_iters.py)
+            if v.direct:
+                writes.append(f"{self.cg.bind(advance_live_iter, 'advance')}({self._read(reads, self.expr(v))}, "
+                              f"{v.direct})")
+            return
         s = self._read(reads, v.source.expr(self.cg))
         if type(v.source) is subclasses.PartSource:     # the items of an existing container-subclass object
             writes.append(subclasses.replay_part(self, v, s, reads, self._read))
@@ -283,6 +289,9 @@ def _generator_reconstruct(glue: GlueBuilder, v: IterVar) -> str:
         raise glue.d.unsupported(None, f"returning or storing a {v.describe()} (IterVar) out of compiled code is "
                                        "not supported")
     if inspect.getgeneratorstate(v.gen) != inspect.GEN_CREATED:
+        if v.frame is None:     # a started builtin iterator (map, filter) over values only the trace has
+            raise glue.d.unsupported(None, f"a started {v.describe()} iterator is live across a graph break; "
+                                           "its state cannot be rebuilt")
         from .gen_rebuild import rebuild_started
         return rebuild_started(glue, v)
     name, fresh = glue._temp(v, "gen")

@@ -149,6 +149,10 @@ class SymbolicDomain:
                 return v
         if type(obj) is types.CellType:
             return RealCellVar(obj, CellSource(id(obj), obj))
+        from .live_iters import wrap as wrap_live_iter
+        v = wrap_live_iter(self, obj, source, g)        # a builtin iterator handed to a continuation
+        if v is not None:
+            return v
         if source is None and isinstance(obj, BaseException):
             return self.wrap_exception(obj)     # like the exceptions the trace raises and catches
         if g:
