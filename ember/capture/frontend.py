@@ -219,9 +219,9 @@ def _assert_lines(glue: GlueBuilder) -> list[str]:
     raises at the assert; the error is raised through the user's frames at the ``assert``."""
     from .tracebacks import assertion_failed
     lines = []
+    fail = glue.cg.bind(assertion_failed, "assertion_failed") if glue.d.runtime_asserts else None
     for cond, msg, frames in glue.d.runtime_asserts:
         args = () if msg is None else (msg,)
-        fail = glue.cg.bind(assertion_failed, "assertion_failed")
         lines.append(f"if not {glue.output_ref(cond)}:")
         lines.append(f"    {fail}({glue.cg.bind(args, 'msg')}, {glue.cg.bind(frames, 'frames')})")
     return lines

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .sources import ItemSource, Source
+from .sources import CallSource, ItemSource, Source
 from .values import Const, SeqIterVar, TupleVar, Value
 
 _LIST_IT = type(iter([]))
@@ -47,12 +47,11 @@ def advance(it: Any, n: int) -> None:
 class LiveIterVar(SeqIterVar):
     """A live builtin iterator. ``direct`` counts the steps the trace took on it (the glue replays them);
     steps taken by an enclosing live ``enumerate``/``zip`` (``pull``) are replayed through that one."""
-    __slots__ = ("direct", "pull_fn", "d", "real_type")
+    __slots__ = ("direct", "pull_fn", "real_type")
 
-    def __init__(self, d, source: Source, pull_fn, real_type: type):
+    def __init__(self, source: Source, pull_fn, real_type: type):
         self.direct = 0
         self.pull_fn = pull_fn
-        self.d = d
         self.real_type = real_type
         super().__init__([], real_type.__name__)
         self.source = source
@@ -78,22 +77,13 @@ def remaining(it: Any) -> Any:
     return state[1][0][state[2]:] if len(state) == 3 else ()
 
 
-@dataclass(frozen=True, slots=True)
-class RemainingSource(Source):
-    """``remaining(base)``: guards and item sources relative to the iterator's position, so one entry serves
-    every position that reads the same items (a resumed loop body over a module list compiles once)."""
-    base: Source
-
-    def _expr(self, cg):
-        return f"{cg.bind(remaining, 'remaining')}({self.base.expr(cg)})"
-
-    def name_hint(self):
-        return f"{self.base.name_hint()}_rest"
 
 
 def _relative_leaf(d, it: Any, src: Source, g) -> LiveIterVar:
     """A tuple or range iterator: item ``j`` of the rest is wrapped (and guarded) only when the trace reads it."""
-    rsrc = RemainingSource(src)
+    # guards and item sources relative to the position: one entry serves every position that reads the same
+    # items (a resumed loop body over a module list compiles once)
+    rsrc = CallSource(remaining, src, "_rest")
     g.cg.hoist(rsrc)
     rest = remaining(it)
     pos = [0]
@@ -110,7 +100,7 @@ def _relative_leaf(d, it: Any, src: Source, g) -> LiveIterVar:
         g.add(f"len({e}) > {j}", f"{g.cg.plain(src)} has more than {j} items left")
         pos[0] = j + 1
         return d.wrap(rest[j], ItemSource(rsrc, j))
-    return LiveIterVar(d, src, pull, type(it))
+    return LiveIterVar(src, pull, type(it))
 
 
 def _leaf(d, it: Any, src: Source, g) -> LiveIterVar:
@@ -122,9 +112,9 @@ def _leaf(d, it: Any, src: Source, g) -> LiveIterVar:
     e = rsrc.expr(g.cg)
     if len(state) == 2:     # exhausted: CPython dropped the sequence
         g.add(f"len({e}) == 2", f"{g.cg.plain(src)} is exhausted")
-        return LiveIterVar(d, src, lambda: _END, type(it))
+        return LiveIterVar(src, lambda: _END, type(it))
     seq, idx = state[1][0], state[2]
-    g.add(f"len({e}) == 3 and {rsrc.expr(g.cg)}[2] == {idx}", f"{g.cg.plain(src)} is at index {idx}")
+    g.add(f"len({e}) == 3 and {e}[2] == {idx}", f"{g.cg.plain(src)} is at index {idx}")
     seqv = d.wrap(seq, ItemSource(ItemSource(rsrc, 1), 0))    # a list's live items: CPython reads by index
     pos = [idx]
     reverse = type(it) is _REV_IT
@@ -137,7 +127,7 @@ def _leaf(d, it: Any, src: Source, g) -> LiveIterVar:
             return _END
         pos[0] = i - 1 if reverse else i + 1
         return items[i]
-    return LiveIterVar(d, src, pull, type(it))
+    return LiveIterVar(src, pull, type(it))
 
 
 def wrap(d, it: Any, src: Source | None, g) -> Value | None:
@@ -162,7 +152,7 @@ def wrap(d, it: Any, src: Source | None, g) -> Value | None:
         subs = [d.wrap(x, ItemSource(ItemSource(rsrc, 1), i)) for i, x in enumerate(inners)]
         if not all(isinstance(s, LiveIterVar) for s in subs):
             return None
-        v = LiveIterVar(d, src, _zip_pull(subs) if t is zip else _enum_pull(d, subs[0], state[1][1], rsrc),
+        v = LiveIterVar(src, _zip_pull(subs) if t is zip else _enum_pull(d, subs[0], state[1][1], rsrc),
                         t)
     d.side_effects.append(v)
     return v

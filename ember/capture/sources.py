@@ -191,6 +191,21 @@ class ConstSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class CallSource(Source):
+    """``fn(base)`` for a side-effect-free function of the value at ``base`` (``int(n)`` of a NumPy integer,
+    ``torch.from_numpy(a)``, the rest of a live iterator), bound by name in the generated code."""
+    fn: Any
+    base: Source
+    suffix: str = ""
+
+    def _expr(self, cg):
+        return f"{cg.bind(self.fn, getattr(self.fn, '__name__', 'fn'))}({self.base.expr(cg)})"
+
+    def name_hint(self):
+        return self.base.name_hint() + self.suffix
+
+
+@dataclass(frozen=True, slots=True)
 class InstDictSource(Source):
     """The instance ``__dict__`` of an object whose class defines its own ``__getattribute__`` (a transformers
     config), read as ``object.__getattribute__`` reads it: through the class's ``__dict__`` slot descriptor,

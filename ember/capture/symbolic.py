@@ -25,6 +25,7 @@ from .sources import AttrSource, CellSource, Codegen, ConstSource, GlobalSource,
 from .subclasses import BaseItemSource
 from .hashkeys import hash_key
 from .identity import identical
+from .live_iters import wrap as wrap_live_iter
 from .values import (MethodOf, IDENTITY_TYPES, BoundMethod, CellVar, Const, DictVar, FuncVar, IterVar, ListVar,
                      MutableVar, NotConst, ObjectVar, PartialVar, RealCellVar, SetVar, SuperVar, TupleVar, Value,
                      is_immutable, is_plain_builtin, tuple_override, NUMPY_INTS, NUMPY_SCALARS, NUMPY_VALUES)
@@ -149,7 +150,6 @@ class SymbolicDomain:
                 return v
         if type(obj) is types.CellType:
             return RealCellVar(obj, CellSource(id(obj), obj))
-        from .live_iters import wrap as wrap_live_iter
         v = wrap_live_iter(self, obj, source, g)        # a builtin iterator handed to a continuation
         if v is not None:
             return v

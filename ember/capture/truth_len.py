@@ -10,12 +10,18 @@ from .interpreter import NULL, UserException
 from .values import BoundMethod, Const, FuncVar, IterVar, MethodOf, ObjectVar, PartialVar, SuperVar
 
 
-@R.TRUTH.register(Const)
-def _const_truth(d, f, v):
-    try:
-        return bool(v.value)
-    except Exception as e:      # noqa: BLE001
-        raise UserException(e) from None
+def _of_constant(fn):
+    """A rule computing ``fn(value)`` of a constant; what ``fn`` raises is the program's own error."""
+    def rule(d, f, v):
+        try:
+            return fn(v.value)
+        except Exception as e:      # noqa: BLE001
+            raise UserException(e) from None
+    return rule
+
+
+R.TRUTH.register(Const)(_of_constant(bool))
+R.LEN.register(Const)(_of_constant(len))
 
 
 @R.TRUTH.register(ObjectVar)
@@ -54,11 +60,3 @@ def _object_len(d, f, v):
     if lookup_type_attr(type(v.obj), "__len__") is NULL:
         raise UserException(TypeError(f"object of type '{type(v.obj).__name__}' has no len()"))
     return _len_result(d, f, d.call_method(f, v, "__len__", [], {}))
-
-
-@R.LEN.register(Const)
-def _const_len(d, f, v):
-    try:
-        return len(v.value)
-    except Exception as e:      # noqa: BLE001
-        raise UserException(e) from None

@@ -82,10 +82,9 @@ def _or_extern(op: Any, run: Any) -> Any:
     has no symbolic metadata."""
     try:
         return run(decompose)
-    except SymbolicUnsupported:
-        pass
-    except EmberError:      # ember's own, also where it is a RuntimeError (errors.py): not for the fallback
-        raise
+    except EmberError as e:     # ember's own (also a RuntimeError, errors.py) is not for the fallback
+        if not isinstance(e, SymbolicUnsupported):
+            raise
     except (TypeError, ValueError, RuntimeError, NotImplementedError):
         pass
     try:

@@ -12,14 +12,13 @@ range; the tensor's layout is checked as the contiguous (or dense permuted) layo
 """
 from __future__ import annotations
 
-import dataclasses
 
 import sympy
 import torch
 
 from ... import logs
 from ...shapes import SymbolTable, to_python
-from ..sources import AttrSource, ItemSource, LocalSource, Source
+from ..sources import AttrSource, CallSource, ItemSource, LocalSource
 from ..values import NUMPY_INTS
 from .graph import TensorVar
 from .symsize import PREFIX, SymNumVar
@@ -193,7 +192,7 @@ def _changed(d, kind: str, obj, source) -> bool:
 def wrap_number(plugin, d, obj: int, source):
     """An int the policy makes symbolic (a ``SymNumVar`` read from an int graph input), or None (floats:
     ``float_item.wrap_float``). A NumPy integer (``np.int64(i)``) follows the same policy: the graph gets the
-    int it holds (``IntOfSource``), the value keeps its NumPy type (``SymNumVar.np_type``)."""
+    int it holds (a ``CallSource`` of ``int``), the value keeps its NumPy type (``SymNumVar.np_type``)."""
     if plugin.dynamic is False or getattr(d, "static_shapes", False):
         return None
     np_type = type(obj) if isinstance(obj, NUMPY_INTS) else None
@@ -209,7 +208,7 @@ def wrap_number(plugin, d, obj: int, source):
     e = source.expr(d.cg)
     typ = np_type or int
     if np_type is not None:
-        source = IntOfSource(source)
+        source = CallSource(int, source)
     d.guards.add(f"type({e}) is {d.cg.bind(typ, typ.__name__)} and ({PREFIX}{s.name} := {source.expr(d.cg)}) >= 2",
                  f"{plain} is an {typ.__name__} >= 2 (symbol {s})")
     node = st.placeholder(source, int(obj))
@@ -220,13 +219,3 @@ def wrap_number(plugin, d, obj: int, source):
     return SymNumVar(sym, node, np_type)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class IntOfSource(Source):
-    """The Python int a NumPy integer argument holds: ``int(base)`` (the graph's int input)."""
-    base: Source
-
-    def _expr(self, cg):
-        return f"{cg.bind(int, 'int')}({self.base.expr(cg)})"
-
-    def name_hint(self):
-        return self.base.name_hint()

@@ -7,7 +7,6 @@ Only what cannot change an array in place is traced: in-place operators, item as
 mutating methods and functions stay graph breaks (an in-place change of ``t.numpy()`` writes ``t``'s memory)."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import operator
 from typing import Any, Callable
@@ -17,7 +16,7 @@ import torch
 
 from .. import rules as R
 from ..interpreter import UserException
-from ..sources import Source
+from ..sources import CallSource, Source
 from ..values import Const, ListVar, TupleVar, Value
 from .graph import TensorVar
 
@@ -313,16 +312,6 @@ def tensor_numpy(d, f, t: TensorVar, args, kwargs) -> Value:
     return NdarrayVar(t)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class FromNumpySource(Source):
-    """The tensor over an input NumPy array's memory: ``torch.from_numpy(base)`` (no copy)."""
-    base: Source
-
-    def _expr(self, cg):
-        return f"{cg.bind(torch.from_numpy, 'from_numpy')}({self.base.expr(cg)})"
-
-    def name_hint(self):
-        return f"{self.base.name_hint()}_tensor"
 
 
 # dtypes torch.from_numpy takes (in native byte order)
@@ -340,7 +329,7 @@ def wrap_input_array(plugin, d, a: np.ndarray, source: Source) -> Value | None:
         return None
     d.cg.hoist(source)
     d.guards.type_match(source, np.ndarray)
-    t = plugin._wrap_tensor(d, torch.from_numpy(a), FromNumpySource(source))
+    t = plugin._wrap_tensor(d, torch.from_numpy(a), CallSource(torch.from_numpy, source, "_tensor"))
     v = NdarrayVar(t)
     v.source = source
     return v

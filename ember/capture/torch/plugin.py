@@ -14,7 +14,7 @@ from ...errors import BackendCompilerFailed, InternalError
 from ...shapes import SymbolicUnsupported
 from ..objects import lookup_type_attr
 from ..sources import AttrSource, ConstSource, ItemSource, Source
-from ..values import IMMUTABLE_TYPES, Const, MethodOf, Value
+from ..values import IMMUTABLE_TYPES, Const, ListVar, MethodOf, TupleVar, Value
 from . import ctx as _ctx
 from . import comptime as _comptime
 from . import pyrandom as _pyrandom
@@ -97,8 +97,7 @@ def _has_torch_function(fn: Any, args: list) -> Any:
     """``torch._C._has_torch_function*`` (torch's functions ask it of their arguments before dispatching):
     whether an argument's class overrides ``__torch_function__``, answered from the classes the traced values
     stand for. Recorded in the graph instead, it was asked of the trace's stand-ins, which answered True."""
-    items = args[0].items if fn is torch._C._has_torch_function and type(args[0]).__name__ in (
-        "TupleVar", "ListVar") else args
+    items = args[0].items if fn is torch._C._has_torch_function and type(args[0]) in (TupleVar, ListVar) else args
     if torch._C._is_torch_function_mode_enabled():
         return None
     try:
